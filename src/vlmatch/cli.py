@@ -1,0 +1,214 @@
+"""``vlmatch`` command line: train, evaluate, quickstart, data synth, vocab build, features, models."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .errors import VlmatchError
+
+
+def _add_train(sub):
+    p = sub.add_parser("train", help="train a model from a YAML config",
+                       description="Train a model. Writes config.yaml, metrics.jsonl, best/ and last/ "
+                                   "checkpoints into the run folder. Launch with torchrun for DDP.")
+    p.add_argument("--config", help="bundled config name (see `vlmatch configs`) or a YAML path")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override a config value, e.g. --set train.lr=1e-4 (repeatable)")
+    p.add_argument("--run-dir", help="output folder (default runs/<config name>)")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run exactly from RUN_DIR/last")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_train)
+
+
+def cmd_train(a):
+    from .config import load_config
+    from .train import train
+
+    if a.resume:
+        run_dir = Path(a.resume)
+        cfg = load_config(str(run_dir / "config.yaml"), a.overrides)
+    else:
+        if not a.config:
+            raise VlmatchError("train needs --config (or --resume RUN_DIR)")
+        cfg = load_config(a.config, a.overrides)
+        run_dir = Path(a.run_dir or Path("runs") / Path(a.config).stem)
+    best = train(cfg, run_dir, resume=bool(a.resume), progress=not a.no_progress)
+    if best and "rsum" in best:
+        from .metrics import format_table
+
+        print(format_table({f"{cfg['model']['name']} (best, epoch {best.get('epoch')})": best}))
+    print(f"run folder: {run_dir}")
+
+
+def _add_evaluate(sub):
+    p = sub.add_parser("evaluate", help="recall metrics of a model or of saved score matrices",
+                       description="Evaluate saved score matrices (--sims, n_images x n_captions .npy) or "
+                                   "checkpoints (--checkpoint with --data/--split). Several matrices or "
+                                   "checkpoints are averaged into an ensemble. Ties count against the "
+                                   "ground truth.")
+    p.add_argument("--sims", nargs="+", metavar="FILE.npy", help="score matrices (rows images, columns captions)")
+    p.add_argument("--checkpoint", nargs="+", metavar="DIR", help="model folders (model.safetensors + config.json)")
+    p.add_argument("--data", help="precomp data folder for --checkpoint ('toyworld' for the bundled data)")
+    p.add_argument("--split", default="test", help="split name (default test; COCO 1K/5K use testall)")
+    p.add_argument("--protocol", default="single", choices=["single", "coco1k5fold", "coco5k"])
+    p.add_argument("--max-images", type=int, help="keep the first N images (e.g. 1000 for SCAN's dev)")
+    p.add_argument("--save-sims", metavar="FILE.npy", help="save the (ensembled) score matrix")
+    p.add_argument("--json", metavar="PATH", help="write every number as JSON")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_evaluate)
+
+
+def cmd_evaluate(a):
+    from .io import save_npy, write_json
+    from .metrics import ensemble, evaluate_protocol, format_table, load_sims
+
+    if bool(a.sims) == bool(a.checkpoint):
+        raise VlmatchError("evaluate needs exactly one of --sims or --checkpoint")
+    if a.sims:
+        mats, sources = [load_sims(p) for p in a.sims], list(a.sims)
+    else:
+        if not a.data:
+            raise VlmatchError("--checkpoint needs --data")
+        mats, sources = [], list(a.checkpoint)
+        for ck in a.checkpoint:
+            mats.append(checkpoint_scores(ck, a.data, a.split, a.max_images, a.device, not a.no_progress))
+    sims = mats[0] if len(mats) == 1 else ensemble(mats, sources)
+    res = evaluate_protocol(sims, a.protocol, source=sources[0])
+    label = sources[0] if len(sources) == 1 else f"ensemble of {len(sources)}"
+    print(format_table({label: res}))
+    for i, fold in enumerate(res.get("folds", [])):
+        print(format_table({f"fold {i}": fold}).splitlines()[-1])
+    if a.save_sims:
+        save_npy(a.save_sims, sims.astype("float32"))
+    if a.json:
+        write_json(a.json, {"sources": sources, **res})
+
+
+def checkpoint_scores(checkpoint, data, split, max_images, device, progress):
+    from .data.precomp import PrecompSplit
+    from .models.registry import load_model
+    from .scoring import model_scores
+    from .train import data_root, pick_device
+
+    dev = pick_device(device)
+    model = load_model(checkpoint, map_location=dev)
+    if model.vocab is None:
+        raise VlmatchError(f"{checkpoint}: no vocab.json beside the model")
+    sp = PrecompSplit(data_root(data), split, max_images=max_images)
+    return model_scores(model, sp, model.vocab, device=dev, progress=progress)
+
+
+def _add_quickstart(sub):
+    p = sub.add_parser("quickstart", help="toy world -> train VSE++ and SCAN -> recall table (a few minutes on CPU)")
+    p.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    p.add_argument("--run-dir", default="runs/quickstart")
+    p.add_argument("--models", nargs="+", default=None, help="quickstart configs to run (default: vsepp scan)")
+    p.set_defaults(func=cmd_quickstart)
+
+
+def cmd_quickstart(a):
+    from .quickstart import quickstart
+
+    quickstart(a.run_dir, a.json, a.models)
+
+
+def _add_data(sub):
+    p = sub.add_parser("data", help="data utilities")
+    s = p.add_subparsers(dest="data_cmd", required=True)
+    q = s.add_parser("synth", help="write the synthetic toy world in the precomp format")
+    q.add_argument("--out", required=True)
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--train", type=int, default=3000)
+    q.add_argument("--dev", type=int, default=1000)
+    q.add_argument("--test", type=int, default=1000)
+    q.set_defaults(func=cmd_synth)
+    c = s.add_parser("check", help="validate a precomp split (shapes, captions, NaN/inf)")
+    c.add_argument("--data", required=True)
+    c.add_argument("--split", required=True)
+    c.set_defaults(func=cmd_check)
+
+
+def cmd_synth(a):
+    from .data.synth import ToyWorld, ToyWorldConfig
+
+    stats = ToyWorld(ToyWorldConfig(seed=a.seed, n_train=a.train, n_dev=a.dev, n_test=a.test)).write(a.out)
+    print(json.dumps(stats["splits"], indent=2))
+
+
+def cmd_check(a):
+    from .data.precomp import PrecompSplit
+
+    sp = PrecompSplit(a.data, a.split)
+    sp.check_all_finite()
+    print(json.dumps({"images": sp.n_images, "captions": len(sp.captions), "regions": sp.n_regions,
+                      "dim": sp.img_dim, "captions_per_image": sp.per_image}, indent=2))
+
+
+def _add_vocab(sub):
+    p = sub.add_parser("vocab", help="vocabulary utilities")
+    s = p.add_subparsers(dest="vocab_cmd", required=True)
+    b = s.add_parser("build", help="build a vocabulary (SCAN JSON) from training captions only")
+    b.add_argument("--captions", nargs="+", required=True, help="caption files (one caption per line)")
+    b.add_argument("--min-count", type=int, default=4)
+    b.add_argument("--out", required=True)
+    b.set_defaults(func=cmd_vocab)
+
+
+def cmd_vocab(a):
+    from .data.precomp import read_caption_lines
+    from .data.vocab import Vocab
+
+    caps = [c for f in a.captions for c in read_caption_lines(f)]
+    v = Vocab.build(caps, a.min_count)
+    v.save(a.out)
+    print(f"{len(v)} words (min count {a.min_count}) from {len(caps)} captions -> {a.out}")
+
+
+def _add_models(sub):
+    p = sub.add_parser("models", help="list registered models")
+    p.set_defaults(func=cmd_models)
+    c = sub.add_parser("configs", help="list bundled configs")
+    c.set_defaults(func=cmd_configs)
+
+
+def cmd_models(a):
+    from .models.registry import describe_models
+
+    print("\n".join(f"{n:16s} {d}" for n, d in describe_models().items()))
+
+
+def cmd_configs(a):
+    from .config import BUNDLED
+
+    print("\n".join(sorted(p.stem for p in BUNDLED.glob("*.yaml"))))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vlmatch", description="Image-text matching and cross-modal retrieval.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_add_quickstart, _add_train, _add_evaluate, _add_data, _add_vocab, _add_models):
+        add(sub)
+    try:
+        from .features.cli import add_parser as add_features
+        add_features(sub)
+    except ImportError:  # pragma: no cover
+        pass
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except VlmatchError as e:
+        print(f"vlmatch: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

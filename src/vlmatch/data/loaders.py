@@ -1,0 +1,94 @@
+"""Torch datasets and collate functions over a :class:`PrecompSplit`."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from .precomp import PrecompSplit
+from .vocab import Vocab
+
+
+def encode_captions(split: PrecompSplit, vocab: Vocab) -> list[list[int]]:
+    """Token ids of every caption (non-empty lines always give at least one token)."""
+    return [vocab.encode(cap) for cap in split.captions]
+
+
+class PairDataset(Dataset):
+    """(image features, caption ids, caption index, image index) for each caption."""
+
+    def __init__(self, split: PrecompSplit, vocab: Vocab):
+        self.split = split
+        self.tokens = encode_captions(split, vocab)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __getitem__(self, j: int):
+        i = self.split.image_of_caption(j)
+        return self.split.image(i), self.tokens[j], j, i
+
+
+class ImageDataset(Dataset):
+    def __init__(self, split: PrecompSplit):
+        self.split = split
+
+    def __len__(self) -> int:
+        return self.split.n_images
+
+    def __getitem__(self, i: int):
+        return self.split.image(i), i
+
+
+class CaptionDataset(Dataset):
+    def __init__(self, split: PrecompSplit, vocab: Vocab, tokens: list[list[int]] | None = None):
+        self.tokens = tokens if tokens is not None else encode_captions(split, vocab)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __getitem__(self, j: int):
+        return self.tokens[j], j
+
+
+def pad_tokens(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)
+    tokens = torch.zeros(len(seqs), int(lengths.max()), dtype=torch.long)
+    for r, s in enumerate(seqs):
+        tokens[r, : len(s)] = torch.tensor(s, dtype=torch.long)
+    return tokens, lengths
+
+
+def collate_pairs(batch):
+    feats, caps, cap_idx, img_idx = zip(*batch)
+    tokens, lengths = pad_tokens(list(caps))
+    return {
+        "features": torch.from_numpy(np.stack(feats)),
+        "tokens": tokens,
+        "lengths": lengths,
+        "caption_index": torch.tensor(cap_idx),
+        "image_index": torch.tensor(img_idx),
+    }
+
+
+def collate_images(batch):
+    feats, idx = zip(*batch)
+    return {"features": torch.from_numpy(np.stack(feats)), "index": torch.tensor(idx)}
+
+
+def collate_captions(batch):
+    caps, idx = zip(*batch)
+    tokens, lengths = pad_tokens(list(caps))
+    return {"tokens": tokens, "lengths": lengths, "index": torch.tensor(idx)}
+
+
+def image_loader(split: PrecompSplit, batch_size: int = 128, num_workers: int = 0) -> DataLoader:
+    return DataLoader(ImageDataset(split), batch_size=batch_size, shuffle=False, num_workers=num_workers,
+                      collate_fn=collate_images)
+
+
+def caption_loader(split: PrecompSplit, vocab: Vocab, batch_size: int = 128, num_workers: int = 0,
+                   tokens=None) -> DataLoader:
+    return DataLoader(CaptionDataset(split, vocab, tokens), batch_size=batch_size, shuffle=False,
+                      num_workers=num_workers, collate_fn=collate_captions)

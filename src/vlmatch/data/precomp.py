@@ -1,0 +1,116 @@
+"""SCAN's "precomp" format: ``{split}_ims.npy`` (N, k, D), ``{split}_caps.txt``, ``{split}_ids.txt``.
+
+Caption i belongs to image ``i // per`` where ``per`` = captions / images (5 for Flickr and COCO).
+The feature array is memory-mapped, never read whole (COCO train is 33 GB as float32).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DataError
+
+
+def read_caption_lines(path) -> list[str]:
+    """One caption per line, strictly UTF-8 and non-empty; errors name the file and line."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(path, "caption file not found")
+    raw = path.read_bytes()
+    lines = raw.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    out = []
+    for no, line in enumerate(lines, start=1):
+        try:
+            text = line.decode("utf-8").rstrip("\r")
+        except UnicodeDecodeError as e:
+            raise DataError(path, f"line {no} is not valid UTF-8 ({e.reason} at byte {e.start})") from None
+        if not text.strip():
+            raise DataError(path, f"line {no} is an empty caption")
+        out.append(text.strip())
+    if not out:
+        raise DataError(path, "no captions")
+    return out
+
+
+def open_features(path) -> np.ndarray:
+    """Memory-map a (N, k, D) feature array, checking rank and dtype."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(path, "feature file not found")
+    try:
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+    except Exception as e:
+        raise DataError(path, f"not a readable .npy array: {e}") from None
+    if arr.ndim != 3:
+        raise DataError(path, f"features must have rank 3 (n_images, n_regions, dim), got shape {arr.shape}")
+    if arr.dtype.kind != "f":
+        raise DataError(path, f"features must be floating point, got dtype {arr.dtype}")
+    if 0 in arr.shape:
+        raise DataError(path, f"features are empty (shape {arr.shape})")
+    return arr
+
+
+class PrecompSplit:
+    """One split of a precomp folder: memory-mapped features, captions and (optional) ids.
+
+    ``max_images`` keeps the first images and their captions (SCAN evaluates ``dev`` on the
+    first 1000 images / 5000 captions for model selection).
+    """
+
+    def __init__(self, root, split: str, max_images: int | None = None):
+        self.root = Path(root)
+        self.split = split
+        self.features_path = self.root / f"{split}_ims.npy"
+        self.captions_path = self.root / f"{split}_caps.txt"
+        if not self.root.is_dir():
+            raise DataError(self.root, "data folder not found")
+        self.features = open_features(self.features_path)
+        self.captions = read_caption_lines(self.captions_path)
+        n_img, n_cap = len(self.features), len(self.captions)
+        if n_cap % n_img:
+            raise DataError(self.captions_path, f"{n_cap} captions is not a multiple of the {n_img} images "
+                                                f"in {self.features_path.name}")
+        self.per_image = n_cap // n_img
+        ids_path = self.root / f"{split}_ids.txt"
+        self.ids = read_caption_lines(ids_path) if ids_path.is_file() else None
+        if self.ids is not None and len(self.ids) not in (n_img, n_cap):
+            raise DataError(ids_path, f"{len(self.ids)} ids, expected one per image ({n_img}) or per caption")
+        if self.ids is not None and len(self.ids) == n_cap:  # SCAN writes one id per caption
+            self.ids = self.ids[:: self.per_image]
+        if max_images is not None and max_images < n_img:
+            self.features = self.features[:max_images]
+            self.captions = self.captions[: max_images * self.per_image]
+            self.ids = None if self.ids is None else self.ids[:max_images]
+
+    @property
+    def n_images(self) -> int:
+        return len(self.features)
+
+    @property
+    def n_regions(self) -> int:
+        return self.features.shape[1]
+
+    @property
+    def img_dim(self) -> int:
+        return self.features.shape[2]
+
+    def image(self, i: int) -> np.ndarray:
+        x = np.asarray(self.features[i], dtype=np.float32)
+        if not np.isfinite(x).all():
+            raise DataError(self.features_path, f"image {i} has NaN or inf features")
+        return x
+
+    def image_of_caption(self, j: int) -> int:
+        return j // self.per_image
+
+    def check_all_finite(self, chunk: int = 256) -> None:
+        """Scan every feature for NaN/inf (reads the whole array once, in chunks)."""
+        for a in range(0, self.n_images, chunk):
+            block = np.asarray(self.features[a:a + chunk])
+            bad = ~np.isfinite(block).reshape(len(block), -1).all(axis=1)
+            if bad.any():
+                raise DataError(self.features_path, f"image {a + int(np.argmax(bad))} has NaN or inf features")

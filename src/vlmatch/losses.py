@@ -1,0 +1,31 @@
+"""Ranking losses over a batch score matrix ``scores[i, j]`` = s(image i, caption j), positives on
+the diagonal."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def hinge_triplet(scores: Tensor, margin: float = 0.2, max_violation: bool = False,
+                  image_ids: Tensor | None = None) -> Tensor:
+    """VSE++ / SCAN hinge triplet loss, both directions, summed over the batch.
+
+    ``max_violation=False`` sums the hinge over all negatives; ``True`` keeps only the hardest
+    negative of each query (VSE++). ``image_ids`` (B,) marks pairs that share an image: such
+    off-diagonal entries are true matches and are not used as negatives.
+    """
+    if scores.dim() != 2 or scores.shape[0] != scores.shape[1]:
+        raise ValueError(f"scores must be a square batch matrix, got {tuple(scores.shape)}")
+    pos = scores.diagonal()
+    cost_cap = (margin + scores - pos[:, None]).clamp(min=0)  # image i as query, captions negative
+    cost_img = (margin + scores - pos[None, :]).clamp(min=0)  # caption j as query, images negative
+    n = scores.shape[0]
+    same = torch.eye(n, dtype=torch.bool, device=scores.device)
+    if image_ids is not None:
+        same = same | (image_ids[:, None] == image_ids[None, :])
+    cost_cap = cost_cap.masked_fill(same, 0.0)
+    cost_img = cost_img.masked_fill(same, 0.0)
+    if max_violation:
+        return cost_cap.amax(dim=1).sum() + cost_img.amax(dim=0).sum()
+    return cost_cap.sum() + cost_img.sum()

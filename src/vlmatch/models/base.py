@@ -1,0 +1,198 @@
+"""The model protocol shared by every matching model.
+
+Every model splits into a pair-independent part (``encode_images``, ``encode_texts``: run once
+per image / caption) and a pair-dependent part (``score``: a whole block of pairs at once).
+Training scores the B x B batch with ``score``; evaluation fills the full matrix block by block
+with the same ``score`` (see :mod:`vlmatch.scoring`). One code path for both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
+
+from ..errors import ConfigError, DataError
+from ..io import atomic_path, write_json
+
+EPS = 1e-8
+
+
+def l2norm(x: Tensor, dim: int = -1, eps: float = EPS) -> Tensor:
+    """x / (||x|| + eps), SCAN's definition."""
+    return x / (torch.linalg.vector_norm(x, dim=dim, keepdim=True) + eps)
+
+
+def safe_sqrt(x: Tensor) -> Tensor:
+    """sqrt with a finite gradient at 0 (the argument is floored at EPS², far below any tolerance)."""
+    return x.clamp(min=EPS * EPS).sqrt()
+
+
+def length_mask(lengths: Tensor, max_len: int | None = None) -> Tensor:
+    """Bool (B, L) mask of valid positions for padded sequences."""
+    max_len = int(lengths.max()) if max_len is None else max_len
+    return torch.arange(max_len, device=lengths.device)[None, :] < lengths[:, None]
+
+
+def masked_mean(x: Tensor, mask: Tensor | None, dim: int) -> Tensor:
+    """Mean of ``x`` over ``dim`` counting only positions where ``mask`` (broadcastable) is true."""
+    if mask is None:
+        return x.mean(dim=dim)
+    m = mask.to(x.dtype)
+    return (x * m).sum(dim=dim) / m.sum(dim=dim).clamp(min=1)
+
+
+@dataclass
+class Encoding:
+    """A batch of encoded items; every tensor field has the batch on axis 0."""
+
+    def tensors(self) -> dict[str, Tensor]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+    def __len__(self) -> int:
+        return len(next(iter(self.tensors().values())))
+
+    def select(self, index) -> "Encoding":
+        """Rows ``index`` (a slice, an index tensor or a list) of every field."""
+        return dataclasses.replace(self, **{k: v[index] for k, v in self.tensors().items()})
+
+    def map(self, fn) -> "Encoding":
+        return dataclasses.replace(self, **{k: fn(v) for k, v in self.tensors().items()})
+
+    def to(self, device) -> "Encoding":
+        return self.map(lambda t: t.to(device))
+
+    def detach(self) -> "Encoding":
+        return self.map(lambda t: t.detach())
+
+    @classmethod
+    def cat(cls, parts: list["Encoding"]) -> "Encoding":
+        """Concatenate batches; fields whose axis 1 differs (e.g. words) are zero-padded."""
+        out = {}
+        for name, first in parts[0].tensors().items():
+            ts = [getattr(p, name) for p in parts]
+            if first.dim() >= 2:
+                size = max(t.shape[1] for t in ts)
+                ts = [F.pad(t, (0, 0) * (t.dim() - 2) + (0, size - t.shape[1])) if t.shape[1] < size else t for t in ts]
+            out[name] = torch.cat(ts, dim=0)
+        return dataclasses.replace(parts[0], **out)
+
+
+@dataclass
+class ImageEncoding(Encoding):
+    regions: Tensor | None = None  # (B, k, D) projected region vectors
+    mask: Tensor | None = None  # (B, k) bool, valid regions
+    embedding: Tensor | None = None  # (B, D) a global vector
+
+
+@dataclass
+class TextEncoding(Encoding):
+    lengths: Tensor | None = None  # (B,) number of valid words
+    words: Tensor | None = None  # (B, L, D) word vectors
+    embedding: Tensor | None = None  # (B, D) a global vector
+
+    # Fields with one row per word on axis 1; subclasses with per-word extras extend this.
+    per_word_fields: ClassVar[tuple[str, ...]] = ("words",)
+
+    def trim(self) -> "TextEncoding":
+        """Drop padding columns beyond the longest caption in this block."""
+        if self.words is None:
+            return self
+        n = int(self.lengths.max())
+        cut = {f: getattr(self, f)[:, :n] for f in self.per_word_fields if getattr(self, f) is not None}
+        return dataclasses.replace(self, **cut)
+
+
+@dataclass
+class ModelConfig:
+    """Common sizes every model accepts under these names."""
+
+    img_dim: int = 2048
+    embed_dim: int = 1024
+    word_dim: int = 300
+    vocab_size: int = 10000
+
+
+class MatchingModel(nn.Module):
+    """Base class: subclasses set ``Config`` and implement the three protocol methods."""
+
+    Config: ClassVar[type] = ModelConfig
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.cfg = config
+        self.name: str = type(self).__name__.lower()
+        self.vocab = None  # a vlmatch.data.vocab.Vocab once attached (saved with the model)
+
+    # --- protocol -------------------------------------------------------------------------
+    def encode_images(self, features: Tensor, mask: Tensor | None = None) -> ImageEncoding:
+        raise NotImplementedError
+
+    def encode_texts(self, tokens: Tensor, lengths: Tensor) -> TextEncoding:
+        raise NotImplementedError
+
+    def score(self, img: ImageEncoding, txt: TextEncoding) -> Tensor:
+        raise NotImplementedError
+
+    def forward(self, features, mask, tokens, lengths) -> Tensor:
+        return self.score(self.encode_images(features, mask), self.encode_texts(tokens, lengths))
+
+    def bytes_per_pair(self, n_regions: int, n_words: int) -> int:
+        """Working memory ``score`` needs per (image, caption) pair; sizes the engine's blocks."""
+        return 64
+
+    # --- persistence --------------------------------------------------------------------
+    def config_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "config": dataclasses.asdict(self.cfg)}
+
+    def save(self, directory) -> Path:
+        """Write ``model.safetensors`` + ``config.json`` (+ ``vocab.json``) into ``directory``."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
+        with atomic_path(directory / "model.safetensors") as tmp:
+            save_file(state, str(tmp))
+        write_json(directory / "config.json", self.config_dict())
+        if self.vocab is not None:
+            self.vocab.save(directory / "vocab.json")
+        return directory
+
+    def load_weights(self, path) -> None:
+        path = Path(path)
+        if not path.is_file():
+            raise DataError(path, "weights file not found")
+        try:
+            state = load_file(str(path))
+        except Exception as e:  # safetensors raises its own error types
+            raise DataError(path, f"not a readable safetensors file: {e}") from None
+        missing, unexpected = self.load_state_dict(state, strict=False)
+        if missing or unexpected:
+            raise DataError(path, f"weights do not fit model {self.name}: missing {missing}, unexpected {unexpected}")
+
+
+def make_config(cls: type, defaults: dict, overrides: dict, model_name: str):
+    valid = {f.name for f in fields(cls)}
+    unknown = set(overrides) - valid
+    if unknown:
+        raise ConfigError(f"model {model_name!r} has no option(s) {sorted(unknown)}; valid: {sorted(valid)}")
+    return cls(**{**defaults, **overrides})
+
+
+def read_config_json(path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(path, "config.json not found (is this a vlmatch checkpoint folder?)")
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DataError(path, f"not valid JSON: {e}") from None
+    if not isinstance(obj, dict) or "name" not in obj or "config" not in obj:
+        raise DataError(path, "expected an object with 'name' and 'config'")
+    return obj

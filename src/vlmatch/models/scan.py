@@ -1,0 +1,154 @@
+"""SCAN: Stacked Cross Attention (Lee, Chen, Hua, Hu, He; ECCV 2018).
+
+Text-to-image (t-i), eq. 1-5: for word e_j, attend over regions v_i:
+    s_ij = v_i . e_j                  (cosine: both are l2-normalised)
+    s̄_ij = norm_j(s_ij)               (raw_feature_norm along the words, as the official code)
+    α_ij = softmax_i(λ1 s̄_ij)
+    a_j  = Σ_i α_ij v_i ,  R(e_j, a_j) = cos(e_j, a_j)
+    S(I, T) = pool_j R(e_j, a_j)      (AVG, or LogSumExp with λ2; SUM and MAX for Table 4)
+Image-to-text (i-t), eq. 6-8: the same with the roles of regions and words swapped.
+Sum-Max baselines, eq. 9-10: t-i  Σ_j max_i s_ij ;  i-t  Σ_i max_j s_ij.
+
+Exact fast form (what ``score`` computes): a_j is a linear combination of region vectors, so
+    e_j . a_j = Σ_i α_ij s_ij           and   ||a_j||² = α_jᵀ G α_j ,  G = V Vᵀ (per image),
+so all region-word products of a block come from one GEMM (:func:`cross_sim`) and the per-pair
+work is O(k L) + O(k² L) small operations. ``tests/models/test_scan.py`` checks it against a
+loop-by-loop implementation of the equations above.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..encoders.image import RegionProjection
+from ..encoders.text import GRUTextEncoder
+from .attention import RAW_FEATURE_NORMS, cross_sim, masked_softmax, normalize_raw, pool
+from .base import EPS, ImageEncoding, MatchingModel, ModelConfig, TextEncoding, l2norm, length_mask, safe_sqrt
+from .registry import register
+
+
+@dataclass
+class SCANConfig(ModelConfig):
+    direction: str = "t2i"  # "t2i" (text-to-image) or "i2t" (image-to-text)
+    method: str = "attention"  # "attention" (SCAN) or "summax" (Sum-Max baseline)
+    raw_feature_norm: str = "clipped_l2norm"
+    lambda_softmax: float = 9.0  # λ1
+    agg: str = "avg"  # avg | lse | sum | max
+    lambda_lse: float = 6.0  # λ2
+    precomp_enc_type: str = "basic"  # basic | weight_norm
+    no_imgnorm: bool = False
+    no_txtnorm: bool = False
+    bi_gru: bool = True
+    num_layers: int = 1
+    gemm_dtype: str = "float32"  # float32 | bfloat16: precision of the region-word GEMM only
+
+
+_GEMM_DTYPES = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class SCAN(MatchingModel):
+    Config = SCANConfig
+
+    def __init__(self, cfg: SCANConfig):
+        super().__init__(cfg)
+        if cfg.direction not in ("t2i", "i2t"):
+            raise ValueError(f"direction must be 't2i' or 'i2t', not {cfg.direction!r}")
+        if cfg.method not in ("attention", "summax"):
+            raise ValueError(f"method must be 'attention' or 'summax', not {cfg.method!r}")
+        if cfg.raw_feature_norm not in RAW_FEATURE_NORMS:
+            raise ValueError(f"raw_feature_norm must be one of {RAW_FEATURE_NORMS}")
+        if cfg.agg not in ("avg", "lse", "sum", "max"):
+            raise ValueError(f"agg must be avg, lse, sum or max, not {cfg.agg!r}")
+        if cfg.gemm_dtype not in _GEMM_DTYPES:
+            raise ValueError(f"gemm_dtype must be one of {sorted(_GEMM_DTYPES)}")
+        self.img_enc = RegionProjection(cfg.img_dim, cfg.embed_dim, cfg.precomp_enc_type)
+        self.txt_enc = GRUTextEncoder(cfg.vocab_size, cfg.word_dim, cfg.embed_dim, cfg.num_layers, cfg.bi_gru)
+
+    # --- pair-independent ------------------------------------------------------------------
+    def encode_images(self, features: Tensor, mask: Tensor | None = None) -> ImageEncoding:
+        v = self.img_enc(features)
+        if not self.cfg.no_imgnorm:
+            v = l2norm(v)
+        return ImageEncoding(regions=v, mask=mask)
+
+    def encode_texts(self, tokens: Tensor, lengths: Tensor) -> TextEncoding:
+        words, _ = self.txt_enc(tokens, lengths)
+        if not self.cfg.no_txtnorm:
+            words = l2norm(words)
+        return TextEncoding(lengths=lengths, words=words)
+
+    # --- pair-dependent --------------------------------------------------------------------
+    def _block(self, img: ImageEncoding, txt: TextEncoding):
+        txt = txt.trim()
+        v, e = img.regions, txt.words
+        s = cross_sim(v, e, _GEMM_DTYPES[self.cfg.gemm_dtype])  # (Ni, k, Nt, L)
+        rmask = None if img.mask is None else img.mask[:, :, None, None]  # over regions
+        wmask = length_mask(txt.lengths, e.shape[1])[None, None]  # (1, 1, Nt, L) over words
+        return v, e, s, rmask, wmask
+
+    def attention(self, img: ImageEncoding, txt: TextEncoding) -> Tensor:
+        """Attention weights of every pair of the blocks, (Ni, k, Nt, L).
+
+        t2i: weights over regions for each word (sum to 1 over k); i2t: over words for each region.
+        """
+        _, _, s, rmask, wmask = self._block(img, txt)
+        return self._alpha(s, rmask, wmask)
+
+    def _alpha(self, s: Tensor, rmask, wmask) -> Tensor:
+        c = self.cfg
+        if c.direction == "t2i":  # normalise along words, attend over regions
+            s_bar = normalize_raw(s, c.raw_feature_norm, dim=3, mask=wmask)
+            return masked_softmax(s_bar * c.lambda_softmax, rmask, dim=1)
+        s_bar = normalize_raw(s, c.raw_feature_norm, dim=1, mask=rmask)
+        return masked_softmax(s_bar * c.lambda_softmax, wmask, dim=3)
+
+    def score(self, img: ImageEncoding, txt: TextEncoding) -> Tensor:
+        c = self.cfg
+        v, e, s, rmask, wmask = self._block(img, txt)
+        ni, k, nt, n_words = s.shape
+        if c.method == "summax":
+            if c.direction == "t2i":  # Σ_j max_i s_ij
+                best = (s if rmask is None else s.masked_fill(~rmask, float("-inf"))).amax(dim=1)
+                return best.masked_fill(~wmask[0], 0.0).sum(dim=2)
+            best = s.masked_fill(~wmask, float("-inf")).amax(dim=3)  # Σ_i max_j s_ij
+            return best.sum(dim=1) if rmask is None else best.masked_fill(~rmask[..., 0], 0.0).sum(dim=1)
+
+        alpha = self._alpha(s, rmask, wmask)
+        if c.direction == "t2i":
+            dot = (alpha * s).sum(dim=1)  # e_j . a_j, (Ni, Nt, L)
+            gram = v @ v.transpose(1, 2)  # (Ni, k, k)
+            g_alpha = torch.bmm(gram, alpha.reshape(ni, k, nt * n_words)).view(ni, k, nt, n_words)
+            a_norm = safe_sqrt((alpha * g_alpha).sum(dim=1))  # ||a_j||, (Ni, Nt, L)
+            f_norm = e.norm(dim=2)[None]  # ||e_j||, (1, Nt, L)
+            rel = dot / (f_norm * a_norm).clamp(min=EPS)
+            return pool(rel, wmask[0], dim=2, how=c.agg, lambda_lse=c.lambda_lse)
+        dot = (alpha * s).sum(dim=3)  # v_i . a_i, (Ni, k, Nt)
+        gram = e @ e.transpose(1, 2)  # (Nt, L, L)
+        a_t = alpha.permute(2, 0, 1, 3).reshape(nt, ni * k, n_words)
+        h_alpha = torch.bmm(a_t, gram)  # (Nt, Ni*k, L), gram is symmetric
+        a_norm = safe_sqrt((a_t * h_alpha).sum(dim=2)).view(nt, ni, k).permute(1, 2, 0)
+        f_norm = v.norm(dim=2)[..., None]  # ||v_i||, (Ni, k, 1)
+        rel = dot / (f_norm * a_norm).clamp(min=EPS)
+        return pool(rel, None if rmask is None else rmask[..., 0], dim=1, how=c.agg, lambda_lse=c.lambda_lse)
+
+    def bytes_per_pair(self, n_regions: int, n_words: int) -> int:
+        # s, s̄, α, G·α (or their i2t twins) and temporaries, float32
+        return 4 * n_regions * n_words * 7
+
+
+_F30K = dict(embed_dim=1024, img_dim=2048)
+register("scan_t2i_avg", SCAN, "SCAN text-to-image, AVG pooling (λ1=9)", direction="t2i", agg="avg",
+         lambda_softmax=9.0, **_F30K)
+register("scan_t2i_lse", SCAN, "SCAN text-to-image, LogSumExp pooling (λ1=9, λ2=6)", direction="t2i",
+         agg="lse", lambda_softmax=9.0, lambda_lse=6.0, **_F30K)
+register("scan_i2t_avg", SCAN, "SCAN image-to-text, AVG pooling (λ1=4)", direction="i2t", agg="avg",
+         lambda_softmax=4.0, **_F30K)
+register("scan_i2t_lse", SCAN, "SCAN image-to-text, LogSumExp pooling (λ1=4, λ2=5)", direction="i2t",
+         agg="lse", lambda_softmax=4.0, lambda_lse=5.0, **_F30K)
+register("summax_t2i", SCAN, "Sum-Max text-to-image baseline (SCAN eq. 9)", direction="t2i",
+         method="summax", **_F30K)
+register("summax_i2t", SCAN, "Sum-Max image-to-text baseline (SCAN eq. 10)", direction="i2t",
+         method="summax", **_F30K)

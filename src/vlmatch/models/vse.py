@@ -1,0 +1,56 @@
+"""VSE++ (Faghri et al., BMVC 2018): the global-embedding baseline.
+
+Image: mean of the region features -> FC -> l2-norm. Text: embedding -> (bi)GRU -> final state
+(or mean of words) -> l2-norm. Score: cosine (inner product of the normalised vectors).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from ..encoders.image import RegionProjection
+from ..encoders.text import GRUTextEncoder
+from .base import ImageEncoding, MatchingModel, ModelConfig, TextEncoding, l2norm, length_mask, masked_mean
+from .registry import register
+
+
+@dataclass
+class VSEConfig(ModelConfig):
+    bi_gru: bool = True
+    num_layers: int = 1
+    text_pool: str = "last"  # "last": final GRU state(s); "mean": mean of the word states
+    precomp_enc_type: str = "basic"
+    no_imgnorm: bool = False
+
+
+class VSE(MatchingModel):
+    Config = VSEConfig
+
+    def __init__(self, cfg: VSEConfig):
+        super().__init__(cfg)
+        if cfg.text_pool not in ("last", "mean"):
+            raise ValueError(f"text_pool must be 'last' or 'mean', not {cfg.text_pool!r}")
+        self.img_fc = RegionProjection(cfg.img_dim, cfg.embed_dim, cfg.precomp_enc_type)
+        self.txt_enc = GRUTextEncoder(cfg.vocab_size, cfg.word_dim, cfg.embed_dim, cfg.num_layers, cfg.bi_gru)
+
+    def encode_images(self, features: Tensor, mask: Tensor | None = None) -> ImageEncoding:
+        pooled = masked_mean(features, None if mask is None else mask[..., None], dim=1)
+        emb = self.img_fc(pooled)
+        return ImageEncoding(embedding=emb if self.cfg.no_imgnorm else l2norm(emb))
+
+    def encode_texts(self, tokens: Tensor, lengths: Tensor) -> TextEncoding:
+        words, final = self.txt_enc(tokens, lengths)
+        if self.cfg.text_pool == "mean":
+            final = masked_mean(words, length_mask(lengths, words.shape[1])[..., None], dim=1)
+        return TextEncoding(lengths=lengths, embedding=l2norm(final))
+
+    def score(self, img: ImageEncoding, txt: TextEncoding) -> Tensor:
+        return img.embedding @ txt.embedding.T
+
+    def bytes_per_pair(self, n_regions: int, n_words: int) -> int:
+        return 8
+
+
+register("vsepp", VSE, "VSE++ global baseline: mean-pooled regions + bi-GRU, cosine score")

@@ -1,0 +1,211 @@
+"""The training loop: Adam, step decay, gradient clipping, validation, checkpoints, exact resume, DDP.
+
+Data order is a pure function of (seed, epoch): a permutation drawn from a generator seeded with
+both, so a resumed run replays the same batches from the saved step. With torchrun each rank
+takes every world_size-th item of that permutation; hardest negatives are mined within each
+rank's own batch (as in the official single-GPU code with the per-rank batch size), and DDP
+averages the gradients.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
+
+from . import distributed as D
+from .checkpoint import latest_checkpoint, load_training_state, save_training_state
+from .config import dump
+from .data.loaders import PairDataset, collate_pairs
+from .data.precomp import PrecompSplit
+from .data.synth import ensure_toyworld
+from .data.vocab import Vocab
+from .errors import ConfigError
+from .io import append_line, atomic_dir, write_json, write_text
+from .losses import hinge_triplet
+from .metrics import evaluate_protocol
+from .models.registry import create_model
+from .scoring import model_scores
+
+TOYWORLD_CACHE = Path(os.environ.get("VLMATCH_CACHE", Path.home() / ".cache" / "vlmatch")) / "toyworld"
+
+
+def data_root(path) -> Path:
+    if path in (None, "toyworld"):
+        return ensure_toyworld(TOYWORLD_CACHE)
+    return Path(path).expanduser()
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def epoch_batches(n: int, batch_size: int, seed: int, epoch: int, rank: int, world_size: int) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    perm = torch.randperm(n, generator=g).tolist()
+    per_rank = len(perm) // world_size  # equal step counts on every rank
+    mine = perm[rank * per_rank:(rank + 1) * per_rank] if world_size > 1 else perm
+    return [mine[i:i + batch_size] for i in range(0, len(mine), batch_size)]
+
+
+def weights_digest(model) -> str:
+    h = hashlib.sha256()
+    for k, v in sorted(model.state_dict().items()):
+        h.update(k.encode())
+        h.update(v.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def build_vocab(cfg: dict, train: PrecompSplit) -> Vocab:
+    if cfg["data"]["vocab"]:
+        return Vocab.load(cfg["data"]["vocab"])
+    return Vocab.build(train.captions, min_count=cfg["data"]["min_word_count"])
+
+
+def validate(model, split, vocab, device, progress=False) -> dict:
+    sims = model_scores(model, split, vocab, device=device, progress=progress)
+    return evaluate_protocol(sims, "single", source=split.captions_path)
+
+
+def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True) -> dict:
+    """Train per ``cfg`` into ``run_dir``; returns the best validation metrics."""
+    tc, dc = cfg["train"], cfg["data"]
+    device = pick_device(tc["device"])
+    if tc["threads"]:
+        torch.set_num_threads(int(tc["threads"]))
+    distributed = D.init_from_env(device)
+    rank, world_size = D.world()
+    if device.type == "cuda" and distributed:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        torch.cuda.set_device(device)
+    is_main = rank == 0
+    run_dir = Path(run_dir)
+    torch.manual_seed(tc["seed"])
+
+    root = data_root(dc["path"])
+    train_split = PrecompSplit(root, dc["train_split"])
+    val_split = PrecompSplit(root, dc["val_split"], max_images=dc["val_max_images"])
+    vocab = build_vocab(cfg, train_split)
+    model_opts = {k: v for k, v in cfg["model"].items() if k != "name"}
+    model_opts.setdefault("img_dim", train_split.img_dim)
+    if model_opts["img_dim"] != train_split.img_dim:
+        raise ConfigError(f"model.img_dim={model_opts['img_dim']} but {train_split.features_path} has "
+                          f"{train_split.img_dim}-d features")
+    model_opts["vocab_size"] = len(vocab)
+    model = create_model(cfg["model"]["name"], **model_opts)
+    model.vocab = vocab
+    model.to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=tc["lr"])
+
+    state = {"epoch": 0, "step_in_epoch": 0, "global_step": 0, "best_rsum": -1.0, "best_epoch": None}
+    metrics_path = run_dir / "metrics.jsonl"
+    if resume:
+        ckpt = latest_checkpoint(run_dir)
+        if ckpt is None:
+            raise ConfigError(f"--resume {run_dir}: no last/ checkpoint in it")
+        state = load_training_state(ckpt, model, optimizer)
+        if is_main:
+            _truncate_log(metrics_path, state["global_step"])
+    elif is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if metrics_path.exists():
+            metrics_path.unlink()
+    if is_main:
+        write_text(run_dir / "config.yaml", dump(cfg))
+    D.barrier()
+
+    net = DistributedDataParallel(model) if distributed else model
+    dataset = PairDataset(train_split, vocab)
+    t_start = time.time()
+    for epoch in range(state["epoch"], tc["epochs"]):
+        lr = tc["lr"] * (0.1 ** (epoch // tc["lr_update"]))
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        batches = epoch_batches(len(dataset), tc["batch_size"], tc["seed"], epoch, rank, world_size)
+        if tc["max_steps_per_epoch"]:
+            batches = batches[: tc["max_steps_per_epoch"]]
+        start = state["step_in_epoch"]
+        loader = DataLoader(dataset, batch_sampler=batches[start:], collate_fn=collate_pairs,
+                            num_workers=tc["workers"])
+        hardest = tc["max_violation"] and epoch >= tc["warmup_epochs"]
+        bar = tqdm(loader, total=len(batches), initial=start, desc=f"epoch {epoch}", disable=not (progress and is_main),
+                   leave=False)
+        model.train()
+        for step, batch in enumerate(bar, start=start):
+            scores = net(batch["features"].to(device), None, batch["tokens"].to(device), batch["lengths"].to(device))
+            loss = hinge_triplet(scores, tc["margin"], hardest, batch["image_index"].to(device))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if tc["grad_clip"] and tc["grad_clip"] > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), tc["grad_clip"])
+            optimizer.step()
+            state["global_step"] += 1
+            state["step_in_epoch"] = step + 1
+            gs = state["global_step"]
+            if is_main and (gs % tc["log_every"] == 0 or step == len(batches) - 1):
+                bar.set_postfix(loss=f"{loss.item():.3f}")
+                append_line(metrics_path, json.dumps({"type": "train", "epoch": epoch, "step": step + 1,
+                                                      "global_step": gs, "loss": loss.item(), "lr": lr,
+                                                      "hardest": hardest, "time": time.time() - t_start}))
+            if tc["val_every_steps"] and gs % tc["val_every_steps"] == 0 and step + 1 < len(batches):
+                _validate_and_keep(model, val_split, vocab, device, state, run_dir, metrics_path, epoch, is_main)
+            if tc["checkpoint_every_steps"] and gs % tc["checkpoint_every_steps"] == 0 and step + 1 < len(batches):
+                if is_main:
+                    save_training_state(run_dir / "last", model, optimizer, state)
+                D.barrier()
+            if tc["stop_after_steps"] and gs >= tc["stop_after_steps"]:
+                bar.close()
+                D.shutdown()
+                return {"stopped_at": gs}
+        bar.close()
+        state["epoch"], state["step_in_epoch"] = epoch + 1, 0
+        _validate_and_keep(model, val_split, vocab, device, state, run_dir, metrics_path, epoch, is_main)
+        if is_main:
+            save_training_state(run_dir / "last", model, optimizer, state)
+        D.barrier()
+
+    if distributed:
+        write_json(run_dir / "ranks" / f"rank{rank}.json", {"rank": rank, "weights_sha256": weights_digest(model)})
+    D.barrier()
+    D.shutdown()
+    best = run_dir / "best" / "metrics.json"
+    return json.loads(best.read_text()) if best.is_file() else {}
+
+
+def _validate_and_keep(model, val_split, vocab, device, state, run_dir, metrics_path, epoch, is_main):
+    if is_main:
+        m = validate(model, val_split, vocab, device)
+        append_line(metrics_path, json.dumps({"type": "val", "epoch": epoch, "global_step": state["global_step"],
+                                              **{k: v for k, v in m.items() if k != "protocol"}}))
+        if m["rsum"] > state["best_rsum"]:
+            state["best_rsum"], state["best_epoch"] = m["rsum"], epoch
+            with atomic_dir(run_dir / "best") as tmp:
+                model.save(tmp)
+                write_json(tmp / "metrics.json", {**m, "epoch": epoch, "global_step": state["global_step"]})
+        print(f"[val] epoch {epoch} step {state['global_step']}: rsum {m['rsum']:.1f} "
+              f"(i2t R@1 {m['i2t_r1']:.1f}, t2i R@1 {m['t2i_r1']:.1f})", file=sys.stderr)
+    D.barrier()
+    # every rank must know the best so far (it is saved in every rank's trainer state)
+    if D.world()[1] > 1:
+        t = torch.tensor([state["best_rsum"]], dtype=torch.float64)
+        torch.distributed.broadcast(t, 0)
+        state["best_rsum"] = float(t.item())
+
+
+def _truncate_log(path: Path, global_step: int) -> None:
+    """Drop log lines written after the checkpoint we resume from."""
+    if not path.exists():
+        return
+    keep = [ln for ln in path.read_text().splitlines() if ln and json.loads(ln).get("global_step", 0) <= global_step]
+    write_text(path, "".join(line + "\n" for line in keep))

@@ -1,0 +1,113 @@
+import pytest
+import torch
+
+from vlmatch import create_model
+from vlmatch.models.attention import RAW_FEATURE_NORMS
+
+from .reference import scan_pair, score_matrix, summax_pair
+
+VOCAB = 30
+
+
+def _inputs(seed=0, n_img=3, n_txt=4, k=5, img_dim=12, with_mask=True):
+    g = torch.Generator().manual_seed(seed)
+    feats = torch.randn(n_img, k, img_dim, generator=g)
+    mask = torch.ones(n_img, k, dtype=torch.bool)
+    if with_mask:
+        mask[1, 3:] = False  # image 1 has only 3 regions
+    lengths = torch.tensor([6, 2, 4, 1][:n_txt])
+    tokens = torch.randint(1, VOCAB, (n_txt, 6), generator=g)
+    for i, n in enumerate(lengths):
+        tokens[i, n:] = 0
+    return feats, (mask if with_mask else None), tokens, lengths
+
+
+def _model(name, **kw):
+    torch.manual_seed(0)
+    return create_model(name, img_dim=12, embed_dim=8, word_dim=7, vocab_size=VOCAB, **kw).double()
+
+
+@pytest.mark.parametrize("direction", ["t2i", "i2t"])
+@pytest.mark.parametrize("agg", ["avg", "lse", "sum", "max"])
+@pytest.mark.parametrize("norm", RAW_FEATURE_NORMS)
+def test_scan_score_equals_loop_reference(direction, agg, norm):
+    name = f"scan_{direction}_{'lse' if agg == 'lse' else 'avg'}"
+    model = _model(name, agg=agg, raw_feature_norm=norm)
+    feats, mask, tokens, lengths = _inputs()
+    with torch.no_grad():
+        img = model.encode_images(feats.double(), mask)
+        txt = model.encode_texts(tokens, lengths)
+        got = model.score(img, txt)
+    c = model.cfg
+    want = score_matrix(lambda v, e: scan_pair(v, e, direction, norm, c.lambda_softmax, agg, c.lambda_lse), img, txt)
+    assert got.shape == (3, 4)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("direction", ["t2i", "i2t"])
+def test_summax_equals_loop_reference(direction):
+    model = _model(f"summax_{direction}")
+    feats, mask, tokens, lengths = _inputs(seed=1)
+    with torch.no_grad():
+        img = model.encode_images(feats.double(), mask)
+        txt = model.encode_texts(tokens, lengths)
+        got = model.score(img, txt)
+    want = score_matrix(lambda v, e: summax_pair(v, e, direction), img, txt)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["scan_t2i_avg", "scan_i2t_lse"])
+def test_no_norm_ablations_still_exact(name):
+    model = _model(name, no_imgnorm=True, precomp_enc_type="weight_norm")
+    feats, mask, tokens, lengths = _inputs(seed=2)
+    with torch.no_grad():
+        img = model.encode_images(feats.double(), mask)
+        txt = model.encode_texts(tokens, lengths)
+        got = model.score(img, txt)
+    c = model.cfg
+    want = score_matrix(lambda v, e: scan_pair(v, e, c.direction, c.raw_feature_norm, c.lambda_softmax, c.agg,
+                                               c.lambda_lse), img, txt)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+def test_padding_and_block_split_do_not_change_scores():
+    """Extra padding columns and scoring in sub-blocks give the same numbers."""
+    model = _model("scan_t2i_lse")
+    feats, mask, tokens, lengths = _inputs(seed=3)
+    with torch.no_grad():
+        img = model.encode_images(feats.double(), mask)
+        txt = model.encode_texts(torch.nn.functional.pad(tokens, (0, 4)), lengths)
+        full = model.score(img, txt)
+        parts = torch.cat([model.score(img.select(slice(0, 1)), txt), model.score(img.select(slice(1, 3)), txt)])
+        single = model.score(img.select(slice(2, 3)), txt.select(slice(1, 2)))
+    torch.testing.assert_close(full, parts)
+    assert single.shape == (1, 1)
+    torch.testing.assert_close(single[0, 0], full[2, 1])
+
+
+@pytest.mark.parametrize("name", ["scan_t2i_avg", "scan_t2i_lse", "scan_i2t_avg", "scan_i2t_lse",
+                                  "summax_t2i", "summax_i2t"])
+def test_gradients_reach_every_parameter(name):
+    model = _model(name).float()
+    feats, mask, tokens, lengths = _inputs(seed=4)
+    scores = model(feats, mask, tokens, lengths)
+    from vlmatch.losses import hinge_triplet
+    hinge_triplet(scores[:, :3], margin=0.2).backward()
+    for pname, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), pname
+        assert p.grad.abs().sum() > 0, f"no gradient reaches {pname}"
+
+
+def test_attention_weights_sum_to_one_over_the_attended_axis():
+    for name, axis in (("scan_t2i_avg", 1), ("scan_i2t_avg", 3)):
+        model = _model(name)
+        feats, mask, tokens, lengths = _inputs(seed=5)
+        with torch.no_grad():
+            att = model.attention(model.encode_images(feats.double(), mask), model.encode_texts(tokens, lengths))
+        s = att.sum(dim=axis)
+        if axis == 1:
+            valid = (torch.arange(att.shape[3])[None, None, :] < lengths[None, :, None]).expand_as(s)
+            torch.testing.assert_close(s[valid], torch.ones_like(s[valid]))
+            assert (att[1, 3:] == 0).all()  # absent regions get no weight
+        else:
+            torch.testing.assert_close(s, torch.ones_like(s))
