@@ -92,3 +92,60 @@ def score_matrix(pair_fn, img, txt):
         for b in range(n_txt):
             out[a, b] = pair_fn(v, txt.words[b, : int(txt.lengths[b])])
     return out
+
+
+def caan_pair(model, v, u):
+    """CAAN score of one pair, equations as printed (module docstring of vlmatch.models.caan).
+
+    v: (k, D) valid projected regions, u: (n, D) valid words. Explicit loops over i, j."""
+    c = model.cfg
+    v, u = v.double(), u.double()
+    k, n = len(v), len(u)
+    p = {name: getattr(model, name).detach().double() for name, _ in model.named_parameters()
+         if "." not in name}
+    if not (c.inter or c.intra != "none"):
+        f, g = [1.0 / k] * k, [1.0 / n] * n
+    else:
+        hp = [[0.0] * n for _ in range(k)]
+        if c.inter or c.intra == "semantic":
+            for i in range(k):
+                for j in range(n):
+                    hp[i][j] = max(math.tanh(float(v[i] @ p["K"] @ u[j])), 0.0)
+        col = [math.sqrt(sum(hp[i][j] ** 2 for i in range(k))) for j in range(n)]
+        row = [math.sqrt(sum(hp[i][j] ** 2 for j in range(n))) for i in range(k)]
+        h_uv = [[hp[i][j] / (col[j] + EPS) for j in range(n)] for i in range(k)]
+        h_vu = [[hp[i][j] / (row[i] + EPS) for j in range(n)] for i in range(k)]
+        if c.intra == "feature":
+            hv = [[float(v[i] @ p["M1"] @ v[i2]) for i2 in range(k)] for i in range(k)]
+            hu = [[float(u[j] @ p["M2"] @ u[j2]) for j2 in range(n)] for j in range(n)]
+        elif c.intra == "semantic":
+            def cosl(a, b):
+                na, nb = math.sqrt(sum(x * x for x in a)) + EPS, math.sqrt(sum(x * x for x in b)) + EPS
+                return sum(x * y for x, y in zip(a, b)) / (na * nb)
+
+            hv = [[cosl(h_uv[i], h_uv[i2]) for i2 in range(k)] for i in range(k)]
+            colvu = [[h_vu[i][j] for i in range(k)] for j in range(n)]
+            hu = [[cosl(colvu[j], colvu[j2]) for j2 in range(n)] for j in range(n)]
+        lv, lu = [], []
+        for i in range(k):
+            t = torch.zeros(c.attn_dim, dtype=torch.float64)
+            if c.intra != "none":
+                for i2 in range(k):
+                    t = t + hv[i][i2] * (p["Q1"].T @ v[i2])
+            if c.inter:
+                for j in range(n):
+                    t = t + h_uv[i][j] * (p["Q2"].T @ u[j])
+            lv.append(float(p["w_v"] @ torch.tanh(t)))
+        for j in range(n):
+            t = torch.zeros(c.attn_dim, dtype=torch.float64)
+            if c.intra != "none":
+                for j2 in range(n):
+                    t = t + hu[j][j2] * (p["Q3"].T @ u[j2])
+            if c.inter:
+                for i in range(k):
+                    t = t + h_vu[i][j] * (p["Q4"].T @ v[i])
+            lu.append(float(p["w_u"] @ torch.tanh(t)))
+        f, g = _softmax(lv, 1.0), _softmax(lu, 1.0)
+    v_hat = sum(f[i] * v[i] for i in range(k))
+    u_hat = sum(g[j] * u[j] for j in range(n))
+    return cos(v_hat, u_hat) if c.norm_output else float(v_hat @ u_hat)

@@ -52,8 +52,4 @@ def load_model(checkpoint_dir, map_location="cpu") -> MatchingModel:
 
 def _load_builtin() -> None:
     # Importing the model modules registers their names.
-    from . import vse, scan  # noqa: F401
-    try:
-        from . import caan  # noqa: F401
-    except ImportError:  # pragma: no cover - caan lands after scan
-        pass
+    from . import caan, scan, vse  # noqa: F401

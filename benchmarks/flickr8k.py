@@ -1,0 +1,93 @@
+"""Flickr8k benchmark on real data: extract features once, train a config, report val recalls.
+
+    python benchmarks/flickr8k.py --config vsepp_f8k
+    python benchmarks/flickr8k.py --config scan_t2i_avg_f8k --set train.epochs=4
+
+Features go to benchmarks/cache/ (gitignored). Results (val = Karpathy val split, 1000 images,
+5000 captions; the test split is held back) are merged into benchmarks/results/flickr8k.json and
+rendered to benchmarks/results/flickr8k.md with the command that produced each row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from vlmatch.config import load_config
+from vlmatch.features.extract import extract
+from vlmatch.io import write_json, write_text
+from vlmatch.metrics import format_table
+from vlmatch.train import train
+
+HERE = Path(__file__).resolve().parent
+SHARED = HERE.parent.parent / "shared" / "flickr8k"
+CACHE = HERE / "cache" / "flickr8k-efficientnet-lite0"
+RESULTS = HERE / "results"
+
+
+def ensure_features(shared: Path) -> dict:
+    meta = CACHE / "features.json"
+    if meta.is_file() and (CACHE / "dev_ims.npy").is_file() and (CACHE / "train_ims.npy").is_file():
+        return json.loads(meta.read_text())
+    return extract(shared / "images", CACHE, shared / "dataset_flickr8k.json", "efficientnet-lite0",
+                   dtype="float16", batch_size=32)
+
+
+def render(results: dict) -> str:
+    ext = results.get("extraction", {})
+    lines = ["# Flickr8k (real images), Karpathy val split: 1000 images, 5000 captions",
+             "",
+             "Features: EfficientNet-Lite0 7x7 grid (49 regions x 1280), float16 cache; "
+             f"extraction {ext.get('images_per_second', float('nan')):.1f} images/s on this machine's 2 CPU cores "
+             f"({ext.get('images', '?')} images).",
+             "Models are selected and reported on val (the test split is not shipped). Ties count against the "
+             "ground truth.", "", "```"]
+    runs = results.get("runs", {})
+    lines.append(format_table({k: v["metrics"] for k, v in runs.items()}))
+    lines += ["```", "", "| run | epochs (best) | train min/epoch | command |", "|---|---|---|---|"]
+    for k, v in runs.items():
+        lines.append(f"| {k} | {v['epochs']} ({v['metrics'].get('epoch')}) | {v['minutes_per_epoch']:.1f} | "
+                     f"`{v['command']}` |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", help="bundled config name or YAML path")
+    ap.add_argument("--set", dest="overrides", action="append", default=[])
+    ap.add_argument("--name", help="row name (default: config name)")
+    ap.add_argument("--shared", default=str(SHARED))
+    ap.add_argument("--extract-only", action="store_true")
+    a = ap.parse_args(argv)
+    shared = Path(a.shared)
+    if not (shared / "dataset_flickr8k.json").is_file():
+        sys.exit(f"{shared}: no dataset_flickr8k.json (pass --shared)")
+    res_path = RESULTS / "flickr8k.json"
+    results = json.loads(res_path.read_text()) if res_path.is_file() else {"runs": {}}
+    feats = ensure_features(shared)
+    if feats["splits"]["train"].get("images_per_second"):
+        results["extraction"] = {"images_per_second": (feats["splits"]["train"]["images"] + feats["splits"]["dev"]["images"])
+                                 / (feats["splits"]["train"]["seconds"] + feats["splits"]["dev"]["seconds"]),
+                                 "images": feats["splits"]["train"]["images"] + feats["splits"]["dev"]["images"]}
+    if not a.extract_only:
+        cfg = load_config(a.config, a.overrides, extra=None)
+        cfg["data"]["path"] = str(CACHE)
+        name = a.name or Path(a.config).stem
+        run_dir = HERE / "cache" / "runs" / name
+        t0 = time.time()
+        best = train(cfg, run_dir)
+        minutes = (time.time() - t0) / 60 / cfg["train"]["epochs"]
+        cmd = "python benchmarks/flickr8k.py --config " + a.config + "".join(f" --set {shlex.quote(o)}" for o in a.overrides)
+        results["runs"][name] = {"metrics": best, "epochs": cfg["train"]["epochs"], "minutes_per_epoch": minutes,
+                                 "command": cmd, "config": cfg}
+    write_json(res_path, results)
+    write_text(RESULTS / "flickr8k.md", render(results))
+    print(render(results))
+
+
+if __name__ == "__main__":
+    main()

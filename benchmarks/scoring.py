@@ -1,0 +1,150 @@
+"""Scoring benchmark: µs per (image, caption) pair, SCAN t-i AVG (and CAAN), side by side in one run.
+
+    python benchmarks/scoring.py                 # k=36 regions, L=12 words, D=1024
+    python benchmarks/scoring.py --captions 5000 # the full Flickr30K 1000 x 5000 shape
+
+Modes (each in its own subprocess, so each peak memory is its own):
+  official   the official SCAN evaluation (128 x 128 blocks, one caption at a time, float64)
+  fp32       vlmatch's engine, float32
+  bf16       vlmatch's engine, bfloat16 region-word GEMM
+  gemm_fp32  the bare region-word GEMM (every image region x every caption word), float32
+  gemm_bf16  the same in bfloat16
+Each is timed on the slice it runs (official: --official-images x --official-captions) and
+reported per pair; totals for the 1000 x 5000 matrix are extrapolated from µs/pair when a slice is
+smaller than that. Figures go to benchmarks/results/scoring.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+
+def _inputs(n_img, n_cap, k, L, d, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    v = torch.nn.functional.normalize(torch.randn(n_img, k, d, generator=g), dim=-1)
+    e = torch.nn.functional.normalize(torch.randn(n_cap, L, d, generator=g), dim=-1)
+    return v, e
+
+
+def _peak_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_mode(mode, a) -> dict:
+    from vlmatch import create_model
+    from vlmatch.models.attention import cross_sim
+    from vlmatch.models.base import ImageEncoding, TextEncoding
+    from vlmatch.scoring import BlockPlan, score_blocks
+
+    torch.set_num_threads(a.threads)
+    if mode == "official":
+        from official_scan import shard_xattn_t2i
+
+        v, e = _inputs(a.official_images, a.official_captions, a.k, a.L, a.d)
+        vi, ei = v.double().numpy(), e.double().numpy()
+        t0 = time.perf_counter()
+        shard_xattn_t2i(vi, ei, [a.L] * len(ei))
+        dt = time.perf_counter() - t0
+        return {"seconds": dt, "pairs": len(vi) * len(ei), "peak_rss_mb": _peak_mb()}
+    v, e = _inputs(a.images, a.captions, a.k, a.L, a.d)
+    name = {"scan": "scan_t2i_avg", "caan": "caan"}[a.model]
+    model = create_model(name, img_dim=a.d, embed_dim=a.d).eval()
+    if mode.endswith("bf16"):
+        model.cfg.gemm_dtype = "bfloat16"
+    lengths = torch.full((a.captions,), a.L)
+    plan = BlockPlan(a.block_images, a.block_captions)
+    img = ImageEncoding(regions=v)
+    if a.model == "caan":
+        img = model.prepare_images(img)
+    txt_all = TextEncoding(lengths=lengths, words=e)
+    if a.model == "caan":
+        txt_all = model.prepare_texts(txt_all)
+    chunks = [(np.arange(j, min(j + plan.captions, a.captions)), txt_all.select(slice(j, j + plan.captions)))
+              for j in range(0, a.captions, plan.captions)]
+    dtype = torch.bfloat16 if mode.endswith("bf16") else None
+    with torch.no_grad():
+        if mode.startswith("gemm"):
+            t0 = time.perf_counter()
+            for _, txt in chunks:
+                for i in range(0, a.images, plan.images):
+                    cross_sim(v[i:i + plan.images], txt.words, dtype)
+            dt = time.perf_counter() - t0
+        else:
+            score_blocks(model, img, chunks[:1], a.captions, plan.images, progress=False)  # warm-up
+            t0 = time.perf_counter()
+            sims = score_blocks(model, img, chunks, a.captions, plan.images, progress=False)
+            dt = time.perf_counter() - t0
+            assert np.isfinite(sims).all()
+    return {"seconds": dt, "pairs": a.images * a.captions, "peak_rss_mb": _peak_mb()}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--images", type=int, default=1000)
+    ap.add_argument("--captions", type=int, default=1000)
+    ap.add_argument("--official-images", type=int, default=128)
+    ap.add_argument("--official-captions", type=int, default=128)
+    ap.add_argument("--k", type=int, default=36)
+    ap.add_argument("--L", type=int, default=12)
+    ap.add_argument("--d", type=int, default=1024)
+    ap.add_argument("--block-images", type=int, default=128)
+    ap.add_argument("--block-captions", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--model", default="scan", choices=["scan", "caan"])
+    ap.add_argument("--modes", nargs="+", default=["official", "gemm_fp32", "fp32", "gemm_bf16", "bf16"])
+    ap.add_argument("--mode", help=argparse.SUPPRESS)
+    ap.add_argument("--out", default=str(HERE / "results" / "scoring"))
+    a = ap.parse_args(argv)
+    if a.mode:  # child
+        print(json.dumps(run_mode(a.mode, a)))
+        return
+    res = {}
+    for mode in a.modes:
+        cmd = [sys.executable, __file__, "--mode", mode] + [x for x in (argv or sys.argv[1:])]
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode:
+            sys.exit(f"mode {mode} failed:\n{out.stderr[-2000:]}")
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        r["us_per_pair"] = 1e6 * r["seconds"] / r["pairs"]
+        r["extrapolated_seconds_1000x5000"] = r["us_per_pair"] * 5e6 / 1e6
+        res[mode] = r
+        print(f"{mode:10s} {r['us_per_pair']:9.3f} µs/pair  ({r['pairs']} pairs in {r['seconds']:.2f}s, "
+              f"peak RSS {r['peak_rss_mb']:.0f} MB)", flush=True)
+    ratios = {}
+    if "fp32" in res and "gemm_fp32" in res:
+        ratios["fp32_over_gemm_fp32"] = res["fp32"]["us_per_pair"] / res["gemm_fp32"]["us_per_pair"]
+    if "bf16" in res and "gemm_bf16" in res:
+        ratios["bf16_over_gemm_bf16"] = res["bf16"]["us_per_pair"] / res["gemm_bf16"]["us_per_pair"]
+    if "official" in res and "fp32" in res:
+        ratios["official_over_fp32"] = res["official"]["us_per_pair"] / res["fp32"]["us_per_pair"]
+    if "bf16" in res and "fp32" in res:
+        ratios["bf16_over_fp32"] = res["bf16"]["us_per_pair"] / res["fp32"]["us_per_pair"]
+    for k, v in ratios.items():
+        print(f"{k:22s} {v:8.2f}x")
+    report = {"model": a.model, "shape": {"k": a.k, "L": a.L, "D": a.d, "images": a.images, "captions": a.captions,
+                                          "official_slice": [a.official_images, a.official_captions],
+                                          "block": [a.block_images, a.block_captions]},
+              "threads": a.threads, "torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
+              "modes": res, "ratios": ratios, "command": "python benchmarks/scoring.py " + " ".join(argv or sys.argv[1:])}
+    from vlmatch.io import write_json
+
+    out = Path(a.out + ("" if a.model == "scan" else f"_{a.model}"))
+    write_json(out.with_suffix(".json"), report)
+    print(f"wrote {out.with_suffix('.json')}")
+
+
+if __name__ == "__main__":
+    main()

