@@ -1,0 +1,133 @@
+"""Feature extraction on generated images: layout, resume, bad input, Karpathy JSON."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vlmatch.data.karpathy import read_karpathy
+from vlmatch.data.precomp import PrecompSplit
+from vlmatch.errors import DataError
+from vlmatch.features.backbones import Backbone, BackboneInfo
+from vlmatch.features.extract import extract
+
+
+class TinyBackbone(Backbone):
+    """A deterministic stand-in: 2x2 grid of 3-d features (the mean colour of each quadrant)."""
+
+    def __init__(self, fail_after=None):
+        super().__init__()
+        self.info = BackboneInfo("tiny", 8, 2, 3, "pixel / 255")
+        self.calls, self.fail_after = 0, fail_after
+
+    def _normalise(self, x):
+        return x / 255.0
+
+    def feature_map(self, x):
+        self.calls += 1
+        if self.fail_after is not None and self.calls > self.fail_after:
+            raise KeyboardInterrupt("simulated kill")
+        return torch.nn.functional.avg_pool2d(x, 4)
+
+
+def make_images(folder, n, seed=0):
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    names = []
+    for i in range(n):
+        name = f"img{i:03d}.jpg"
+        Image.fromarray(rng.integers(0, 255, (20, 16, 3), dtype=np.uint8)).save(folder / name)
+        names.append(name)
+    return names
+
+
+def make_karpathy(path, names, splits):
+    images = [{"filename": n, "split": s, "imgid": i,
+               "sentences": [{"raw": f"A photo number {i} variant {c}.", "tokens": []} for c in range(5)]}
+              for i, (n, s) in enumerate(zip(names, splits))]
+    path.write_text(json.dumps({"dataset": "flickr8k", "images": images}))
+    return path
+
+
+def test_annotated_extraction_writes_loadable_precomp(tmp_path):
+    names = make_images(tmp_path / "im", 7)
+    ann = make_karpathy(tmp_path / "d.json", names, ["train", "train", "restval", "val", "val", "test", "train"])
+    rep = extract(tmp_path / "im", tmp_path / "out", ann, TinyBackbone(), batch_size=2, progress=False,
+                  global_features=True)
+    tr = PrecompSplit(tmp_path / "out", "train")
+    assert tr.features.shape == (4, 4, 3) and len(tr.captions) == 20  # restval joins train
+    assert tr.ids == ["img000.jpg", "img001.jpg", "img002.jpg", "img006.jpg"]
+    assert PrecompSplit(tmp_path / "out", "dev").n_images == 2 and PrecompSplit(tmp_path / "out", "test").n_images == 1
+    g = np.load(tmp_path / "out" / "train_global.npy")
+    np.testing.assert_allclose(g, np.asarray(tr.features).mean(axis=1), rtol=1e-6)
+    meta = json.loads((tmp_path / "out" / "features.json").read_text())
+    assert meta["backbone"]["grid"] == 2 and meta["dtype"] == "float32" and rep["splits"]["train"]["images"] == 4
+
+
+def test_gallery_mode_and_float16(tmp_path):
+    make_images(tmp_path / "im", 3)
+    (tmp_path / "im" / "notes.txt").write_text("not an image")
+    extract(tmp_path / "im", tmp_path / "g", None, TinyBackbone(), dtype="float16", progress=False)
+    arr = np.load(tmp_path / "g" / "ims.npy")
+    assert arr.shape == (3, 4, 3) and arr.dtype == np.float16
+    assert (tmp_path / "g" / "ids.txt").read_text().split() == ["img000.jpg", "img001.jpg", "img002.jpg"]
+
+
+def test_interrupted_extraction_resumes_where_it_stopped(tmp_path):
+    make_images(tmp_path / "im", 9)
+    extract(tmp_path / "im", tmp_path / "ref", None, TinyBackbone(), batch_size=2, progress=False)
+    with pytest.raises(KeyboardInterrupt):
+        extract(tmp_path / "im", tmp_path / "cut", None, TinyBackbone(fail_after=2), batch_size=2, progress=False)
+    assert not (tmp_path / "cut" / "ims.npy").exists()  # nothing half-written under the final name
+    bb = TinyBackbone()
+    rep = extract(tmp_path / "im", tmp_path / "cut", None, bb, batch_size=2, progress=False)
+    assert rep["splits"]["gallery"]["resumed_from"] == 4 and bb.calls == 3  # 5 images left, 3 batches
+    np.testing.assert_array_equal(np.load(tmp_path / "cut" / "ims.npy"), np.load(tmp_path / "ref" / "ims.npy"))
+
+
+def test_corrupt_image_stops_with_its_name_or_is_skipped(tmp_path):
+    names = make_images(tmp_path / "im", 4)
+    (tmp_path / "im" / names[2]).write_bytes(b"\xff\xd8 truncated jpeg")
+    ann = make_karpathy(tmp_path / "d.json", names, ["train"] * 4)
+    with pytest.raises(DataError, match=r"img002\.jpg: unreadable image"):
+        extract(tmp_path / "im", tmp_path / "o1", ann, TinyBackbone(), progress=False)
+    rep = extract(tmp_path / "im", tmp_path / "o2", ann, TinyBackbone(), skip_bad=True, progress=False)
+    assert [s["image"] for s in rep["splits"]["train"]["skipped"]] == ["img002.jpg"]
+    sp = PrecompSplit(tmp_path / "o2", "train")
+    assert sp.n_images == 3 and len(sp.captions) == 15
+    assert sp.ids == ["img000.jpg", "img001.jpg", "img003.jpg"]
+    assert "number 3" in sp.captions[10]  # captions dropped consistently with their image
+
+
+def test_missing_image_in_annotations_is_named(tmp_path):
+    names = make_images(tmp_path / "im", 2)
+    ann = make_karpathy(tmp_path / "d.json", names + ["ghost.jpg"], ["train"] * 3)
+    with pytest.raises(DataError, match=r"ghost\.jpg: image listed in .*d\.json not found"):
+        extract(tmp_path / "im", tmp_path / "o", ann, TinyBackbone(), progress=False)
+
+
+def test_karpathy_reader_errors_and_coco_paths(tmp_path):
+    p = tmp_path / "coco.json"
+    p.write_text(json.dumps({"images": [{"filepath": "val2014", "filename": "a.jpg", "split": "restval",
+                                         "sentences": [{"raw": f"cap {i}"} for i in range(6)]}]}))
+    out = read_karpathy(p)
+    assert out["train"][0].path == "val2014/a.jpg" and len(out["train"][0].captions) == 5
+    p.write_text(json.dumps({"images": [{"filename": "a.jpg", "split": "val", "sentences": [{"raw": "x"}]}]}))
+    with pytest.raises(DataError, match="has 1 non-empty captions, needs 5"):
+        read_karpathy(p)
+    p.write_text(json.dumps({"images": [{"filename": "a.jpg", "split": "holdout", "sentences": []}]}))
+    with pytest.raises(DataError, match="unknown split 'holdout'"):
+        read_karpathy(p)
+    p.write_text("[1, 2")
+    with pytest.raises(DataError, match=r"coco\.json: not valid JSON"):
+        read_karpathy(p)
+
+
+def test_efficientnet_lite0_gives_a_7x7_grid_of_1280(tmp_path):
+    pytest.importorskip("efficientnet_lite_pytorch")
+    make_images(tmp_path / "im", 2)
+    extract(tmp_path / "im", tmp_path / "e", None, "efficientnet-lite0", progress=False)
+    arr = np.load(tmp_path / "e" / "ims.npy")
+    assert arr.shape == (2, 49, 1280) and np.isfinite(arr).all() and arr.std() > 0
