@@ -6,6 +6,7 @@
 Modes (each in its own subprocess, so each peak memory is its own):
   official   the official SCAN evaluation (128 x 128 blocks, one caption at a time, float64)
   fp32       vlmatch's engine, float32
+  fp32_compiled  the same with compile=True (torch.compile of score; compilation not timed)
   bf16       vlmatch's engine, bfloat16 region-word GEMM
   gemm_fp32  the bare region-word GEMM (every image region x every caption word), float32
   gemm_bf16  the same in bfloat16
@@ -83,12 +84,36 @@ def run_mode(mode, a) -> dict:
                     cross_sim(v[i:i + plan.images], txt.words, dtype)
             dt = time.perf_counter() - t0
         else:
-            score_blocks(model, img, chunks[:1], a.captions, plan.images, progress=False)  # warm-up
+            comp = mode.endswith("compiled")
+            score_blocks(model, img, chunks[:1], a.captions, plan.images, progress=False, compile=comp)  # warm-up
+            if comp and a.captions % plan.captions:
+                score_blocks(model, img, chunks[-1:], a.captions, plan.images, progress=False, compile=comp)
             t0 = time.perf_counter()
-            sims = score_blocks(model, img, chunks, a.captions, plan.images, progress=False)
+            sims = score_blocks(model, img, chunks, a.captions, plan.images, progress=False, compile=comp)
             dt = time.perf_counter() - t0
             assert np.isfinite(sims).all()
     return {"seconds": dt, "pairs": a.images * a.captions, "peak_rss_mb": _peak_mb()}
+
+
+def recall_change(a) -> dict:
+    """Recalls of a trained model with the region-word GEMM in float32 and in bfloat16."""
+    from vlmatch import load_model
+    from vlmatch.data.precomp import PrecompSplit
+    from vlmatch.metrics import evaluate_protocol
+    from vlmatch.scoring import model_scores
+    from vlmatch.train import data_root
+
+    torch.set_num_threads(a.threads)
+    model = load_model(a.recall_checkpoint)
+    split = PrecompSplit(data_root(a.recall_data), a.recall_split)
+    out = {"checkpoint": a.recall_checkpoint, "data": a.recall_data, "split": a.recall_split}
+    for dt in ("float32", "bfloat16"):
+        model.cfg.gemm_dtype = dt
+        sims = model_scores(model, split, model.vocab, progress=False)
+        out[dt] = {k: v for k, v in evaluate_protocol(sims, "single").items() if k in ("rsum", "i2t_r1", "t2i_r1")}
+    out["rsum_change"] = out["bfloat16"]["rsum"] - out["float32"]["rsum"]
+    print(f"recall fp32 -> bf16: rsum {out['float32']['rsum']:.1f} -> {out['bfloat16']['rsum']:.1f}")
+    return out
 
 
 def main(argv=None):
@@ -100,11 +125,14 @@ def main(argv=None):
     ap.add_argument("--k", type=int, default=36)
     ap.add_argument("--L", type=int, default=12)
     ap.add_argument("--d", type=int, default=1024)
-    ap.add_argument("--block-images", type=int, default=128)
-    ap.add_argument("--block-captions", type=int, default=128)
+    ap.add_argument("--block-images", type=int, default=64)
+    ap.add_argument("--block-captions", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--model", default="scan", choices=["scan", "caan"])
-    ap.add_argument("--modes", nargs="+", default=["official", "gemm_fp32", "fp32", "gemm_bf16", "bf16"])
+    ap.add_argument("--modes", nargs="+", default=["official", "gemm_fp32", "fp32", "fp32_compiled", "gemm_bf16", "bf16"])
+    ap.add_argument("--recall-checkpoint", help="also report the recall change fp32 -> bf16 of this trained model")
+    ap.add_argument("--recall-data", default="toyworld", help="precomp folder for --recall-checkpoint")
+    ap.add_argument("--recall-split", default="test")
     ap.add_argument("--mode", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=str(HERE / "results" / "scoring"))
     a = ap.parse_args(argv)
@@ -126,6 +154,10 @@ def main(argv=None):
     ratios = {}
     if "fp32" in res and "gemm_fp32" in res:
         ratios["fp32_over_gemm_fp32"] = res["fp32"]["us_per_pair"] / res["gemm_fp32"]["us_per_pair"]
+    if "fp32_compiled" in res and "gemm_fp32" in res:
+        ratios["fp32_compiled_over_gemm_fp32"] = res["fp32_compiled"]["us_per_pair"] / res["gemm_fp32"]["us_per_pair"]
+        if "official" in res:
+            ratios["official_over_fp32_compiled"] = res["official"]["us_per_pair"] / res["fp32_compiled"]["us_per_pair"]
     if "bf16" in res and "gemm_bf16" in res:
         ratios["bf16_over_gemm_bf16"] = res["bf16"]["us_per_pair"] / res["gemm_bf16"]["us_per_pair"]
     if "official" in res and "fp32" in res:
@@ -134,7 +166,8 @@ def main(argv=None):
         ratios["bf16_over_fp32"] = res["bf16"]["us_per_pair"] / res["fp32"]["us_per_pair"]
     for k, v in ratios.items():
         print(f"{k:22s} {v:8.2f}x")
-    report = {"model": a.model, "shape": {"k": a.k, "L": a.L, "D": a.d, "images": a.images, "captions": a.captions,
+    recall = recall_change(a) if a.recall_checkpoint else None
+    report = {"model": a.model, "recall_fp32_vs_bf16": recall, "shape": {"k": a.k, "L": a.L, "D": a.d, "images": a.images, "captions": a.captions,
                                           "official_slice": [a.official_images, a.official_captions],
                                           "block": [a.block_images, a.block_captions]},
               "threads": a.threads, "torch": torch.__version__, "cpu": platform.processor() or platform.machine(),

@@ -37,6 +37,19 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             tmp.unlink()
 
 
+def read_json(path, missing: str = "file not found"):
+    """Parse a JSON file; a missing or malformed file is a DataError naming it."""
+    from .errors import DataError
+
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(path, missing)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DataError(path, f"not valid JSON: {e}") from None
+
+
 def write_text(path, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")

@@ -53,24 +53,39 @@ def encode_all_images(model: MatchingModel, split: PrecompSplit, batch_size: int
 
 @torch.no_grad()
 def score_blocks(model: MatchingModel, images: ImageEncoding, caption_chunks, n_captions: int,
-                 block_images: int, progress: bool = True, desc: str = "scoring") -> np.ndarray:
-    """Fill an (n_images, n_captions) float32 matrix from ``(column_index, TextEncoding)`` chunks."""
+                 block_images: int, progress: bool = True, desc: str = "scoring", compile: bool = False) -> np.ndarray:
+    """Fill an (n_images, n_captions) float32 matrix from ``(column_index, TextEncoding)`` chunks.
+
+    ``compile=True`` runs ``model.score`` through ``torch.compile`` (fuses the elementwise work
+    after the GEMM; costs a compilation of some seconds per block shape, exact to float rounding).
+    """
+    score = compiled_score(model) if compile else model.score
     n_img = len(images)
     sims = np.empty((n_img, n_captions), dtype=np.float32)
     bar = tqdm(total=n_img * n_captions, desc=desc, unit="pair", unit_scale=True, disable=not progress, leave=False)
     for cols, txt in caption_chunks:
         cols = np.asarray(cols)
         for a in range(0, n_img, block_images):
-            blk = model.score(images.select(slice(a, a + block_images)), txt)
+            blk = score(images.select(slice(a, a + block_images)), txt)
             sims[a:a + block_images, cols] = blk.float().cpu().numpy()
             bar.update(blk.numel())
     bar.close()
     return sims
 
 
+def compiled_score(model: MatchingModel):
+    """``model.score`` compiled once per model (kept on the model so recompiles are avoided)."""
+    fn = getattr(model, "_compiled_score", None)
+    if fn is None:
+        fn = torch.compile(model.score, dynamic=False)
+        model._compiled_score = fn
+    return fn
+
+
 @torch.no_grad()
 def model_scores(model: MatchingModel, split: PrecompSplit, vocab: Vocab, device="cpu",
-                 budget: int = DEFAULT_BUDGET, progress: bool = True, plan: BlockPlan | None = None) -> np.ndarray:
+                 budget: int = DEFAULT_BUDGET, progress: bool = True, plan: BlockPlan | None = None,
+                 compile: bool = False) -> np.ndarray:
     """The full score matrix of ``model`` on ``split`` (rows images, columns captions)."""
     was_training = model.training
     model.eval()
@@ -87,6 +102,6 @@ def model_scores(model: MatchingModel, split: PrecompSplit, vocab: Vocab, device
                 txt = model.encode_texts(batch["tokens"].to(device), batch["lengths"].to(device))
                 yield order[batch["index"].numpy()], txt
 
-        return score_blocks(model, images, chunks(), len(tokens), plan.images, progress)
+        return score_blocks(model, images, chunks(), len(tokens), plan.images, progress, compile=compile)
     finally:
         model.train(was_training)

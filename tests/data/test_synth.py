@@ -40,3 +40,17 @@ def test_captions_mention_only_objects_in_the_scene():
         present = {s for o in objs for s in CATEGORIES[o[0]]}
         absent = {s for i, c in enumerate(CATEGORIES) if i not in {o[0] for o in objs} for s in c}
         assert any(t in present for t in cap) and not any(t in absent for t in cap)
+
+
+def test_cache_is_regenerated_when_the_generator_changes(tmp_path, monkeypatch):
+    import vlmatch.data.synth as synth
+
+    cfg = ToyWorldConfig(n_train=10, n_dev=10, n_test=10)
+    synth.ensure_toyworld(tmp_path, cfg)
+    stamp = (tmp_path / "train_caps.txt").stat().st_mtime_ns
+    synth.ensure_toyworld(tmp_path, cfg)
+    assert (tmp_path / "train_caps.txt").stat().st_mtime_ns == stamp  # cached
+    monkeypatch.setattr(synth, "GENERATOR_VERSION", synth.GENERATOR_VERSION + 1)
+    synth.ensure_toyworld(tmp_path, cfg)
+    meta = json.loads((tmp_path / "toyworld.json").read_text())
+    assert meta["generator_version"] == synth.GENERATOR_VERSION

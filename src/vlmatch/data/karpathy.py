@@ -6,11 +6,11 @@ Splits are mapped to the precomp names: ``train`` and COCO's ``restval`` -> ``tr
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DataError
+from ..io import read_json
 
 SPLIT_NAMES = {"train": "train", "restval": "train", "val": "dev", "test": "test"}
 
@@ -25,12 +25,7 @@ class KarpathyImage:
 def read_karpathy(path, captions_per_image: int = 5) -> dict[str, list[KarpathyImage]]:
     """Images grouped by precomp split, each with exactly ``captions_per_image`` raw captions."""
     path = Path(path)
-    if not path.is_file():
-        raise DataError(path, "annotation file not found")
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise DataError(path, f"not valid JSON: {e}") from None
+    obj = read_json(path, "annotation file not found")
     if not isinstance(obj, dict) or not isinstance(obj.get("images"), list):
         raise DataError(path, "expected a Karpathy JSON object with an 'images' list")
     out: dict[str, list[KarpathyImage]] = {}

@@ -35,6 +35,9 @@ COLOURS = [("red", "crimson"), ("blue",), ("green",), ("yellow",), ("black",), (
 SIZES = [("small", "little", "tiny"), ("large", "big", "huge")]
 POSITIONS = [("on the left", "at the left"), ("on the right", "at the right"), ("at the top", "up high"),
              ("at the bottom", "down low"), ("in the middle", "in the center")]
+# Bumped whenever the generator's output changes, so cached worlds are regenerated.
+GENERATOR_VERSION = 2
+
 TEMPLATES = {
     1: ["{0}", "a photo of {0}", "there is {0}", "{0} in the picture", "an image showing {0}"],
     2: ["{0} and {1}", "{0} next to {1}", "there is {0} and {1}", "a photo of {0} with {1}",
@@ -130,7 +133,7 @@ class ToyWorld:
         """Write train/dev/test in the precomp layout plus ``toyworld.json``; returns the stats."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        stats = {"config": asdict(self.cfg), "splits": {}}
+        stats = {"generator_version": GENERATOR_VERSION, "config": asdict(self.cfg), "splits": {}}
         for i, (name, n) in enumerate((("train", self.cfg.n_train), ("dev", self.cfg.n_dev), ("test", self.cfg.n_test))):
             rng = np.random.default_rng([self.cfg.seed, i + 1])
             feats, caps, scenes = self.split(n, rng)
@@ -169,7 +172,8 @@ def ensure_toyworld(out_dir, cfg: ToyWorldConfig = ToyWorldConfig()) -> Path:
     meta = out / "toyworld.json"
     if meta.is_file():
         try:
-            if json.loads(meta.read_text())["config"] == asdict(cfg):
+            old = json.loads(meta.read_text())
+            if old["config"] == asdict(cfg) and old.get("generator_version") == GENERATOR_VERSION:
                 return out
         except (ValueError, KeyError):
             pass

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 from typing import Iterable
 
 from ..errors import DataError
-from ..io import write_json
+from ..io import read_json, write_json
 from .tokenizer import tokenize
 
 PAD, START, END, UNK = "<pad>", "<start>", "<end>", "<unk>"
@@ -88,10 +87,5 @@ class Vocab:
     @classmethod
     def load(cls, path) -> "Vocab":
         path = Path(path)
-        if not path.is_file():
-            raise DataError(path, "vocabulary file not found")
-        try:
-            obj = json.loads(path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise DataError(path, f"not valid JSON: {e}") from None
+        obj = read_json(path, "vocabulary file not found")
         return cls.from_json(obj, source=path)

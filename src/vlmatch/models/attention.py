@@ -21,27 +21,29 @@ def masked_softmax(x: Tensor, mask: Tensor | None, dim: int) -> Tensor:
     return torch.softmax(x, dim=dim)
 
 
-def normalize_raw(s: Tensor, kind: str, dim: int, mask: Tensor | None) -> Tensor:
-    """SCAN's ``raw_feature_norm`` of region-word similarities along the query axis ``dim``.
+def normalize_raw(s: Tensor, kind: str, dim: int, mask: Tensor | None, scale: float = 1.0) -> Tensor:
+    """SCAN's ``raw_feature_norm`` of region-word similarities along the query axis ``dim``, times ``scale``.
 
     As in the official code, the "clipped" variants use LeakyReLU(0.1) rather than a hard [.]_+;
     ``l1norm`` divides by the sum of absolute values (the official code calls an undefined
-    function there). Masked positions take no part and come out as 0.
+    function there). Masked positions take no part and come out as 0. ``scale`` (SCAN's λ1) is
+    folded into the small per-row divisor, which saves a pass over the block.
     """
     if kind not in RAW_FEATURE_NORMS:
         raise ValueError(f"raw_feature_norm must be one of {RAW_FEATURE_NORMS}, not {kind!r}")
     if kind == "softmax":
         out = masked_softmax(s, mask, dim)
-        return out if mask is None else out.masked_fill(~mask, 0.0)
+        out = out if mask is None else out.masked_fill(~mask, 0.0)
+        return out * scale if scale != 1.0 else out
     if kind.startswith("clipped"):
         s = F.leaky_relu(s, 0.1)
     if mask is not None:
         s = s.masked_fill(~mask, 0.0)
     if kind.endswith("l2norm"):
-        return s / (torch.linalg.vector_norm(s, dim=dim, keepdim=True) + EPS)
+        return s * (scale / (torch.linalg.vector_norm(s, dim=dim, keepdim=True) + EPS))
     if kind.endswith("l1norm"):
-        return s / (s.abs().sum(dim=dim, keepdim=True) + EPS)
-    return s  # clipped, no_norm
+        return s * (scale / (s.abs().sum(dim=dim, keepdim=True) + EPS))
+    return s * scale if scale != 1.0 else s  # clipped, no_norm
 
 
 def pool(r: Tensor, mask: Tensor | None, dim: int, how: str, lambda_lse: float) -> Tensor:

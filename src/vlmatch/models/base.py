@@ -9,7 +9,6 @@ with the same ``score`` (see :mod:`vlmatch.scoring`). One code path for both.
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar
@@ -20,7 +19,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from ..errors import ConfigError, DataError
-from ..io import atomic_path, write_json
+from ..io import atomic_path, read_json, write_json
 
 EPS = 1e-8
 
@@ -187,12 +186,7 @@ def make_config(cls: type, defaults: dict, overrides: dict, model_name: str):
 
 def read_config_json(path) -> dict:
     path = Path(path)
-    if not path.is_file():
-        raise DataError(path, "config.json not found (is this a vlmatch checkpoint folder?)")
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise DataError(path, f"not valid JSON: {e}") from None
+    obj = read_json(path, "config.json not found (is this a vlmatch checkpoint folder?)")
     if not isinstance(obj, dict) or "name" not in obj or "config" not in obj:
         raise DataError(path, "expected an object with 'name' and 'config'")
     return obj

@@ -85,8 +85,9 @@ class SCAN(MatchingModel):
         txt = txt.trim()
         v, e = img.regions, txt.words
         s = cross_sim(v, e, _GEMM_DTYPES[self.cfg.gemm_dtype])  # (Ni, k, Nt, L)
-        rmask = None if img.mask is None else img.mask[:, :, None, None]  # over regions
-        wmask = length_mask(txt.lengths, e.shape[1])[None, None]  # (1, 1, Nt, L) over words
+        rmask = None if img.mask is None or bool(img.mask.all()) else img.mask[:, :, None, None]
+        # (1, 1, Nt, L) over words; None when no caption of the block is padded (length-sorted blocks)
+        wmask = None if bool((txt.lengths == e.shape[1]).all()) else length_mask(txt.lengths, e.shape[1])[None, None]
         return v, e, s, rmask, wmask
 
     def attention(self, img: ImageEncoding, txt: TextEncoding) -> Tensor:
@@ -100,10 +101,10 @@ class SCAN(MatchingModel):
     def _alpha(self, s: Tensor, rmask, wmask) -> Tensor:
         c = self.cfg
         if c.direction == "t2i":  # normalise along words, attend over regions
-            s_bar = normalize_raw(s, c.raw_feature_norm, dim=3, mask=wmask)
-            return masked_softmax(s_bar * c.lambda_softmax, rmask, dim=1)
-        s_bar = normalize_raw(s, c.raw_feature_norm, dim=1, mask=rmask)
-        return masked_softmax(s_bar * c.lambda_softmax, wmask, dim=3)
+            s_bar = normalize_raw(s, c.raw_feature_norm, dim=3, mask=wmask, scale=c.lambda_softmax)
+            return masked_softmax(s_bar, rmask, dim=1)
+        s_bar = normalize_raw(s, c.raw_feature_norm, dim=1, mask=rmask, scale=c.lambda_softmax)
+        return masked_softmax(s_bar, wmask, dim=3)
 
     def score(self, img: ImageEncoding, txt: TextEncoding) -> Tensor:
         c = self.cfg
@@ -112,24 +113,24 @@ class SCAN(MatchingModel):
         if c.method == "summax":
             if c.direction == "t2i":  # Σ_j max_i s_ij
                 best = (s if rmask is None else s.masked_fill(~rmask, float("-inf"))).amax(dim=1)
-                return best.masked_fill(~wmask[0], 0.0).sum(dim=2)
-            best = s.masked_fill(~wmask, float("-inf")).amax(dim=3)  # Σ_i max_j s_ij
+                return (best if wmask is None else best.masked_fill(~wmask[0], 0.0)).sum(dim=2)
+            best = (s if wmask is None else s.masked_fill(~wmask, float("-inf"))).amax(dim=3)  # Σ_i max_j s_ij
             return best.sum(dim=1) if rmask is None else best.masked_fill(~rmask[..., 0], 0.0).sum(dim=1)
 
         alpha = self._alpha(s, rmask, wmask)
         if c.direction == "t2i":
-            dot = (alpha * s).sum(dim=1)  # e_j . a_j, (Ni, Nt, L)
+            dot = torch.linalg.vecdot(alpha, s, dim=1)  # e_j . a_j, (Ni, Nt, L), fused multiply-sum
             gram = v @ v.transpose(1, 2)  # (Ni, k, k)
             g_alpha = torch.bmm(gram, alpha.reshape(ni, k, nt * n_words)).view(ni, k, nt, n_words)
-            a_norm = safe_sqrt((alpha * g_alpha).sum(dim=1))  # ||a_j||, (Ni, Nt, L)
+            a_norm = safe_sqrt(torch.linalg.vecdot(alpha, g_alpha, dim=1))  # ||a_j||, (Ni, Nt, L)
             f_norm = e.norm(dim=2)[None]  # ||e_j||, (1, Nt, L)
             rel = dot / (f_norm * a_norm).clamp(min=EPS)
-            return pool(rel, wmask[0], dim=2, how=c.agg, lambda_lse=c.lambda_lse)
-        dot = (alpha * s).sum(dim=3)  # v_i . a_i, (Ni, k, Nt)
+            return pool(rel, None if wmask is None else wmask[0], dim=2, how=c.agg, lambda_lse=c.lambda_lse)
+        dot = torch.linalg.vecdot(alpha, s, dim=3)  # v_i . a_i, (Ni, k, Nt)
         gram = e @ e.transpose(1, 2)  # (Nt, L, L)
         a_t = alpha.permute(2, 0, 1, 3).reshape(nt, ni * k, n_words)
         h_alpha = torch.bmm(a_t, gram)  # (Nt, Ni*k, L), gram is symmetric
-        a_norm = safe_sqrt((a_t * h_alpha).sum(dim=2)).view(nt, ni, k).permute(1, 2, 0)
+        a_norm = safe_sqrt(torch.linalg.vecdot(a_t, h_alpha, dim=2)).view(nt, ni, k).permute(1, 2, 0)
         f_norm = v.norm(dim=2)[..., None]  # ||v_i||, (Ni, k, 1)
         rel = dot / (f_norm * a_norm).clamp(min=EPS)
         return pool(rel, None if rmask is None else rmask[..., 0], dim=1, how=c.agg, lambda_lse=c.lambda_lse)
