@@ -159,61 +159,65 @@ class CAAN(MatchingModel):
     # --- pair-dependent --------------------------------------------------------------------
     def attention(self, img: CAANImages, txt: CAANTexts) -> tuple[Tensor, Tensor]:
         """Region weights f (Ni, k, Nt) and word weights g (Ni, Nt, n) of every pair."""
-        txt = txt.trim()
+        f, g = self._weights(img, txt.trim())
+        return f.transpose(1, 2), g
+
+    def _weights(self, img: CAANImages, txt: CAANTexts) -> tuple[Tensor, Tensor]:
+        """f (Ni, Nt, k) and g (Ni, Nt, n). Everything pair-dependent is laid out (Ni, Nt, ., .)
+        so the batched products need no permutation of the big (pair x k x m) tensors."""
         v, u = img.regions, txt.words
         ni, k, _ = v.shape
         nt, n, _ = u.shape
-        rmask = img.mask  # (Ni, k) or None
-        wmask = length_mask(txt.lengths, n)  # (Nt, n)
+        rmask = None if img.mask is None else img.mask[:, None, :]  # (Ni, 1, k)
+        wmask = length_mask(txt.lengths, n)[None]  # (1, Nt, n)
         if not self.attends:  # baseline: mean pooling
-            f = torch.ones(ni, k, nt, dtype=v.dtype, device=v.device)
+            f = torch.ones(ni, nt, k, dtype=v.dtype, device=v.device)
             if rmask is not None:
-                f = f * rmask[:, :, None].to(v.dtype)
-            f = f / f.sum(dim=1, keepdim=True)
-            g = wmask.to(u.dtype)[None].expand(ni, nt, n)
-            return f, g / g.sum(dim=2, keepdim=True)
+                f = f * rmask.to(v.dtype)
+            g = wmask.to(u.dtype).expand(ni, nt, n)
+            return f / f.sum(dim=2, keepdim=True), g / g.sum(dim=2, keepdim=True)
         c = self.cfg
-        full_mask = wmask[None, None]  # (1, 1, Nt, n)
-        if rmask is not None:
-            full_mask = full_mask & rmask[:, :, None, None]
-        tv = img.p1[:, :, None, :] if c.intra == "feature" else 0.0  # (Ni, k, 1, m)
+        tv = img.p1[:, None] if c.intra == "feature" else 0.0  # (Ni, 1, k, m)
         tu = txt.p3[None] if c.intra == "feature" else 0.0  # (1, Nt, n, m)
         if self._needs_h:
-            hp = torch.relu(torch.tanh(cross_sim(img.vk, u, _dtype(c)))).masked_fill(~full_mask, 0.0)
-            h_uv = _unit(hp, dim=1)  # over regions
+            hp = torch.relu(torch.tanh(_pairs(cross_sim(img.vk, u, _dtype(c)))))  # (Ni, Nt, k, n)
+            valid = wmask[:, :, None, :] if rmask is None else wmask[:, :, None, :] & rmask[:, :, :, None]
+            hp = hp.masked_fill(~valid, 0.0)
+            h_uv = _unit(hp, dim=2)  # over regions
             h_vu = _unit(hp, dim=3)  # over words
             if c.inter:
-                tv = tv + torch.einsum("iktn,tnm->iktm", h_uv, txt.p2)
-                tu = tu + torch.einsum("iktn,ikm->itnm", h_vu, img.p4)
+                tv = tv + h_uv @ txt.p2[None]  # Σ_j H^uv_ij Q2ᵀu_j
+                tu = tu + h_vu.transpose(2, 3) @ img.p4[:, None]  # Σ_i H^vu_ij Q4ᵀv_i
             if c.intra == "semantic":
                 r = _unit(h_uv, dim=3)  # rows of H^uv as unit vectors: H^v = R Rᵀ
-                tv = tv + torch.einsum("iktn,itnm->iktm", r, torch.einsum("iktn,ikm->itnm", r, img.p1))
-                cu = _unit(h_vu, dim=1)  # columns of H^vu as unit vectors: H^u = Cᵀ C
-                tu = tu + torch.einsum("iktn,iktm->itnm", cu, torch.einsum("iktn,tnm->iktm", cu, txt.p3))
-        logits_v = torch.tanh(tv) @ self.w_v  # (Ni, k, Nt) or (Ni, k, 1)
-        logits_u = torch.tanh(tu) @ self.w_u  # (Ni, Nt, n) or (1, Nt, n)
-        logits_v = logits_v.expand(ni, k, nt)
-        logits_u = logits_u.expand(ni, nt, n)
-        f = masked_softmax(logits_v, None if rmask is None else rmask[:, :, None], dim=1)
-        g = masked_softmax(logits_u, wmask[None], dim=2)
-        return f, g
+                tv = tv + r @ (r.transpose(2, 3) @ img.p1[:, None])
+                cu = _unit(h_vu, dim=2)  # columns of H^vu as unit vectors: H^u = Cᵀ C
+                tu = tu + cu.transpose(2, 3) @ (cu @ txt.p3[None])
+        logits_v = (torch.tanh(tv) @ self.w_v).expand(ni, nt, k)
+        logits_u = (torch.tanh(tu) @ self.w_u).expand(ni, nt, n)
+        return masked_softmax(logits_v, rmask, dim=2), masked_softmax(logits_u, wmask, dim=2)
 
     def score(self, img: CAANImages, txt: CAANTexts) -> Tensor:
         txt = txt.trim()
-        f, g = self.attention(img, txt)
+        f, g = self._weights(img, txt)  # (Ni, Nt, k), (Ni, Nt, n)
         u = txt.words
-        s = cross_sim(img.regions, u, _dtype(self.cfg))  # v_i . u_j, (Ni, k, Nt, n)
-        dot = torch.einsum("ikt,iktn,itn->it", f, s, g)  # <v̂, û>
+        s = _pairs(cross_sim(img.regions, u, _dtype(self.cfg)))  # v_i . u_j, (Ni, Nt, k, n)
+        dot = ((f[:, :, None, :] @ s)[:, :, 0, :] * g).sum(dim=2)  # fᵀ S g = <v̂, û>
         if not self.cfg.norm_output:
             return dot
-        v_sq = torch.einsum("ikt,ikl,ilt->it", f, img.gram, f)
+        v_sq = ((f[:, :, None, :] @ img.gram[:, None])[:, :, 0, :] * f).sum(dim=2)  # ||v̂||²
         u_gram = u @ u.transpose(1, 2)  # (Nt, n, n)
-        u_sq = torch.einsum("itn,tnm,itm->it", g, u_gram, g)
+        u_sq = ((g[:, :, None, :] @ u_gram[None])[:, :, 0, :] * g).sum(dim=2)  # ||û||²
         return dot / (safe_sqrt(v_sq) * safe_sqrt(u_sq)).clamp(min=EPS)
 
     def bytes_per_pair(self, n_regions: int, n_words: int) -> int:
         m = self.cfg.attn_dim if self.attends else 0
         return 4 * (6 * n_regions * n_words + 3 * (n_regions + n_words) * m)
+
+
+def _pairs(x: Tensor) -> Tensor:
+    """(Ni, k, Nt, n) from the region-word GEMM -> (Ni, Nt, k, n), the layout of the pair work."""
+    return x.permute(0, 2, 1, 3).contiguous()
 
 
 def _dtype(cfg):

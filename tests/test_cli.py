@@ -1,0 +1,54 @@
+"""CLI paths that tie models, data and metrics together."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from vlmatch import create_model
+from vlmatch.cli import main
+from vlmatch.data.precomp import PrecompSplit
+from vlmatch.data.vocab import Vocab
+from vlmatch.metrics import evaluate_protocol
+from vlmatch.scoring import model_scores
+
+
+def test_evaluate_checkpoint_ensemble_averages_score_matrices(small_world, tmp_path, capsys):
+    sp = PrecompSplit(small_world, "test")
+    vocab = Vocab.build(PrecompSplit(small_world, "train").captions, 1)
+    mats = []
+    for i, name in enumerate(("scan_t2i_avg", "scan_i2t_lse")):
+        torch.manual_seed(i)
+        m = create_model(name, img_dim=sp.img_dim, embed_dim=16, word_dim=8, vocab_size=len(vocab))
+        m.vocab = vocab
+        m.save(tmp_path / name)
+        mats.append(model_scores(m, sp, vocab, progress=False))
+    args = ["evaluate", "--checkpoint", str(tmp_path / "scan_t2i_avg"), str(tmp_path / "scan_i2t_lse"),
+            "--data", str(small_world), "--split", "test", "--save-sims", str(tmp_path / "ens.npy"),
+            "--json", str(tmp_path / "r.json"), "--no-progress"]
+    assert main(args) == 0
+    ens = np.load(tmp_path / "ens.npy")
+    np.testing.assert_allclose(ens, (mats[0].astype(np.float64) + mats[1]) / 2, atol=1e-6)
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert r["rsum"] == pytest.approx(evaluate_protocol(ens, "single")["rsum"])
+    assert "ensemble of 2" in capsys.readouterr().out
+
+
+def test_cli_errors_are_one_line_without_traceback(tmp_path, capsys):
+    assert main(["evaluate", "--checkpoint", str(tmp_path / "nope"), "--data", "x"]) == 2
+    err = capsys.readouterr().err
+    assert "config.json not found" in err and "Traceback" not in err
+    assert main(["train", "--config", "does_not_exist"]) == 2
+    assert "config not found" in capsys.readouterr().err
+    assert main(["data", "check", "--data", str(tmp_path), "--split", "train"]) == 2
+    assert "train_ims.npy: feature file not found" in capsys.readouterr().err
+
+
+def test_vocab_build_and_data_synth_commands(tmp_path, capsys):
+    assert main(["data", "synth", "--out", str(tmp_path / "w"), "--train", "20", "--dev", "10", "--test", "10"]) == 0
+    assert main(["vocab", "build", "--captions", str(tmp_path / "w" / "train_caps.txt"), "--min-count", "2",
+                 "--out", str(tmp_path / "v.json")]) == 0
+    v = Vocab.load(tmp_path / "v.json")
+    assert len(v) > 10 and "<unk>" in v
+    assert main(["models"]) == 0 and "scan_t2i_avg" in capsys.readouterr().out
