@@ -191,11 +191,32 @@ def main(argv=None):
                                           "block": [a.block_images, a.block_captions]},
               "threads": a.threads, "torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
               "modes": res, "ratios": ratios, "command": "python benchmarks/scoring.py " + " ".join(argv or sys.argv[1:])}
-    from vlmatch.io import write_json
+    from vlmatch.io import write_json, write_text
 
     out = Path(a.out + ("" if a.model == "scan" else f"_{a.model}"))
     write_json(out.with_suffix(".json"), report)
-    print(f"wrote {out.with_suffix('.json')}")
+    write_text(out.with_suffix(".md"), render(report))
+    print(f"wrote {out.with_suffix('.json')} and .md")
+
+
+def render(r: dict) -> str:
+    sh = r["shape"]
+    lines = [f"# Scoring benchmark: {r['model']}", "",
+             f"k={sh['k']} regions, L={sh['L']} words, D={sh['D']}; engine slice {sh['images']} x {sh['captions']} "
+             f"(blocks {sh['block'][0]} x {sh['block'][1]}), official/pairwise slice {sh['official_slice'][0]} x "
+             f"{sh['official_slice'][1]}; {r['threads']} threads, torch {r['torch']}. All modes in one run, each in its "
+             "own process. Totals for 1000 x 5000 are extrapolated from µs/pair.", "",
+             "| mode | µs/pair | 1000x5000 (s, extrapolated) | peak RSS (MB) |", "|---|---|---|---|"]
+    for k, v in r["modes"].items():
+        lines.append(f"| {k} | {v['us_per_pair']:.3f} | {v['extrapolated_seconds_1000x5000']:.1f} | {v['peak_rss_mb']:.0f} |")
+    lines += ["", "| ratio | value |", "|---|---|"] + [f"| {k} | {v:.2f}x |" for k, v in r["ratios"].items()]
+    if r.get("recall_fp32_vs_bf16"):
+        rc = r["recall_fp32_vs_bf16"]
+        lines += ["", f"Recall of a trained model ({rc['checkpoint']}, {rc['data']}/{rc['split']}): "
+                      f"rsum fp32 {rc['float32']['rsum']:.2f} -> bf16 {rc['bfloat16']['rsum']:.2f} "
+                      f"(change {rc['rsum_change']:+.2f})."]
+    lines += ["", f"Command: `{r['command']}`", ""]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
