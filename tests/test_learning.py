@@ -1,7 +1,8 @@
 """Learning on the toy world: every model learns far above chance, and word-region attention
 (SCAN) clearly beats the global VSE++ baseline, which cannot bind attributes to objects.
 
-Settings (D=128, lr 5e-4, one warm-up epoch summing over all negatives, then hardest negatives)
+Settings (D=128, lr 5e-4, one warm-up epoch summing over all negatives -- two for CAAN -- then
+hardest negatives)
 were calibrated on this 600-image world; with hardest negatives from the first step SCAN t-i
 stays near chance (rsum ~18), as DESIGN.md reports for Flickr8k."""
 
@@ -14,12 +15,12 @@ from vlmatch.train import train
 CHANCE_RSUM = 3 * (0.5 + 2.5 + 5.0)  # R@1/5/10 = 1/200, 5/200, 10/200 in % in both directions: 24
 
 
-def _train(world, tmp_path_factory, name, **model):
+def _train(world, tmp_path_factory, name, warmup_epochs=1, **model):
     cfg = load_config(None, extra={
         "model": {"name": name, "embed_dim": 128, "word_dim": 32, **model},
         "data": {"path": str(world), "val_max_images": 200, "min_word_count": 1},
-        "train": {"epochs": 6, "batch_size": 64, "lr": 5e-4, "lr_update": 6, "warmup_epochs": 1,
-                  "log_every": 50, "threads": 2}})
+        "train": {"epochs": 6, "batch_size": 64, "lr": 5e-4, "lr_update": 6,
+                  "log_every": 50, "threads": 2, "warmup_epochs": warmup_epochs}})
     run = tmp_path_factory.mktemp(name)
     return train(cfg, run, progress=False), run
 
@@ -27,7 +28,9 @@ def _train(world, tmp_path_factory, name, **model):
 @pytest.fixture(scope="module")
 def results(small_world, tmp_path_factory):
     out = {name: _train(small_world, tmp_path_factory, name) for name in ("vsepp", "scan_t2i_avg", "scan_i2t_avg")}
-    out["caan"] = _train(small_world, tmp_path_factory, "caan", attn_dim=32)
+    # CAAN stalls when hardest negatives start after one warm-up epoch here (rsum ~84, and it
+    # varies run to run); after two it learns steadily (~345).
+    out["caan"] = _train(small_world, tmp_path_factory, "caan", warmup_epochs=2, attn_dim=32)
     return out
 
 
