@@ -52,3 +52,16 @@ def test_vocab_build_and_data_synth_commands(tmp_path, capsys):
     v = Vocab.load(tmp_path / "v.json")
     assert len(v) > 10 and "<unk>" in v
     assert main(["models"]) == 0 and "scan_t2i_avg" in capsys.readouterr().out
+
+
+def test_quickstart_command_prints_table_and_json(small_world, tmp_path, capsys):
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(f"model: {{name: vsepp, embed_dim: 16, word_dim: 8}}\n"
+                   f"data: {{path: {small_world}, val_max_images: 50, min_word_count: 1}}\n"
+                   f"train: {{epochs: 1, batch_size: 64, max_steps_per_epoch: 3, threads: 1}}\n")
+    assert main(["quickstart", "--models", str(cfg), "--run-dir", str(tmp_path / "q"),
+                 "--json", str(tmp_path / "q.json")]) == 0
+    out = capsys.readouterr().out
+    assert "rsum" in out and "vsepp" in out
+    res = json.loads((tmp_path / "q.json").read_text())
+    assert res["results"]["vsepp"]["n_images"] == 200 and 0 <= res["results"]["vsepp"]["rsum"] <= 600

@@ -21,7 +21,7 @@ def quickstart(run_dir="runs/quickstart", json_path=None, configs=None) -> dict:
     results, timings = {}, {}
     for name in configs:
         cfg = load_config(name)
-        out = Path(run_dir) / name
+        out = Path(run_dir) / Path(name).stem
         print(f"== training {cfg['model']['name']} ({name}) for {cfg['train']['epochs']} epochs on the toy world")
         t0 = time.time()
         train(cfg, out)
