@@ -62,6 +62,9 @@ def render(results: dict) -> str:
     for k, v in runs.items():
         lines.append(f"| {k} | {v['epochs']} ({v['metrics'].get('epoch')}) | {v['minutes_per_epoch']:.1f} | "
                      f"`{v['command']}` |")
+    notes = [f"- {k}: {v['note']}" for k, v in runs.items() if v.get("note")]
+    if notes:
+        lines += ["", "Notes:"] + notes
     return "\n".join(lines) + "\n"
 
 
@@ -72,6 +75,8 @@ def main(argv=None):
     ap.add_argument("--name", help="row name (default: config name)")
     ap.add_argument("--shared", default=str(SHARED))
     ap.add_argument("--extract-only", action="store_true")
+    ap.add_argument("--rerender", action="store_true", help="recompute min/epoch of every run and rewrite the report")
+    ap.add_argument("--note", help="a remark stored with this run's row (e.g. the CPU was shared)")
     a = ap.parse_args(argv)
     shared = Path(a.shared)
     if not (shared / "dataset_flickr8k.json").is_file():
@@ -83,7 +88,13 @@ def main(argv=None):
         results["extraction"] = {"images_per_second": (feats["splits"]["train"]["images"] + feats["splits"]["dev"]["images"])
                                  / (feats["splits"]["train"]["seconds"] + feats["splits"]["dev"]["seconds"]),
                                  "images": feats["splits"]["train"]["images"] + feats["splits"]["dev"]["images"]}
-    if not a.extract_only:
+    if a.rerender:
+        for name, run in results["runs"].items():
+            run["minutes_per_epoch"] = epoch_minutes(HERE / "cache" / "runs" / name,
+                                                     -(-30000 // run["config"]["train"]["batch_size"]))
+            if a.note and name == a.name:
+                run["note"] = a.note
+    elif not a.extract_only:
         cfg = load_config(a.config, a.overrides, extra=None)
         cfg["data"]["path"] = str(CACHE)
         name = a.name or Path(a.config).stem
@@ -93,7 +104,7 @@ def main(argv=None):
         minutes = epoch_minutes(run_dir, steps)
         cmd = "python benchmarks/flickr8k.py --config " + a.config + "".join(f" --set {shlex.quote(o)}" for o in a.overrides)
         results["runs"][name] = {"metrics": best, "epochs": cfg["train"]["epochs"], "minutes_per_epoch": minutes,
-                                 "command": cmd, "config": cfg}
+                                 "command": cmd, "config": cfg, **({"note": a.note} if a.note else {})}
     write_json(res_path, results)
     write_text(RESULTS / "flickr8k.md", render(results))
     print(render(results))
