@@ -38,6 +38,9 @@ def test_resume_after_a_kill_mid_epoch_replays_the_same_losses(small_world, tmp_
     a, b = _losses(full), _losses(cut)
     assert len(a) == len(b) == 2 * 47  # 3000 captions / 64 per batch, 2 epochs
     assert a == b  # bit-identical loss sequence
+    rows = [json.loads(l) for l in (cut / "metrics.jsonl").read_text().splitlines()]
+    times = [r["time"] for r in rows if r["type"] == "train"]
+    assert all(t1 <= t2 for t1, t2 in zip(times, times[1:]))  # the clock runs on across the resume
     wa = load_model(full / "last").state_dict()
     wb = load_model(cut / "last").state_dict()
     assert all(torch.equal(wa[k], wb[k]) for k in wa)

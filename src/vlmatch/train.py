@@ -95,7 +95,11 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True) -> di
     root = data_root(dc["path"])
     train_split = PrecompSplit(root, dc["train_split"])
     val_split = PrecompSplit(root, dc["val_split"], max_images=dc["val_max_images"])
-    vocab = build_vocab(cfg, train_split)
+    ckpt = latest_checkpoint(run_dir) if resume else None
+    if resume and ckpt is None:
+        raise ConfigError(f"--resume {run_dir}: no last/ checkpoint in it")
+    # a resumed run keeps the vocabulary it was trained with
+    vocab = Vocab.load(ckpt / "vocab.json") if ckpt is not None else build_vocab(cfg, train_split)
     model_opts = {k: v for k, v in cfg["model"].items() if k != "name"}
     model_opts.setdefault("img_dim", train_split.img_dim)
     if model_opts["img_dim"] != train_split.img_dim:
@@ -107,12 +111,9 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True) -> di
     model.to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=tc["lr"])
 
-    state = {"epoch": 0, "step_in_epoch": 0, "global_step": 0, "best_rsum": -1.0, "best_epoch": None}
+    state = {"epoch": 0, "step_in_epoch": 0, "global_step": 0, "best_rsum": -1.0, "best_epoch": None, "elapsed": 0.0}
     metrics_path = run_dir / "metrics.jsonl"
     if resume:
-        ckpt = latest_checkpoint(run_dir)
-        if ckpt is None:
-            raise ConfigError(f"--resume {run_dir}: no last/ checkpoint in it")
         state = load_training_state(ckpt, model, optimizer)
         if is_main:
             _truncate_log(metrics_path, state["global_step"])
@@ -126,7 +127,7 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True) -> di
 
     net = DistributedDataParallel(model) if distributed else model
     dataset = PairDataset(train_split, vocab)
-    t_start = time.time()
+    t_start = time.time() - state.get("elapsed", 0.0)  # the log's "time" runs on across a resume
     for epoch in range(state["epoch"], tc["epochs"]):
         lr = tc["lr"] * (0.1 ** (epoch // tc["lr_update"]))
         for group in optimizer.param_groups:
@@ -161,6 +162,7 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True) -> di
                 _validate_and_keep(model, val_split, vocab, device, state, run_dir, metrics_path, epoch, is_main)
             if tc["checkpoint_every_steps"] and gs % tc["checkpoint_every_steps"] == 0 and step + 1 < len(batches):
                 if is_main:
+                    state["elapsed"] = time.time() - t_start
                     save_training_state(run_dir / "last", model, optimizer, state)
                 D.barrier()
             if tc["stop_after_steps"] and gs >= tc["stop_after_steps"]:
@@ -171,6 +173,7 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True) -> di
         state["epoch"], state["step_in_epoch"] = epoch + 1, 0
         _validate_and_keep(model, val_split, vocab, device, state, run_dir, metrics_path, epoch, is_main)
         if is_main:
+            state["elapsed"] = time.time() - t_start
             save_training_state(run_dir / "last", model, optimizer, state)
         D.barrier()
 
