@@ -11,6 +11,7 @@ rendered to benchmarks/results/flickr8k.md with the command that produced each r
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import shlex
 import sys
@@ -42,7 +43,7 @@ def epoch_minutes(run_dir: Path, steps_per_epoch: int) -> float:
     rows = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines() if ln]
     rows = [r for r in rows if r["type"] == "train"]
     rates = sorted((b["time"] - a["time"]) / (b["global_step"] - a["global_step"])
-                   for a, b in zip(rows, rows[1:]) if b["global_step"] > a["global_step"] and b["epoch"] == a["epoch"])
+                   for a, b in itertools.pairwise(rows) if b["global_step"] > a["global_step"] and b["epoch"] == a["epoch"])
     return rates[len(rates) // 2] * steps_per_epoch / 60 if rates else float("nan")
 
 

@@ -186,9 +186,9 @@ def main(argv=None):
     for k, v in ratios.items():
         print(f"{k:22s} {v:8.2f}x")
     recall = recall_change(a) if a.recall_checkpoint else None
-    report = {"model": a.model, "recall_fp32_vs_bf16": recall, "shape": {"k": a.k, "L": a.L, "D": a.d, "images": a.images, "captions": a.captions,
-                                          "official_slice": [a.official_images, a.official_captions],
-                                          "block": [a.block_images, a.block_captions]},
+    shape = {"k": a.k, "L": a.L, "D": a.d, "images": a.images, "captions": a.captions,
+             "official_slice": [a.official_images, a.official_captions], "block": [a.block_images, a.block_captions]}
+    report = {"model": a.model, "recall_fp32_vs_bf16": recall, "shape": shape,
               "threads": a.threads, "torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
               "modes": res, "ratios": ratios, "command": "python benchmarks/scoring.py " + " ".join(argv or sys.argv[1:])}
     from vlmatch.io import write_json, write_text

@@ -9,12 +9,11 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
-
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)

@@ -148,6 +148,6 @@ def ensemble(matrices: list[np.ndarray], sources: list = None) -> np.ndarray:
     shapes = {m.shape for m in matrices}
     if len(shapes) != 1:
         names = sources or [f"#{i}" for i in range(len(matrices))]
-        detail = ", ".join(f"{n}: {m.shape}" for n, m in zip(names, matrices))
+        detail = ", ".join(f"{n}: {m.shape}" for n, m in zip(names, matrices, strict=False))
         raise DataError(names[0], f"score matrices to ensemble differ in shape ({detail})")
     return np.mean(np.stack([np.asarray(m, dtype=np.float64) for m in matrices]), axis=0)

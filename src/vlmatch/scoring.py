@@ -33,7 +33,7 @@ class BlockPlan:
 
     @classmethod
     def for_budget(cls, model: MatchingModel, n_img: int, n_cap: int, n_regions: int, n_words: int,
-                   budget: int = DEFAULT_BUDGET) -> "BlockPlan":
+                   budget: int = DEFAULT_BUDGET) -> BlockPlan:
         pairs = max(1, budget // max(1, model.bytes_per_pair(n_regions, n_words)))
         ni = min(n_img, max(1, math.isqrt(pairs)))
         nc = min(n_cap, max(1, pairs // ni))

@@ -86,7 +86,7 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True) -> di
     distributed = D.init_from_env(device)
     rank, world_size = D.world()
     if device.type == "cuda" and distributed:
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
     is_main = rank == 0
     run_dir = Path(run_dir)
@@ -159,7 +159,7 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True) -> di
                                                       "global_step": gs, "loss": loss.item(), "lr": lr,
                                                       "hardest": hardest, "time": time.time() - t_start}))
             if tc["val_every_steps"] and gs % tc["val_every_steps"] == 0 and step + 1 < len(batches):
-                _validate_and_keep(model, val_split, vocab, device, state, run_dir, metrics_path, epoch, is_main)
+                _validate_and_keep(model, val_split, vocab, device, state, run_dir, metrics_path, epoch, is_main, progress)
             if tc["checkpoint_every_steps"] and gs % tc["checkpoint_every_steps"] == 0 and step + 1 < len(batches):
                 if is_main:
                     state["elapsed"] = time.time() - t_start
@@ -171,7 +171,7 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True) -> di
                 return {"stopped_at": gs}
         bar.close()
         state["epoch"], state["step_in_epoch"] = epoch + 1, 0
-        _validate_and_keep(model, val_split, vocab, device, state, run_dir, metrics_path, epoch, is_main)
+        _validate_and_keep(model, val_split, vocab, device, state, run_dir, metrics_path, epoch, is_main, progress)
         if is_main:
             state["elapsed"] = time.time() - t_start
             save_training_state(run_dir / "last", model, optimizer, state)
@@ -185,10 +185,12 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True) -> di
     return json.loads(best.read_text()) if best.is_file() else {}
 
 
-def _validate_and_keep(model, val_split, vocab, device, state, run_dir, metrics_path, epoch, is_main):
+def _validate_and_keep(model, val_split, vocab, device, state, run_dir, metrics_path, epoch, is_main, progress):
     if is_main:
-        m = validate(model, val_split, vocab, device)
+        t0 = time.perf_counter()
+        m = validate(model, val_split, vocab, device, progress=progress)
         append_line(metrics_path, json.dumps({"type": "val", "epoch": epoch, "global_step": state["global_step"],
+                                              "seconds": time.perf_counter() - t0,
                                               **{k: v for k, v in m.items() if k != "protocol"}}))
         if m["rsum"] > state["best_rsum"]:
             state["best_rsum"], state["best_epoch"] = m["rsum"], epoch

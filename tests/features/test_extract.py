@@ -46,7 +46,7 @@ def make_images(folder, n, seed=0):
 def make_karpathy(path, names, splits):
     images = [{"filename": n, "split": s, "imgid": i,
                "sentences": [{"raw": f"A photo number {i} variant {c}.", "tokens": []} for c in range(5)]}
-              for i, (n, s) in enumerate(zip(names, splits))]
+              for i, (n, s) in enumerate(zip(names, splits, strict=True))]
     path.write_text(json.dumps({"dataset": "flickr8k", "images": images}))
     return path
 

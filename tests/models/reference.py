@@ -121,7 +121,7 @@ def caan_pair(model, v, u):
         elif c.intra == "semantic":
             def cosl(a, b):
                 na, nb = math.sqrt(sum(x * x for x in a)) + EPS, math.sqrt(sum(x * x for x in b)) + EPS
-                return sum(x * y for x, y in zip(a, b)) / (na * nb)
+                return sum(x * y for x, y in zip(a, b, strict=True)) / (na * nb)
 
             hv = [[cosl(h_uv[i], h_uv[i2]) for i2 in range(k)] for i in range(k)]
             colvu = [[h_vu[i][j] for i in range(k)] for j in range(n)]

@@ -61,7 +61,7 @@ def pad_tokens(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def collate_pairs(batch):
-    feats, caps, cap_idx, img_idx = zip(*batch)
+    feats, caps, cap_idx, img_idx = zip(*batch, strict=True)
     tokens, lengths = pad_tokens(list(caps))
     return {
         "features": torch.from_numpy(np.stack(feats)),
@@ -73,12 +73,12 @@ def collate_pairs(batch):
 
 
 def collate_images(batch):
-    feats, idx = zip(*batch)
+    feats, idx = zip(*batch, strict=True)
     return {"features": torch.from_numpy(np.stack(feats)), "index": torch.tensor(idx)}
 
 
 def collate_captions(batch):
-    caps, idx = zip(*batch)
+    caps, idx = zip(*batch, strict=True)
     tokens, lengths = pad_tokens(list(caps))
     return {"tokens": tokens, "lengths": lengths, "index": torch.tensor(idx)}
 

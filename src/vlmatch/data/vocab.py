@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from ..errors import DataError
 from ..io import read_json, write_json
@@ -50,7 +50,7 @@ class Vocab:
         return [self.idx2word[i] for i in ids]
 
     @classmethod
-    def build(cls, captions: Iterable[str], min_count: int = 4) -> "Vocab":
+    def build(cls, captions: Iterable[str], min_count: int = 4) -> Vocab:
         """Words seen at least ``min_count`` times, most frequent first (ties alphabetical)."""
         counts = Counter(t for c in captions for t in tokenize(c))
         words = sorted((w for w, n in counts.items() if n >= min_count), key=lambda w: (-counts[w], w))
@@ -68,7 +68,7 @@ class Vocab:
         write_json(path, self.to_json(), indent=None)
 
     @classmethod
-    def from_json(cls, obj: dict, source="<vocab>") -> "Vocab":
+    def from_json(cls, obj: dict, source="<vocab>") -> Vocab:
         try:
             i2w = obj["idx2word"]
             n = int(obj.get("idx", len(i2w)))
@@ -85,7 +85,7 @@ class Vocab:
         return v
 
     @classmethod
-    def load(cls, path) -> "Vocab":
+    def load(cls, path) -> Vocab:
         path = Path(path)
         obj = read_json(path, "vocabulary file not found")
         return cls.from_json(obj, source=path)

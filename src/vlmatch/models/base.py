@@ -58,21 +58,21 @@ class Encoding:
     def __len__(self) -> int:
         return len(next(iter(self.tensors().values())))
 
-    def select(self, index) -> "Encoding":
+    def select(self, index) -> Encoding:
         """Rows ``index`` (a slice, an index tensor or a list) of every field."""
         return dataclasses.replace(self, **{k: v[index] for k, v in self.tensors().items()})
 
-    def map(self, fn) -> "Encoding":
+    def map(self, fn) -> Encoding:
         return dataclasses.replace(self, **{k: fn(v) for k, v in self.tensors().items()})
 
-    def to(self, device) -> "Encoding":
+    def to(self, device) -> Encoding:
         return self.map(lambda t: t.to(device))
 
-    def detach(self) -> "Encoding":
+    def detach(self) -> Encoding:
         return self.map(lambda t: t.detach())
 
     @classmethod
-    def cat(cls, parts: list["Encoding"]) -> "Encoding":
+    def cat(cls, parts: list[Encoding]) -> Encoding:
         """Concatenate batches; fields whose axis 1 differs (e.g. words) are zero-padded."""
         out = {}
         for name, first in parts[0].tensors().items():
@@ -100,7 +100,7 @@ class TextEncoding(Encoding):
     # Fields with one row per word on axis 1; subclasses with per-word extras extend this.
     per_word_fields: ClassVar[tuple[str, ...]] = ("words",)
 
-    def trim(self) -> "TextEncoding":
+    def trim(self) -> TextEncoding:
         """Drop padding columns beyond the longest caption in this block."""
         if self.words is None:
             return self
