@@ -103,7 +103,8 @@ def main(argv=None):
         best = train(cfg, run_dir)
         steps = -(-30000 // cfg["train"]["batch_size"])  # 6000 images x 5 captions
         minutes = epoch_minutes(run_dir, steps)
-        cmd = "python benchmarks/flickr8k.py --config " + a.config + "".join(f" --set {shlex.quote(o)}" for o in a.overrides)
+        cmd = ("python benchmarks/flickr8k.py --config " + a.config + (f" --name {a.name}" if a.name else "")
+               + "".join(f" --set {shlex.quote(o)}" for o in a.overrides))
         results["runs"][name] = {"metrics": best, "epochs": cfg["train"]["epochs"], "minutes_per_epoch": minutes,
                                  "command": cmd, "config": cfg, **({"note": a.note} if a.note else {})}
     write_json(res_path, results)
