@@ -47,7 +47,7 @@ TEMPLATES = {
 }
 
 
-@dataclass
+@dataclass(frozen=True)
 class ToyWorldConfig:
     seed: int = 0
     n_train: int = 3000
