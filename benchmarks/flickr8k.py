@@ -37,6 +37,13 @@ def ensure_features(shared: Path) -> dict:
                    dtype="float16", batch_size=32)
 
 
+TRAIN_CAPTIONS = 30000  # Karpathy train split of Flickr8k: 6000 images x 5 captions
+
+
+def steps_per_epoch(cfg: dict) -> int:
+    return -(-TRAIN_CAPTIONS // cfg["train"]["batch_size"])
+
+
 def epoch_minutes(run_dir: Path, steps_per_epoch: int) -> float:
     """Training minutes per epoch from the median time per step in metrics.jsonl: robust to pauses
     of the process and to validation time (which it excludes)."""
@@ -91,8 +98,7 @@ def main(argv=None):
                                  "images": feats["splits"]["train"]["images"] + feats["splits"]["dev"]["images"]}
     if a.rerender:
         for name, run in results["runs"].items():
-            run["minutes_per_epoch"] = epoch_minutes(HERE / "cache" / "runs" / name,
-                                                     -(-30000 // run["config"]["train"]["batch_size"]))
+            run["minutes_per_epoch"] = epoch_minutes(HERE / "cache" / "runs" / name, steps_per_epoch(run["config"]))
             if a.note and name == a.name:
                 run["note"] = a.note
     elif not a.extract_only:
@@ -101,8 +107,7 @@ def main(argv=None):
         name = a.name or Path(a.config).stem
         run_dir = HERE / "cache" / "runs" / name
         best = train(cfg, run_dir)
-        steps = -(-30000 // cfg["train"]["batch_size"])  # 6000 images x 5 captions
-        minutes = epoch_minutes(run_dir, steps)
+        minutes = epoch_minutes(run_dir, steps_per_epoch(cfg))
         cmd = ("python benchmarks/flickr8k.py --config " + a.config + (f" --name {a.name}" if a.name else "")
                + "".join(f" --set {shlex.quote(o)}" for o in a.overrides))
         results["runs"][name] = {"metrics": best, "epochs": cfg["train"]["epochs"], "minutes_per_epoch": minutes,
