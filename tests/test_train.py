@@ -21,9 +21,12 @@ def _cfg(world, **train_over):
     return load_config(None, extra=extra)
 
 
+def _log(run):
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
 def _losses(run):
-    return [json.loads(line)["loss"] for line in (run / "metrics.jsonl").read_text().splitlines()
-            if json.loads(line)["type"] == "train"]
+    return [r["loss"] for r in _log(run) if r["type"] == "train"]
 
 
 def test_resume_after_a_kill_mid_epoch_replays_the_same_losses(small_world, tmp_path):
@@ -39,8 +42,7 @@ def test_resume_after_a_kill_mid_epoch_replays_the_same_losses(small_world, tmp_
     a, b = _losses(full), _losses(cut)
     assert len(a) == len(b) == 2 * 47  # 3000 captions / 64 per batch, 2 epochs
     assert a == b  # bit-identical loss sequence
-    rows = [json.loads(line) for line in (cut / "metrics.jsonl").read_text().splitlines()]
-    times = [r["time"] for r in rows if r["type"] == "train"]
+    times = [r["time"] for r in _log(cut) if r["type"] == "train"]
     assert all(t1 <= t2 for t1, t2 in itertools.pairwise(times))  # the clock runs on across the resume
     wa = load_model(full / "last").state_dict()
     wb = load_model(cut / "last").state_dict()
@@ -61,6 +63,5 @@ def test_torchrun_two_processes_end_with_identical_weights(small_world, tmp_path
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = [json.loads((run / "ranks" / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"]
-    steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [s["global_step"] for s in steps if s["type"] == "train"] == [2, 4, 6]  # rank 0 logs alone
+    assert [s["global_step"] for s in _log(run) if s["type"] == "train"] == [2, 4, 6]  # rank 0 logs alone
     assert (run / "best" / "model.safetensors").is_file()
