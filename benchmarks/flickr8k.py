@@ -4,7 +4,8 @@
     python benchmarks/flickr8k.py --config scan_t2i_avg_f8k --set train.epochs=4
 
 Features go to benchmarks/cache/ (gitignored). Results (val = Karpathy val split, 1000 images,
-5000 captions; the test split is held back) are merged into benchmarks/results/flickr8k.json and
+5000 captions; the test split is held back) go to benchmarks/results/flickr8k/<run name>.json, one
+file per run (so runs made on different branches merge without conflicts), and all of them are
 rendered to benchmarks/results/flickr8k.md with the command that produced each row.
 """
 
@@ -15,6 +16,7 @@ import itertools
 import json
 import shlex
 import sys
+import time
 from pathlib import Path
 
 from vlmatch.config import load_config
@@ -27,6 +29,8 @@ HERE = Path(__file__).resolve().parent
 SHARED = HERE.parent.parent / "shared" / "flickr8k"
 CACHE = HERE / "cache" / "flickr8k-efficientnet-lite0"
 RESULTS = HERE / "results"
+RUNS = RESULTS / "flickr8k"
+EXTRACTION = "_extraction.json"
 
 
 def ensure_features(shared: Path) -> dict:
@@ -76,6 +80,16 @@ def render(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def load_results() -> dict:
+    """Every run's record (benchmarks/results/flickr8k/*.json), in the order the runs finished."""
+    runs = {}
+    for f in sorted(RUNS.glob("*.json"), key=lambda f: (json.loads(f.read_text()).get("finished", ""), f.name)):
+        if f.name != EXTRACTION:
+            runs[f.stem] = json.loads(f.read_text())
+    ext = RUNS / EXTRACTION
+    return {"runs": runs, "extraction": json.loads(ext.read_text()) if ext.is_file() else {}}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", help="bundled config name or YAML path")
@@ -89,18 +103,21 @@ def main(argv=None):
     shared = Path(a.shared)
     if not (shared / "dataset_flickr8k.json").is_file():
         sys.exit(f"{shared}: no dataset_flickr8k.json (pass --shared)")
-    res_path = RESULTS / "flickr8k.json"
-    results = json.loads(res_path.read_text()) if res_path.is_file() else {"runs": {}}
+    results = load_results()
     feats = ensure_features(shared)
-    if feats["splits"]["train"].get("images_per_second"):
+    if feats["splits"]["train"].get("images_per_second") and (a.extract_only or not results.get("extraction")):
         results["extraction"] = {"images_per_second": (feats["splits"]["train"]["images"] + feats["splits"]["dev"]["images"])
                                  / (feats["splits"]["train"]["seconds"] + feats["splits"]["dev"]["seconds"]),
                                  "images": feats["splits"]["train"]["images"] + feats["splits"]["dev"]["images"]}
+    changed = []
     if a.rerender:
         for name, run in results["runs"].items():
-            run["minutes_per_epoch"] = epoch_minutes(HERE / "cache" / "runs" / name, steps_per_epoch(run["config"]))
+            run_dir = HERE / "cache" / "runs" / name
+            if (run_dir / "metrics.jsonl").is_file():  # runs trained on another machine keep their figure
+                run["minutes_per_epoch"] = epoch_minutes(run_dir, steps_per_epoch(run["config"]))
             if a.note and name == a.name:
                 run["note"] = a.note
+        changed = list(results["runs"])
     elif not a.extract_only:
         cfg = load_config(a.config, a.overrides, extra=None)
         cfg["data"]["path"] = str(CACHE)
@@ -111,8 +128,13 @@ def main(argv=None):
         cmd = ("python benchmarks/flickr8k.py --config " + a.config + (f" --name {a.name}" if a.name else "")
                + "".join(f" --set {shlex.quote(o)}" for o in a.overrides))
         results["runs"][name] = {"metrics": best, "epochs": cfg["train"]["epochs"], "minutes_per_epoch": minutes,
-                                 "command": cmd, "config": cfg, **({"note": a.note} if a.note else {})}
-    write_json(res_path, results)
+                                 "command": cmd, "config": cfg, "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                                 **({"note": a.note} if a.note else {})}
+        changed = [name]
+    for name in changed:
+        write_json(RUNS / f"{name}.json", results["runs"][name])
+    if results.get("extraction"):
+        write_json(RUNS / EXTRACTION, results["extraction"])
     write_text(RESULTS / "flickr8k.md", render(results))
     print(render(results))
 

@@ -96,10 +96,10 @@ def checkpoint_scores(checkpoint, data, split, max_images, device, progress):
 
     dev = pick_device(device)
     model = load_model(checkpoint, map_location=dev)
-    if model.vocab is None:
+    if model.uses_vocab and model.vocab is None:
         raise VlmatchError(f"{checkpoint}: no vocab.json beside the model")
     sp = PrecompSplit(data_root(data), split, max_images=max_images)
-    return model_scores(model, sp, model.vocab, device=dev, progress=progress)
+    return model_scores(model, sp, device=dev, progress=progress)
 
 
 def _add_quickstart(sub):

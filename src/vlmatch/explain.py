@@ -7,7 +7,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .errors import VlmatchError
 from .models.base import MatchingModel
 
 
@@ -23,19 +22,16 @@ class PairAttention:
 def pair_attention(model: MatchingModel, features, caption: str, mask=None) -> PairAttention:
     """Weights of ``model`` for one image (features (k, img_dim)) and one caption text.
 
-    SCAN t-i: for each word, its weights over the regions; SCAN i-t: for each region, its
-    weights over the words. The model must carry its vocabulary (checkpoints do).
+    The caption goes through the model's own ``tokenize``; the weights come from the model's
+    ``pair_attention`` (SCAN t-i: for each word, its weights over the regions; SCAN i-t: for each
+    region, its weights over the words).
     """
-    if model.vocab is None:
-        raise VlmatchError(f"model {model.name} has no vocabulary attached (load it from a checkpoint)")
-    if not hasattr(model, "attention") or not hasattr(model.cfg, "direction"):
-        raise VlmatchError(f"model {model.name} has no word-region attention map")
     model.eval()
-    ids = model.vocab.encode(caption)
-    feats = torch.as_tensor(np.asarray(features, dtype=np.float32))[None]
-    m = None if mask is None else torch.as_tensor(mask, dtype=torch.bool)[None]
+    tokens, lengths = model.tokenize([caption])
+    feats = torch.as_tensor(np.array(features, dtype=np.float32))[None]  # a copy: memory-mapped input is read-only
+    m = None if mask is None else torch.as_tensor(np.asarray(mask), dtype=torch.bool)[None]
     img = model.encode_images(feats, m)
-    txt = model.encode_texts(torch.tensor([ids]), torch.tensor([len(ids)]))
-    att = model.attention(img, txt)[0, :, 0, :].numpy()
-    return PairAttention(model.vocab.decode(ids), att, "regions" if model.cfg.direction == "t2i" else "words",
-                         float(model.score(img, txt)[0, 0]))
+    txt = model.encode_texts(tokens, lengths)
+    att = model.pair_attention(img, txt)
+    words = model.decode_tokens(tokens[0], int(lengths[0]))
+    return PairAttention(words, np.asarray(att["weights"]), att["axis"], float(model.score(img, txt)[0, 0]))

@@ -28,7 +28,7 @@ def quickstart(run_dir="runs/quickstart", json_path=None, configs=None) -> dict:
         timings[name] = time.time() - t0
         model = load_model(out / "best")
         test = PrecompSplit(data_root(cfg["data"]["path"]), "test")
-        sims = model_scores(model, test, model.vocab)
+        sims = model_scores(model, test)
         results[cfg["model"]["name"]] = evaluate_protocol(sims, "single", source=test.captions_path)
     print("\ntoy world, test split (1000 images, 5000 captions):")
     print(format_table(results))

@@ -83,22 +83,27 @@ def compiled_score(model: MatchingModel):
 
 
 @torch.no_grad()
-def model_scores(model: MatchingModel, split: PrecompSplit, vocab: Vocab, device="cpu",
+def model_scores(model: MatchingModel, split: PrecompSplit, vocab: Vocab | None = None, device="cpu",
                  budget: int = DEFAULT_BUDGET, progress: bool = True, plan: BlockPlan | None = None,
                  compile: bool = False) -> np.ndarray:
-    """The full score matrix of ``model`` on ``split`` (rows images, columns captions)."""
+    """The full score matrix of ``model`` on ``split`` (rows images, columns captions).
+
+    Captions are tokenised by ``model.tokenize`` (the model's own text processing); ``vocab``, if
+    given, is used instead (kept for callers that hold a vocabulary apart from the model).
+    """
     was_training = model.training
     model.eval()
     try:
         images = encode_all_images(model, split, device=device, progress=progress)
-        tokens = encode_captions(split, vocab)
+        text = vocab if vocab is not None else model
+        tokens = encode_captions(split, text)
         order = np.argsort([len(t) for t in tokens], kind="stable")
         sorted_tokens = [tokens[j] for j in order]
         n_words = max(len(t) for t in tokens)
         plan = plan or BlockPlan.for_budget(model, split.n_images, len(tokens), split.n_regions, n_words, budget)
 
         def chunks():
-            for batch in caption_loader(split, vocab, batch_size=plan.captions, tokens=sorted_tokens):
+            for batch in caption_loader(split, text, batch_size=plan.captions, tokens=sorted_tokens):
                 txt = model.encode_texts(batch["tokens"].to(device), batch["lengths"].to(device))
                 yield order[batch["index"].numpy()], txt
 

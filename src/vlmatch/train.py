@@ -30,9 +30,8 @@ from .data.synth import ensure_toyworld
 from .data.vocab import Vocab
 from .errors import ConfigError
 from .io import append_line, atomic_dir, write_json, write_text
-from .losses import hinge_triplet
 from .metrics import evaluate_protocol
-from .models.registry import create_model
+from .models.registry import create_model, model_class
 from .scoring import model_scores
 
 TOYWORLD_CACHE = Path(os.environ.get("VLMATCH_CACHE", Path.home() / ".cache" / "vlmatch")) / "toyworld"
@@ -72,8 +71,8 @@ def build_vocab(cfg: dict, train: PrecompSplit) -> Vocab:
     return Vocab.build(train.captions, min_count=cfg["data"]["min_word_count"])
 
 
-def validate(model, split, vocab, device, progress=False) -> dict:
-    sims = model_scores(model, split, vocab, device=device, progress=progress)
+def validate(model, split, device, progress=False) -> dict:
+    sims = model_scores(model, split, device=device, progress=progress)
     return evaluate_protocol(sims, "single", source=split.captions_path)
 
 
@@ -98,14 +97,16 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True) -> di
     ckpt = latest_checkpoint(run_dir) if resume else None
     if resume and ckpt is None:
         raise ConfigError(f"--resume {run_dir}: no last/ checkpoint in it")
-    # a resumed run keeps the vocabulary it was trained with
-    vocab = Vocab.load(ckpt / "vocab.json") if ckpt is not None else build_vocab(cfg, train_split)
     model_opts = {k: v for k, v in cfg["model"].items() if k != "name"}
+    vocab = None
+    if model_class(cfg["model"]["name"]).uses_vocab:
+        # a resumed run keeps the vocabulary it was trained with
+        vocab = Vocab.load(ckpt / "vocab.json") if ckpt is not None else build_vocab(cfg, train_split)
+        model_opts["vocab_size"] = len(vocab)
     model_opts.setdefault("img_dim", train_split.img_dim)
     if model_opts["img_dim"] != train_split.img_dim:
         raise ConfigError(f"model.img_dim={model_opts['img_dim']} but {train_split.features_path} has "
                           f"{train_split.img_dim}-d features")
-    model_opts["vocab_size"] = len(vocab)
     model = create_model(cfg["model"]["name"], **model_opts)
     model.vocab = vocab
     model.to(device)
@@ -126,7 +127,7 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True) -> di
     D.barrier()
 
     net = DistributedDataParallel(model) if distributed else model
-    dataset = PairDataset(train_split, vocab)
+    dataset = PairDataset(train_split, model)  # the model tokenises its own captions
     t_start = time.time() - state.get("elapsed", 0.0)  # the log's "time" runs on across a resume
     for epoch in range(state["epoch"], tc["epochs"]):
         lr = tc["lr"] * (0.1 ** (epoch // tc["lr_update"]))
@@ -144,7 +145,7 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True) -> di
         model.train()
         for step, batch in enumerate(bar, start=start):
             scores = net(batch["features"].to(device), None, batch["tokens"].to(device), batch["lengths"].to(device))
-            loss = hinge_triplet(scores, tc["margin"], hardest, batch["image_index"].to(device))
+            loss = model.loss(scores, batch, tc, hardest)  # the model's own objective (default: hinge triplet)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if tc["grad_clip"] and tc["grad_clip"] > 0:
@@ -159,7 +160,7 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True) -> di
                                                       "global_step": gs, "loss": loss.item(), "lr": lr,
                                                       "hardest": hardest, "time": time.time() - t_start}))
             if tc["val_every_steps"] and gs % tc["val_every_steps"] == 0 and step + 1 < len(batches):
-                _validate_and_keep(model, val_split, vocab, device, state, run_dir, metrics_path, epoch, is_main, progress)
+                _validate_and_keep(model, val_split, device, state, run_dir, metrics_path, epoch, is_main, progress)
             if tc["checkpoint_every_steps"] and gs % tc["checkpoint_every_steps"] == 0 and step + 1 < len(batches):
                 if is_main:
                     state["elapsed"] = time.time() - t_start
@@ -171,7 +172,7 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True) -> di
                 return {"stopped_at": gs}
         bar.close()
         state["epoch"], state["step_in_epoch"] = epoch + 1, 0
-        _validate_and_keep(model, val_split, vocab, device, state, run_dir, metrics_path, epoch, is_main, progress)
+        _validate_and_keep(model, val_split, device, state, run_dir, metrics_path, epoch, is_main, progress)
         if is_main:
             state["elapsed"] = time.time() - t_start
             save_training_state(run_dir / "last", model, optimizer, state)
@@ -185,10 +186,10 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True) -> di
     return json.loads(best.read_text()) if best.is_file() else {}
 
 
-def _validate_and_keep(model, val_split, vocab, device, state, run_dir, metrics_path, epoch, is_main, progress):
+def _validate_and_keep(model, val_split, device, state, run_dir, metrics_path, epoch, is_main, progress):
     if is_main:
         t0 = time.perf_counter()
-        m = validate(model, val_split, vocab, device, progress=progress)
+        m = validate(model, val_split, device, progress=progress)
         append_line(metrics_path, json.dumps({"type": "val", "epoch": epoch, "global_step": state["global_step"],
                                               "seconds": time.perf_counter() - t0,
                                               **{k: v for k, v in m.items() if k != "protocol"}}))

@@ -10,17 +10,31 @@ from .precomp import PrecompSplit
 from .vocab import Vocab
 
 
-def encode_captions(split: PrecompSplit, vocab: Vocab) -> list[list[int]]:
-    """Token ids of every caption (non-empty lines always give at least one token)."""
-    return [vocab.encode(cap) for cap in split.captions]
+def token_lists(tokenize, captions: list[str], chunk: int = 4096) -> list[list[int]]:
+    """Unpadded token ids of ``captions`` through a ``tokenize(captions) -> (tokens, lengths)``."""
+    out: list[list[int]] = []
+    for a in range(0, len(captions), chunk):
+        toks, lens = tokenize(list(captions[a:a + chunk]))
+        out += [row[:n].tolist() for row, n in zip(toks, lens.tolist(), strict=True)]
+    return out
+
+
+def encode_captions(split: PrecompSplit, text) -> list[list[int]]:
+    """Token ids of every caption of ``split``; ``text`` is a model (its own ``tokenize``) or a Vocab.
+
+    Non-empty lines always give at least one token.
+    """
+    if isinstance(text, Vocab):
+        return [text.encode(cap) for cap in split.captions]
+    return token_lists(text.tokenize, split.captions)
 
 
 class PairDataset(Dataset):
     """(image features, caption ids, caption index, image index) for each caption."""
 
-    def __init__(self, split: PrecompSplit, vocab: Vocab):
+    def __init__(self, split: PrecompSplit, text):
         self.split = split
-        self.tokens = encode_captions(split, vocab)
+        self.tokens = encode_captions(split, text)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -42,8 +56,8 @@ class ImageDataset(Dataset):
 
 
 class CaptionDataset(Dataset):
-    def __init__(self, split: PrecompSplit, vocab: Vocab, tokens: list[list[int]] | None = None):
-        self.tokens = tokens if tokens is not None else encode_captions(split, vocab)
+    def __init__(self, split: PrecompSplit, text, tokens: list[list[int]] | None = None):
+        self.tokens = tokens if tokens is not None else encode_captions(split, text)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -88,7 +102,8 @@ def image_loader(split: PrecompSplit, batch_size: int = 128, num_workers: int = 
                       collate_fn=collate_images)
 
 
-def caption_loader(split: PrecompSplit, vocab: Vocab, batch_size: int = 128, num_workers: int = 0,
+def caption_loader(split: PrecompSplit, text, batch_size: int = 128, num_workers: int = 0,
                    tokens=None) -> DataLoader:
-    return DataLoader(CaptionDataset(split, vocab, tokens), batch_size=batch_size, shuffle=False,
+    """Batches of tokenised captions; ``text`` is a model or a Vocab (see :func:`encode_captions`)."""
+    return DataLoader(CaptionDataset(split, text, tokens), batch_size=batch_size, shuffle=False,
                       num_workers=num_workers, collate_fn=collate_captions)

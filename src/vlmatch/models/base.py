@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError, DataError, VlmatchError
 from ..io import atomic_path, read_json, write_json
 
 EPS = 1e-8
@@ -120,9 +120,21 @@ class ModelConfig:
 
 
 class MatchingModel(nn.Module):
-    """Base class: subclasses set ``Config`` and implement the three protocol methods."""
+    """Base class: subclasses set ``Config`` and implement the three protocol methods.
+
+    Extension points every model may override (the trainer, the engine, ``explain`` and search
+    call only these, never ``if model.name == ...``):
+
+    - ``tokenize(captions)``: the model's own text processing (default: its word vocabulary);
+      ``uses_vocab = False`` for a model that brings its own tokenizer (then the trainer builds no
+      vocabulary), with ``save_extra`` / ``load_extra`` to keep it beside the weights.
+    - ``loss(scores, batch, train_cfg, hardest)``: the training objective from the batch score matrix.
+    - ``global_embeddings(img, txt)``: per-item vectors whose inner product is a stage-1 score.
+    - ``pair_attention(img, txt)``: one pair's word <-> image-position weights, for heat maps.
+    """
 
     Config: ClassVar[type] = ModelConfig
+    uses_vocab: ClassVar[bool] = True  # the trainer builds a word vocabulary and sets vocab_size
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -147,6 +159,50 @@ class MatchingModel(nn.Module):
         """Working memory ``score`` needs per (image, caption) pair; sizes the engine's blocks."""
         return 64
 
+    # --- extension points ------------------------------------------------------------------
+    def tokenize(self, captions: list[str]) -> tuple[Tensor, Tensor]:
+        """Caption strings -> (tokens (B, L) long, padded with 0; lengths (B,)), ready for ``encode_texts``."""
+        if self.vocab is None:
+            raise ConfigError(f"model {self.name} has no vocabulary attached: build one from the training captions "
+                              "(vlmatch.data.vocab.Vocab.build) and set model.vocab, or load a checkpoint")
+        from ..data.loaders import pad_tokens
+
+        return pad_tokens([self.vocab.encode(c) for c in captions])
+
+    def decode_tokens(self, tokens: Tensor, length: int) -> list[str]:
+        """The words (or word pieces) of one tokenised caption, for labelling attention maps."""
+        if self.vocab is None:
+            return [str(int(t)) for t in tokens[:length]]
+        return self.vocab.decode(tokens[:length].tolist())
+
+    def loss(self, scores: Tensor, batch: dict, train_cfg: dict, hardest: bool) -> Tensor:
+        """Training objective from the batch score matrix (default: hinge triplet, both directions).
+
+        ``batch`` is the collated batch (``image_index`` marks captions of the same image);
+        ``hardest`` says whether the schedule is past its warm-up (hardest negatives only).
+        """
+        from ..losses import hinge_triplet
+
+        return hinge_triplet(scores, train_cfg["margin"], hardest, batch["image_index"].to(scores.device))
+
+    def global_embeddings(self, img: ImageEncoding, txt: TextEncoding) -> tuple[Tensor, Tensor] | None:
+        """Per-item vectors (images (B, d), captions (B', d)) whose inner product is this model's
+        pair-independent (stage-1) score; None when the model has no such part."""
+        return None
+
+    def pair_attention(self, img: ImageEncoding, txt: TextEncoding) -> dict:
+        """Attention of ONE pair (``img`` and ``txt`` hold one item each) for heat maps:
+        ``{"weights": (k, n) float array, "axis": "regions" | "words"}`` where "regions" means each
+        word's weights over the k image positions sum to 1 (a column), "words" each region's over
+        the n words (a row). Models without word-region attention raise."""
+        raise VlmatchError(f"model {self.name} has no word-region attention to show")
+
+    def save_extra(self, directory: Path) -> None:
+        """Write model-owned files beside the weights (e.g. a tokenizer). Default: nothing."""
+
+    def load_extra(self, directory: Path) -> None:
+        """Read what ``save_extra`` wrote."""
+
     # --- persistence --------------------------------------------------------------------
     def config_dict(self) -> dict[str, Any]:
         return {"name": self.name, "config": dataclasses.asdict(self.cfg)}
@@ -161,6 +217,7 @@ class MatchingModel(nn.Module):
         write_json(directory / "config.json", self.config_dict())
         if self.vocab is not None:
             self.vocab.save(directory / "vocab.json")
+        self.save_extra(directory)
         return directory
 
     def load_weights(self, path) -> None:

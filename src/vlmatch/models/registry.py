@@ -26,6 +26,14 @@ def describe_models() -> dict[str, str]:
     return {n: _REGISTRY[n][2] for n in sorted(_REGISTRY)}
 
 
+def model_class(name: str) -> type[MatchingModel]:
+    """The class behind a registered name (e.g. to ask ``uses_vocab`` before building the model)."""
+    _load_builtin()
+    if name not in _REGISTRY:
+        raise ConfigError(f"unknown model {name!r}; registered: {', '.join(sorted(_REGISTRY))}")
+    return _REGISTRY[name][0]
+
+
 def create_model(name: str, **overrides) -> MatchingModel:
     """A fresh model of a registered configuration, with any option overridden by keyword."""
     _load_builtin()
@@ -47,6 +55,7 @@ def load_model(checkpoint_dir, map_location="cpu") -> MatchingModel:
     model.load_weights(d / "model.safetensors")
     if (d / "vocab.json").is_file():
         model.vocab = Vocab.load(d / "vocab.json")
+    model.load_extra(d)
     return model.to(map_location).eval()
 
 

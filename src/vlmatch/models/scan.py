@@ -98,6 +98,11 @@ class SCAN(MatchingModel):
         _, _, s, rmask, wmask = self._block(img, txt)
         return self._alpha(s, rmask, wmask)
 
+    def pair_attention(self, img: ImageEncoding, txt: TextEncoding) -> dict:
+        """One pair's weights, (k, n): t2i each word's over regions ("regions"), i2t each region's over words."""
+        att = self.attention(img, txt)[0, :, 0, :]
+        return {"weights": att.detach().float().cpu().numpy(), "axis": "regions" if self.cfg.direction == "t2i" else "words"}
+
     def _alpha(self, s: Tensor, rmask, wmask) -> Tensor:
         c = self.cfg
         if c.direction == "t2i":  # normalise along words, attend over regions

@@ -52,5 +52,9 @@ class VSE(MatchingModel):
     def bytes_per_pair(self, n_regions: int, n_words: int) -> int:
         return 8
 
+    def global_embeddings(self, img: ImageEncoding, txt: TextEncoding) -> tuple[Tensor, Tensor]:
+        """The score is exactly the inner product of the two embeddings."""
+        return img.embedding, txt.embedding
+
 
 register("vsepp", VSE, "VSE++ global baseline: mean-pooled regions + bi-GRU, cosine score")
