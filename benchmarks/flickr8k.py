@@ -123,7 +123,7 @@ def main(argv=None):
         cfg["data"]["path"] = str(CACHE)
         name = a.name or Path(a.config).stem
         run_dir = HERE / "cache" / "runs" / name
-        best = train(cfg, run_dir)
+        best = train(cfg, run_dir, overwrite=True)  # a rerun under the same name replaces that run
         minutes = epoch_minutes(run_dir, steps_per_epoch(cfg))
         cmd = ("python benchmarks/flickr8k.py --config " + a.config + (f" --name {a.name}" if a.name else "")
                + "".join(f" --set {shlex.quote(o)}" for o in a.overrides))

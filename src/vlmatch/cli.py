@@ -19,6 +19,8 @@ def _add_train(sub):
                    help="override a config value, e.g. --set train.lr=1e-4 (repeatable)")
     p.add_argument("--run-dir", help="output folder (default runs/<config name>)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run exactly from RUN_DIR/last")
+    p.add_argument("--overwrite", action="store_true", help="delete the run already in --run-dir and start afresh "
+                                                             "(a fresh run otherwise refuses such a folder)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_train)
 
@@ -28,6 +30,8 @@ def cmd_train(a):
     from .train import train
 
     if a.resume:
+        if a.overwrite:
+            raise VlmatchError("--resume continues a run and --overwrite deletes it: pass one of them")
         run_dir = Path(a.resume)
         cfg = load_config(str(run_dir / "config.yaml"), a.overrides)
     else:
@@ -35,7 +39,7 @@ def cmd_train(a):
             raise VlmatchError("train needs --config (or --resume RUN_DIR)")
         cfg = load_config(a.config, a.overrides)
         run_dir = Path(a.run_dir or Path("runs") / Path(a.config).stem)
-    best = train(cfg, run_dir, resume=bool(a.resume), progress=not a.no_progress)
+    best = train(cfg, run_dir, resume=bool(a.resume), progress=not a.no_progress, overwrite=a.overwrite)
     if best and "rsum" in best:
         from .metrics import format_table
 

@@ -7,11 +7,13 @@ Bundled configs live in ``vlmatch/configs`` (also reachable as ``configs/`` at t
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import yaml
 
 from .errors import ConfigError, DataError
+from .validation import Spec, check_mapping, raise_problems
 
 BUNDLED = Path(__file__).parent / "configs"
 
@@ -24,6 +26,7 @@ DEFAULTS: dict = {
         "val_max_images": 1000,  # SCAN's model selection on the first 1000 dev images / 5000 captions
         "vocab": None,  # a SCAN vocab JSON; built from the training captions when absent
         "min_word_count": 4,
+        "check_finite": True,  # scan every split for NaN/inf once at start (False: data already checked)
     },
     "train": {
         "epochs": 30,
@@ -42,9 +45,59 @@ DEFAULTS: dict = {
         "threads": 0,  # torch threads (0: torch's default)
         "workers": 0,  # DataLoader workers
         "max_steps_per_epoch": None,  # cap (smoke tests)
-        "stop_after_steps": None,  # exit abruptly after this global step (tests the resume path)
+        "stop_after_steps": None,  # exit abruptly after this global step (tests the resume path; never saved)
     },
 }
+
+# Declared type and range of every data/train option (model options come from each model's Config).
+_POS, _NONNEG = {"min": 1}, {"min": 0}
+SPECS: dict[str, dict[str, Spec]] = {
+    "data": {
+        "path": Spec(str, nullable=True),
+        "train_split": Spec(str),
+        "val_split": Spec(str),
+        "val_max_images": Spec(int, nullable=True, **_POS),
+        "vocab": Spec(str, nullable=True),
+        "min_word_count": Spec(int, **_POS),
+        "check_finite": Spec(bool),
+    },
+    "train": {
+        "epochs": Spec(int, **_POS),
+        "batch_size": Spec(int, **_POS),
+        "lr": Spec(float, min=0, gt=True),
+        "lr_update": Spec(int, **_POS),
+        "grad_clip": Spec(float, **_NONNEG),
+        "margin": Spec(float, **_NONNEG),
+        "max_violation": Spec(bool),
+        "warmup_epochs": Spec(int, **_NONNEG),
+        "val_every_steps": Spec(int, **_NONNEG),
+        "checkpoint_every_steps": Spec(int, **_NONNEG),
+        "log_every": Spec(int, **_POS),
+        "seed": Spec(int, min=0, max=2**63 - 1),
+        "device": Spec(str),
+        "threads": Spec(int, **_NONNEG),
+        "workers": Spec(int, **_NONNEG),
+        "max_steps_per_epoch": Spec(int, nullable=True, **_POS),
+        "stop_after_steps": Spec(int, nullable=True, **_POS),
+    },
+}
+# Options that may differ between a run and its resumption (they do not change what is computed).
+RESUMABLE_CHANGES = {("train", "device"), ("train", "threads"), ("train", "workers"), ("train", "epochs"),
+                     ("train", "stop_after_steps"), ("data", "check_finite")}
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML (YAML 1.1) reads ``1e-4`` as a string; read numbers as YAML 1.2 does."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
+
+
+def parse_yaml(text: str):
+    return yaml.load(text, Loader=_Loader)  # a SafeLoader: no !!python tags
 
 
 def resolve_path(name_or_path: str) -> Path:
@@ -63,7 +116,7 @@ def load_config(name_or_path: str | None = None, overrides: list[str] = (), extr
     if name_or_path:
         path = resolve_path(name_or_path)
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            data = parse_yaml(path.read_text(encoding="utf-8")) or {}
         except (yaml.YAMLError, UnicodeDecodeError) as e:
             raise DataError(path, f"not valid YAML: {e}") from None
         if not isinstance(data, dict):
@@ -76,7 +129,58 @@ def load_config(name_or_path: str | None = None, overrides: list[str] = (), extr
         cfg = _merge_sections(cfg, extra)
     for item in overrides:
         apply_override(cfg, item)
-    return cfg
+    return validate_config(cfg, source=str(path) if name_or_path else None)
+
+
+def validate_config(cfg: dict, source: str | None = None) -> dict:
+    """Check every section against its declared types and ranges and every model option against the
+    model's ``Config``; returns a normalised copy (``1e3`` -> 1000 where an int is expected). All
+    problems are reported together, one line each, as a :class:`ConfigError`."""
+    from .models.registry import check_model_options
+
+    out, problems = {}, []
+    for section in ("data", "train"):
+        out[section], found = check_mapping(cfg.get(section) or {}, SPECS[section], section)
+        problems += found
+    if isinstance(out["train"].get("device"), str):
+        problem = device_problem(out["train"]["device"])
+        if problem:
+            problems.append(f"train.device {problem}")
+    model = dict(cfg.get("model") or {})
+    name = model.pop("name", None)
+    if not isinstance(name, str):
+        problems.append(f"model.name must be a registered model name (see `vlmatch models`), got {name!r}")
+        out["model"] = {"name": name, **model}
+    else:
+        try:
+            out["model"] = {"name": name, **check_model_options(name, model)}
+        except ConfigError as e:
+            problems += [ln.strip() for ln in str(e).splitlines() if ln.startswith("  ")] or [str(e)]
+    for section in cfg:
+        if section not in out:
+            out[section] = copy.deepcopy(cfg[section])
+    raise_problems(problems, source)
+    return out
+
+
+def device_problem(name: str) -> str | None:
+    import torch
+
+    if name == "auto":
+        return None
+    try:
+        dev = torch.device(name)
+    except (RuntimeError, ValueError):
+        return f"must be auto, cpu, cuda or cuda:N (or another torch device), got {name!r}"
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        return f"is {name!r} but no CUDA device is available here (use auto or cpu)"
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        return f"is {name!r} but only {torch.cuda.device_count()} CUDA device(s) are visible"
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        return f"is {name!r} but MPS is not available here"
+    if dev.type not in ("cpu", "cuda", "mps"):
+        return f"{name!r} is not supported (auto, cpu, cuda, cuda:N, mps)"
+    return None
 
 
 def _merge_sections(cfg: dict, data: dict) -> dict:
@@ -103,7 +207,10 @@ def apply_override(cfg: dict, item: str) -> None:
         raise ConfigError(f"--set {item!r}: unknown section {section!r}; known: {sorted(cfg)}")
     if section != "model" and name not in cfg[section]:
         raise ConfigError(f"--set {item!r}: unknown key {key}; known: {sorted(cfg[section])}")
-    cfg[section][name] = yaml.safe_load(value)
+    try:
+        cfg[section][name] = parse_yaml(value)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--set {item!r}: the value is not valid YAML ({e})") from None
 
 
 def dump(cfg: dict) -> str:

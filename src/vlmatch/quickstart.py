@@ -24,7 +24,7 @@ def quickstart(run_dir="runs/quickstart", json_path=None, configs=None) -> dict:
         out = Path(run_dir) / Path(name).stem
         print(f"== training {cfg['model']['name']} ({name}) for {cfg['train']['epochs']} epochs on the toy world")
         t0 = time.time()
-        train(cfg, out)
+        train(cfg, out, overwrite=True)  # the demo's own folders: a rerun starts afresh
         timings[name] = time.time() - t0
         model = load_model(out / "best")
         test = PrecompSplit(data_root(cfg["data"]["path"]), "test")

@@ -23,15 +23,16 @@ from tqdm.auto import tqdm
 
 from . import distributed as D
 from .checkpoint import latest_checkpoint, load_training_state, save_training_state
-from .config import dump
+from .config import dump, validate_config
 from .data.loaders import PairDataset, collate_pairs
 from .data.precomp import PrecompSplit
 from .data.synth import ensure_toyworld
 from .data.vocab import Vocab
 from .errors import ConfigError
-from .io import append_line, atomic_dir, write_json, write_text
+from .io import append_line, atomic_dir, read_json, write_json, write_text
 from .metrics import evaluate_protocol
 from .models.registry import create_model, model_class
+from .rundir import check_resume, prepare_fresh, recorded
 from .scoring import model_scores
 
 TOYWORLD_CACHE = Path(os.environ.get("VLMATCH_CACHE", Path.home() / ".cache" / "vlmatch")) / "toyworld"
@@ -76,8 +77,13 @@ def validate(model, split, device, progress=False) -> dict:
     return evaluate_protocol(sims, "single", source=split.captions_path)
 
 
-def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True) -> dict:
-    """Train per ``cfg`` into ``run_dir``; returns the best validation metrics."""
+def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overwrite: bool = False) -> dict:
+    """Train per ``cfg`` into ``run_dir``; returns the best validation metrics.
+
+    A fresh run refuses a ``run_dir`` that holds a run unless ``overwrite``; ``resume`` continues the
+    run whose checkpoint is in ``run_dir/last`` and refuses a ``cfg`` that would compute another run.
+    """
+    cfg = validate_config(cfg)
     tc, dc = cfg["train"], cfg["data"]
     device = pick_device(tc["device"])
     if tc["threads"]:
@@ -90,13 +96,20 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True) -> di
     is_main = rank == 0
     run_dir = Path(run_dir)
     torch.manual_seed(tc["seed"])
+    ckpt = latest_checkpoint(run_dir) if resume else None
+    if resume and ckpt is None:
+        raise ConfigError(f"--resume {run_dir}: no last/ checkpoint in it")
+    if resume:
+        check_resume(read_json(ckpt / "trainer_state.json").get("config"), cfg, run_dir)
+    if not resume and is_main:
+        prepare_fresh(run_dir, overwrite)
 
     root = data_root(dc["path"])
     train_split = PrecompSplit(root, dc["train_split"])
     val_split = PrecompSplit(root, dc["val_split"], max_images=dc["val_max_images"])
-    ckpt = latest_checkpoint(run_dir) if resume else None
-    if resume and ckpt is None:
-        raise ConfigError(f"--resume {run_dir}: no last/ checkpoint in it")
+    if dc["check_finite"]:  # once, up front, rather than when a bad batch comes up
+        for sp in (train_split, val_split):
+            sp.check_all_finite(progress=progress and is_main)
     model_opts = {k: v for k, v in cfg["model"].items() if k != "name"}
     vocab = None
     if model_class(cfg["model"]["name"]).uses_vocab:
@@ -118,12 +131,9 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True) -> di
         state = load_training_state(ckpt, model, optimizer)
         if is_main:
             _truncate_log(metrics_path, state["global_step"])
-    elif is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        if metrics_path.exists():
-            metrics_path.unlink()
+    state["config"] = recorded(cfg)  # saved in every checkpoint; a resume is checked against it
     if is_main:
-        write_text(run_dir / "config.yaml", dump(cfg))
+        write_text(run_dir / "config.yaml", dump(state["config"]))
     D.barrier()
 
     net = DistributedDataParallel(model) if distributed else model

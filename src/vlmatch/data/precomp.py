@@ -107,10 +107,18 @@ class PrecompSplit:
     def image_of_caption(self, j: int) -> int:
         return j // self.per_image
 
-    def check_all_finite(self, chunk: int = 256) -> None:
-        """Scan every feature for NaN/inf (reads the whole array once, in chunks)."""
-        for a in range(0, self.n_images, chunk):
-            block = np.asarray(self.features[a:a + chunk])
-            bad = ~np.isfinite(block).reshape(len(block), -1).all(axis=1)
-            if bad.any():
-                raise DataError(self.features_path, f"image {a + int(np.argmax(bad))} has NaN or inf features")
+    def check_all_finite(self, chunk_bytes: int = 64 << 20, progress: bool = False) -> None:
+        """Scan every feature for NaN/inf: one streamed pass over the memory map, ``chunk_bytes`` at a time."""
+        from tqdm.auto import tqdm
+
+        per_image = max(1, self.features[0].nbytes)
+        chunk = max(1, chunk_bytes // per_image)
+        with tqdm(total=self.n_images, desc=f"checking {self.split} features", unit="img", leave=False,
+                  disable=not progress) as bar:
+            for a in range(0, self.n_images, chunk):
+                block = np.asarray(self.features[a:a + chunk])
+                bad = ~np.isfinite(block).reshape(len(block), -1).all(axis=1)
+                if bad.any():
+                    raise DataError(self.features_path, f"image {a + int(np.argmax(bad))} has NaN or inf features "
+                                                        f"(found by the check at start; fix or drop that image)")
+                bar.update(len(block))

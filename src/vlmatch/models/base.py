@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from ..errors import ConfigError, DataError, VlmatchError
 from ..io import atomic_path, read_json, write_json
+from ..validation import check_mapping, dataclass_specs, raise_problems
 
 EPS = 1e-8
 
@@ -233,12 +234,29 @@ class MatchingModel(nn.Module):
             raise DataError(path, f"weights do not fit model {self.name}: missing {missing}, unexpected {unexpected}")
 
 
-def make_config(cls: type, defaults: dict, overrides: dict, model_name: str):
-    valid = {f.name for f in fields(cls)}
-    unknown = set(overrides) - valid
+def option(default, *, min=None, max=None, choices=None, doc: str = ""):  # noqa: A002
+    """A Config field with a declared range or allowed values (checked by :mod:`vlmatch.validation`)."""
+    meta = {k: v for k, v in (("min", min), ("max", max), ("choices", choices)) if v is not None}
+    return dataclasses.field(default=default, metadata={**meta, "doc": doc})
+
+
+def check_options(cls: type, overrides: dict, model_name: str) -> dict:
+    """Type- and range-check model options against ``cls``'s annotations; returns them normalised."""
+    specs = dataclass_specs(cls)
+    unknown = set(overrides) - set(specs)
     if unknown:
-        raise ConfigError(f"model {model_name!r} has no option(s) {sorted(unknown)}; valid: {sorted(valid)}")
-    return cls(**{**defaults, **overrides})
+        raise ConfigError(f"model {model_name!r} has no option(s) {sorted(unknown)}; valid: {sorted(specs)}")
+    out, problems = check_mapping(overrides, specs, "model")
+    raise_problems(problems)
+    return out
+
+
+def make_config(cls: type, defaults: dict, overrides: dict, model_name: str):
+    opts = check_options(cls, {**defaults, **overrides}, model_name)
+    try:
+        return cls(**opts)
+    except (ValueError, TypeError) as e:  # a __post_init__ rule tying options together
+        raise ConfigError(f"model {model_name!r}: {e}") from None
 
 
 def read_config_json(path) -> dict:

@@ -31,6 +31,7 @@ GEMMs (Vᵀ K U and Vᵀ U) and batched products for the attention terms; <v̂, 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -45,15 +46,15 @@ from .registry import register
 @dataclass
 class CAANConfig(ModelConfig):
     inter: bool = True  # inter-modal attention (IA)
-    intra: str = "semantic"  # none | feature (FA) | semantic (SA)
+    intra: Literal["none", "feature", "semantic"] = "semantic"  # none | feature (FA) | semantic (SA)
     attn_dim: int = 256  # m
     no_imgnorm: bool = False
     no_txtnorm: bool = False
     norm_output: bool = True
     bi_gru: bool = True
     num_layers: int = 1
-    precomp_enc_type: str = "basic"
-    gemm_dtype: str = "float32"
+    precomp_enc_type: Literal["basic", "weight_norm"] = "basic"
+    gemm_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ConfigError
-from .base import MatchingModel, make_config, read_config_json
+from .base import MatchingModel, check_options, make_config, read_config_json
 
 _REGISTRY: dict[str, tuple[type[MatchingModel], dict, str]] = {}
 
@@ -28,19 +28,31 @@ def describe_models() -> dict[str, str]:
 
 def model_class(name: str) -> type[MatchingModel]:
     """The class behind a registered name (e.g. to ask ``uses_vocab`` before building the model)."""
+    return _entry(name)[0]
+
+
+def _entry(name: str):
     _load_builtin()
     if name not in _REGISTRY:
         raise ConfigError(f"unknown model {name!r}; registered: {', '.join(sorted(_REGISTRY))}")
-    return _REGISTRY[name][0]
+    return _REGISTRY[name]
+
+
+def check_model_options(name: str, options: dict) -> dict:
+    """Check options of model ``name`` against its Config's declared types/ranges (nothing is built)."""
+    cls, defaults, _ = _entry(name)
+    make_config(cls.Config, defaults, options, name)  # also runs a __post_init__ rule
+    return check_options(cls.Config, options, name)
 
 
 def create_model(name: str, **overrides) -> MatchingModel:
     """A fresh model of a registered configuration, with any option overridden by keyword."""
-    _load_builtin()
-    if name not in _REGISTRY:
-        raise ConfigError(f"unknown model {name!r}; registered: {', '.join(sorted(_REGISTRY))}")
-    cls, defaults, _ = _REGISTRY[name]
-    model = cls(make_config(cls.Config, defaults, overrides, name))
+    cls, defaults, _ = _entry(name)
+    config = make_config(cls.Config, defaults, overrides, name)
+    try:
+        model = cls(config)
+    except ValueError as e:  # a model's own check of its options
+        raise ConfigError(f"model {name!r}: {e}") from None
     model.name = name
     return model
 

@@ -19,6 +19,7 @@ loop-by-loop implementation of the equations above.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -32,18 +33,18 @@ from .registry import register
 
 @dataclass
 class SCANConfig(ModelConfig):
-    direction: str = "t2i"  # "t2i" (text-to-image) or "i2t" (image-to-text)
-    method: str = "attention"  # "attention" (SCAN) or "summax" (Sum-Max baseline)
-    raw_feature_norm: str = "clipped_l2norm"
+    direction: Literal["t2i", "i2t"] = "t2i"  # "t2i" (text-to-image) or "i2t" (image-to-text)
+    method: Literal["attention", "summax"] = "attention"  # "attention" (SCAN) or "summax" (Sum-Max baseline)
+    raw_feature_norm: Literal[RAW_FEATURE_NORMS] = "clipped_l2norm"
     lambda_softmax: float = 9.0  # λ1
-    agg: str = "avg"  # avg | lse | sum | max
+    agg: Literal["avg", "lse", "sum", "max"] = "avg"  # avg | lse | sum | max
     lambda_lse: float = 6.0  # λ2
-    precomp_enc_type: str = "basic"  # basic | weight_norm
+    precomp_enc_type: Literal["basic", "weight_norm"] = "basic"  # basic | weight_norm
     no_imgnorm: bool = False
     no_txtnorm: bool = False
     bi_gru: bool = True
     num_layers: int = 1
-    gemm_dtype: str = "float32"  # float32 | bfloat16: precision of the region-word GEMM only
+    gemm_dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # precision of the region-word GEMM only
 
 
 _GEMM_DTYPES = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}

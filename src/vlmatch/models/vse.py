@@ -7,6 +7,7 @@ Image: mean of the region features -> FC -> l2-norm. Text: embedding -> (bi)GRU 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from torch import Tensor
 
@@ -20,8 +21,8 @@ from .registry import register
 class VSEConfig(ModelConfig):
     bi_gru: bool = True
     num_layers: int = 1
-    text_pool: str = "last"  # "last": final GRU state(s); "mean": mean of the word states
-    precomp_enc_type: str = "basic"
+    text_pool: Literal["last", "mean"] = "last"  # "last": final GRU state(s); "mean": mean of the word states
+    precomp_enc_type: Literal["basic", "weight_norm"] = "basic"
     no_imgnorm: bool = False
 
 

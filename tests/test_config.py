@@ -1,0 +1,120 @@
+"""Config validation: declared types and ranges for every section and model option, up front."""
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pytest
+
+from vlmatch import create_model
+from vlmatch.cli import main
+from vlmatch.config import load_config, validate_config
+from vlmatch.errors import ConfigError
+from vlmatch.models import registry
+from vlmatch.models.base import option
+from vlmatch.models.vse import VSE, VSEConfig
+
+
+def test_numbers_in_any_yaml_spelling(tmp_path):
+    # PyYAML alone reads 1e-4 as the string '1e-4' (the example `vlmatch train --help` prints crashed)
+    cfg = load_config(None, ["train.lr=1e-4", "train.batch_size=1e2", "train.margin=2E-1"])
+    assert cfg["train"]["lr"] == 1e-4 and isinstance(cfg["train"]["lr"], float)
+    assert cfg["train"]["batch_size"] == 100 and isinstance(cfg["train"]["batch_size"], int)
+    assert cfg["train"]["margin"] == 0.2
+    f = tmp_path / "c.yaml"
+    f.write_text("model: {name: scan_t2i_avg, lambda_softmax: 9, embed_dim: 1.6e1}\ntrain: {lr: 2.e-4, grad_clip: 2}\n")
+    cfg = load_config(str(f))
+    assert cfg["train"]["lr"] == 2e-4 and cfg["train"]["grad_clip"] == 2.0 and isinstance(cfg["train"]["grad_clip"], float)
+    assert cfg["model"]["embed_dim"] == 16 and isinstance(cfg["model"]["embed_dim"], int)
+    assert cfg["model"]["lambda_softmax"] == 9.0
+
+
+def test_every_problem_is_reported_once_in_one_message(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text('model: {name: scan_t2i_avg, bi_gru: "false", embed_dim: "32", direction: foo}\n'
+                 "data: {val_max_images: 0}\n"
+                 "train: {log_every: 0, lr_update: 0, device: tpu, lr: -1, batch_size: -4, epochs: 0}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(str(f))
+    msg = str(e.value)
+    assert msg.startswith(f"{f}: 10 problems in the config:")
+    for line in ("model.bi_gru must be true or false, got the string 'false'",
+                 "model.embed_dim must be an integer >= 1", "got the string '32'",
+                 "model.direction must be one of t2i, i2t; got the string 'foo'",
+                 "data.val_max_images must be >= 1, got 0", "train.log_every must be >= 1, got 0",
+                 "train.lr_update must be >= 1, got 0", "train.lr must be > 0, got -1.0",
+                 "train.batch_size must be >= 1, got -4", "train.epochs must be >= 1, got 0",
+                 "train.device must be auto, cpu, cuda or cuda:N"):
+        assert line in msg
+    assert len(msg.splitlines()) == 11
+
+
+@pytest.mark.parametrize("item, expected", [
+    ("train.max_violation=1", "train.max_violation must be true or false, got 1"),
+    ("train.max_violation=yes please", "train.max_violation must be true or false, got the string 'yes please'"),
+    ("train.lr=.nan", "train.lr must be a finite number"),
+    ("train.workers=1.5", "train.workers must be an integer >= 0, got 1.5"),
+    ("data.train_split=3", "data.train_split must be a string, got 3"),
+    ("data.check_finite=null", "data.check_finite must be true or false, got null"),
+    ("model.gemm_dtype=float32", "model 'vsepp' has no option(s) ['gemm_dtype']"),
+    ("model.name=nope", "unknown model 'nope'"),
+])
+def test_strict_types(item, expected):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [item])
+    assert expected in str(e.value)
+
+
+def test_bad_values_stop_the_cli_before_any_work(small_world, tmp_path, capsys):
+    run = tmp_path / "run"
+    for bad in ("train.batch_size=-4", "train.epochs=0", 'model.bi_gru="false"', "train.device=tpu"):
+        assert main(["train", "--config", "quickstart_vsepp", "--set", f"data.path={small_world}", "--set", bad,
+                     "--run-dir", str(run), "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err and bad.split("=")[0] in err
+        assert not run.exists()  # refused before the run folder (or anything else) was made
+
+
+@dataclass
+class _NewConfig(VSEConfig):
+    """A model added later: validated from its annotations alone."""
+
+    mode: Literal["fast", "slow"] = "fast"
+    heads: int = 2
+    temperature: float = option(1.0, min=0.01, max=100.0)
+    hidden_layers: int = 1
+    keep: float | None = None
+    dims: list[int] = field(default_factory=lambda: [4, 4])
+
+    def __post_init__(self):
+        if self.embed_dim % self.heads:
+            raise ValueError(f"embed_dim ({self.embed_dim}) must be a multiple of heads ({self.heads})")
+
+
+@pytest.fixture
+def new_model():
+    class _New(VSE):
+        Config = _NewConfig
+
+    registry.register("_new_test_model", _New, "test")
+    yield "_new_test_model"
+    registry._REGISTRY.pop("_new_test_model")
+
+
+def test_a_new_models_options_are_checked_from_its_config(new_model):
+    cases = {"mode": ("medium", "model.mode must be one of fast, slow; got the string 'medium'"),
+             "heads": (0, "model.heads must be >= 1 and <= 16777216, got 0"),
+             "temperature": (1000, "model.temperature must be >= 0.01 and <= 100.0, got 1000.0"),
+             "hidden_layers": ("2", "got the string '2'"),
+             "keep": ("0.5", "model.keep must be a number or null, got the string '0.5'"),
+             "dims": ([4, "x"], "model.dims item 1 must be an integer, got the string 'x'")}
+    for key, (value, expected) in cases.items():
+        with pytest.raises(ConfigError) as e:
+            create_model(new_model, **{key: value})
+        assert expected in str(e.value), str(e.value)
+        with pytest.raises(ConfigError) as e:  # the same through a config, before building anything
+            validate_config({**load_config(None), "model": {"name": new_model, key: value}})
+        assert expected in str(e.value)
+    with pytest.raises(ConfigError, match=r"embed_dim \(30\) must be a multiple of heads \(4\)"):
+        validate_config({**load_config(None), "model": {"name": new_model, "embed_dim": 30, "heads": 4}})
+    m = create_model(new_model, img_dim=4, embed_dim=8, word_dim=4, vocab_size=10, keep=0.5, temperature=5)
+    assert m.cfg.temperature == 5.0 and isinstance(m.cfg.temperature, float)
