@@ -29,3 +29,10 @@ def hinge_triplet(scores: Tensor, margin: float = 0.2, max_violation: bool = Fal
     if max_violation:
         return cost_cap.amax(dim=1).sum() + cost_img.amax(dim=0).sum()
     return cost_cap.sum() + cost_img.sum()
+
+
+def intra_pair_hinge(positive_scores: Tensor, n_levels: int, margin: float = 0.25) -> Tensor:
+    """SMAN's intra-pair term (eq. 22, read as the text states it): each positive pair's distance
+    ``n_levels - d`` (the summed cosine distance of a score d = Σ_k cos) is pushed below ``margin``;
+    summed over the pairs, once image-anchored and once text-anchored (the same distance)."""
+    return 2 * (n_levels - positive_scores - margin).clamp(min=0).sum()

@@ -149,3 +149,94 @@ def caan_pair(model, v, u):
     v_hat = sum(f[i] * v[i] for i in range(k))
     u_hat = sum(g[j] * u[j] for j in range(n))
     return cos(v_hat, u_hat) if c.norm_output else float(v_hat @ u_hat)
+
+
+def _sig(x):
+    return 1.0 / (1.0 + torch.exp(-x))
+
+
+def _lin(p, name, x):
+    return p[f"{name}.weight"] @ x + p[f"{name}.bias"]
+
+
+def _gru_states(p, xs):
+    """torch.nn.GRU's equations, one step at a time: gates r, z, n in that order."""
+    wi, wh, bi, bh = p["gru.weight_ih_l0"], p["gru.weight_hh_l0"], p["gru.bias_ih_l0"], p["gru.bias_hh_l0"]
+    d = wh.shape[1]
+    h, out = torch.zeros(d, dtype=torch.float64), []
+    for x in xs:
+        gi, gh = wi @ x + bi, wh @ h + bh
+        r = _sig(gi[:d] + gh[:d])
+        z = _sig(gi[d:2 * d] + gh[d:2 * d])
+        n = torch.tanh(gi[2 * d:] + r * gh[2 * d:])
+        h = (1 - z) * n + z * h
+        out.append(h)
+    return out
+
+
+def _lstm_states(p, xs, sfx=""):
+    """torch.nn.LSTM's equations (gates i, f, g, o), one direction, one step at a time."""
+    wi, wh = p[f"lstm.weight_ih_l0{sfx}"], p[f"lstm.weight_hh_l0{sfx}"]
+    b = p[f"lstm.bias_ih_l0{sfx}"] + p[f"lstm.bias_hh_l0{sfx}"]
+    d = wh.shape[1]
+    h, c, out = torch.zeros(d, dtype=torch.float64), torch.zeros(d, dtype=torch.float64), []
+    for x in xs:
+        g = wi @ x + wh @ h + b
+        i, f, gg, o = _sig(g[:d]), _sig(g[d:2 * d]), torch.tanh(g[2 * d:3 * d]), _sig(g[3 * d:])
+        c = f * c + i * gg
+        h = o * torch.tanh(c)
+        out.append(h)
+    return out
+
+
+def _sman_attend(p, name, xs, q):
+    """eq. 5-6 (and 9-10, 13-14, 16-17): h_m = tanh(W x_m ⊙ tanh(W_q q)), α = softmax_m(w_h · h_m)."""
+    qq = torch.tanh(_lin(p, f"{name}.query", q))
+    w = p[f"{name}.logit.weight"][0]
+    return _softmax([float(w @ torch.tanh(_lin(p, f"{name}.key", x) * qq)) for x in xs], 1.0)
+
+
+def sman_pair(model, feats, tokens) -> dict:
+    """SMAN of one pair from its inputs, the equations of vlmatch.models.sman as printed (float64).
+
+    feats: (M, F) the valid regions in raster order; tokens: the caption's L word ids. Returns the
+    per-level cosines, both scores and the four attention distributions."""
+    c = model.cfg
+    p = {k: v.detach().double() for k, v in model.state_dict().items()}
+    img = [x.double() for x in feats]
+    m = len(img)
+    e = [p["embed.weight"][int(t)] for t in tokens]
+    hf = _lstm_states(p, e)
+    hb = _lstm_states(p, e[::-1], "_reverse")[::-1]
+    s = [(hf[j] + hb[j]) * (0.5 if c.word_combine == "mean" else 1.0) for j in range(len(e))]  # eq. 1
+    v0 = torch.tanh(_lin(p, "P0", sum(img) / m))  # eq. 2
+    if c.location:
+        v0 = v0 + sum(_gru_states(p, img)) / m  # eq. 3-4
+    a1v = _sman_attend(p, "att_v1", img, v0)  # eq. 5-6
+    v1 = torch.tanh(_lin(p, "P1", sum(a1v[i] * img[i] for i in range(m)) / m))  # eq. 7
+    t0 = sum(s) / len(s)  # eq. 8
+    a1t = _sman_attend(p, "att_t1", s, t0)  # eq. 9-10
+    t1 = sum(a1t[j] * s[j] for j in range(len(s)))  # eq. 11
+    vs, ts, out = [v0, v1], [t0, t1], {"a1v": a1v, "a1t": a1t}
+    if c.stacked:
+        vh, th = _lin(p, "U_v", v0 + v1), _lin(p, "U_t", t0 + t1)  # eq. 12
+        ov, ot = _sig(c.alpha * vh + (1 - c.alpha) * th), _sig(c.alpha * th + (1 - c.alpha) * vh)
+        out["a2v"] = a2v = _sman_attend(p, "att_v2", img, ov)  # eq. 13-14
+        vs.append(torch.tanh(_lin(p, "P2", sum(a2v[i] * img[i] for i in range(m)) / m)))  # eq. 15
+        out["a2t"] = a2t = _sman_attend(p, "att_t2", s, ot)  # eq. 16-17
+        ts.append(sum(a2t[j] * s[j] for j in range(len(s))))  # eq. 18
+    out["cos"] = [cos(a, b) for a, b in zip(vs, ts, strict=True)]  # eq. 19
+    out["sum"] = sum(out["cos"])  # eq. 20
+    out["concat"] = cos(torch.cat(vs), torch.cat(ts))  # the paper's inference
+    return out
+
+
+def sman_matrix(model, feats, mask, tokens, lengths, key="sum"):
+    """(n_img, n_txt) of ``sman_pair(...)[key]`` (a function of the result when ``key`` is callable)."""
+    out = torch.zeros(len(feats), len(tokens), dtype=torch.float64)
+    for a in range(len(feats)):
+        f = feats[a] if mask is None else feats[a][mask[a]]
+        for b in range(len(tokens)):
+            r = sman_pair(model, f, tokens[b, : int(lengths[b])])
+            out[a, b] = key(r) if callable(key) else r[key]
+    return out

@@ -73,4 +73,4 @@ def load_model(checkpoint_dir, map_location="cpu") -> MatchingModel:
 
 def _load_builtin() -> None:
     # Importing the model modules registers their names.
-    from . import caan, scan, vse  # noqa: F401
+    from . import caan, scan, sman, vse  # noqa: F401

@@ -1,0 +1,326 @@
+"""SMAN: Stacked Multi-modal Attention Network (Ji, Wang, Han, Pang; IEEE Trans. Cybernetics).
+No public code: the paper's equations are the specification.
+
+Notation: grid features I_1..I_M (raster order of the 7x7 map), words w_1..w_L.
+Text (eq. 1):  S_l = h^f_l + h^b_l of a bi-LSTM over the word embeddings.
+Image query (eq. 2-4):
+    v_glo = tanh(P0 · (1/M) Σ_m I_m),   v_loc = (1/M) Σ_m h^loc_m,  h^loc_m = GRU(I_m, h^loc_{m-1}),
+    v0 = v_glo + v_loc
+Text query (eq. 8):  t0 = (1/L) Σ_l S_l
+Intra-modal attention (eq. 5-7, 9-11):
+    h_m = tanh(W_v I_m ⊙ tanh(W_vq v0)),  α1_m = softmax_m(w_vh · h_m),  v1 = tanh(P1 · (1/M) Σ_m α1_m I_m)
+    h_l = tanh(W_t S_l ⊙ tanh(W_tq t0)),  α1_l = softmax_l(w_th · h_l),  t1 = Σ_l α1_l S_l
+Fusion gate (eq. 12), α = ``alpha`` (0.9):
+    v̂ = U_v (v0 + v1),  t̂ = U_t (t0 + t1),  o_v = σ(α v̂ + (1-α) t̂),  o_t = σ(α t̂ + (1-α) v̂)
+Multi-modal attention (eq. 13-18): the intra-modal equations with their own weights and the queries
+o_v / o_t  ->  α2_m, α2_l, v2, t2. Only this step depends on the pair.
+Score (eq. 19-20):  d = Σ_k cos(v_k, t_k), k = 0, 1, 2 (k = 0, 1 without the stacked step).
+Objective (eq. 21-23): hinge triplet on d (margin m1 = train.margin, hardest negatives as scheduled)
++ λ · L_intra.
+
+Readings of the paper where it is ambiguous (or self-contradictory):
+- Eq. 1: the formula says S_l = h^f + h^b, the prose says "averaging". The formula is used
+  (``word_combine="sum"``); ``"mean"`` gives the prose's reading.
+- Eq. 9 prints tanh(W_t S_l) ⊙ tanh(W_tq t0) while eq. 5, 13 and 16 print tanh(W x ⊙ tanh(W_q q)); the
+  text calls the textual attention "very similar" to the visual one, so all four use the eq. 5 form.
+- Eq. 7 and 15 keep the printed 1/M in front of the attention-weighted sum (a constant factor
+  before P1 / P2; with masked regions M counts the valid ones).
+- Biases everywhere (the paper omits them from the notation only), except on the logit layers
+  w_vh, w_th: a bias added to every logit of a softmax changes nothing and gets no gradient.
+- v_loc: the GRU (hidden size D) runs over the valid regions in raster order (row-major 7x7, the
+  order the features are stored in); masked regions are skipped, not fed as zeros.
+- Dropout (p = ``dropout``, 0.3; the paper gives the rate, not the place) on the model's two
+  inputs: the region features I_m and the word embeddings, during training only.
+- Eq. 22 as printed, max[0, d(v, t+) - m2], penalises a *large* similarity of the positive pair,
+  which contradicts the text ("requires the absolute distance between pairwise positive samples
+  to be less than the margin m2"). Implemented: the stated intent on the distance that belongs to
+  the training score d = Σ_k cos(v_k, t_k), i.e. the summed cosine distance
+      dist(v, t) = Σ_k (1 - cos(v_k, t_k)) = K - d,          L_intra = Σ_pairs 2 · max[0, dist - m2]
+  (the two terms of eq. 22, image-anchored and text-anchored, are the same positive pair's
+  distance, hence the 2). λ = ``intra_weight`` (1; 0 gives SMAN-inter), m2 = ``intra_margin``.
+- Eq. 19-20 are the training score. At inference the paper compares the concatenations
+  [v0, v1, v2] and [t0, t1, t2] by cosine: ``score_mode="concat"`` gives that at evaluation (the
+  model in eval mode); in training mode ``score`` always returns d, the score the objective is
+  defined on. ``score_mode="sum"`` evaluates d itself.
+- "momentum 0.9" of Adadelta is read as its decay ρ = 0.9 (torch's default).
+
+Variants (Tables I, III, IV): ``sman`` (full), ``sman_inter`` (λ = 0), ``sman_sim`` (α = 1: stacked
+intra-modal attention), ``sman_im`` (intra-modal attention only, v0 = v_glo), ``sman_im_loc``
+(intra-modal attention with the location query); ``alpha`` is an option for the Table IV sweep.
+
+Fast form: everything but the multi-modal step is pair-independent and computed once per item in
+``encode_*`` -- v0, v1, t0, t1, W_v2 I_m, P2 I_m / M, W_t2 S_l, v̂, t̂ and the unit vectors whose
+inner product is d0 + d1. Per pair remain the gate, two D x a products for the queries, the
+(k + n) x a tanh of the attention hidden states, two weighted sums and three dot products. With
+α = 1 the gate is pair-independent too, and so is the whole score (one GEMM).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from ..losses import hinge_triplet, intra_pair_hinge
+from .attention import masked_softmax
+from .base import EPS, ImageEncoding, MatchingModel, ModelConfig, TextEncoding, length_mask, masked_mean, safe_sqrt
+from .registry import register
+
+
+@dataclass
+class SMANConfig(ModelConfig):
+    attn_dim: int = 512  # a: hidden size of the attention perceptrons
+    stacked: bool = True  # the multi-modal attention step (eq. 12-18)
+    location: bool = True  # the GRU location query v_loc (eq. 3-4)
+    alpha: float = 0.9  # fusion ratio of eq. 12
+    score_mode: str = "sum"  # evaluation score: "sum" of cosines (eq. 20) | "concat" (cosine of [v0,v1,v2])
+    word_combine: str = "sum"  # S_l = h_f + h_b (eq. 1) | "mean" (the prose's averaging)
+    dropout: float = 0.3
+    intra_weight: float = 1.0  # λ of eq. 23 (0: SMAN-inter)
+    intra_margin: float = 0.25  # m2 of eq. 22
+
+
+@dataclass
+class SMANImages(ImageEncoding):
+    unit: Tensor | None = None  # [v_k / |v_k|] of the pair-independent levels, (B, K*D): unit·unit = Σ d_k
+    flat: Tensor | None = None  # [v_0, v_1 (, v_2)] raw, (B, K*D), for score_mode="concat"
+    sq: Tensor | None = None  # |flat|², (B,)
+    hat: Tensor | None = None  # v̂ = U_v (v0 + v1), (B, D)
+    keys: Tensor | None = None  # W_v2 I_m + b, (B, k, a)
+    proj: Tensor | None = None  # P2 I_m / M (no bias), (B, k, D)
+    alpha1: Tensor | None = None  # α1 over regions, (B, k)
+    alpha2: Tensor | None = None  # α2 over regions when it is pair-independent (α = 1), (B, k)
+
+
+@dataclass
+class SMANTexts(TextEncoding):
+    unit: Tensor | None = None
+    flat: Tensor | None = None
+    sq: Tensor | None = None
+    hat: Tensor | None = None  # t̂ = U_t (t0 + t1), (B, D)
+    keys: Tensor | None = None  # W_t2 S_l + b, (B, n, a)
+    alpha1: Tensor | None = None  # (B, n)
+    alpha2: Tensor | None = None  # (B, n), α = 1 only
+
+    per_word_fields = ("words", "keys", "alpha1", "alpha2")
+
+
+class _Attention(nn.Module):
+    """f_att of eq. 5-6: weights over items x_m given a query q (the same form for all four)."""
+
+    def __init__(self, in_dim: int, query_dim: int, attn_dim: int):
+        super().__init__()
+        self.key = nn.Linear(in_dim, attn_dim)  # W_v / W_t
+        self.query = nn.Linear(query_dim, attn_dim)  # W_vq / W_tq
+        self.logit = nn.Linear(attn_dim, 1, bias=False)  # w_vh / w_th (a bias would cancel in the softmax)
+
+    def weights(self, keys: Tensor, q: Tensor, mask: Tensor | None) -> Tensor:
+        """keys (..., m, a) = key(x), q (..., a) = tanh(query(·)), broadcasting -> softmax_m (..., m)."""
+        h = keys * q.unsqueeze(-2)
+        h = torch.tanh_(h) if not torch.is_grad_enabled() else torch.tanh(h)
+        return masked_softmax(h @ self.logit.weight[0], mask, dim=-1)
+
+    def forward(self, x: Tensor, query: Tensor, mask: Tensor | None) -> Tensor:
+        return self.weights(self.key(x), torch.tanh(self.query(query)), mask)
+
+
+def _unit(x: Tensor) -> Tensor:
+    return x / torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp(min=EPS)
+
+
+def _cos(a: Tensor, b: Tensor) -> Tensor:
+    return (a * b).sum(-1) / (torch.linalg.vector_norm(a, dim=-1) * torch.linalg.vector_norm(b, dim=-1)).clamp(min=EPS)
+
+
+class SMAN(MatchingModel):
+    Config = SMANConfig
+
+    def __init__(self, cfg: SMANConfig):
+        super().__init__(cfg)
+        if cfg.score_mode not in ("sum", "concat"):
+            raise ValueError(f"score_mode must be 'sum' or 'concat', not {cfg.score_mode!r}")
+        if cfg.word_combine not in ("sum", "mean"):
+            raise ValueError(f"word_combine must be 'sum' or 'mean', not {cfg.word_combine!r}")
+        if not 0.0 <= cfg.alpha <= 1.0:
+            raise ValueError(f"alpha must lie in [0, 1], not {cfg.alpha}")
+        f, d, a = cfg.img_dim, cfg.embed_dim, cfg.attn_dim
+        self.drop = nn.Dropout(cfg.dropout)
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.word_dim)
+        self.lstm = nn.LSTM(cfg.word_dim, d, batch_first=True, bidirectional=True)
+        self.P0, self.P1 = nn.Linear(f, d), nn.Linear(f, d)
+        if cfg.location:
+            self.gru = nn.GRU(f, d, batch_first=True)
+        self.att_v1, self.att_t1 = _Attention(f, d, a), _Attention(d, d, a)
+        if cfg.stacked:
+            self.U_v, self.U_t = nn.Linear(d, d), nn.Linear(d, d)
+            self.att_v2, self.att_t2 = _Attention(f, d, a), _Attention(d, d, a)
+            self.P2 = nn.Linear(f, d)
+        nn.init.uniform_(self.embed.weight, -0.1, 0.1)
+
+    @property
+    def n_levels(self) -> int:
+        return 3 if self.cfg.stacked else 2
+
+    @property
+    def pair_dependent(self) -> bool:
+        return self.cfg.stacked and self.cfg.alpha != 1.0
+
+    # --- pair-independent ------------------------------------------------------------------
+    def _location(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        """v_loc: mean of the GRU states over the valid regions, fed in raster order."""
+        if mask is None or bool(mask.all()):
+            return self.gru(x)[0].mean(dim=1)
+        order = torch.sort((~mask).to(torch.int8), dim=1, stable=True).indices  # valid first, order kept
+        xs = torch.gather(x, 1, order[..., None].expand_as(x))
+        n = mask.sum(dim=1)
+        out, _ = self.gru(pack_padded_sequence(xs, n.cpu().clamp(min=1), batch_first=True, enforce_sorted=False))
+        out, _ = pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
+        return out.sum(dim=1) / n.clamp(min=1)[:, None].to(out.dtype)
+
+    def encode_images(self, features: Tensor, mask: Tensor | None = None) -> SMANImages:
+        x = self.drop(features)
+        m = None if mask is None else mask[..., None]
+        count = (torch.full(x.shape[:1], x.shape[1], dtype=x.dtype, device=x.device) if mask is None
+                 else mask.sum(dim=1).clamp(min=1).to(x.dtype))
+        v0 = torch.tanh(self.P0(masked_mean(x, m, dim=1)))  # eq. 2 (v_glo)
+        if self.cfg.location:
+            v0 = v0 + self._location(x, mask)  # eq. 3-4
+        a1 = self.att_v1(x, v0, mask)  # eq. 5-6
+        v1 = torch.tanh(self.P1((a1[..., None] * x).sum(dim=1) / count[:, None]))  # eq. 7
+        out = SMANImages(mask=mask, alpha1=a1)
+        levels = [v0, v1]
+        if self.cfg.stacked:
+            out.hat = self.U_v(v0 + v1)
+            out.keys = self.att_v2.key(x)
+            out.proj = (x @ self.P2.weight.T) / count[:, None, None]
+            if not self.pair_dependent:  # α = 1: o_v = σ(v̂) is the image's own
+                out.alpha2 = self.att_v2.weights(out.keys, torch.tanh(self.att_v2.query(torch.sigmoid(out.hat))), mask)
+                levels.append(self._v2(out.alpha2, out.proj))
+        return self._finish(out, levels)
+
+    def encode_texts(self, tokens: Tensor, lengths: Tensor) -> SMANTexts:
+        if lengths.min() < 1:
+            raise ValueError("every caption needs at least one token")
+        e = self.drop(self.embed(tokens))
+        packed = pack_padded_sequence(e, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        h, _ = pad_packed_sequence(self.lstm(packed)[0], batch_first=True, total_length=tokens.shape[1])
+        d = self.cfg.embed_dim
+        s = h[..., :d] + h[..., d:]  # eq. 1
+        if self.cfg.word_combine == "mean":
+            s = s / 2
+        wmask = length_mask(lengths, s.shape[1])
+        t0 = masked_mean(s, wmask[..., None], dim=1)  # eq. 8
+        a1 = self.att_t1(s, t0, wmask)  # eq. 9-10
+        t1 = (a1[..., None] * s).sum(dim=1)  # eq. 11
+        out = SMANTexts(lengths=lengths, words=s, alpha1=a1)
+        levels = [t0, t1]
+        if self.cfg.stacked:
+            out.hat = self.U_t(t0 + t1)
+            out.keys = self.att_t2.key(s)
+            if not self.pair_dependent:
+                out.alpha2 = self.att_t2.weights(out.keys, torch.tanh(self.att_t2.query(torch.sigmoid(out.hat))), wmask)
+                levels.append((out.alpha2[..., None] * s).sum(dim=1))
+        return self._finish(out, levels)
+
+    @staticmethod
+    def _finish(out, levels: list[Tensor]):
+        out.unit = torch.cat([_unit(v) for v in levels], dim=1)
+        out.flat = torch.cat(levels, dim=1)
+        out.sq = (out.flat * out.flat).sum(dim=1)
+        return out
+
+    def _v2(self, alpha2: Tensor, proj: Tensor) -> Tensor:
+        """eq. 15: tanh(P2 · (1/M) Σ_m α2_m I_m) = tanh(Σ_m α2_m (P2 I_m / M) + b)."""
+        return torch.tanh((alpha2.unsqueeze(-2) @ proj).squeeze(-2) + self.P2.bias)
+
+    # --- pair-dependent --------------------------------------------------------------------
+    def multimodal(self, img: SMANImages, txt: SMANTexts) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """v2, t2 (Ni, Nt, D) and α2 over regions (Ni, Nt, k) and words (Ni, Nt, n) of every pair."""
+        txt = txt.trim()
+        al = self.cfg.alpha
+        vh, th = img.hat[:, None], txt.hat[None]  # (Ni, 1, D), (1, Nt, D)
+        q_v = torch.tanh(self.att_v2.query(torch.sigmoid(al * vh + (1 - al) * th)))  # eq. 12-13: (Ni, Nt, a)
+        q_t = torch.tanh(self.att_t2.query(torch.sigmoid(al * th + (1 - al) * vh)))  # eq. 12, 16
+        rmask = None if img.mask is None else img.mask[:, None, :]
+        wmask = length_mask(txt.lengths, txt.words.shape[1])[None]
+        a_v = self.att_v2.weights(img.keys[:, None], q_v, rmask)  # eq. 13-14: (Ni, Nt, k)
+        a_t = self.att_t2.weights(txt.keys[None], q_t, wmask)  # eq. 16-17: (Ni, Nt, n)
+        v2 = torch.tanh(torch.bmm(a_v, img.proj) + self.P2.bias)  # eq. 15
+        t2 = torch.bmm(a_t.transpose(0, 1), txt.words).transpose(0, 1)  # eq. 18
+        return v2, t2, a_v, a_t
+
+    def score(self, img: SMANImages, txt: SMANTexts) -> Tensor:
+        mode = "sum" if self.training else self.cfg.score_mode  # training: d of eq. 20
+        if not self.pair_dependent:
+            if mode == "sum":
+                return img.unit @ txt.unit.T
+            return (img.flat @ txt.flat.T) / (safe_sqrt(img.sq)[:, None] * safe_sqrt(txt.sq)[None]).clamp(min=EPS)
+        v2, t2, _, _ = self.multimodal(img, txt)
+        if mode == "sum":
+            return img.unit @ txt.unit.T + _cos(v2, t2)  # d0 + d1 + d2
+        num = img.flat @ txt.flat.T + (v2 * t2).sum(-1)
+        den = safe_sqrt(img.sq[:, None] + (v2 * v2).sum(-1)) * safe_sqrt(txt.sq[None] + (t2 * t2).sum(-1))
+        return num / den.clamp(min=EPS)
+
+    def loss(self, scores: Tensor, batch: dict, train_cfg: dict, hardest: bool) -> Tensor:
+        """L = L_inter + λ L_intra (eq. 21-23) on the batch matrix of d (see the module's reading of eq. 22)."""
+        inter = hinge_triplet(scores, train_cfg["margin"], hardest, batch["image_index"].to(scores.device))
+        if not self.cfg.intra_weight:
+            return inter
+        return inter + self.cfg.intra_weight * intra_pair_hinge(scores.diagonal(), self.n_levels, self.cfg.intra_margin)
+
+    def global_embeddings(self, img: SMANImages, txt: SMANTexts) -> tuple[Tensor, Tensor]:
+        """[v0/|v0|, v1/|v1|] and [t0/|t0|, t1/|t1|]: their inner product is d0 + d1."""
+        d2 = 2 * self.cfg.embed_dim
+        return img.unit[:, :d2], txt.unit[:, :d2]
+
+    def pair_attention(self, img: SMANImages, txt: SMANTexts) -> dict:
+        """SMAN attends over regions and over words separately (never word-to-region). ``weights``
+        (k, n) is the multi-modal region attention α2 (α1 without the stacked step) repeated for each
+        word, axis "regions" (each column sums to 1); ``region_weights`` / ``word_weights`` hold the
+        lists {"intra": α1, "multimodal": α2} over the k regions / n words."""
+        n = int(txt.lengths[0])
+        a1_v, a1_t = img.alpha1[0], txt.alpha1[0, :n]
+        if self.pair_dependent:
+            _, _, a_v, a_t = self.multimodal(img.select(slice(0, 1)), txt.select(slice(0, 1)))
+            a2_v, a2_t = a_v[0, 0], a_t[0, 0, :n]
+        elif self.cfg.stacked:
+            a2_v, a2_t = img.alpha2[0], txt.alpha2[0, :n]
+        else:
+            a2_v = a2_t = None
+        shown = a1_v if a2_v is None else a2_v
+        out = {"weights": shown.detach().float().cpu()[:, None].expand(-1, n).numpy().copy(), "axis": "regions",
+               "region_weights": {"intra": a1_v.tolist()}, "word_weights": {"intra": a1_t.tolist()}}
+        if a2_v is not None:
+            out["region_weights"]["multimodal"] = a2_v.tolist()
+            out["word_weights"]["multimodal"] = a2_t.tolist()
+        return out
+
+    def bytes_per_pair(self, n_regions: int, n_words: int) -> int:
+        if not self.pair_dependent:
+            return 8
+        d, a = self.cfg.embed_dim, self.cfg.attn_dim
+        return 4 * (2 * (n_regions + n_words) * a + 8 * d + 4 * a + 2 * (n_regions + n_words))
+
+    def pair_flops(self, n_regions: int, n_words: int) -> int:
+        """Multiply-adds per (image, caption) pair of ``score`` (the per-item work excluded)."""
+        d, a = self.cfg.embed_dim, self.cfg.attn_dim
+        glob = (self.n_levels if not self.pair_dependent else 2) * d  # unit · unit
+        if not self.pair_dependent:
+            return glob
+        queries = 2 * d * a  # W_vq2 o_v, W_tq2 o_t
+        hidden = 2 * (n_regions + n_words) * a  # (W I ⊙ q) then w_h · tanh(.)
+        pooled = (n_regions + n_words) * d  # Σ α2 P2 I / M, Σ α2 S
+        return glob + queries + hidden + pooled + 3 * d  # + the d2 cosine
+
+
+_PAPER = dict(img_dim=2048, embed_dim=512, word_dim=512, attn_dim=512)
+register("sman", SMAN, "SMAN (full): stacked multi-modal attention (α=0.9) + intra-pair term", **_PAPER)
+register("sman_inter", SMAN, "SMAN-inter: full model, hinge triplet only (λ=0)", intra_weight=0.0, **_PAPER)
+register("sman_sim", SMAN, "SMAN-SIM: stacked intra-modal attention (α=1)", alpha=1.0, **_PAPER)
+register("sman_im", SMAN, "SMAN-IM: intra-modal attention only, no location query", stacked=False,
+         location=False, **_PAPER)
+register("sman_im_loc", SMAN, "SMAN-IM-LOC: intra-modal attention with the GRU location query", stacked=False,
+         **_PAPER)
