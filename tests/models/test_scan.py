@@ -111,3 +111,28 @@ def test_attention_weights_sum_to_one_over_the_attended_axis():
             assert (att[1, 3:] == 0).all()  # absent regions get no weight
         else:
             torch.testing.assert_close(s, torch.ones_like(s))
+
+
+@pytest.mark.parametrize("kind", ["l2", "batchnorm"])
+def test_feature_norm_normalises_regions_before_the_projection(kind):
+    model = _model("scan_t2i_avg", feature_norm=kind)
+    feats, mask, _, _ = _inputs(seed=5)
+    feats = feats.double() * 7 + 3
+    model.train()
+    with torch.no_grad():
+        got = model.encode_images(feats, mask).regions
+        valid = feats[mask]
+        if kind == "l2":
+            x = feats / (feats.norm(dim=-1, keepdim=True) + 1e-8)
+        else:  # batch statistics over the valid regions only (biased variance, as BatchNorm trains)
+            x = (feats - valid.mean(0)) / torch.sqrt(valid.var(0, unbiased=False) + model.feat_bn.eps)
+        v = model.img_enc(x)
+        want = v / (v.norm(dim=-1, keepdim=True) + 1e-8)
+    torch.testing.assert_close(got[mask], want[mask], atol=1e-10, rtol=0)
+    if kind == "batchnorm":
+        torch.testing.assert_close(model.feat_bn.running_mean, 0.1 * valid.mean(0))
+
+
+def test_feature_norm_rejects_unknown_kinds():
+    with pytest.raises(ValueError, match="feature_norm"):
+        _model("scan_t2i_avg", feature_norm="zscore")

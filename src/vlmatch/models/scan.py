@@ -45,8 +45,12 @@ class SCANConfig(ModelConfig):
     bi_gru: bool = True
     num_layers: int = 1
     gemm_dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # precision of the region-word GEMM only
+    # Normalise the raw region features before the projection (not in the paper; for grid features,
+    # see benchmarks/results/flickr8k.md): none | l2 (each region to unit norm) | batchnorm (per channel).
+    feature_norm: Literal["none", "l2", "batchnorm"] = "none"
 
 
+FEATURE_NORMS = ("none", "l2", "batchnorm")
 _GEMM_DTYPES = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -65,12 +69,30 @@ class SCAN(MatchingModel):
             raise ValueError(f"agg must be avg, lse, sum or max, not {cfg.agg!r}")
         if cfg.gemm_dtype not in _GEMM_DTYPES:
             raise ValueError(f"gemm_dtype must be one of {sorted(_GEMM_DTYPES)}")
+        if cfg.feature_norm not in FEATURE_NORMS:
+            raise ValueError(f"feature_norm must be one of {FEATURE_NORMS}, not {cfg.feature_norm!r}")
+        if cfg.feature_norm == "batchnorm":
+            self.feat_bn = torch.nn.BatchNorm1d(cfg.img_dim)
         self.img_enc = RegionProjection(cfg.img_dim, cfg.embed_dim, cfg.precomp_enc_type)
         self.txt_enc = GRUTextEncoder(cfg.vocab_size, cfg.word_dim, cfg.embed_dim, cfg.num_layers, cfg.bi_gru)
 
     # --- pair-independent ------------------------------------------------------------------
+    def _normalise_features(self, features: Tensor, mask: Tensor | None) -> Tensor:
+        kind = self.cfg.feature_norm
+        if kind == "l2":
+            return l2norm(features)
+        if kind == "batchnorm":  # statistics over the valid regions of the batch
+            flat = features.reshape(-1, features.shape[-1])
+            if mask is None:
+                return self.feat_bn(flat).reshape(features.shape)
+            out = torch.zeros_like(flat)
+            keep = mask.reshape(-1)
+            out[keep] = self.feat_bn(flat[keep])
+            return out.reshape(features.shape)
+        return features
+
     def encode_images(self, features: Tensor, mask: Tensor | None = None) -> ImageEncoding:
-        v = self.img_enc(features)
+        v = self.img_enc(self._normalise_features(features, mask))
         if not self.cfg.no_imgnorm:
             v = l2norm(v)
         return ImageEncoding(regions=v, mask=mask)
