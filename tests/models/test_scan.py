@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from vlmatch import create_model
+from vlmatch.errors import ConfigError
 from vlmatch.models.attention import RAW_FEATURE_NORMS
 
 from .reference import scan_pair, score_matrix, summax_pair
@@ -134,5 +135,5 @@ def test_feature_norm_normalises_regions_before_the_projection(kind):
 
 
 def test_feature_norm_rejects_unknown_kinds():
-    with pytest.raises(ValueError, match="feature_norm"):
+    with pytest.raises(ConfigError, match="feature_norm must be one of none, l2, batchnorm"):
         _model("scan_t2i_avg", feature_norm="zscore")
