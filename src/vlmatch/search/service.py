@@ -1,0 +1,95 @@
+"""What the HTTP service needs from an index, and the bounded worker pool it runs model work on.
+
+The app (:mod:`vlmatch.search.app`) talks only to a :class:`SearchBackend`: open an index, search it
+by text, search its caption collection by image, map an id to the file the index's own table names,
+and explain one (id, text) pair as per-word weights or a heat-map PNG. :class:`IndexBackend` adapts
+``vlmatch.Index``; tests may pass any object with the same methods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+
+class SearchBackend(Protocol):
+    model_name: str
+    size: int  # number of indexed images
+    n_captions: int  # size of the indexed caption collection (0: none, image -> text search is off)
+
+    def search(self, text: str, k: int, candidates: int) -> list[dict]:
+        """Ranked results ``{id, path, score, stage1_score}``, best first."""
+
+    def search_image(self, image: bytes | None, image_id: int | None, k: int) -> list[dict]:
+        """Nearest captions ``{id, text, score}`` of the caption collection for an uploaded image
+        (encoded bytes) or an indexed image id."""
+
+    def path_of(self, image_id: int) -> Path | None:
+        """The file the index's table holds for ``image_id`` (None when there is no such id)."""
+
+    def explain(self, image_id: int, text: str) -> dict:
+        """``{words, weights (n_words lists of k), grid [h, w] | None, boxes | None, axis, score}``."""
+
+    def explain_png(self, image_id: int, text: str) -> bytes:
+        """The heat-map PNG of the ``explain`` command for this pair."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Caps on every request; the defaults suit a laptop serving one person or a small team."""
+
+    max_text_chars: int = 500
+    max_k: int = 100
+    max_candidates: int = 1000
+    max_upload_bytes: int = 8 * 1024 * 1024
+    max_upload_pixels: int = 40_000_000
+    workers: int = 2  # threads doing model work
+    queue: int = 16  # requests allowed to wait for a worker; one more is answered 503
+    thumb_size: int = 256
+    thumb_cache: int = 2048  # thumbnails kept in memory
+
+
+class Busy(Exception):
+    """Every worker is busy and the queue is full."""
+
+
+class ModelPool:
+    """A fixed pool of ``workers`` threads for model work, with at most ``queue`` requests waiting.
+
+    ``run`` is called from the event loop only, so the in-flight counter needs no lock. A request
+    that finds ``workers + queue`` requests in flight is refused at once (the app answers 503)
+    instead of piling up.
+    """
+
+    def __init__(self, workers: int, queue: int):
+        self.workers, self.queue = workers, queue
+        self.limit = workers + queue
+        self.in_flight = 0
+        self.rejected = 0
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="vlmatch-model")
+
+    async def run(self, fn, *args) -> tuple[Any, float]:
+        """``fn(*args)`` on a worker; returns (result, seconds spent waiting for a worker)."""
+        if self.in_flight >= self.limit:
+            self.rejected += 1
+            raise Busy
+        self.in_flight += 1
+        queued = time.perf_counter()
+        waited = 0.0
+
+        def job():
+            nonlocal waited
+            waited = time.perf_counter() - queued
+            return fn(*args)
+
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._pool, job), waited
+        finally:
+            self.in_flight -= 1
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
