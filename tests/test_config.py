@@ -118,3 +118,13 @@ def test_a_new_models_options_are_checked_from_its_config(new_model):
         validate_config({**load_config(None), "model": {"name": new_model, "embed_dim": 30, "heads": 4}})
     m = create_model(new_model, img_dim=4, embed_dim=8, word_dim=4, vocab_size=10, keep=0.5, temperature=5)
     assert m.cfg.temperature == 5.0 and isinstance(m.cfg.temperature, float)
+
+
+def test_every_bundled_config_is_valid():
+    from vlmatch.config import BUNDLED
+
+    names = sorted(p.stem for p in BUNDLED.glob("*.yaml"))
+    assert len(names) > 10
+    for name in names:
+        cfg = load_config(name)
+        assert validate_config(cfg) == cfg, name  # already normalised

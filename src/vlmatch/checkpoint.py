@@ -3,15 +3,17 @@ optimiser in ``optimizer.safetensors`` and scalars/RNG in ``trainer_state.json``
 
 from __future__ import annotations
 
-import json
+import hashlib
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+from safetensors.torch import save as safetensors_bytes
 
 from .errors import DataError
-from .io import atomic_dir, complete_dir, write_json
-from .models.base import MatchingModel
+from .io import atomic_dir, complete_dir, read_json, write_bytes, write_json
+from .models.base import MatchingModel, read_config_json
+from .weights import verify_sha256
 
 
 def _flatten_optimizer(opt: torch.optim.Optimizer) -> tuple[dict, dict]:
@@ -38,27 +40,30 @@ def _unflatten_optimizer(tensors: dict, meta: dict) -> dict:
 
 
 def save_training_state(path, model: MatchingModel, optimizer, trainer_state: dict) -> None:
-    """Atomically write (replace) a resumable checkpoint folder."""
+    """Atomically write (replace) a resumable checkpoint folder (crash-safe: see vlmatch.io)."""
     with atomic_dir(path) as tmp:
         model.save(tmp)
         tensors, meta = _flatten_optimizer(optimizer)
         tensors["rng.torch"] = torch.get_rng_state()
-        save_file(tensors, str(tmp / "optimizer.safetensors"))
-        write_json(tmp / "trainer_state.json", {**trainer_state, "optimizer": meta})
+        data = safetensors_bytes(tensors)
+        write_bytes(tmp / "optimizer.safetensors", data)
+        write_json(tmp / "trainer_state.json", {**trainer_state, "optimizer": meta,
+                                                 "optimizer_sha256": hashlib.sha256(data).hexdigest()})
 
 
 def load_training_state(path, model: MatchingModel, optimizer) -> dict:
     d = complete_dir(path)
     if d is None:
         raise DataError(path, "no checkpoint to resume from")
-    model.load_weights(d / "model.safetensors")
-    tensors = load_file(str(d / "optimizer.safetensors"))
-    rng = tensors.pop("rng.torch")
     state_file = d / "trainer_state.json"
+    state = read_json(state_file, "trainer state not found")
+    model.load_weights(d / "model.safetensors", read_config_json(d / "config.json").get("weights_sha256"))
+    verify_sha256(d / "optimizer.safetensors", state.pop("optimizer_sha256", None), state_file)
     try:
-        state = json.loads(state_file.read_text())
-    except (OSError, ValueError) as e:
-        raise DataError(state_file, f"unreadable trainer state: {e}") from None
+        tensors = load_file(str(d / "optimizer.safetensors"))
+    except Exception as e:  # safetensors raises its own error types
+        raise DataError(d / "optimizer.safetensors", f"not a readable safetensors file: {e}") from None
+    rng = tensors.pop("rng.torch")
     optimizer.load_state_dict(_unflatten_optimizer(tensors, state.pop("optimizer")))
     torch.set_rng_state(rng)
     return state

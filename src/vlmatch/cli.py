@@ -67,11 +67,16 @@ def _add_evaluate(sub):
 
 
 def cmd_evaluate(a):
-    from .io import save_npy, write_json
+    import numpy as np
+
+    from .io import check_writable, save_npy, write_json
     from .metrics import ensemble, evaluate_protocol, format_table, load_sims
 
     if bool(a.sims) == bool(a.checkpoint):
         raise VlmatchError("evaluate needs exactly one of --sims or --checkpoint")
+    for out in (a.save_sims, a.json):  # before any work, not after the table
+        if out:
+            check_writable(out)
     if a.sims:
         mats, sources = [load_sims(p) for p in a.sims], list(a.sims)
     else:
@@ -87,7 +92,11 @@ def cmd_evaluate(a):
     for i, fold in enumerate(res.get("folds", [])):
         print(format_table({f"fold {i}": fold}).splitlines()[-1])
     if a.save_sims:
-        save_npy(a.save_sims, sims.astype("float32"))
+        small = sims.astype(np.float32)
+        if not np.isfinite(small).all():  # e.g. 1e300 would become inf in float32
+            print(f"vlmatch: note: scores beyond the float32 range; {a.save_sims} is saved as float64", file=sys.stderr)
+            small = sims.astype(np.float64)
+        save_npy(a.save_sims, small)
     if a.json:
         write_json(a.json, {"sources": sources, **res})
 
@@ -193,6 +202,8 @@ def cmd_configs(a):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vlmatch", description="Image-text matching and cross-modal retrieval.")
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of an error (accepted "
+                                                             "anywhere on the command line)")
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (_add_quickstart, _add_train, _add_evaluate, _add_data, _add_vocab, _add_models):
         add(sub)
@@ -205,12 +216,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one command. Bad input ends with one error line and exit 2, an unexpected error with one line
+    and exit 1, Ctrl-C with exit 130; ``--debug`` (anywhere on the line) shows the traceback instead."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    args = build_parser().parse_args([x for x in argv if x != "--debug"])
     try:
         args.func(args)
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print("vlmatch: interrupted", file=sys.stderr)
+        return 130
     except VlmatchError as e:
+        if debug:
+            raise
         print(f"vlmatch: error: {e}", file=sys.stderr)
         return 2
+    except Exception as e:  # not ours (a library's, the system's): still one line, never a traceback
+        if debug:
+            raise
+        first = (str(e).strip().splitlines() or [""])[0]
+        print(f"vlmatch: error: {type(e).__name__}: {first} (unexpected; run with --debug for the traceback)",
+              file=sys.stderr)
+        return 1
     return 0
 
 

@@ -139,9 +139,10 @@ def validate_config(cfg: dict, source: str | None = None) -> dict:
     from .models.registry import check_model_options
 
     out, problems = {}, []
-    for section in ("data", "train"):
-        out[section], found = check_mapping(cfg.get(section) or {}, SPECS[section], section)
-        problems += found
+    for section in DEFAULTS:
+        if section != "model":
+            out[section], found = check_mapping(cfg.get(section) or {}, section_specs(section), section)
+            problems += found
     if isinstance(out["train"].get("device"), str):
         problem = device_problem(out["train"]["device"])
         if problem:
@@ -161,6 +162,12 @@ def validate_config(cfg: dict, source: str | None = None) -> dict:
             out[section] = copy.deepcopy(cfg[section])
     raise_problems(problems, source)
     return out
+
+
+def section_specs(section: str) -> dict[str, Spec]:
+    """Declared specs, and for an option added without one, the type of its default."""
+    inferred = {k: Spec(type(v)) for k, v in DEFAULTS[section].items() if type(v) in (bool, int, float, str)}
+    return {**inferred, **SPECS.get(section, {})}
 
 
 def device_problem(name: str) -> str | None:

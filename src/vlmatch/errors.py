@@ -11,10 +11,26 @@ class DataError(VlmatchError):
     The message always names the file and what is wrong with it.
     """
 
-    def __init__(self, path, problem: str):
+    def __init__(self, path, problem: str | None = None):
+        if problem is None:  # rebuilt from its message: unpickled, or re-raised from a DataLoader worker
+            self.path, self.problem = None, _last_line(str(path), type(self).__name__)
+            super().__init__(self.problem)
+            return
         self.path = str(path)
         self.problem = problem
         super().__init__(f"{self.path}: {problem}")
+
+
+def _last_line(message: str, name: str) -> str:
+    """The original message inside a worker's report ("Caught DataError in DataLoader worker ... Traceback
+    ... vlmatch.errors.DataError: path: problem"), or the message itself."""
+    lines = message.rstrip().splitlines()
+    if len(lines) > 1 and "Traceback" in message:
+        last = lines[-1]
+        for prefix in (f"vlmatch.errors.{name}: ", f"{name}: "):
+            if last.startswith(prefix):
+                return last[len(prefix):]
+    return message
 
 
 class ConfigError(VlmatchError):

@@ -1,39 +1,98 @@
-"""Atomic file and directory writes: write to a temporary name, then rename.
+"""Atomic, durable file and directory writes: write to a temporary name, fsync, then rename.
 
-A crash (or a kill) part-way never leaves a half-written file under the final name.
+A crash (or a kill) part-way never leaves a half-written file or folder under the final name.
+Files and folders get the permissions the user's umask gives (``0o666`` / ``0o777`` masked, as
+``open`` and ``mkdir`` do); this module never changes the process umask.
+
+Folders (:func:`atomic_dir`, used for the ``last/`` and ``best/`` checkpoints) are swapped in these
+steps; the name in brackets is the hook :data:`crash_hook` is called with after each step (tests
+kill the process there):
+
+1. stale temporaries ``.NAME.*.tmp`` left beside ``NAME`` by a killed writer are removed   [cleaned]
+2. the new version is written into a fresh ``.NAME.<random>.tmp``; every file in it and the
+   folder itself are fsynced, so it is complete and durable before anything old goes     [written]
+3. if ``NAME`` exists, an older ``NAME.prev`` is moved to the trash (a temporary name, then
+   removed) and ``NAME`` is renamed to ``NAME.prev``; if ``NAME`` does not exist, ``NAME.prev``
+   is the only complete version and is kept as it is                                     [old-moved]
+4. the new version is renamed to ``NAME`` and the parent folder fsynced                   [new-in]
+5. ``NAME.prev`` is moved to the trash and removed                                        [done]
+
+Renames are atomic, so after a kill at any point ``NAME`` is complete if it exists, and otherwise
+``NAME.prev`` is (the documented fallback: :func:`complete_dir`, used by resume and ``load_model``).
+One writer per folder at a time.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
-import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
-_UMASK = os.umask(0)
-os.umask(_UMASK)
+crash_hook: Callable[[str], None] | None = None  # tests: called with each step's name of atomic_dir
+
+
+def _step(name: str) -> None:
+    if crash_hook is not None:
+        crash_hook(name)
+
+
+def _temp_name(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+
+
+def fsync_path(path: str | os.PathLike) -> None:
+    """fsync a file or a folder (a folder's fsync makes the renames in it durable)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems cannot fsync a folder; nothing more can be done there
+        pass
+    finally:
+        os.close(fd)
 
 
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; on success rename it onto ``path``."""
+    """Yield a temporary path beside ``path``; on success fsync it and rename it onto ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp)
+    while True:
+        tmp = _temp_name(path)
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # the umask applies
+            break
+        except FileExistsError:  # pragma: no cover - 48 random bits
+            continue
     try:
         yield tmp
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600 files; give the usual permissions
+        fsync_path(tmp)
         os.replace(tmp, path)
+        fsync_path(path.parent)
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def check_writable(path: str | os.PathLike) -> None:
+    """Refuse, before any work, an output path that cannot be created (a DataError naming it)."""
+    from .errors import DataError
+
+    path = Path(path)
+    if path.is_dir():
+        raise DataError(path, "is a folder; give a file name")
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise DataError(path, f"cannot be created: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise DataError(path, f"cannot be created: no permission to write in {parent}")
 
 
 def read_json(path, missing: str = "file not found"):
@@ -54,6 +113,11 @@ def write_text(path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def write_bytes(path, data: bytes) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+
+
 def write_json(path, obj, indent: int | None = 2) -> None:
     write_text(path, json.dumps(obj, indent=indent, sort_keys=False) + "\n")
 
@@ -72,33 +136,61 @@ def append_line(path, line: str) -> None:
         f.flush()
 
 
+def _remove(path: Path) -> None:
+    """Remove a folder without ever leaving a half-removed one under its name: rename, then delete."""
+    if path.exists():
+        trash = _temp_name(path)
+        os.replace(path, trash)
+        shutil.rmtree(trash)
+
+
+def _fsync_tree(root: Path) -> None:
+    for folder, _, files in os.walk(root):
+        for f in files:
+            fsync_path(os.path.join(folder, f))
+        fsync_path(folder)
+
+
+def clean_stale(path: str | os.PathLike) -> list[Path]:
+    """Remove the temporaries a killed :func:`atomic_dir` left beside ``path``; returns them."""
+    path = Path(path)
+    stale = sorted(path.parent.glob(f".{path.name}.*.tmp"))  # also matches the trash of NAME.prev
+    for p in stale:
+        shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    return stale
+
+
 @contextmanager
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a fresh temporary directory; on success it replaces ``path`` whole.
-
-    The old directory is first moved to ``path.prev`` and removed only after the new one is in
-    place, so a reader always finds one complete version (``path`` or ``path.prev``).
-    """
+    """Yield a fresh temporary folder; on success it replaces ``path`` whole (steps in the module doc)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    clean_stale(path)
+    _step("cleaned")
+    tmp = _temp_name(path)
+    os.mkdir(tmp, 0o777)  # the umask applies (tempfile.mkdtemp would make it 0700)
     try:
         yield tmp
+        _fsync_tree(tmp)
+        _step("written")
         prev = path.with_name(path.name + ".prev")
-        if prev.exists():
-            shutil.rmtree(prev)
         if path.exists():
+            _remove(prev)
             os.replace(path, prev)
+        fsync_path(path.parent)
+        _step("old-moved")
         os.replace(tmp, path)
-        if prev.exists():
-            shutil.rmtree(prev)
+        fsync_path(path.parent)
+        _step("new-in")
+        _remove(prev)
+        _step("done")
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
 
 
 def complete_dir(path: str | os.PathLike) -> Path | None:
-    """The complete version of a directory written by :func:`atomic_dir`, if any."""
+    """The complete version of a folder written by :func:`atomic_dir`: ``path``, else ``path.prev``."""
     path = Path(path)
     if path.is_dir():
         return path

@@ -139,6 +139,8 @@ def load_sims(path) -> np.ndarray:
         sims = np.load(path, allow_pickle=False)
     except Exception as e:
         raise DataError(path, f"not a readable .npy array: {e}") from None
+    if sims.dtype.kind not in "fiu":  # strings, structured records, complex numbers, booleans, ...
+        raise DataError(path, f"a score matrix holds real numbers; this one holds dtype {sims.dtype}")
     captions_per_image(sims, path)
     return sims.astype(np.float64, copy=False) if sims.dtype.kind != "f" else sims
 

@@ -131,3 +131,83 @@ def test_efficientnet_lite0_gives_a_7x7_grid_of_1280(tmp_path):
     extract(tmp_path / "im", tmp_path / "e", None, "efficientnet-lite0", progress=False)
     arr = np.load(tmp_path / "e" / "ims.npy")
     assert arr.shape == (2, 49, 1280) and np.isfinite(arr).all() and arr.std() > 0
+
+
+def test_a_split_is_complete_only_once_its_ids_and_captions_are_written(tmp_path, monkeypatch):
+    import vlmatch.features.extract as ex
+
+    names = make_images(tmp_path / "im", 4)
+    ann = make_karpathy(tmp_path / "d.json", names, ["train"] * 4)
+    real_write, real_replace = ex.write_text, ex.os.replace
+
+    def dies_at_ids(path, text):
+        if str(path).endswith("ids.txt"):
+            raise KeyboardInterrupt("killed while writing ids.txt")
+        return real_write(path, text)
+
+    monkeypatch.setattr(ex, "write_text", dies_at_ids)
+    with pytest.raises(KeyboardInterrupt):
+        extract(tmp_path / "im", tmp_path / "o", ann, TinyBackbone(), progress=False)
+    assert not (tmp_path / "o" / "train_ims.npy").exists()  # not marked done
+    monkeypatch.setattr(ex, "write_text", real_write)
+
+    def dies_at_the_final_rename(a, b):
+        if str(b).endswith("train_ims.npy"):
+            raise KeyboardInterrupt("killed at the rename")
+        return real_replace(a, b)
+
+    monkeypatch.setattr(ex.os, "replace", dies_at_the_final_rename)
+    with pytest.raises(KeyboardInterrupt):
+        extract(tmp_path / "im", tmp_path / "o", ann, TinyBackbone(), progress=False)
+    monkeypatch.setattr(ex.os, "replace", real_replace)
+    bb = TinyBackbone()
+    rep = extract(tmp_path / "im", tmp_path / "o", ann, bb, progress=False)
+    assert bb.calls == 0 and rep["splits"]["train"]["resumed_from"] == 4  # the features were already done
+    sp = PrecompSplit(tmp_path / "o", "train")
+    assert sp.ids == names and len(sp.captions) == 20
+
+
+def test_names_that_cannot_be_one_line_of_ids_txt(tmp_path):
+    make_images(tmp_path / "im", 2)
+    Image.new("RGB", (8, 8)).save(tmp_path / "im" / "two\nlines.png")
+    with pytest.raises(DataError, match=r"lines.png: its name contains a line break.*--skip-bad"):
+        extract(tmp_path / "im", tmp_path / "o", None, TinyBackbone(), progress=False)
+    assert not (tmp_path / "o").exists()  # refused before any work
+    rep = extract(tmp_path / "im", tmp_path / "o", None, TinyBackbone(), skip_bad=True, progress=False)
+    assert rep["splits"]["gallery"]["skipped"] == [{"image": "two\nlines.png", "error": "its name contains a line break"}]
+    assert (tmp_path / "o" / "ids.txt").read_text().splitlines() == ["img000.jpg", "img001.jpg"]
+
+
+def _png_claiming(path, width, height):
+    """A valid tiny PNG whose header claims another size (what a decompression bomb looks like)."""
+    import struct
+    import zlib
+
+    Image.new("L", (1, 1)).save(path)
+    raw = bytearray(path.read_bytes())
+    ihdr = raw[12:29]  # b"IHDR" + 13 bytes of data
+    ihdr[4:12] = struct.pack(">II", width, height)
+    raw[12:29] = ihdr
+    raw[29:33] = struct.pack(">I", zlib.crc32(bytes(ihdr)))
+    path.write_bytes(bytes(raw))
+
+
+def test_a_decompression_bomb_is_a_bad_image_not_a_crash(tmp_path):
+    names = make_images(tmp_path / "im", 2)
+    _png_claiming(tmp_path / "im" / "bomb.png", 20000, 20000)
+    with pytest.raises(DataError, match=r"bomb.png: unreadable image \(DecompressionBombError"):
+        extract(tmp_path / "im", tmp_path / "o", None, TinyBackbone(), progress=False)
+    rep = extract(tmp_path / "im", tmp_path / "o", None, TinyBackbone(), skip_bad=True, progress=False)
+    assert [s["image"] for s in rep["splits"]["gallery"]["skipped"]] == ["bomb.png"]
+    assert (tmp_path / "o" / "ids.txt").read_text().split() == names
+
+
+def test_16_bit_images_are_scaled_not_saturated(tmp_path):
+    from vlmatch.features.extract import load_image
+
+    grey = np.linspace(0, 65535, 16 * 16).reshape(16, 16).astype(np.uint16)
+    Image.fromarray(grey).save(tmp_path / "deep.png")
+    assert Image.open(tmp_path / "deep.png").mode.startswith("I")
+    px = load_image(tmp_path / "deep.png", 16)
+    np.testing.assert_allclose(px[..., 0], np.rint(grey / 257.0), atol=1)
+    assert px[..., 0].min() == 0 and 120 < px[..., 0].mean() < 135  # a mid-grey on average, not white

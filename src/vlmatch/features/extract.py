@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from ..data.karpathy import read_karpathy
 from ..errors import DataError, VlmatchError
-from ..io import write_json, write_text
+from ..io import fsync_path, write_json, write_text
 from .backbones import Backbone, create_backbone
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif"}
@@ -40,14 +40,50 @@ class Job:
 
 
 def load_image(path: Path, size: int) -> np.ndarray:
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
 
     try:
         with Image.open(path) as im:
-            im = im.convert("RGB").resize((size, size), Image.BILINEAR)
+            im = _to_rgb(im).resize((size, size), Image.BILINEAR)
             return np.asarray(im, dtype=np.uint8)
-    except (OSError, UnidentifiedImageError, ValueError) as e:
-        raise DataError(path, f"unreadable image ({e})") from None
+    except Exception as e:  # PIL raises many types (OSError, DecompressionBombError, SyntaxError, ...)
+        raise DataError(path, f"unreadable image ({type(e).__name__}: {e})") from None
+
+
+def _to_rgb(im):
+    """RGB with 8 bits per channel; 16-bit greyscale is scaled down (PIL's convert would clip it at 255)."""
+    from PIL import Image
+
+    if im.mode.startswith("I;16") or im.mode == "I":
+        a = np.asarray(im).astype(np.float64)
+        a = np.clip(np.rint(a / 257.0), 0, 255).astype(np.uint8)  # 65535 -> 255
+        return Image.fromarray(a, "L").convert("RGB")
+    return im.convert("RGB")
+
+
+def name_problem(name: str) -> str | None:
+    """Why an image's name cannot be one line of ids.txt (None if it can)."""
+    if "\n" in name or "\r" in name:
+        return "its name contains a line break"
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return "its name is not valid UTF-8"
+    return None
+
+
+def check_names(job: Job, images_dir: Path, skip_bad: bool) -> None:
+    """Names that cannot be written to ids.txt stop the run up front (or are skipped with skip_bad)."""
+    keep = [i for i, rel in enumerate(job.images) if name_problem(rel) is None]
+    if len(keep) == len(job.images):
+        return
+    bad = [rel for rel in job.images if name_problem(rel) is not None]
+    if not skip_bad:
+        raise DataError(images_dir / bad[0], f"{name_problem(bad[0])}, so it cannot be listed in ids.txt "
+                                             f"({len(bad)} such names in all); rename it or use --skip-bad")
+    job.skipped += [{"image": rel, "error": name_problem(rel)} for rel in bad]
+    job.images = [job.images[i] for i in keep]
+    job.captions = None if job.captions is None else [job.captions[i] for i in keep]
 
 
 def plan_jobs(images_dir: Path, annotations=None) -> list[Job]:
@@ -92,24 +128,44 @@ def _fingerprint(job: Job, backbone: Backbone, dtype: str, with_global: bool) ->
     return h.hexdigest()
 
 
+def _captions_digest(job: Job) -> str | None:
+    return None if job.captions is None else hashlib.sha256(json.dumps(job.captions).encode()).hexdigest()
+
+
+def _read_progress(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def run_job(job: Job, images_dir: Path, out: Path, backbone: Backbone, dtype: str, batch_size: int,
             with_global: bool, progress: bool = True) -> dict:
-    """Extract one job, resuming a matching partial run; returns timing figures."""
+    """Extract one job, resuming a matching partial run; returns timing figures.
+
+    A split is finished as a whole: captions and ids are written first, then the global and the
+    region features are renamed into place; ``{prefix}ims.npy`` appearing is the completion mark.
+    Whatever a different or unfinished earlier run left under the final names is removed first,
+    so a folder never pairs features with another run's captions.
+    """
     info = backbone.info
     n, regions = len(job.images), info.grid * info.grid
     final = out / f"{job.prefix}ims.npy"
     partial = out / f"{job.prefix}ims.npy.partial"
     gfinal, gpartial = out / f"{job.prefix}global.npy", out / f"{job.prefix}global.npy.partial"
+    caps_path, ids_path = out / f"{job.prefix}caps.txt", out / f"{job.prefix}ids.txt"
     prog_path = out / f"{job.prefix}progress.json"
     fp = _fingerprint(job, backbone, dtype, with_global)
-    done = 0
-    if final.is_file() and prog_path.is_file() and json.loads(prog_path.read_text()).get("fingerprint") == fp \
-            and json.loads(prog_path.read_text()).get("done") == n:
+    prog = _read_progress(prog_path)
+    matches = prog.get("fingerprint") == fp
+    same_captions = prog.get("captions_sha256", _captions_digest(job)) == _captions_digest(job)
+    if matches and prog.get("done") == n and same_captions and final.is_file() and ids_path.is_file() \
+            and (job.captions is None or caps_path.is_file()) and (not with_global or gfinal.is_file()):
         return {"images": n, "seconds": 0.0, "resumed_from": n}
-    if partial.is_file() and prog_path.is_file():
-        prog = json.loads(prog_path.read_text())
-        if prog.get("fingerprint") == fp:
-            done = int(prog["done"])
+    for stale in (final, gfinal, caps_path, ids_path):  # never mixed with what this run writes
+        if stale.exists():
+            stale.unlink()
+    done = int(prog.get("done", 0)) if matches and partial.is_file() and (not with_global or gpartial.is_file()) else 0
     if done == 0:
         arr = np.lib.format.open_memmap(partial, mode="w+", dtype=dtype, shape=(n, regions, info.dim))
         garr = np.lib.format.open_memmap(gpartial, mode="w+", dtype=dtype, shape=(n, info.dim)) if with_global else None
@@ -136,12 +192,16 @@ def run_job(job: Job, images_dir: Path, out: Path, backbone: Backbone, dtype: st
     bar.close()
     seconds = time.time() - t0
     del arr, garr
-    os.replace(partial, final)
+    if job.captions is not None:
+        write_text(caps_path, "".join(c.replace("\n", " ").replace("\r", " ") + "\n" for cs in job.captions for c in cs))
+    write_text(ids_path, "".join(p + "\n" for p in job.images))  # names were checked by check_names
+    for path in (partial, gpartial) if with_global else (partial,):
+        fsync_path(path)
     if with_global:
         os.replace(gpartial, gfinal)
-    if job.captions is not None:
-        write_text(out / f"{job.prefix}caps.txt", "".join(c.replace("\n", " ") + "\n" for cs in job.captions for c in cs))
-    write_text(out / f"{job.prefix}ids.txt", "".join(p + "\n" for p in job.images))
+    os.replace(partial, final)  # last: the split is complete once its features carry the final name
+    fsync_path(out)
+    write_json(prog_path, {"fingerprint": fp, "done": n, "total": n, "captions_sha256": _captions_digest(job)})
     return {"images": n, "seconds": seconds, "resumed_from": resumed_from,
             "images_per_second": (n - resumed_from) / seconds if seconds > 0 else None}
 
@@ -163,6 +223,8 @@ def extract(images_dir, out, annotations=None, backbone: str | Backbone = "effic
     report = {"backbone": bb.describe(), "dtype": dtype, "regions": bb.info.grid ** 2,
               "global_features": global_features, "images_dir": str(images_dir),
               "annotations": None if annotations is None else str(annotations), "splits": {}}
+    for job in jobs:
+        check_names(job, images_dir, skip_bad)
     for job in jobs:
         if skip_bad:
             drop_bad(job, images_dir, bb.info.input_size)

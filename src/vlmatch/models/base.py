@@ -9,18 +9,21 @@ with the same ``score`` (see :mod:`vlmatch.scoring`). One code path for both.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+from safetensors.torch import save as safetensors_bytes
 from torch import Tensor, nn
 
 from ..errors import ConfigError, DataError, VlmatchError
-from ..io import atomic_path, read_json, write_json
+from ..io import read_json, write_bytes, write_json
 from ..validation import check_mapping, dataclass_specs, raise_problems
+from ..weights import describe_problems, read_header, shape_problems, verify_sha256
 
 EPS = 1e-8
 
@@ -209,29 +212,32 @@ class MatchingModel(nn.Module):
         return {"name": self.name, "config": dataclasses.asdict(self.cfg)}
 
     def save(self, directory) -> Path:
-        """Write ``model.safetensors`` + ``config.json`` (+ ``vocab.json``) into ``directory``."""
+        """Write ``model.safetensors`` + ``config.json`` (+ ``vocab.json``) into ``directory``;
+        config.json records the SHA-256 of the weights (checked by ``load_model``)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        with atomic_path(directory / "model.safetensors") as tmp:
-            save_file(state, str(tmp))
-        write_json(directory / "config.json", self.config_dict())
+        data = safetensors_bytes(state)
+        write_bytes(directory / "model.safetensors", data)
+        write_json(directory / "config.json", {**self.config_dict(), "weights_sha256": hashlib.sha256(data).hexdigest()})
         if self.vocab is not None:
             self.vocab.save(directory / "vocab.json")
         self.save_extra(directory)
         return directory
 
-    def load_weights(self, path) -> None:
+    def load_weights(self, path, sha256: str | None = None) -> None:
+        """Load ``path`` (checked against ``sha256`` when given, and shape by shape before loading)."""
         path = Path(path)
-        if not path.is_file():
-            raise DataError(path, "weights file not found")
+        verify_sha256(path, sha256, path.parent / "config.json")
+        found = read_header(path)
+        problems = shape_problems(found, {k: tuple(v.shape) for k, v in self.state_dict().items()})
+        if problems:
+            raise DataError(path, f"weights do not fit model {self.name}: {describe_problems(problems)}")
         try:
             state = load_file(str(path))
         except Exception as e:  # safetensors raises its own error types
             raise DataError(path, f"not a readable safetensors file: {e}") from None
-        missing, unexpected = self.load_state_dict(state, strict=False)
-        if missing or unexpected:
-            raise DataError(path, f"weights do not fit model {self.name}: missing {missing}, unexpected {unexpected}")
+        self.load_state_dict(state, strict=True)
 
 
 def option(default, *, min=None, max=None, choices=None, doc: str = ""):  # noqa: A002

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..errors import ConfigError, DataError
+from ..io import complete_dir
+from ..weights import describe_problems, read_header, shape_problems, verify_sha256
 from .base import MatchingModel, check_options, make_config, read_config_json
 
 _REGISTRY: dict[str, tuple[type[MatchingModel], dict, str]] = {}
@@ -62,13 +65,46 @@ def load_model(checkpoint_dir, map_location="cpu") -> MatchingModel:
     from ..data.vocab import Vocab
 
     d = Path(checkpoint_dir)
+    if not d.is_dir() and complete_dir(d) is not None:  # a save was interrupted between its renames
+        print(f"vlmatch: {d} is missing (an interrupted save); loading {complete_dir(d)}", file=sys.stderr)
+        d = complete_dir(d)
     cfg = read_config_json(d / "config.json")
-    model = create_model(cfg["name"], **cfg["config"])
-    model.load_weights(d / "model.safetensors")
+    weights = d / "model.safetensors"
+    if not isinstance(cfg["config"], dict):
+        raise DataError(d / "config.json", "'config' must be an object of model options")
+    try:
+        opts = check_model_options(cfg["name"], cfg["config"])
+    except ConfigError as e:
+        raise DataError(d / "config.json", str(e)) from None
+    verify_sha256(weights, cfg.get("weights_sha256"), d / "config.json")
+    # compare the file's shapes with the model's before anything is allocated (a meta-device build)
+    expected = _meta_shapes(cfg["name"], opts)
+    if expected is not None:
+        problems = shape_problems(read_header(weights), expected)
+        if problems:
+            raise DataError(weights, f"weights do not fit {d / 'config.json'} (model {cfg['name']}): "
+                                     f"{describe_problems(problems)}")
+    model = create_model(cfg["name"], **opts)
+    model.load_weights(weights)  # the content was verified above
     if (d / "vocab.json").is_file():
         model.vocab = Vocab.load(d / "vocab.json")
+        size = getattr(model.cfg, "vocab_size", None)
+        if model.uses_vocab and size is not None and len(model.vocab) > size:
+            raise DataError(d / "vocab.json", f"{len(model.vocab)} words, but the model's vocab_size in config.json "
+                                              f"is {size}: this vocabulary does not belong to these weights")
     model.load_extra(d)
     return model.to(map_location).eval()
+
+
+def _meta_shapes(name: str, opts: dict) -> dict[str, tuple] | None:
+    """Parameter shapes of a model built on the meta device (no memory); None if it cannot be."""
+    import torch
+
+    try:
+        with torch.device("meta"):
+            return {k: tuple(v.shape) for k, v in create_model(name, **opts).state_dict().items()}
+    except Exception:  # a model whose construction needs real tensors: its load_weights still checks
+        return None
 
 
 def _load_builtin() -> None:

@@ -1,0 +1,67 @@
+"""Weight files from anywhere: content hash, and shapes read from the safetensors header.
+
+A checkpoint's ``config.json`` records ``weights_sha256``, the SHA-256 of ``model.safetensors``;
+loading verifies it, so a corrupted or swapped file is refused instead of silently changing the
+results. Shapes are compared with the header (a few KB read) before a model is built, so a
+``config.json`` whose sizes do not fit the weights (or are absurd) never allocates anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from .errors import DataError
+
+
+def sha256_file(path, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def verify_sha256(path, expected: str | None, recorded_in) -> None:
+    """Refuse ``path`` if its SHA-256 is not ``expected`` (nothing to check when None)."""
+    if expected is None:
+        return
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(path, "file not found")
+    actual = sha256_file(path)
+    if actual != expected:
+        raise DataError(path, f"content does not match the SHA-256 recorded in {Path(recorded_in).name} "
+                              f"({actual[:12]}... != {expected[:12]}...): the file is corrupt or was replaced")
+
+
+def read_header(path) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape from a safetensors file's header (no tensor data is read)."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(path, "weights file not found")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118
+    except Exception as e:  # safetensors raises its own error types
+        raise DataError(path, f"not a readable safetensors file: {e}") from None
+
+
+def shape_problems(found: dict[str, tuple], expected: dict[str, tuple]) -> list[str]:
+    """What differs between the shapes in a file and the shapes a model needs."""
+    out = [f"{k}: {tuple(found[k])} in the file, {tuple(v)} needed" for k, v in expected.items()
+           if k in found and tuple(found[k]) != tuple(v)]
+    missing = [k for k in expected if k not in found]
+    unexpected = [k for k in found if k not in expected]
+    if missing:
+        out.append(f"missing {missing[:5]}{' ...' if len(missing) > 5 else ''}")
+    if unexpected:
+        out.append(f"unexpected {unexpected[:5]}{' ...' if len(unexpected) > 5 else ''}")
+    return out
+
+
+def describe_problems(problems: list[str]) -> str:
+    more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+    return "; ".join(problems[:3]) + more
