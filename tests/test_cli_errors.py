@@ -109,3 +109,12 @@ def test_every_commands_help_prints(capsys):
             main([*cmd, "--help"])
         assert e.value.code == 0, cmd
     assert "--set train.lr=1e-4" in capsys.readouterr().out  # the example tests/test_rundir.py runs
+
+
+@pytest.mark.parametrize("argv", [["evaluate", "--sims", "x.npy", "--max-images", "0"],
+                                  ["features", "extract", "--images", "i", "--out", "o", "--batch-size", "-4"],
+                                  ["data", "synth", "--out", "o", "--train", "0"]])
+def test_counts_must_be_positive(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and "expected an integer >= 1" in capsys.readouterr().err

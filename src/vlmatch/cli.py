@@ -10,6 +10,17 @@ from pathlib import Path
 from .errors import VlmatchError
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (argparse reports anything else in one line)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
 def _add_train(sub):
     p = sub.add_parser("train", help="train a model from a YAML config",
                        description="Train a model. Writes config.yaml, metrics.jsonl, best/ and last/ "
@@ -58,7 +69,7 @@ def _add_evaluate(sub):
     p.add_argument("--data", help="precomp data folder for --checkpoint ('toyworld' for the bundled data)")
     p.add_argument("--split", default="test", help="split name (default test; COCO 1K/5K use testall)")
     p.add_argument("--protocol", default="single", choices=["single", "coco1k5fold", "coco5k"])
-    p.add_argument("--max-images", type=int, help="keep the first N images (e.g. 1000 for SCAN's dev)")
+    p.add_argument("--max-images", type=positive_int, help="keep the first N images (e.g. 1000 for SCAN's dev)")
     p.add_argument("--save-sims", metavar="FILE.npy", help="save the (ensembled) score matrix")
     p.add_argument("--json", metavar="PATH", help="write every number as JSON")
     p.add_argument("--device", default="auto")
@@ -135,9 +146,9 @@ def _add_data(sub):
     q = s.add_parser("synth", help="write the synthetic toy world in the precomp format")
     q.add_argument("--out", required=True)
     q.add_argument("--seed", type=int, default=0)
-    q.add_argument("--train", type=int, default=3000)
-    q.add_argument("--dev", type=int, default=1000)
-    q.add_argument("--test", type=int, default=1000)
+    q.add_argument("--train", type=positive_int, default=3000)
+    q.add_argument("--dev", type=positive_int, default=1000)
+    q.add_argument("--test", type=positive_int, default=1000)
     q.set_defaults(func=cmd_synth)
     c = s.add_parser("check", help="validate a precomp split (shapes, captions, NaN/inf)")
     c.add_argument("--data", required=True)
@@ -166,7 +177,7 @@ def _add_vocab(sub):
     s = p.add_subparsers(dest="vocab_cmd", required=True)
     b = s.add_parser("build", help="build a vocabulary (SCAN JSON) from training captions only")
     b.add_argument("--captions", nargs="+", required=True, help="caption files (one caption per line)")
-    b.add_argument("--min-count", type=int, default=4)
+    b.add_argument("--min-count", type=positive_int, default=4)
     b.add_argument("--out", required=True)
     b.set_defaults(func=cmd_vocab)
 

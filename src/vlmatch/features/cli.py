@@ -6,6 +6,8 @@ import json
 
 
 def add_parser(sub):
+    from ..cli import positive_int
+
     p = sub.add_parser("features", help="image feature extraction")
     s = p.add_subparsers(dest="features_cmd", required=True)
     e = s.add_parser("extract", help="extract grid features for a folder of images",
@@ -18,11 +20,11 @@ def add_parser(sub):
     e.add_argument("--weights", help="local weights file for the backbone")
     e.add_argument("--out", required=True)
     e.add_argument("--dtype", default="float32", choices=["float32", "float16"])
-    e.add_argument("--batch-size", type=int, default=32)
+    e.add_argument("--batch-size", type=positive_int, default=32)
     e.add_argument("--skip-bad", action="store_true", help="skip unreadable images (and their captions), listed "
                                                            "in features.json")
     e.add_argument("--global-features", action="store_true", help="also write one pooled vector per image")
-    e.add_argument("--limit", type=int, help="only the first N images of each split")
+    e.add_argument("--limit", type=positive_int, help="only the first N images of each split")
     e.add_argument("--no-progress", action="store_true")
     e.set_defaults(func=cmd_extract)
 

@@ -219,12 +219,12 @@ def extract(images_dir, out, annotations=None, backbone: str | Backbone = "effic
         for j in jobs:
             j.images = j.images[:limit]
             j.captions = None if j.captions is None else j.captions[:limit]
+    for job in jobs:  # before anything is written
+        check_names(job, images_dir, skip_bad)
     out.mkdir(parents=True, exist_ok=True)
     report = {"backbone": bb.describe(), "dtype": dtype, "regions": bb.info.grid ** 2,
               "global_features": global_features, "images_dir": str(images_dir),
               "annotations": None if annotations is None else str(annotations), "splits": {}}
-    for job in jobs:
-        check_names(job, images_dir, skip_bad)
     for job in jobs:
         if skip_bad:
             drop_bad(job, images_dir, bb.info.input_size)
