@@ -41,7 +41,7 @@ def test_flipped_bytes_in_the_weights_are_detected(ckpt):
 def test_dims_that_do_not_fit_the_weights_are_named_before_building(ckpt):
     _edit_config(ckpt, embed_dim=16)
     with pytest.raises(DataError, match=r"model.safetensors: weights do not fit .*config.json \(model scan_t2i_avg\): "
-                                        r"img_enc.fc.bias: \(8,\) in the file, \(16,\) needed"):
+                                        r"img_enc.fc.weight: \(8, 6\) in the file, \(16, 6\) needed"):
         load_model(ckpt)
 
 

@@ -108,7 +108,7 @@ def test_every_commands_help_prints(capsys):
         with pytest.raises(SystemExit) as e:
             main([*cmd, "--help"])
         assert e.value.code == 0, cmd
-    assert "--set train.lr=1e-4" in capsys.readouterr().out  # the example tests/test_rundir.py runs
+    assert "train.lr=1e-4" in capsys.readouterr().out  # the example tests/test_rundir.py runs
 
 
 @pytest.mark.parametrize("argv", [["evaluate", "--sims", "x.npy", "--max-images", "0"],
