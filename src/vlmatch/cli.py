@@ -103,7 +103,8 @@ def cmd_evaluate(a):
     for i, fold in enumerate(res.get("folds", [])):
         print(format_table({f"fold {i}": fold}).splitlines()[-1])
     if a.save_sims:
-        small = sims.astype(np.float32)
+        with np.errstate(over="ignore"):
+            small = sims.astype(np.float32)
         if not np.isfinite(small).all():  # e.g. 1e300 would become inf in float32
             print(f"vlmatch: note: scores beyond the float32 range; {a.save_sims} is saved as float64", file=sys.stderr)
             small = sims.astype(np.float64)

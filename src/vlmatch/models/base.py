@@ -228,8 +228,8 @@ class MatchingModel(nn.Module):
     def load_weights(self, path, sha256: str | None = None) -> None:
         """Load ``path`` (checked against ``sha256`` when given, and shape by shape before loading)."""
         path = Path(path)
-        verify_sha256(path, sha256, path.parent / "config.json")
         found = read_header(path)
+        verify_sha256(path, sha256, path.parent / "config.json")
         problems = shape_problems(found, {k: tuple(v.shape) for k, v in self.state_dict().items()})
         if problems:
             raise DataError(path, f"weights do not fit model {self.name}: {describe_problems(problems)}")

@@ -76,11 +76,12 @@ def load_model(checkpoint_dir, map_location="cpu") -> MatchingModel:
         opts = check_model_options(cfg["name"], cfg["config"])
     except ConfigError as e:
         raise DataError(d / "config.json", str(e)) from None
+    header = read_header(weights)  # a file that is no safetensors at all is named as such first
     verify_sha256(weights, cfg.get("weights_sha256"), d / "config.json")
     # compare the file's shapes with the model's before anything is allocated (a meta-device build)
     expected = _meta_shapes(cfg["name"], opts)
     if expected is not None:
-        problems = shape_problems(read_header(weights), expected)
+        problems = shape_problems(header, expected)
         if problems:
             raise DataError(weights, f"weights do not fit {d / 'config.json'} (model {cfg['name']}): "
                                      f"{describe_problems(problems)}")
