@@ -66,7 +66,8 @@ def render(rows: dict) -> str:
     for name, r in rows.items():
         lines.append(f"| {name} | {r['attends_over']} | {r['cells']} | {r['entropy']:.3f} ({r['entropy_p10']:.3f}-"
                      f"{r['entropy_p90']:.3f}) | {r['effective']:.1f} | {r['top1']:.3f} ({r['top1_uniform']:.3f}) |")
-    return "\n".join(lines) + "\n"
+    notes = [f"- {name}: {r['note']}" for name, r in rows.items() if r.get("note")]
+    return "\n".join(lines + (["", "Notes:"] + notes if notes else [])) + "\n"
 
 
 def main(argv=None):
@@ -74,13 +75,15 @@ def main(argv=None):
     ap.add_argument("--checkpoint", nargs="+", required=True)
     ap.add_argument("--features", default=str(FEATURES))
     ap.add_argument("--images", type=int, default=100)
+    ap.add_argument("--note", help="a remark stored with these rows (what the checkpoint is)")
     a = ap.parse_args(argv)
     split = PrecompSplit(a.features, "dev", max_images=a.images)
     out = RESULTS / "scan_attention.json"
     rows = json.loads(out.read_text()) if out.is_file() else {}
     for ck in a.checkpoint:
         name = Path(ck).parent.name if Path(ck).name == "best" else Path(ck).name
-        rows[name] = {**attention_stats(load_model(ck), split, a.images), "checkpoint": ck}
+        rows[name] = {**attention_stats(load_model(ck), split, a.images), "checkpoint": ck,
+                      **({"note": a.note} if a.note else {})}
     write_json(out, rows)
     write_text(RESULTS / "scan_attention.md", render(rows))
     print(render(rows))
