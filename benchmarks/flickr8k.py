@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from vlmatch.config import load_config
+from vlmatch.data.resolve import FLICKR8K_SOURCE
 from vlmatch.features.extract import extract
 from vlmatch.io import write_json, write_text
 from vlmatch.metrics import format_table
@@ -102,7 +103,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     shared = Path(a.shared)
     if not (shared / "dataset_flickr8k.json").is_file():
-        sys.exit(f"{shared}: no dataset_flickr8k.json (pass --shared)")
+        sys.exit(f"{shared}: no dataset_flickr8k.json (pass --shared DIR); {FLICKR8K_SOURCE}")
     results = load_results()
     feats = ensure_features(shared)
     if feats["splits"]["train"].get("images_per_second") and (a.extract_only or not results.get("extraction")):

@@ -115,13 +115,13 @@ def recall_change(a) -> dict:
     """Recalls of a trained model with the region-word GEMM in float32 and in bfloat16."""
     from vlmatch import load_model
     from vlmatch.data.precomp import PrecompSplit
+    from vlmatch.data.resolve import resolve_data
     from vlmatch.metrics import evaluate_protocol
     from vlmatch.scoring import model_scores
-    from vlmatch.train import data_root
 
     torch.set_num_threads(a.threads)
     model = load_model(a.recall_checkpoint)
-    split = PrecompSplit(data_root(a.recall_data), a.recall_split)
+    split = PrecompSplit(resolve_data(a.recall_data), a.recall_split)
     out = {"checkpoint": a.recall_checkpoint, "data": a.recall_data, "split": a.recall_split}
     for dt in ("float32", "bfloat16"):
         model.cfg.gemm_dtype = dt

@@ -10,9 +10,6 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
     """Never touch the user's ~/.cache from tests."""
     cache = tmp_path_factory.getbasetemp() / "vlcache"
     monkeypatch.setenv("VLMATCH_CACHE", str(cache))
-    import vlmatch.train as t
-
-    monkeypatch.setattr(t, "TOYWORLD_CACHE", cache / "toyworld")
 
 
 @pytest.fixture(scope="session")

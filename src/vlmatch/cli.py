@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 from .errors import VlmatchError
+
+DATA_HELP = ("a precomp folder, or 'toyworld' for the bundled synthetic data (generated on first use into "
+             "$VLMATCH_CACHE/toyworld, default ~/.cache/vlmatch/toyworld)")
 
 
 def positive_int(text: str) -> int:
@@ -51,11 +55,23 @@ def cmd_train(a):
         cfg = load_config(a.config, a.overrides)
         run_dir = Path(a.run_dir or Path("runs") / Path(a.config).stem)
     best = train(cfg, run_dir, resume=bool(a.resume), progress=not a.no_progress, overwrite=a.overwrite)
+    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 reports
+        return
     if best and "rsum" in best:
         from .metrics import format_table
 
-        print(format_table({f"{cfg['model']['name']} (best, epoch {best.get('epoch')})": best}))
-    print(f"run folder: {run_dir}")
+        epoch = f"epoch {best['epoch'] + 1}/{cfg['train']['epochs']}" if "epoch" in best else ""
+        print(f"validation ({cfg['data']['val_split']}) of the best-on-validation checkpoint, {epoch}:")
+        print(format_table({cfg["model"]["name"]: best}))
+    from .plot import write_curves
+
+    curves = write_curves([run_dir], run_dir / "curves.png")
+    print(f"run folder: {run_dir}  (config.yaml, metrics.jsonl; best/ = best on validation, last/ = latest)")
+    if curves:
+        print(f"curves:     {curves}")
+    if (run_dir / "best").is_dir():
+        data = cfg["data"]["path"] or "toyworld"
+        print(f"next:       vlmatch evaluate --checkpoint {run_dir / 'best'} --data {data} --split test")
 
 
 def _add_evaluate(sub):
@@ -66,7 +82,7 @@ def _add_evaluate(sub):
                                    "ground truth.")
     p.add_argument("--sims", nargs="+", metavar="FILE.npy", help="score matrices (rows images, columns captions)")
     p.add_argument("--checkpoint", nargs="+", metavar="DIR", help="model folders (model.safetensors + config.json)")
-    p.add_argument("--data", help="precomp data folder for --checkpoint ('toyworld' for the bundled data)")
+    p.add_argument("--data", help=f"data for --checkpoint: {DATA_HELP}")
     p.add_argument("--split", default="test", help="split name (default test; COCO 1K/5K use testall)")
     p.add_argument("--protocol", default="single", choices=["single", "coco1k5fold", "coco5k"])
     p.add_argument("--max-images", type=positive_int, help="keep the first N images (e.g. 1000 for SCAN's dev)")
@@ -115,30 +131,38 @@ def cmd_evaluate(a):
 
 def checkpoint_scores(checkpoint, data, split, max_images, device, progress):
     from .data.precomp import PrecompSplit
+    from .data.resolve import resolve_data
     from .models.registry import load_model
     from .scoring import model_scores
-    from .train import data_root, pick_device
+    from .train import pick_device
 
     dev = pick_device(device)
     model = load_model(checkpoint, map_location=dev)
     if model.uses_vocab and model.vocab is None:
         raise VlmatchError(f"{checkpoint}: no vocab.json beside the model")
-    sp = PrecompSplit(data_root(data), split, max_images=max_images)
+    sp = PrecompSplit(resolve_data(data), split, max_images=max_images)
     return model_scores(model, sp, device=dev, progress=progress)
 
 
 def _add_quickstart(sub):
-    p = sub.add_parser("quickstart", help="toy world -> train VSE++ and SCAN -> recall table (a few minutes on CPU)")
+    p = sub.add_parser("quickstart", help="toy world -> train VSE++ and SCAN -> recall table (a few minutes on CPU)",
+                       description="Generate the toy world (cached in $VLMATCH_CACHE/toyworld), train each config "
+                                   "into RUN_DIR/<config name>, print the test recalls of each run's best-on-"
+                                   "validation checkpoint, where everything was written, and what to try next.")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON")
-    p.add_argument("--run-dir", default="runs/quickstart")
-    p.add_argument("--models", nargs="+", default=None, help="quickstart configs to run (default: vsepp scan)")
+    p.add_argument("--run-dir", default="runs/quickstart", help="parent of the run folders (default runs/quickstart)")
+    p.add_argument("--models", nargs="+", default=None, metavar="CONFIG",
+                   help="configs to run (default: quickstart_vsepp quickstart_scan)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override a value in every config, e.g. --set train.epochs=1 (repeatable)")
+    p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_quickstart)
 
 
 def cmd_quickstart(a):
     from .quickstart import quickstart
 
-    quickstart(a.run_dir, a.json, a.models)
+    quickstart(a.run_dir, a.json, a.models, a.overrides, progress=not a.no_progress)
 
 
 def _add_data(sub):
@@ -152,8 +176,8 @@ def _add_data(sub):
     q.add_argument("--test", type=positive_int, default=1000)
     q.set_defaults(func=cmd_synth)
     c = s.add_parser("check", help="validate a precomp split (shapes, captions, NaN/inf)")
-    c.add_argument("--data", required=True)
-    c.add_argument("--split", required=True)
+    c.add_argument("--data", required=True, help=DATA_HELP)
+    c.add_argument("--split", required=True, help="split name (train, dev, test, ...)")
     c.set_defaults(func=cmd_check)
 
 
@@ -166,8 +190,9 @@ def cmd_synth(a):
 
 def cmd_check(a):
     from .data.precomp import PrecompSplit
+    from .data.resolve import resolve_data
 
-    sp = PrecompSplit(a.data, a.split)
+    sp = PrecompSplit(resolve_data(a.data), a.split)
     sp.check_all_finite()
     print(json.dumps({"images": sp.n_images, "captions": len(sp.captions), "regions": sp.n_regions,
                       "dim": sp.img_dim, "captions_per_image": sp.per_image}, indent=2))
@@ -193,6 +218,23 @@ def cmd_vocab(a):
     print(f"{len(v)} words (min count {a.min_count}) from {len(caps)} captions -> {a.out}")
 
 
+def _add_plot(sub):
+    p = sub.add_parser("plot", help="loss and validation recall curves of one run or several (PNG)",
+                       description="Draw the training loss, validation rsum and R@1/5/10 (both directions) of "
+                                   "one run folder or several side by side into a PNG. x = epochs completed.")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run folders (with metrics.jsonl)")
+    p.add_argument("--out", metavar="FILE.png", help="output PNG (default RUN_DIR/curves.png for one run, "
+                                                     "curves.png for several)")
+    p.set_defaults(func=cmd_plot)
+
+
+def cmd_plot(a):
+    from .plot import plot_runs
+
+    out = a.out or (Path(a.runs[0]) / "curves.png" if len(a.runs) == 1 else "curves.png")
+    print(f"wrote {plot_runs(a.runs, out)}")
+
+
 def _add_models(sub):
     p = sub.add_parser("models", help="list registered models")
     p.set_defaults(func=cmd_models)
@@ -207,9 +249,11 @@ def cmd_models(a):
 
 
 def cmd_configs(a):
-    from .config import BUNDLED
+    from .config import describe_configs
 
-    print("\n".join(sorted(p.stem for p in BUNDLED.glob("*.yaml"))))
+    configs = describe_configs()
+    width = max(map(len, configs), default=0)
+    print("\n".join(f"{name:{width}s}  {desc}" for name, desc in configs.items()))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -217,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error (accepted "
                                                              "anywhere on the command line)")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_quickstart, _add_train, _add_evaluate, _add_data, _add_vocab, _add_models):
+    for add in (_add_quickstart, _add_train, _add_evaluate, _add_data, _add_vocab, _add_models, _add_plot):
         add(sub)
     try:
         from .features.cli import add_parser as add_features

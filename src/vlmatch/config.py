@@ -111,6 +111,15 @@ def resolve_path(name_or_path: str) -> Path:
                        f"{', '.join(sorted(x.stem for x in BUNDLED.glob('*.yaml')))})")
 
 
+def describe_configs() -> dict[str, str]:
+    """Bundled config names -> their first comment line (what the config is for)."""
+    out = {}
+    for p in sorted(BUNDLED.glob("*.yaml")):
+        first = next((ln for ln in p.read_text(encoding="utf-8").splitlines() if ln.strip()), "")
+        out[p.stem] = first.lstrip("#").strip() if first.lstrip().startswith("#") else ""
+    return out
+
+
 def load_config(name_or_path: str | None = None, overrides: list[str] = (), extra: dict | None = None) -> dict:
     cfg = copy.deepcopy(DEFAULTS)
     if name_or_path:

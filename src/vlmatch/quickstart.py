@@ -1,38 +1,98 @@
-"""``vlmatch quickstart``: generate the toy world, train VSE++ and SCAN briefly, print their test recalls."""
+"""``vlmatch quickstart``: generate the toy world, train VSE++ and SCAN briefly, print their test recalls.
+
+Each model is trained into ``RUN_DIR/<config name>`` (default ``runs/quickstart/quickstart_vsepp`` and
+``runs/quickstart/quickstart_scan``); the table is computed from each run's ``best/`` checkpoint (the
+epoch with the highest validation rsum) on the toy world's test split. The output ends with where
+everything was written and the next commands to try.
+"""
 
 from __future__ import annotations
 
+import shlex
 import time
 from pathlib import Path
 
 from .config import load_config
 from .data.precomp import PrecompSplit
+from .data.resolve import TOYWORLD, resolve_data, toyworld_dir
 from .io import write_json
 from .metrics import evaluate_protocol, format_table
 from .models.registry import load_model
 from .scoring import model_scores
-from .train import data_root, train
+from .train import train
 
 DEFAULT_MODELS = ("quickstart_vsepp", "quickstart_scan")
 
 
-def quickstart(run_dir="runs/quickstart", json_path=None, configs=None) -> dict:
+def quickstart(run_dir="runs/quickstart", json_path=None, configs=None, overrides=(), progress=True) -> dict:
+    """Train each config into ``run_dir/<config name>``; returns test metrics by model name.
+
+    ``overrides`` (``section.key=value``) apply to every config (tests use them to shorten training).
+    """
     configs = list(configs or DEFAULT_MODELS)
-    results, timings = {}, {}
+    results, timings, runs, data_paths = {}, {}, {}, set()
     for name in configs:
-        cfg = load_config(name)
+        cfg = load_config(name, list(overrides))
         out = Path(run_dir) / Path(name).stem
-        print(f"== training {cfg['model']['name']} ({name}) for {cfg['train']['epochs']} epochs on the toy world")
+        print(f"== training {cfg['model']['name']} ({name}) for {cfg['train']['epochs']} epochs -> {out}")
         t0 = time.time()
-        train(cfg, out, overwrite=True)  # the demo's own folders: a rerun starts afresh
+        train(cfg, out, overwrite=True, progress=progress)  # the demo's own folders: a rerun starts afresh
         timings[name] = time.time() - t0
         model = load_model(out / "best")
-        test = PrecompSplit(data_root(cfg["data"]["path"]), "test")
-        sims = model_scores(model, test)
+        test = PrecompSplit(resolve_data(cfg["data"]["path"]), "test")
+        data_paths.add(cfg["data"]["path"] or TOYWORLD)
+        sims = model_scores(model, test, progress=progress)
         results[cfg["model"]["name"]] = evaluate_protocol(sims, "single", source=test.captions_path)
-    print("\ntoy world, test split (1000 images, 5000 captions):")
+        runs[cfg["model"]["name"]] = out
+    print(f"\ntest split ({test.n_images} images, {len(test.captions)} captions), "
+          f"each model's best-on-validation checkpoint (<run>/best):")
     print(format_table(results))
     print("training wall time: " + ", ".join(f"{k} {v:.0f}s" for k, v in timings.items()))
     if json_path:
-        write_json(json_path, {"data": "toyworld/test", "results": results, "train_seconds": timings})
+        write_json(json_path, {"data": "toyworld/test", "results": results, "train_seconds": timings,
+                               "runs": {k: str(v) for k, v in runs.items()}})
+    from .plot import write_curves
+
+    curves = write_curves(list(runs.values()), Path(run_dir) / "curves.png")
+    print(where_and_next(runs, data_paths, curves, json_path))
     return results
+
+
+def where_and_next(runs: dict, data_paths: set, curves, json_path) -> str:
+    """The closing lines: where everything was written, and commands to try next."""
+    q = shlex.quote
+    lines = ["", "Where everything is:"]
+    for name, out in runs.items():
+        lines.append(f"  {name:14s} run folder {out}  (config.yaml, metrics.jsonl, best/, last/)")
+        lines.append(f"  {'':14s} checkpoint {out / 'best'}  (best on validation; last/ = end of training)")
+    if TOYWORLD in data_paths:
+        lines.append(f"  toy world      {toyworld_dir()}  (set VLMATCH_CACHE to move it; `--data toyworld` finds it)")
+    if curves:
+        lines.append(f"  curves         {curves}  (loss and validation recalls per epoch)")
+    if json_path:
+        lines.append(f"  results JSON   {json_path}")
+    name, out = list(runs.items())[-1]
+    data = next(iter(sorted(data_paths)))
+    lines += ["", "Next commands to try:",
+              f"  vlmatch evaluate --checkpoint {q(str(out / 'best'))} --data {q(data)} --split test",
+              f"  vlmatch plot {' '.join(q(str(o)) for o in runs.values())} --out curves.png"]
+    lines += [f"  {cmd}" for cmd in optional_next_commands()]
+    lines.append("  vlmatch configs      (bundled configs, e.g. for Flickr30K / COCO / Flickr8k)")
+    return "\n".join(lines)
+
+
+# Commands other parts of vlmatch add; suggested only when this installation has them.
+OPTIONAL_NEXT = {
+    "explain": "vlmatch explain --help   (which image regions each word of a caption attended to)",
+    "index": "vlmatch index --help     (index your own images for search)",
+    "search": "vlmatch search --help    (search an index by sentence)",
+}
+
+
+def optional_next_commands() -> list[str]:
+    from .cli import build_parser
+
+    have = set()
+    for action in build_parser()._subparsers._group_actions:
+        have |= set(getattr(action, "choices", None) or {})
+    return [cmd for name, cmd in OPTIONAL_NEXT.items() if name in have]

@@ -26,7 +26,7 @@ from .checkpoint import latest_checkpoint, load_training_state, save_training_st
 from .config import dump, validate_config
 from .data.loaders import PairDataset, collate_pairs
 from .data.precomp import PrecompSplit
-from .data.synth import ensure_toyworld
+from .data.resolve import resolve_data
 from .data.vocab import Vocab
 from .errors import ConfigError
 from .io import append_line, atomic_dir, read_json, write_json, write_text
@@ -35,13 +35,7 @@ from .models.registry import create_model, model_class
 from .rundir import check_resume, prepare_fresh, recorded
 from .scoring import model_scores
 
-TOYWORLD_CACHE = Path(os.environ.get("VLMATCH_CACHE", Path.home() / ".cache" / "vlmatch")) / "toyworld"
-
-
-def data_root(path) -> Path:
-    if path in (None, "toyworld"):
-        return ensure_toyworld(TOYWORLD_CACHE)
-    return Path(path).expanduser()
+data_root = resolve_data  # the one resolution of data arguments (kept under its old name)
 
 
 def pick_device(name: str) -> torch.device:
@@ -104,7 +98,7 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
     if not resume and is_main:
         prepare_fresh(run_dir, overwrite)
 
-    root = data_root(dc["path"])
+    root = resolve_data(dc["path"])
     train_split = PrecompSplit(root, dc["train_split"])
     val_split = PrecompSplit(root, dc["val_split"], max_images=dc["val_max_images"])
     if dc["check_finite"]:  # once, up front, rather than when a bad batch comes up
@@ -150,8 +144,9 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
         loader = DataLoader(dataset, batch_sampler=batches[start:], collate_fn=collate_pairs,
                             num_workers=tc["workers"])
         hardest = tc["max_violation"] and epoch >= tc["warmup_epochs"]
-        bar = tqdm(loader, total=len(batches), initial=start, desc=f"epoch {epoch}", disable=not (progress and is_main),
-                   leave=False)
+        # on screen epochs count from 1 ("epoch 1/7" is the first); metrics.jsonl keeps the 0-based index
+        bar = tqdm(loader, total=len(batches), initial=start, desc=f"epoch {epoch + 1}/{tc['epochs']}",
+                   disable=not (progress and is_main), leave=False)
         model.train()
         for step, batch in enumerate(bar, start=start):
             scores = net(batch["features"].to(device), None, batch["tokens"].to(device), batch["lengths"].to(device))
@@ -170,7 +165,8 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
                                                       "global_step": gs, "loss": loss.item(), "lr": lr,
                                                       "hardest": hardest, "time": time.time() - t_start}))
             if tc["val_every_steps"] and gs % tc["val_every_steps"] == 0 and step + 1 < len(batches):
-                _validate_and_keep(model, val_split, device, state, run_dir, metrics_path, epoch, is_main, progress)
+                _validate_and_keep(model, val_split, device, state, run_dir, metrics_path, epoch, is_main, progress,
+                                   tc["epochs"])
             if tc["checkpoint_every_steps"] and gs % tc["checkpoint_every_steps"] == 0 and step + 1 < len(batches):
                 if is_main:
                     state["elapsed"] = time.time() - t_start
@@ -182,7 +178,8 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
                 return {"stopped_at": gs}
         bar.close()
         state["epoch"], state["step_in_epoch"] = epoch + 1, 0
-        _validate_and_keep(model, val_split, device, state, run_dir, metrics_path, epoch, is_main, progress)
+        _validate_and_keep(model, val_split, device, state, run_dir, metrics_path, epoch, is_main, progress,
+                           tc["epochs"])
         if is_main:
             state["elapsed"] = time.time() - t_start
             save_training_state(run_dir / "last", model, optimizer, state)
@@ -196,7 +193,8 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
     return json.loads(best.read_text()) if best.is_file() else {}
 
 
-def _validate_and_keep(model, val_split, device, state, run_dir, metrics_path, epoch, is_main, progress):
+def _validate_and_keep(model, val_split, device, state, run_dir, metrics_path, epoch, is_main, progress,
+                       epochs=None):
     if is_main:
         t0 = time.perf_counter()
         m = validate(model, val_split, device, progress=progress)
@@ -208,7 +206,9 @@ def _validate_and_keep(model, val_split, device, state, run_dir, metrics_path, e
             with atomic_dir(run_dir / "best") as tmp:
                 model.save(tmp)
                 write_json(tmp / "metrics.json", {**m, "epoch": epoch, "global_step": state["global_step"]})
-        print(f"[val] epoch {epoch} step {state['global_step']}: rsum {m['rsum']:.1f} "
+        # on screen epochs count from 1 ("epoch 1/7" is the first), as on the progress bar;
+        # metrics.jsonl and best/metrics.json keep the 0-based index ("epoch": 0)
+        print(f"[val] epoch {epoch + 1}/{epochs} step {state['global_step']}: rsum {m['rsum']:.1f} "
               f"(i2t R@1 {m['i2t_r1']:.1f}, t2i R@1 {m['t2i_r1']:.1f})", file=sys.stderr)
     D.barrier()
     # every rank must know the best so far (it is saved in every rank's trainer state)

@@ -54,6 +54,23 @@ def open_features(path) -> np.ndarray:
     return arr
 
 
+def available_splits(root) -> list[str]:
+    """Names of the splits a precomp folder holds (``{split}_ims.npy`` files)."""
+    return sorted(p.name[: -len("_ims.npy")] for p in Path(root).glob("*_ims.npy"))
+
+
+def split_hint(root, split: str) -> str:
+    """'; this folder has ...: use --split X' for a split that is not there."""
+    have = available_splits(root)
+    if not have:
+        return "; no {split}_ims.npy in this folder at all (is it a precomp folder?)"
+    alias = {"val": "dev", "dev": "val", "validation": "dev", "testall": "test"}.get(split)
+    if alias in have:
+        why = " (the precomp layout calls Karpathy's val split 'dev')" if alias == "dev" else ""
+        return f"; this folder has splits {', '.join(have)}: use --split {alias}{why}"
+    return f"; this folder has splits {', '.join(have)}"
+
+
 class PrecompSplit:
     """One split of a precomp folder: memory-mapped features, captions and (optional) ids.
 
@@ -68,6 +85,8 @@ class PrecompSplit:
         self.captions_path = self.root / f"{split}_caps.txt"
         if not self.root.is_dir():
             raise DataError(self.root, "data folder not found")
+        if not self.features_path.is_file():
+            raise DataError(self.features_path, "feature file not found" + split_hint(self.root, split))
         self.features = open_features(self.features_path)
         self.captions = read_caption_lines(self.captions_path)
         n_img, n_cap = len(self.features), len(self.captions)

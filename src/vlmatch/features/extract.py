@@ -22,6 +22,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..data.karpathy import read_karpathy
+from ..data.resolve import source_hint
 from ..errors import DataError, VlmatchError
 from ..io import fsync_path, write_json, write_text
 from .backbones import Backbone, create_backbone
@@ -87,9 +88,11 @@ def check_names(job: Job, images_dir: Path, skip_bad: bool) -> None:
 
 
 def plan_jobs(images_dir: Path, annotations=None) -> list[Job]:
+    if not images_dir.is_dir():
+        raise DataError(images_dir, "image folder not found" + source_hint(images_dir))
+    if annotations is not None and not Path(annotations).is_file():
+        raise DataError(annotations, "annotation file not found" + source_hint(annotations))
     if annotations is None:
-        if not images_dir.is_dir():
-            raise DataError(images_dir, "image folder not found")
         files = sorted(p.name for p in images_dir.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
         if not files:
             raise DataError(images_dir, f"no images ({', '.join(sorted(IMAGE_SUFFIXES))})")

@@ -68,6 +68,11 @@ def load_model(checkpoint_dir, map_location="cpu") -> MatchingModel:
     if not d.is_dir() and complete_dir(d) is not None:  # a save was interrupted between its renames
         print(f"vlmatch: {d} is missing (an interrupted save); loading {complete_dir(d)}", file=sys.stderr)
         d = complete_dir(d)
+    if not (d / "config.json").is_file():
+        inside = {"best": "best on validation", "last": "latest saved"}
+        found = [f"{d / sub} ({what})" for sub, what in inside.items() if (d / sub / "config.json").is_file()]
+        if found:
+            raise DataError(d, f"a run folder, not a checkpoint: use {' or '.join(found)}")
     cfg = read_config_json(d / "config.json")
     weights = d / "model.safetensors"
     if not isinstance(cfg["config"], dict):

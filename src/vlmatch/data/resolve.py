@@ -1,0 +1,57 @@
+"""One resolution of data arguments, used by every command and by the Python API.
+
+A data argument (``--data`` of ``train``/``evaluate``/``data check``/..., ``data.path`` of a config,
+``resolve_data(...)`` in Python) is either
+
+* ``toyworld`` (or nothing): the bundled synthetic toy world, generated on first use into
+  ``$VLMATCH_CACHE/toyworld`` (``VLMATCH_CACHE`` defaults to ``~/.cache/vlmatch``) and reused
+  while the generator is unchanged; or
+* a folder in the precomp layout (``~`` is expanded).
+
+``VLMATCH_CACHE`` is read at call time, so setting it in a running process takes effect.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..errors import DataError
+
+TOYWORLD = "toyworld"
+
+
+def cache_dir() -> Path:
+    """``$VLMATCH_CACHE``, or ``~/.cache/vlmatch``."""
+    return Path(os.environ.get("VLMATCH_CACHE") or Path.home() / ".cache" / "vlmatch").expanduser()
+
+
+def toyworld_dir() -> Path:
+    return cache_dir() / TOYWORLD
+
+
+def resolve_data(path=None) -> Path:
+    """The folder a data argument names: ``toyworld``/None -> the generated toy world, else the path."""
+    if path is None or str(path) == TOYWORLD:
+        from .synth import ensure_toyworld
+
+        return ensure_toyworld(toyworld_dir())
+    p = Path(path).expanduser()
+    if not p.is_dir():
+        raise DataError(p, f"data folder not found{source_hint(p)} (a data argument is a precomp folder, "
+                           f"or `{TOYWORLD}` for the bundled synthetic data)")
+    return p
+
+
+def source_hint(p) -> str:
+    """'; where it comes from' for a missing path of well-known data (Flickr8k), else ''."""
+    text = str(p).lower()
+    if "flickr8k" in text:
+        return "; " + FLICKR8K_SOURCE
+    return ""
+
+
+FLICKR8K_SOURCE = ("Flickr8k is not shipped with vlmatch: this project's machines have it in ../shared/flickr8k "
+                   "(images/ + dataset_flickr8k.json, beside the repository); elsewhere request the images from "
+                   "the dataset's authors (Hodosh, Young, Hockenmaier 2013) and take Karpathy's "
+                   "dataset_flickr8k.json split file, then run `vlmatch features extract`")
