@@ -12,6 +12,9 @@ from vlmatch import load_model
 from vlmatch.config import load_config
 from vlmatch.train import train
 
+# Trains four models for 6 epochs each (minutes of CPU): out of the fast loop `pytest -m "not slow"`.
+pytestmark = pytest.mark.slow
+
 CHANCE_RSUM = 3 * (0.5 + 2.5 + 5.0)  # R@1/5/10 = 1/200, 5/200, 10/200 in % in both directions: 24
 
 

@@ -70,8 +70,12 @@ def cmd_train(a):
     if curves:
         print(f"curves:     {curves}")
     if (run_dir / "best").is_dir():
+        from .data.precomp import available_splits
+        from .data.resolve import resolve_data
+
         data = cfg["data"]["path"] or "toyworld"
-        print(f"next:       vlmatch evaluate --checkpoint {run_dir / 'best'} --data {data} --split test")
+        split = "test" if "test" in available_splits(resolve_data(data)) else cfg["data"]["val_split"]
+        print(f"next:       vlmatch evaluate --checkpoint {run_dir / 'best'} --data {data} --split {split}")
 
 
 def _add_evaluate(sub):

@@ -71,21 +71,22 @@ def where_and_next(runs: dict, data_paths: set, curves, json_path) -> str:
         lines.append(f"  curves         {curves}  (loss and validation recalls per epoch)")
     if json_path:
         lines.append(f"  results JSON   {json_path}")
-    name, out = list(runs.items())[-1]
+    out = list(runs.values())[-1]
     data = next(iter(sorted(data_paths)))
     lines += ["", "Next commands to try:",
               f"  vlmatch evaluate --checkpoint {q(str(out / 'best'))} --data {q(data)} --split test",
-              f"  vlmatch plot {' '.join(q(str(o)) for o in runs.values())} --out curves.png"]
+              f"  vlmatch plot {' '.join(q(str(o)) for o in runs.values())} --out curves.png",
+              f"  vlmatch data check --data {q(data)} --split test"]
     lines += [f"  {cmd}" for cmd in optional_next_commands()]
-    lines.append("  vlmatch configs      (bundled configs, e.g. for Flickr30K / COCO / Flickr8k)")
+    lines.append("  vlmatch configs    # bundled configs, e.g. for Flickr30K / COCO / Flickr8k")
     return "\n".join(lines)
 
 
 # Commands other parts of vlmatch add; suggested only when this installation has them.
 OPTIONAL_NEXT = {
-    "explain": "vlmatch explain --help   (which image regions each word of a caption attended to)",
-    "index": "vlmatch index --help     (index your own images for search)",
-    "search": "vlmatch search --help    (search an index by sentence)",
+    "explain": "vlmatch explain --help    # which image regions each word of a caption attended to",
+    "index": "vlmatch index --help      # index your own images for search",
+    "search": "vlmatch search --help     # search an index by sentence",
 }
 
 

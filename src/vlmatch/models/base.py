@@ -9,6 +9,7 @@ with the same ``score`` (see :mod:`vlmatch.scoring`). One code path for both.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -123,6 +124,24 @@ class ModelConfig:
     vocab_size: int = 10000
 
 
+def _checking_img_dim(encode_images):
+    """Wrap a model's ``encode_images`` with a check of the features' last dimension against img_dim."""
+    if getattr(encode_images, "_checks_img_dim", False):
+        return encode_images
+
+    @functools.wraps(encode_images)
+    def checked(self, features, *args, **kwargs):
+        dim, shape = getattr(self.cfg, "img_dim", None), getattr(features, "shape", None)
+        if self.checks_img_dim and dim is not None and shape is not None and len(shape) and shape[-1] != dim:
+            raise ConfigError(f"features of shape {tuple(shape)} have {shape[-1]} values per region, but model "
+                              f"{self.name} was created with img_dim={dim}: create it with img_dim={shape[-1]} "
+                              f"(the features' last dimension)")
+        return encode_images(self, features, *args, **kwargs)
+
+    checked._checks_img_dim = True
+    return checked
+
+
 class MatchingModel(nn.Module):
     """Base class: subclasses set ``Config`` and implement the three protocol methods.
 
@@ -139,6 +158,14 @@ class MatchingModel(nn.Module):
 
     Config: ClassVar[type] = ModelConfig
     uses_vocab: ClassVar[bool] = True  # the trainer builds a word vocabulary and sets vocab_size
+    # encode_images checks that features end in cfg.img_dim values (one clear error instead of a bare
+    # "mat1 and mat2 shapes cannot be multiplied"); a model whose input is not (..., img_dim) sets False
+    checks_img_dim: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "encode_images" in cls.__dict__:
+            cls.encode_images = _checking_img_dim(cls.__dict__["encode_images"])
 
     def __init__(self, config: ModelConfig):
         super().__init__()

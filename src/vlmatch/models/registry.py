@@ -48,15 +48,25 @@ def check_model_options(name: str, options: dict) -> dict:
     return check_options(cls.Config, options, name)
 
 
-def create_model(name: str, **overrides) -> MatchingModel:
-    """A fresh model of a registered configuration, with any option overridden by keyword."""
+def create_model(name: str, vocab=None, **overrides) -> MatchingModel:
+    """A fresh model of a registered configuration, with any option overridden by keyword.
+
+    ``vocab`` (a :class:`vlmatch.data.vocab.Vocab` built from the training captions) is attached to
+    the model (``model.tokenize`` uses it, ``save`` writes it) and sets ``vocab_size``.
+    """
     cls, defaults, _ = _entry(name)
+    if vocab is not None:
+        overrides.setdefault("vocab_size", len(vocab))
+        if overrides["vocab_size"] < len(vocab):
+            raise ConfigError(f"vocab_size={overrides['vocab_size']} is smaller than the vocabulary ({len(vocab)} words)")
     config = make_config(cls.Config, defaults, overrides, name)
     try:
         model = cls(config)
     except ValueError as e:  # a model's own check of its options
         raise ConfigError(f"model {name!r}: {e}") from None
     model.name = name
+    if vocab is not None:
+        model.vocab = vocab
     return model
 
 

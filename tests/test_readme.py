@@ -1,0 +1,232 @@
+"""The README runs as written (a new user follows only it).
+
+* Every ```python block is executed, in README order, each in a fresh namespace, with the working
+  directory set to a folder where a shortened ``vlmatch quickstart`` has run (so
+  ``runs/quickstart/quickstart_{vsepp,scan}/best`` exist) and the toy world as data. A snippet must
+  define everything it uses and stay quick (a few training steps at most: set small values).
+* Every ``vlmatch ...`` line of a ```bash block (also ``torchrun ... -m vlmatch.cli ...``) must parse
+  with the real CLI parser: subcommand and every flag. ``[--flag value]`` marks an optional part and
+  is checked as if given. Each subcommand used must answer ``--help``.
+* Such a command is also run (and must exit 0) when its subcommand is cheap (``CHEAP``) and every
+  input it names exists in that folder; so are the next commands the quickstart prints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import shlex
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+
+from vlmatch.cli import build_parser, main
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+FENCE = re.compile(r"^([ \t]*)```(\w*)[^\n]*\n(.*?)^[ \t]*```[ \t]*$", re.M | re.S)
+# A quickstart that trains for seconds: same configs and folders as the real one, tiny models.
+FAST_QUICKSTART = ["train.epochs=1", "train.max_steps_per_epoch=2", "data.val_max_images=50",
+                   "model.embed_dim=16", "model.word_dim=16"]
+# Subcommands cheap enough to run on the toy world with the fast quickstart's checkpoints.
+CHEAP = {("evaluate",), ("plot",), ("data", "check"), ("configs",), ("models",), ("vocab", "build")}
+# Namespace attributes that name inputs (a command runs only when they all exist).
+INPUT_ATTRS = ("checkpoint", "sims", "runs", "captions", "data")
+QUICKSTART_RUNS = "runs/quickstart"
+
+
+def code_blocks(lang: str) -> list[tuple[int, str]]:
+    """(first code line number, dedented code) of every fenced block of ``lang``."""
+    text = README.read_text(encoding="utf-8")
+    out = []
+    for m in FENCE.finditer(text):
+        if m.group(2) == lang:
+            line = text.count("\n", 0, m.start()) + 2
+            out.append((line, textwrap.dedent(m.group(3))))
+    return out
+
+
+def shell_commands() -> list[tuple[int, list[str]]]:
+    """(README line, argv after `vlmatch`) of every vlmatch command in a bash block."""
+    out = []
+    for first, code in code_blocks("bash"):
+        lines = code.splitlines()
+        i = 0
+        while i < len(lines):
+            start, text = first + i, lines[i]
+            while text.rstrip().endswith("\\") and i + 1 < len(lines):  # continuation lines
+                i += 1
+                text = text.rstrip()[:-1] + " " + lines[i]
+            i += 1
+            words = shlex.split(text, comments=True)
+            # shell separators: check each command of `a && b ; c | d`
+            cmd: list[str] = []
+            for w in [*words, "&&"]:
+                if w in ("&&", ";", "|", "||"):
+                    argv = vlmatch_argv(cmd)
+                    if argv is not None:
+                        out.append((start, argv))
+                    cmd = []
+                else:
+                    cmd.append(w)
+    return out
+
+
+def vlmatch_argv(words: list[str]) -> list[str] | None:
+    if words[:1] == ["vlmatch"]:
+        argv = words[1:]
+    elif "vlmatch.cli" in words:
+        argv = words[words.index("vlmatch.cli") + 1:]
+    else:
+        return None
+    return [w.removeprefix("[").removesuffix("]") for w in argv]  # `[--dtype float16]`: optional part
+
+
+def subcommand_path(argv: list[str]) -> tuple[str, ...]:
+    """The subcommand words at the head of argv (e.g. ('data', 'check'))."""
+    parser, path = build_parser(), []
+    for word in argv:
+        subs = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"]
+        if not subs or word not in subs[0].choices:
+            break
+        path.append(word)
+        parser = subs[0].choices[word]
+    return tuple(path)
+
+
+def parse(argv: list[str], where: str):
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            return build_parser().parse_args(argv)
+    except SystemExit:
+        pytest.fail(f"{where}: `vlmatch {shlex.join(argv)}` does not parse: {err.getvalue().strip()}")
+
+
+def inputs(ns) -> list[str]:
+    """The inputs a parsed command names (data 'toyworld' is generated on demand, so it is none)."""
+    out = []
+    for attr in INPUT_ATTRS:
+        value = getattr(ns, attr, None)
+        values = value if isinstance(value, list) else [value] if value else []
+        out += [str(v) for v in values if not (attr == "data" and v == "toyworld")]
+    return out
+
+
+def runnable(argv: list[str]) -> bool:
+    """Cheap, and every input is something the (fast) quickstart writes."""
+    ns = build_parser().parse_args(argv) if _parses(argv) else None
+    return (ns is not None and subcommand_path(argv) in CHEAP
+            and all(p.startswith(QUICKSTART_RUNS) for p in inputs(ns)))
+
+
+def _parses(argv) -> bool:
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            build_parser().parse_args(argv)
+        return True
+    except SystemExit:
+        return False
+
+
+def needs_quickstart(text: str) -> bool:
+    return QUICKSTART_RUNS in text
+
+
+def run(argv: list[str], where: str) -> str:
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            rc = main(argv)
+    except SystemExit as e:  # --help
+        rc = e.code
+    assert rc == 0, f"{where}: `vlmatch {shlex.join(argv)}` exited {rc}"
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory):
+    """The working folder of the snippets and commands that need no quickstart run."""
+    return tmp_path_factory.mktemp("readme_scratch")
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    """A folder where a (fast) quickstart has run; the toy world in the tests' cache."""
+    from vlmatch.quickstart import quickstart
+
+    folder = tmp_path_factory.mktemp("readme_home")
+    cache = tmp_path_factory.getbasetemp() / "vlcache"  # as conftest sets VLMATCH_CACHE
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("VLMATCH_CACHE", str(cache))
+        mp.chdir(folder)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            quickstart(overrides=FAST_QUICKSTART, progress=False)
+    return folder, out.getvalue(), cache
+
+
+def workdir(request, text: str) -> Path:
+    """Where a snippet or command runs: the quickstart's folder if it uses its runs (slow: it trains
+    and evaluates two models on the toy world's test split), else a scratch folder."""
+    return request.getfixturevalue("home")[0] if needs_quickstart(text) else request.getfixturevalue("scratch")
+
+
+# A case that uses the quickstart's runs is marked slow (the quickstart fixture and full-split evaluations).
+PY_BLOCKS = [pytest.param(n, code, id=f"README.md:{n}", marks=[pytest.mark.slow] if needs_quickstart(code) else [])
+             for n, code in code_blocks("python")]
+COMMANDS = shell_commands()
+RUNNABLE = [pytest.param(n, argv, id=f"README.md:{n} {' '.join(argv[:2])}",
+                         marks=[pytest.mark.slow] if needs_quickstart(" ".join(argv)) else [])
+            for n, argv in COMMANDS if runnable(argv)]
+
+
+def test_the_readme_has_code_to_check():
+    assert len(PY_BLOCKS) >= 2 and len(COMMANDS) >= 10
+    # the run rule must not silently skip everything: these documented commands do run
+    ran = {subcommand_path(p.values[1]) for p in RUNNABLE}
+    assert {("evaluate",), ("plot",), ("data", "check"), ("configs",)} <= ran, ran
+
+
+@pytest.mark.parametrize("line,code", PY_BLOCKS)
+def test_python_block_runs_as_written(request, monkeypatch, line, code):
+    monkeypatch.chdir(workdir(request, code))
+    compiled = compile("\n" * (line - 1) + code, str(README), "exec")  # tracebacks point at README lines
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*NumPy array is not writable.*")
+        exec(compiled, {"__name__": "__readme__"})
+
+
+@pytest.mark.parametrize("line,argv", COMMANDS, ids=[f"README.md:{n} {' '.join(a[:2])}" for n, a in COMMANDS])
+def test_shell_command_parses_and_its_help_works(line, argv):
+    where = f"README.md:{line}"
+    parse(argv, where)
+    run([*subcommand_path(argv), "--help"], where)
+
+
+@pytest.mark.parametrize("line,argv", RUNNABLE)
+def test_cheap_shell_command_runs(request, monkeypatch, line, argv):
+    folder = workdir(request, " ".join(argv))
+    monkeypatch.chdir(folder)
+    missing = [p for p in inputs(parse(argv, "")) if not Path(p).exists()]
+    assert not missing, f"README.md:{line}: the quickstart did not write {missing}"
+    run(argv, f"README.md:{line}")
+
+
+@pytest.mark.slow
+def test_quickstart_says_where_everything_is_and_its_next_commands_run(home, monkeypatch):
+    folder, out, cache = home
+    monkeypatch.chdir(folder)
+    assert "best-on-validation checkpoint" in out
+    for path in ("runs/quickstart/quickstart_vsepp/best", "runs/quickstart/quickstart_scan/best",
+                 "runs/quickstart/curves.png"):
+        assert path in out and (folder / path).exists(), path
+    assert f"toy world      {cache / 'toyworld'}" in out and (cache / "toyworld" / "test_ims.npy").is_file()
+    nxt = out.split("Next commands to try:")[1]
+    commands = [shlex.split(ln, comments=True)[1:] for ln in nxt.splitlines() if ln.strip().startswith("vlmatch ")]
+    assert [c[0] for c in commands][:3] == ["evaluate", "plot", "data"]
+    for argv in commands:
+        run(argv, "quickstart's next command")
+    assert (folder / "curves.png").stat().st_size > 10_000  # the plot command it suggests
