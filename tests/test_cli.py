@@ -14,6 +14,7 @@ from vlmatch.metrics import evaluate_protocol
 from vlmatch.scoring import model_scores
 
 
+@pytest.mark.slow  # scores 200 x 1000 pairs with two SCAN models three times (5-12 s)
 def test_evaluate_checkpoint_ensemble_averages_score_matrices(small_world, tmp_path, capsys):
     sp = PrecompSplit(small_world, "test")
     vocab = Vocab.build(PrecompSplit(small_world, "train").captions, 1)

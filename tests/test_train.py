@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from vlmatch import load_model
@@ -49,6 +50,7 @@ def test_resume_after_a_kill_mid_epoch_replays_the_same_losses(small_world, tmp_
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
+@pytest.mark.slow  # two torchrun processes: ~10 s of startup and gloo on a loaded 2-core machine
 def test_torchrun_two_processes_end_with_identical_weights(small_world, tmp_path):
     cfg_path = tmp_path / "c.yaml"
     import yaml
