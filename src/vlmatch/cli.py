@@ -272,6 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
         add_features(sub)
     except ImportError:  # pragma: no cover
         pass
+    from .search.cli import add_parser as add_search
+
+    add_search(sub)
     return parser
 
 

@@ -1,0 +1,443 @@
+"""``vlmatch index build`` / ``update``: encode a collection once into an index folder.
+
+Layout of an index folder::
+
+    manifest.json            model (name, sha256), retriever, backbone, dims, counts, versions, source
+    model/, retriever/       copies of the checkpoints (the index is self-contained)
+    images/                  items.json (id, path, size, mtime_ns, sha1 per row), stage1.npy,
+                             stage1.faiss, enc/ (stage-2 encodings, memory-mapped)
+    captions/                the same for an indexed caption collection (items hold the text)
+    build/                   work area of an interrupted build (resumed by re-running the command)
+
+Under ``torchrun`` every rank encodes one contiguous shard of the inputs into
+``build/<what>/part-<rank>-of-<world>`` and rank 0 merges the parts (one process: one part, renamed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .. import distributed as D
+from ..errors import ConfigError, DataError, VlmatchError
+from ..features.extract import IMAGE_SUFFIXES, load_image
+from ..features.provenance import check_backbone, checkpoint_backbone, resolve_backbone_name
+from ..io import atomic_dir, read_json, write_json
+from ..models.base import MatchingModel
+from .encode import Batch, Stage1Source, encode_part, fingerprint
+from .stage1 import build_faiss, write_faiss
+
+FORMAT = 1
+
+
+def file_sha256(path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while b := f.read(chunk):
+            h.update(b)
+    return h.hexdigest()
+
+
+def scan_folder(root: Path) -> list[str]:
+    """Image files under ``root`` (recursively), as sorted POSIX paths relative to it."""
+    if not root.is_dir():
+        raise DataError(root, "image folder not found")
+    files = sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
+                   if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith("."))
+    if not files:
+        raise DataError(root, f"no images ({', '.join(sorted(IMAGE_SUFFIXES))})")
+    return files
+
+
+def file_stat(root: Path, rel: str) -> dict:
+    st = (root / rel).stat()
+    return {"path": str((root / rel).resolve()), "rel": rel, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def file_record(root: Path, rel: str) -> dict:
+    """The table row of an indexed file: its path, size, mtime and content hash (for updates)."""
+    return {**file_stat(root, rel), "sha256": file_sha256(root / rel)}
+
+
+# --- loading models ----------------------------------------------------------------------------
+
+def load_checkpoint(path) -> tuple[MatchingModel, dict]:
+    from ..models.registry import load_model
+
+    path = Path(path)
+    if not (path / "model.safetensors").is_file():
+        raise DataError(path, "not a checkpoint folder (no model.safetensors)")
+    model = load_model(path).eval()
+    if model.uses_vocab and model.vocab is None:
+        raise DataError(path, "no vocab.json beside the model")
+    return model, {"name": model.name, "checkpoint": str(path.resolve()),
+                   "sha256": file_sha256(path / "model.safetensors"), "config": model.config_dict()["config"]}
+
+
+def _stage1_source(model, retriever) -> Stage1Source:
+    if retriever is not None and retriever.cfg.img_dim != model.cfg.img_dim:
+        raise ConfigError(f"retriever {retriever.name} takes {retriever.cfg.img_dim}-d features, the model "
+                          f"{model.cfg.img_dim}-d: they must be trained on the same features")
+    return Stage1Source(model, retriever)
+
+
+# --- inputs ------------------------------------------------------------------------------------
+
+def image_batches(root: Path, rels: list[str], backbone, batch_size: int, skip_bad: bool):
+    def gen(done: int) -> Iterator[Batch]:
+        size = backbone.info.input_size
+        for a in range(done, len(rels), batch_size):
+            names, arrays, bad = [], [], []
+            for rel in rels[a:a + batch_size]:
+                try:
+                    arrays.append(load_image(root / rel, size))
+                    names.append(rel)
+                except DataError as e:
+                    if not skip_bad:
+                        raise DataError(e.path, f"{e.problem}; pass --skip-bad to index the rest without it") from None
+                    bad.append({"key": rel, "error": e.problem})
+            feats = None
+            if arrays:
+                with torch.inference_mode():
+                    feats = backbone(backbone.preprocess(arrays)).clone()
+            yield Batch(len(rels[a:a + batch_size]), names, features=feats, bad=bad)
+    return gen
+
+
+def feature_batches(features: np.ndarray, keys: list, batch_size: int):
+    def gen(done: int) -> Iterator[Batch]:
+        for a in range(done, len(keys), batch_size):
+            f = torch.from_numpy(np.array(features[a:a + batch_size], dtype=np.float32))
+            if not torch.isfinite(f).all():
+                raise DataError("features", f"NaN or inf in the features of rows {a}..{a + len(f) - 1}")
+            yield Batch(len(f), keys[a:a + batch_size], features=f)
+    return gen
+
+
+def caption_batches(captions: list[str], batch_size: int):
+    def gen(done: int) -> Iterator[Batch]:
+        for a in range(done, len(captions), batch_size):
+            yield Batch(len(captions[a:a + batch_size]), list(range(a, a + len(captions[a:a + batch_size]))),
+                        captions=captions[a:a + batch_size])
+    return gen
+
+
+def image_encoder(model: MatchingModel, s1: Stage1Source):
+    @torch.no_grad()
+    def enc(b: Batch):
+        img = model.encode_images(b.features)
+        return img, s1.image_vectors(b.features, img)
+    return enc
+
+
+def caption_encoder(model: MatchingModel, s1: Stage1Source, n_regions: int):
+    @torch.no_grad()
+    def enc(b: Batch):
+        tokens, lengths = model.tokenize(b.captions)
+        txt = model.encode_texts(tokens, lengths)
+        return txt, s1.text_vectors(b.captions, txt, n_regions)
+    return enc
+
+
+# --- sharded encoding + merge ------------------------------------------------------------------
+
+def _shard(n: int, rank: int, world: int) -> tuple[int, int]:
+    return n * rank // world, n * (rank + 1) // world
+
+
+def encode_sharded(work: Path, keys: list, make_batches, encode, dtype: str, fp: str, pad_to=None,
+                   rank: int = 0, world: int = 1, progress: bool = True, desc: str = "encode") -> dict | None:
+    """Each rank encodes its contiguous shard; rank 0 merges and returns the merged record
+    (``keys``: kept inputs in row order, ``bad``, ``folder`` with stage1.npy and enc/); others None."""
+    a, b = _shard(len(keys), rank, world)
+    part = work / f"part-{rank}-of-{world}"
+    encode_part(part, fingerprint(fp, a, b), b - a, lambda done: make_batches(keys[a:b], done), encode, dtype,
+                pad_to, desc=f"{desc} [{rank}/{world}]" if world > 1 else desc, progress=progress and rank == 0)
+    D.barrier()
+    if rank != 0:
+        return None
+    parts = [work / f"part-{r}-of-{world}" for r in range(world)]
+    records = [read_json(p / "progress.json") for p in parts]
+    bad = [x for r in records for x in r["bad"]]
+    bad_keys = {x["key"] for x in bad}
+    kept = [k for k in keys if k not in bad_keys]
+    if world == 1:
+        return {"keys": kept, "bad": bad, "folder": parts[0]}
+    merged = work / "merged"
+    if merged.exists():
+        shutil.rmtree(merged)
+    concat_stores([p / "enc" for p in parts], merged / "enc", dtype)
+    np.save(merged / "stage1.npy", np.concatenate([np.load(p / "stage1.npy", mmap_mode="r") for p in parts]))
+    return {"keys": kept, "bad": bad, "folder": merged}
+
+
+def concat_stores(folders: list[Path], out: Path, dtype: str, rows: list | None = None) -> None:
+    """Concatenate stores (``rows[i]``: the rows of store i to keep, None = all), chunk by chunk;
+    word-axis fields are padded to the widest store."""
+    metas = [read_json(f / "fields.json")["fields"] for f in folders]
+    arrays = [{n: np.load(f / f"{n}.npy", mmap_mode="r") for n in m} for f, m in zip(folders, metas, strict=True)]
+    rows = rows or [None] * len(folders)
+    idxs = [np.arange(len(next(iter(a.values())))) if r is None else np.asarray(r, dtype=np.int64)
+            for a, r in zip(arrays, rows, strict=True)]
+    total = sum(len(i) for i in idxs)
+    out.mkdir(parents=True, exist_ok=True)
+    fields = {}
+    for name, spec in metas[0].items():
+        shape = list(spec["shape"])
+        if shape:
+            shape[0] = max(m[name]["shape"][0] for m in metas)
+        dst = np.lib.format.open_memmap(out / f"{name}.npy.partial", mode="w+", dtype=np.dtype(spec["dtype"]),
+                                        shape=(total, *shape))
+        at = 0
+        for arrs, idx in zip(arrays, idxs, strict=True):
+            for c in range(0, len(idx), 4096):
+                chunk = np.asarray(arrs[name][idx[c:c + 4096]])
+                if chunk.ndim > 1:
+                    dst[at:at + len(chunk), :chunk.shape[1]] = chunk
+                else:
+                    dst[at:at + len(chunk)] = chunk
+                at += len(chunk)
+        dst.flush()
+        del dst
+        os.replace(out / f"{name}.npy.partial", out / f"{name}.npy")
+        fields[name] = {**spec, "shape": shape}
+    write_json(out / "fields.json", {"fields": fields, "class": read_json(folders[0] / "fields.json")["class"]})
+
+
+# --- writing the index -------------------------------------------------------------------------
+
+def write_collection(dest: Path, folder: Path, items: list[dict], ann: str, nlist: int | None, hnsw_m: int) -> dict:
+    """Move encoded rows from ``folder`` into the collection folder ``dest`` (replaced whole)."""
+    vectors = np.load(folder / "stage1.npy", mmap_mode="r")
+    index, info = build_faiss(np.asarray(vectors), ann, nlist=nlist, hnsw_m=hnsw_m)
+    with atomic_dir(dest) as tmp:
+        shutil.move(str(folder / "enc"), str(tmp / "enc"))
+        shutil.move(str(folder / "stage1.npy"), str(tmp / "stage1.npy"))
+        write_faiss(index, tmp / "stage1.faiss")
+        write_json(tmp / "items.json", items, indent=None)
+    fields = read_json(dest / "enc" / "fields.json")["fields"]
+    return {"count": len(items), "stage1": {**info, "requested": ann}, "fields": fields}
+
+
+def versions() -> dict:
+    import faiss
+
+    from .. import __version__
+
+    return {"vlmatch": __version__, "torch": torch.__version__, "numpy": np.__version__, "faiss": faiss.__version__,
+            "python": platform.python_version()}
+
+
+def _save_models(out: Path, model, model_info, retriever, retriever_info) -> None:
+    model.save(out / "model")
+    if retriever is not None:
+        retriever.save(out / "retriever")
+    elif (out / "retriever").exists():
+        shutil.rmtree(out / "retriever")
+
+
+def build_index(out, model_ckpt, images=None, features=None, split: str = "test", captions=None,
+                retriever_ckpt=None, backbone: str | None = None, dtype: str = "float16", ann: str = "auto",
+                nlist: int | None = None, hnsw_m: int = 32, skip_bad: bool = False, batch_size: int = 64,
+                progress: bool = True, weights=None) -> dict | None:
+    """Build (or resume building) an index folder; returns the manifest (None on ranks > 0)."""
+    if images is None and features is None and captions is None:
+        raise ConfigError("index build needs --images DIR, --features DIR or --captions FILE")
+    if images is not None and features is not None:
+        raise ConfigError("index build takes --images or --features, not both")
+    out = Path(out)
+    D.init_from_env(torch.device("cpu"))
+    rank, world = D.world()
+    model, model_info = load_checkpoint(model_ckpt)
+    retriever, retriever_info = (None, None) if retriever_ckpt is None else load_checkpoint(retriever_ckpt)
+    s1 = _stage1_source(model, retriever)
+    trained = checkpoint_backbone(model_ckpt)
+    manifest = {"format": FORMAT, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "model": model_info, "retriever": retriever_info, "stage1": s1.describe(), "dtype": dtype,
+                "backbone": trained, "source": {}, "collections": {}, "versions": versions()}
+    work = out / "build"
+    bb = None
+    n_regions = None
+    if images is not None:
+        from ..features.backbones import create_backbone
+
+        root = Path(images).resolve()
+        rels = scan_folder(root)
+        bb = create_backbone(resolve_backbone_name(model_ckpt, backbone), weights)
+        check_backbone(trained, bb.describe(), model.cfg.img_dim, root)
+        manifest["backbone"] = bb.describe()
+        n_regions = bb.info.grid ** 2
+        dim = s1.check(n_regions)
+        fp = fingerprint("images", rels, [file_stat(root, r)["size"] for r in rels], model_info["sha256"],
+                         retriever_info and retriever_info["sha256"], bb.describe(), dtype)
+        rec = encode_sharded(work / "images", rels,
+                             lambda ks, done: image_batches(root, ks, bb, batch_size, skip_bad)(done),
+                             image_encoder(model, s1), dtype, fp, rank=rank, world=world, progress=progress,
+                             desc="index images")
+        manifest["source"] = {"kind": "images", "root": str(root)}
+        if rec is not None:
+            items = [{"id": i, **file_record(root, rel)} for i, rel in enumerate(rec["keys"])]
+            manifest["skipped"] = rec["bad"]
+            manifest["next_id"] = len(items)
+    elif features is not None:
+        from ..data.precomp import open_features, read_caption_lines
+
+        froot = Path(features).resolve()
+        feats = open_features(froot / f"{split}_ims.npy")
+        fj = froot / "features.json"
+        used = read_json(fj).get("backbone") if fj.is_file() else None
+        if used is not None:
+            check_backbone(trained, used, model.cfg.img_dim, fj)
+            manifest["backbone"] = used
+        if feats.shape[2] != model.cfg.img_dim:
+            raise DataError(froot / f"{split}_ims.npy", f"{feats.shape[2]}-d features but the model expects "
+                                                       f"img_dim={model.cfg.img_dim}")
+        n_regions = feats.shape[1]
+        dim = s1.check(n_regions)
+        ids_path = froot / f"{split}_ids.txt"
+        names = read_caption_lines(ids_path) if ids_path.is_file() else [f"{split}_{i}" for i in range(len(feats))]
+        if len(names) != len(feats):
+            names = names[:: len(names) // len(feats)] if len(names) % len(feats) == 0 else names
+        if len(names) != len(feats):
+            raise DataError(ids_path, f"{len(names)} ids for {len(feats)} images")
+        img_dir = read_json(fj).get("images_dir") if fj.is_file() else None
+        rows = list(range(len(feats)))
+        fp = fingerprint("features", str(froot), split, feats.shape, model_info["sha256"],
+                         retriever_info and retriever_info["sha256"], dtype)
+        rec = encode_sharded(work / "images", rows,
+                             lambda ks, done: feature_batches(feats[ks[0]:ks[-1] + 1], ks, batch_size)(done),
+                             image_encoder(model, s1), dtype, fp, rank=rank, world=world, progress=progress,
+                             desc="index images")
+        manifest["source"] = {"kind": "features", "root": str(froot), "split": split, "images_dir": img_dir}
+        if rec is not None:
+            items = [{"id": i, "path": str(Path(img_dir) / names[i]) if img_dir else names[i], "rel": names[i]}
+                     for i in rec["keys"]]
+            manifest["next_id"] = len(items)
+    if rank != 0:
+        return None
+    if n_regions is None:  # a caption-only index: the placeholder image needs some region count
+        n_regions = 1
+    if images is not None or features is not None:
+        manifest["collections"]["images"] = write_collection(out / "images", rec["folder"], items, ann, nlist, hnsw_m)
+        manifest["dims"] = {"stage1": dim, "regions": n_regions, "img_dim": model.cfg.img_dim}
+    if captions is not None:
+        manifest["collections"]["captions"] = _build_captions(out, work, model, s1, captions, dtype, ann, nlist,
+                                                              hnsw_m, n_regions, batch_size, progress)
+        manifest.setdefault("dims", {"stage1": s1.check(n_regions), "regions": None, "img_dim": model.cfg.img_dim})
+        manifest["source"]["captions"] = str(Path(captions).resolve())
+    manifest["counts"] = {k: v["count"] for k, v in manifest["collections"].items()}
+    _save_models(out, model, model_info, retriever, retriever_info)
+    write_json(out / "manifest.json", manifest)
+    shutil.rmtree(work, ignore_errors=True)
+    return manifest
+
+
+def _build_captions(out, work, model, s1, captions_file, dtype, ann, nlist, hnsw_m, n_regions, batch_size, progress):
+    from ..data.precomp import read_caption_lines
+
+    caps = read_caption_lines(captions_file)
+    _, lengths = model.tokenize(caps)
+    fp = fingerprint("captions", caps, model.name, dtype)
+    folder = work / "captions"
+    encode_part(folder, fp, len(caps), caption_batches(caps, batch_size), caption_encoder(model, s1, n_regions), dtype,
+                pad_to=int(lengths.max()), desc="index captions", progress=progress)
+    items = [{"id": i, "text": c} for i, c in enumerate(caps)]
+    return write_collection(out / "captions", folder, items, ann, nlist, hnsw_m)
+
+
+def update_index(path, skip_bad: bool = False, batch_size: int = 64, progress: bool = True, weights=None) -> dict:
+    """Re-scan an image-folder index: encode new and changed files, drop deleted ones, keep the rest."""
+    from ..features.backbones import create_backbone
+    from ..models.registry import load_model
+
+    out = Path(path)
+    manifest = read_json(out / "manifest.json", "not an index folder (no manifest.json)")
+    if manifest["source"].get("kind") != "images":
+        raise ConfigError(f"{out}: only an index of an image folder can be updated (this one indexes "
+                          f"{manifest['source'].get('kind')}); build it again instead")
+    root = Path(manifest["source"]["root"])
+    coll = out / "images"
+    old_items = read_json(coll / "items.json")
+    by_rel = {it["rel"]: (row, it) for row, it in enumerate(old_items)}
+    rels = scan_folder(root)
+    keep_rows, keep_items, todo = [], [], []
+    for rel in rels:
+        st = file_stat(root, rel)
+        if rel in by_rel:
+            row, it = by_rel[rel]
+            same = (it["size"], it["mtime_ns"]) == (st["size"], st["mtime_ns"])
+            if not same and it.get("sha256") and it["size"] == st["size"]:
+                same = file_sha256(root / rel) == it["sha256"]
+            if same:
+                keep_rows.append(row)
+                keep_items.append(it)
+                continue
+        todo.append(rel)
+    deleted = len(old_items) - len(keep_rows) - sum(r in by_rel for r in todo)
+    report = {"kept": len(keep_rows), "new": sum(r not in by_rel for r in todo),
+              "changed": sum(r in by_rel for r in todo), "deleted": deleted}
+    if not todo and len(keep_rows) == len(old_items):
+        return {**report, "skipped": []}
+    model = load_model(out / "model").eval()
+    retriever = load_model(out / "retriever").eval() if (out / "retriever").is_dir() else None
+    s1 = _stage1_source(model, retriever)
+    bb = create_backbone(manifest["backbone"]["name"], weights)
+    dtype = manifest["dtype"]
+    work = out / "build" / "update"
+    new_items, bad = [], []
+    if todo:
+        fp = fingerprint("update", todo, manifest["model"]["sha256"], manifest["created"])
+        rec = encode_sharded(work, todo, lambda ks, done: image_batches(root, ks, bb, batch_size, skip_bad)(done),
+                             image_encoder(model, s1), dtype, fp, progress=progress, desc="index new images")
+        bad = rec["bad"]
+        next_id = manifest.get("next_id", len(old_items))
+        for rel in rec["keys"]:
+            if rel in by_rel:  # a changed file keeps its id
+                new_items.append({"id": by_rel[rel][1]["id"], **file_record(root, rel)})
+            else:
+                new_items.append({"id": next_id, **file_record(root, rel)})
+                next_id += 1
+        manifest["next_id"] = next_id
+    merged = out / "build" / "merged"
+    if merged.exists():
+        shutil.rmtree(merged)
+    folders, rows = [coll / "enc"], [keep_rows]
+    s1_parts = [np.load(coll / "stage1.npy", mmap_mode="r")[keep_rows]]
+    if new_items:
+        folders.append(rec["folder"] / "enc")
+        rows.append(None)
+        s1_parts.append(np.load(rec["folder"] / "stage1.npy"))
+    concat_stores(folders, merged / "enc", dtype, rows)
+    np.save(merged / "stage1.npy", np.concatenate(s1_parts))
+    info = manifest["collections"]["images"]["stage1"]
+    manifest["collections"]["images"] = write_collection(coll, merged, keep_items + new_items, info.get("requested", "auto"),
+                                                         info.get("nlist") if info["kind"] == "ivf" else None,
+                                                         info.get("M", 32))
+    manifest["counts"]["images"] = len(keep_items) + len(new_items)
+    manifest["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    manifest["skipped"] = bad
+    write_json(out / "manifest.json", manifest)
+    shutil.rmtree(out / "build", ignore_errors=True)
+    return {**report, "skipped": bad}
+
+
+def is_index(path) -> bool:
+    return (Path(path) / "manifest.json").is_file()
+
+
+def check_open(path) -> dict:
+    path = Path(path)
+    if not is_index(path):
+        if (path / "build").is_dir():
+            raise VlmatchError(f"{path}: the index build was interrupted; run the same `vlmatch index build` again "
+                               "to resume it")
+        raise DataError(path, "not an index folder (no manifest.json)")
+    return read_json(path / "manifest.json")

@@ -1,0 +1,102 @@
+"""``vlmatch index build|update`` and ``vlmatch search``."""
+
+from __future__ import annotations
+
+import json
+
+from ..errors import ConfigError
+from .stage1 import KINDS
+
+
+def add_parser(sub):
+    p = sub.add_parser("index", help="build or update a search index of images (and captions)")
+    s = p.add_subparsers(dest="index_cmd", required=True)
+    b = s.add_parser("build", help="encode a collection once into an index folder",
+                     description="Extract features with the backbone the model was trained on (--images) or read "
+                                 "a precomp split (--features, --split), encode every image once, and write the "
+                                 "stage-1 vectors (FAISS), the stage-2 encodings (memory-mapped), the id -> path "
+                                 "table and a manifest into --out. Re-running an interrupted build resumes it. "
+                                 "Under torchrun every rank encodes a shard and rank 0 merges them.")
+    b.add_argument("--model", required=True, help="checkpoint folder (model.safetensors + config.json)")
+    b.add_argument("--images", help="folder of images (searched recursively)")
+    b.add_argument("--features", help="precomp feature folder ({split}_ims.npy) instead of --images")
+    b.add_argument("--split", default="test", help="split of --features (default test)")
+    b.add_argument("--captions", help="caption file (one per line) to index for image -> text search")
+    b.add_argument("--retriever", help="checkpoint of a companion stage-1 model (e.g. VSE++ on the same features), "
+                                       "needed when the model has no global part")
+    b.add_argument("--out", required=True, help="index folder")
+    b.add_argument("--backbone", help="image backbone (default: the one the model was trained on)")
+    b.add_argument("--weights", help="local weights file for the backbone")
+    b.add_argument("--dtype", default="float16", choices=["float16", "float32"], help="stage-2 storage precision")
+    b.add_argument("--ann", default="auto", choices=list(KINDS),
+                   help="stage-1 index: exact inner product (flat), IVF or HNSW; auto = flat up to 50k items, IVF above")
+    b.add_argument("--nlist", type=int, help="IVF lists (default 4 sqrt(n))")
+    b.add_argument("--skip-bad", action="store_true", help="skip unreadable images (listed in the manifest)")
+    b.add_argument("--batch-size", type=int, default=64)
+    b.add_argument("--no-progress", action="store_true")
+    b.set_defaults(func=cmd_build)
+    u = s.add_parser("update", help="add new and changed images, drop deleted ones (no re-encoding of the rest)")
+    u.add_argument("index", help="index folder")
+    u.add_argument("--skip-bad", action="store_true")
+    u.add_argument("--batch-size", type=int, default=64)
+    u.add_argument("--no-progress", action="store_true")
+    u.set_defaults(func=cmd_update)
+
+    q = sub.add_parser("search", help="search an index by text (or by image against indexed captions)",
+                       description="Stage 1 picks --candidates items by global vectors; stage 2 re-scores them "
+                                   "with the model. --candidates >= the index size gives the exhaustive ranking.")
+    q.add_argument("index", help="index folder")
+    q.add_argument("text", nargs="?", help="the query sentence")
+    q.add_argument("--image", help="an image file: search the indexed captions instead")
+    q.add_argument("-k", type=int, default=10, help="results to show (default 10)")
+    q.add_argument("--candidates", type=int, help="stage-1 candidates re-scored by the model (default 100)")
+    q.add_argument("--json", metavar="OUT", help="write the results (rank order) as JSON")
+    q.set_defaults(func=cmd_search)
+
+
+def cmd_build(a):
+    from .build import build_index
+
+    m = build_index(a.out, a.model, images=a.images, features=a.features, split=a.split, captions=a.captions,
+                    retriever_ckpt=a.retriever, backbone=a.backbone, dtype=a.dtype, ann=a.ann, nlist=a.nlist,
+                    skip_bad=a.skip_bad, batch_size=a.batch_size, progress=not a.no_progress, weights=a.weights)
+    if m is None:  # a torchrun rank other than 0
+        return
+    for bad in m.get("skipped", []):
+        print(f"skipped {bad['key']}: {bad['error']}")
+    print(json.dumps({"index": a.out, "counts": m["counts"], "stage1": m["stage1"],
+                      "ann": {k: v["stage1"]["kind"] for k, v in m["collections"].items()}}, indent=2))
+
+
+def cmd_update(a):
+    from .build import update_index
+
+    rep = update_index(a.index, skip_bad=a.skip_bad, batch_size=a.batch_size, progress=not a.no_progress)
+    for bad in rep.get("skipped", []):
+        print(f"skipped {bad['key']}: {bad['error']}")
+    print(json.dumps({k: v for k, v in rep.items() if k != "skipped"}))
+
+
+def format_results(results, what: str) -> str:
+    lines = [f"{'rank':>4}  {'score':>8}  {'stage1':>8}  {what}"]
+    for r in results:
+        lines.append(f"{r.rank:>4}  {r.score:8.4f}  {r.stage1_score:8.4f}  {r.path if what == 'file' else r.text}")
+    return "\n".join(lines)
+
+
+def cmd_search(a):
+    from ..io import write_json
+    from .index import Index
+
+    if (a.text is None) == (a.image is None):
+        raise ConfigError("search needs a query text or --image FILE (one of them)")
+    idx = Index.open(a.index)
+    if a.image is not None:
+        res, what = idx.search_image(a.image, k=a.k, candidates=a.candidates), "caption"
+    else:
+        res, what = idx.search(a.text, k=a.k, candidates=a.candidates), "file"
+    print(format_results(res, what))
+    if a.json:
+        write_json(a.json, {"query": a.text if a.image is None else {"image": a.image}, "index": a.index,
+                            "candidates": a.candidates, "timings_s": idx.last_timings,
+                            "results": [r.to_dict() for r in res]})

@@ -1,0 +1,149 @@
+"""Turning inputs into index rows: stage-1 vectors and stage-2 encodings, resumably.
+
+The stage-1 vector of an item comes from ``global_embeddings`` of the model itself or of a
+companion retriever -- never from an implicit mean of the cross-attention model's regions. As the
+protocol method takes an image and a text side together, the side not being indexed is a fixed
+placeholder whose output is discarded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..errors import DataError, VlmatchError
+from ..io import read_json, write_json
+from ..models.base import ImageEncoding, MatchingModel, TextEncoding
+from .store import EncodingWriter
+
+
+def _placeholder_text(m: MatchingModel) -> TextEncoding:
+    tokens, lengths = m.tokenize(["a"])
+    return m.encode_texts(tokens, lengths)
+
+
+def _placeholder_image(m: MatchingModel, n_regions: int) -> ImageEncoding:
+    return m.encode_images(torch.zeros(1, n_regions, m.cfg.img_dim))
+
+
+def _global(m: MatchingModel, img, txt):
+    out = m.global_embeddings(img, txt)
+    if out is None:
+        raise VlmatchError(f"model {m.name} has no global (stage-1) part: build the index with --retriever CKPT "
+                           "(e.g. a VSE++ trained on the same features)")
+    return out
+
+
+@dataclass
+class Stage1Source:
+    """Where stage-1 vectors come from: the model's own global part, or a companion retriever."""
+
+    model: MatchingModel
+    retriever: MatchingModel | None = None
+
+    @property
+    def net(self) -> MatchingModel:
+        return self.retriever if self.retriever is not None else self.model
+
+    def describe(self) -> str:
+        if self.retriever is None:
+            return f"global_embeddings of the model ({self.model.name})"
+        return f"global_embeddings of the retriever ({self.retriever.name})"
+
+    @torch.no_grad()
+    def image_vectors(self, feats: torch.Tensor, img: ImageEncoding) -> torch.Tensor:
+        net = self.net
+        enc = img if net is self.model else net.encode_images(feats)
+        return _global(net, enc, _placeholder_text(net))[0]
+
+    @torch.no_grad()
+    def text_vectors(self, captions: list[str], txt: TextEncoding | None, n_regions: int) -> torch.Tensor:
+        net = self.net
+        if net is not self.model or txt is None:
+            tokens, lengths = net.tokenize(captions)
+            txt = net.encode_texts(tokens, lengths)
+        return _global(net, _placeholder_image(net, n_regions), txt)[1]
+
+    def check(self, n_regions: int) -> int:
+        """Fail early (before any encoding) when there is no stage-1 part; returns its dimension."""
+        with torch.no_grad():
+            return int(self.image_vectors(torch.zeros(1, n_regions, self.net.cfg.img_dim),
+                                          self.model.encode_images(torch.zeros(1, n_regions, self.model.cfg.img_dim))
+                                          ).shape[1])
+
+
+@dataclass
+class Batch:
+    consumed: int  # inputs used up by this batch (kept + skipped)
+    keys: list  # the kept inputs, in row order
+    features: torch.Tensor | None = None  # images: (B, k, img_dim)
+    captions: list[str] | None = None  # captions: the texts
+    bad: list[dict] = field(default_factory=list)
+
+
+def fingerprint(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def encode_part(folder, fp: str, n: int, batches: Callable[[int], Iterator[Batch]], encode, dtype: str,
+                pad_to: int | None = None, desc: str = "encode", progress: bool = True) -> dict:
+    """Encode ``n`` inputs into ``folder`` (stage1.npy + enc/), resuming a run with the same ``fp``.
+
+    ``batches(done)`` yields :class:`Batch` es starting after the first ``done`` inputs;
+    ``encode(batch) -> (Encoding, stage-1 (B, d))``. Returns the progress record: rows ``written``
+    and the ``bad`` inputs skipped (each ``{"key", "error"}``); the rows are the inputs in order minus
+    the bad ones (kept implicit so the record stays small).
+    """
+    folder = Path(folder)
+    prog_path = folder / "progress.json"
+    prog = read_json(prog_path) if prog_path.is_file() else None
+    if prog is None or prog.get("fingerprint") != fp:
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        prog = {"fingerprint": fp, "done": 0, "written": 0, "bad": [], "complete": False}
+    if prog["complete"]:
+        return prog
+    writer = EncodingWriter(folder / "enc", n, dtype, pad_to)
+    s1_path = folder / "stage1.npy.partial"
+    s1 = np.load(s1_path, mmap_mode="r+") if s1_path.is_file() else None
+    bar = tqdm(total=n, initial=prog["done"], desc=desc, unit="item", disable=not progress, leave=False)
+    for b in batches(prog["done"]):
+        if b.keys:
+            enc, vec = encode(b)
+            vec = vec.detach().cpu().float().numpy()
+            if s1 is None:
+                s1 = np.lib.format.open_memmap(s1_path, mode="w+", dtype=np.float32, shape=(n, vec.shape[1]))
+            w = prog["written"]
+            writer.write(w, enc)
+            s1[w:w + len(vec)] = vec
+            writer.flush()
+            s1.flush()
+        prog["done"] += b.consumed
+        prog["written"] += len(b.keys)
+        prog["bad"] += b.bad
+        write_json(prog_path, prog, indent=None)
+        bar.update(b.consumed)
+    bar.close()
+    if prog["written"] == 0:
+        raise DataError(folder, "nothing to index: every input was skipped")
+    writer.finish(prog["written"])
+    rows = prog["written"]
+    if rows < n:
+        np.save(folder / "stage1.npy", np.asarray(s1[:rows]))
+        del s1
+        s1_path.unlink()
+    else:
+        del s1
+        s1_path.replace(folder / "stage1.npy")
+    prog["complete"] = True
+    write_json(prog_path, prog, indent=None)
+    return prog

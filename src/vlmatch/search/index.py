@@ -1,0 +1,250 @@
+"""``vlmatch.Index``: open an index folder and search it in two stages.
+
+Stage 1 ranks the whole collection by the inner product of global vectors (FAISS); stage 2
+re-scores each query's top K candidates (default 100) with the model's own ``score`` through the
+scoring engine's block code (:func:`vlmatch.scoring.score_blocks`), the function evaluation uses.
+The final ranking is by the stage-2 score (ties broken by row, stably); each result carries its
+stage-1 score beside it. With ``candidates >= len(index)`` every item is re-scored: the exact,
+exhaustive ranking.
+
+    idx = vlmatch.Index.open("my_index")
+    for r in idx.search("a dog runs on the beach", k=10):
+        print(r.rank, r.score, r.path)
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError, DataError, VlmatchError
+from ..io import read_json
+from ..models.base import ImageEncoding, MatchingModel, TextEncoding
+from ..scoring import score_blocks
+from .build import check_open
+from .encode import Stage1Source
+from .stage1 import Stage1
+from .store import EncodingStore
+
+DEFAULT_CANDIDATES = 100
+
+
+@dataclass
+class SearchResult:
+    """One ranked item: ``id`` (stable across updates), ``path`` (images) or ``text`` (captions)."""
+
+    rank: int
+    id: int
+    score: float  # stage-2 score: the model's own
+    stage1_score: float
+    path: str | None = None
+    text: str | None = None
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+class Collection:
+    """One indexed collection (images or captions): table, stage-1 index, stage-2 store."""
+
+    def __init__(self, folder: Path, info: dict, template):
+        self.folder = folder
+        self.items = read_json(folder / "items.json")
+        self.stage1 = Stage1(folder, info["stage1"])
+        self.store = EncodingStore(folder / "enc", template)
+        if not (len(self.items) == len(self.stage1) == len(self.store)):
+            raise DataError(folder, f"inconsistent index: {len(self.items)} items, {len(self.stage1)} stage-1 vectors, "
+                                    f"{len(self.store)} encodings")
+        self.row_of = {it["id"]: r for r, it in enumerate(self.items)}
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+class Index:
+    """An index folder opened for search (see :mod:`vlmatch.search.build` for its layout)."""
+
+    def __init__(self, root, manifest: dict, model: MatchingModel, retriever: MatchingModel | None = None,
+                 device="cpu"):
+        self.root = Path(root)
+        self.manifest = manifest
+        self.model = model.eval()
+        self.retriever = None if retriever is None else retriever.eval()
+        self.device = torch.device(device)
+        self.stage1_source = Stage1Source(self.model, self.retriever)
+        dims = manifest.get("dims") or {}
+        self.n_regions = dims.get("regions") or 1
+        colls = manifest.get("collections", {})
+        self.images = None
+        self.captions = None
+        if "images" in colls:
+            tmpl = self.model.encode_images(torch.zeros(1, self.n_regions, self.model.cfg.img_dim))
+            self.images = Collection(self.root / "images", colls["images"], tmpl)
+        if "captions" in colls:
+            tmpl = self.model.encode_texts(*self.model.tokenize(["a"]))
+            self.captions = Collection(self.root / "captions", colls["captions"], tmpl)
+        self._backbone = None
+        self.last_timings: dict[str, float] = {}
+
+    # --- opening ---------------------------------------------------------------------------
+    @classmethod
+    def open(cls, path, device="cpu") -> Index:
+        """Open an index folder written by ``vlmatch index build`` (models come from inside it)."""
+        from ..models.registry import load_model
+
+        path = Path(path)
+        manifest = check_open(path)
+        with torch.no_grad():
+            model = load_model(path / "model", map_location=device)
+            retriever = load_model(path / "retriever", map_location=device) if (path / "retriever").is_dir() else None
+            return cls(path, manifest, model, retriever, device)
+
+    # --- the table -------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.images) if self.images is not None else 0
+
+    @property
+    def items(self) -> list[dict]:
+        """The image table in row order: ``{"id", "path", ...}`` per image."""
+        return self._need("images").items
+
+    def path_of(self, item_id: int) -> str:
+        """The file path of the image with id ``item_id``."""
+        coll = self._need("images")
+        if item_id not in coll.row_of:
+            raise VlmatchError(f"no image with id {item_id} in {self.root}")
+        return coll.items[coll.row_of[item_id]]["path"]
+
+    def _need(self, which: str) -> Collection:
+        coll = getattr(self, which)
+        if coll is None:
+            how = "--images DIR or --features DIR" if which == "images" else "--captions FILE"
+            raise ConfigError(f"{self.root} has no indexed {which}; build it with {how}")
+        return coll
+
+    # --- text -> image ---------------------------------------------------------------------
+    @torch.no_grad()
+    def encode_queries(self, texts: list[str]) -> tuple[TextEncoding, np.ndarray]:
+        tokens, lengths = self.model.tokenize(texts)
+        txt = self.model.encode_texts(tokens.to(self.device), lengths.to(self.device))
+        q = self.stage1_source.text_vectors(texts, txt, self.n_regions)
+        return txt, q.float().cpu().numpy()
+
+    def search(self, text: str, k: int = 10, candidates: int | None = None) -> list[SearchResult]:
+        """The ``k`` best images for ``text``: top ``candidates`` by stage 1, re-ranked by the model."""
+        return self.search_many([text], k, candidates)[0]
+
+    @torch.no_grad()
+    def search_many(self, texts: list[str], k: int = 10, candidates: int | None = None) -> list[list[SearchResult]]:
+        """:meth:`search` for several queries (text encoding and stage 1 batched)."""
+        coll = self._need("images")
+        if not texts or any(not isinstance(t, str) or not t.strip() for t in texts):
+            raise ConfigError("a search query must be a non-empty text")
+        kk, cand = _sizes(k, candidates, len(coll))
+        t0 = time.perf_counter()
+        txt, q = self.encode_queries(texts)
+        t1 = time.perf_counter()
+        s1, rows = coll.stage1.search(q, cand)
+        t2 = time.perf_counter()
+        out = []
+        for i in range(len(texts)):
+            out.append(self._rerank_images(coll, txt.select(slice(i, i + 1)), rows[i], s1[i], kk))
+        t3 = time.perf_counter()
+        self.last_timings = {"text": t1 - t0, "stage1": t2 - t1, "stage2": t3 - t2, "queries": len(texts)}
+        return out
+
+    def _rerank_images(self, coll: Collection, txt: TextEncoding, rows: np.ndarray, s1: np.ndarray, k: int):
+        ok = rows >= 0
+        rows, s1 = rows[ok], s1[ok]
+        order = np.argsort(rows, kind="stable")  # read the memory map in file order
+        rows, s1 = rows[order], s1[order]
+        img = coll.store.take(rows).to(self.device)
+        scores = score_blocks(self.model, img, [(np.arange(1), txt)], 1, max(1, len(rows)), progress=False)[:, 0]
+        return _ranked(coll, rows, scores, s1, k, "path")
+
+    # --- image -> text ---------------------------------------------------------------------
+    @torch.no_grad()
+    def encode_image(self, image) -> tuple[ImageEncoding, np.ndarray]:
+        """An image file path, or its features (k, img_dim), -> (stage-2 encoding, stage-1 vector)."""
+        feats = self.image_features(image) if isinstance(image, (str, Path)) else \
+            torch.as_tensor(np.array(image, dtype=np.float32))
+        if feats.dim() == 2:
+            feats = feats[None]
+        feats = feats.to(self.device)
+        img = self.model.encode_images(feats)
+        return img, self.stage1_source.image_vectors(feats, img).float().cpu().numpy()
+
+    @torch.no_grad()
+    def search_image(self, image, k: int = 10, candidates: int | None = None) -> list[SearchResult]:
+        """The ``k`` best indexed captions for an image (a file path or its features)."""
+        coll = self._need("captions")
+        kk, cand = _sizes(k, candidates, len(coll))
+        t0 = time.perf_counter()
+        img, q = self.encode_image(image)
+        t1 = time.perf_counter()
+        s1, rows = coll.stage1.search(q, cand)
+        t2 = time.perf_counter()
+        ok = rows[0] >= 0
+        r, s = rows[0][ok], s1[0][ok]
+        order = np.argsort(r, kind="stable")
+        r, s = r[order], s[order]
+        txt = coll.store.take(r).to(self.device)
+        scores = score_blocks(self.model, img, [(np.arange(len(r)), txt)], len(r), 1, progress=False)[0]
+        res = _ranked(coll, r, scores, s, kk, "text")
+        self.last_timings = {"image": t1 - t0, "stage1": t2 - t1, "stage2": time.perf_counter() - t2, "queries": 1}
+        return res
+
+    def image_features(self, path) -> torch.Tensor:
+        """Grid features of an image file with the backbone the index was built with."""
+        from ..features.backbones import create_backbone
+        from ..features.extract import load_image
+
+        bb_info = self.manifest.get("backbone")
+        if not bb_info:
+            raise ConfigError(f"{self.root} was built from features without a known backbone; pass features, not a file")
+        if self._backbone is None:
+            self._backbone = create_backbone(bb_info["name"])
+        bb = self._backbone
+        with torch.inference_mode():
+            return bb(bb.preprocess([load_image(Path(path), bb.info.input_size)])).clone()
+
+    # --- attention of one result -----------------------------------------------------------
+    @torch.no_grad()
+    def explain(self, item_id: int, text: str):
+        """Word <-> image-position attention of image ``item_id`` and ``text`` (a
+        :class:`vlmatch.explain.PairAttention`), from the stored stage-2 encoding."""
+        from ..explain import attention_of_encodings
+
+        coll = self._need("images")
+        if item_id not in coll.row_of:
+            raise VlmatchError(f"no image with id {item_id} in {self.root}")
+        img = coll.store.take(np.array([coll.row_of[item_id]])).to(self.device)
+        att = attention_of_encodings(self.model, img, text)
+        bb = self.manifest.get("backbone") or {}
+        att.grid = bb.get("grid")
+        att.image = coll.items[coll.row_of[item_id]]["path"]
+        return att
+
+
+def _sizes(k: int, candidates: int | None, n: int) -> tuple[int, int]:
+    if k < 1:
+        raise ConfigError(f"k must be at least 1, not {k}")
+    cand = DEFAULT_CANDIDATES if candidates is None else candidates
+    if cand < 1:
+        raise ConfigError(f"candidates must be at least 1, not {cand}")
+    cand = max(cand, k)
+    return min(k, n), min(cand, n)
+
+
+def _ranked(coll: Collection, rows: np.ndarray, scores: np.ndarray, s1: np.ndarray, k: int, field: str):
+    # by stage-2 score, descending; equal scores keep row order (stable)
+    order = np.lexsort((rows, -scores.astype(np.float64)))[:k]
+    out = []
+    for rank, j in enumerate(order, start=1):
+        it = coll.items[int(rows[j])]
+        out.append(SearchResult(rank, int(it["id"]), float(scores[j]), float(s1[j]), **{field: it[field]}))
+    return out

@@ -1,0 +1,111 @@
+"""Stage 1: per-item global vectors in a FAISS inner-product index.
+
+``flat`` (exact inner product) by default; above ``AUTO_ANN_THRESHOLD`` items ``auto`` picks IVF
+(``ivf``: k-means lists, ``nprobe`` of them searched per query); ``hnsw`` on request. The raw
+vectors are kept beside the FAISS file (``stage1.npy``, float32) so an update or a change of
+index type never re-encodes, and so that an exhaustive query scores every item exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ConfigError, VlmatchError
+from ..io import atomic_path
+
+AUTO_ANN_THRESHOLD = 50_000
+KINDS = ("auto", "flat", "ivf", "hnsw")
+
+
+def _faiss():
+    try:
+        import faiss
+    except ImportError:
+        raise VlmatchError("search needs faiss: pip install 'vlmatch[search]' (faiss-cpu)") from None
+    return faiss
+
+
+def choose_kind(kind: str, n: int) -> str:
+    if kind not in KINDS:
+        raise ConfigError(f"stage-1 index must be one of {KINDS}, not {kind!r}")
+    if kind == "auto":
+        return "ivf" if n > AUTO_ANN_THRESHOLD else "flat"
+    return kind
+
+
+def build_faiss(vectors: np.ndarray, kind: str = "auto", nlist: int | None = None, hnsw_m: int = 32,
+                seed: int = 0) -> tuple[object, dict]:
+    """A FAISS inner-product index over ``vectors`` (n, d) and its description for the manifest."""
+    faiss = _faiss()
+    x = np.ascontiguousarray(vectors, dtype=np.float32)
+    n, d = x.shape
+    kind = choose_kind(kind, n)
+    if kind == "flat":
+        index, info = faiss.IndexFlatIP(d), {}
+    elif kind == "ivf":
+        nlist = nlist or max(1, min(n // 39, int(4 * math.sqrt(n))))  # faiss wants >= 39 points per list
+        quant = faiss.IndexFlatIP(d)
+        index = faiss.IndexIVFFlat(quant, d, nlist, faiss.METRIC_INNER_PRODUCT)
+        index.cp.seed = seed
+        index.train(x)
+        info = {"nlist": nlist}
+    else:
+        index = faiss.IndexHNSWFlat(d, hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = 80
+        info = {"M": hnsw_m}
+    index.add(x)
+    return index, {"kind": kind, "dim": d, "count": n, **info}
+
+
+def default_search_params(info: dict) -> dict:
+    if info["kind"] == "ivf":
+        return {"nprobe": min(info["nlist"], 32)}
+    if info["kind"] == "hnsw":
+        return {"efSearch": 128}
+    return {}
+
+
+def write_faiss(index, path) -> None:
+    faiss = _faiss()
+    with atomic_path(path) as tmp:
+        faiss.write_index(index, str(tmp))
+
+
+class Stage1:
+    """Open side: FAISS search with the exact fallback when every item is asked for."""
+
+    def __init__(self, folder, info: dict, params: dict | None = None):
+        faiss = _faiss()
+        folder = Path(folder)
+        self.vectors = np.load(folder / "stage1.npy", mmap_mode="r")
+        self.index = faiss.read_index(str(folder / "stage1.faiss"))
+        self.info = info
+        self.set_params(params or default_search_params(info))
+
+    def set_params(self, params: dict) -> None:
+        self.params = dict(params)
+        if "nprobe" in params:
+            self._faiss_ivf().nprobe = int(params["nprobe"])
+        if "efSearch" in params:
+            self.index.hnsw.efSearch = int(params["efSearch"])
+
+    def _faiss_ivf(self):
+        return _faiss().extract_index_ivf(self.index)
+
+    def __len__(self) -> int:
+        return len(self.vectors)
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top ``k`` (scores, rows) per query; rows are -1 where an ANN index found fewer.
+
+        ``k >= len(self)``: every item, scored exactly from the stored vectors (no ANN miss)."""
+        q = np.ascontiguousarray(queries, dtype=np.float32)
+        n = len(self)
+        if k >= n:
+            scores = q @ np.asarray(self.vectors).T
+            rows = np.argsort(-scores, axis=1, kind="stable")
+            return np.take_along_axis(scores, rows, axis=1), rows
+        return self.index.search(q, k)

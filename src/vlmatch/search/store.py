@@ -1,0 +1,141 @@
+"""Encodings on disk: one memory-mapped ``.npy`` per tensor field of a model's Encoding.
+
+A store is a folder ``enc/`` with ``{field}.npy`` (row i = item i) and ``fields.json`` (field
+names, shapes, dtypes). Floating fields are kept in the store's dtype (float16 by default: half the
+disk and page cache; its effect on the scores is measured in benchmarks/search.py); integer and
+bool fields (lengths, masks) keep theirs. Fields with a word axis are zero-padded to the longest
+caption; ``TextEncoding.trim`` drops the padding again per block.
+
+Writers preallocate ``{field}.npy.partial`` and write rows in place, so an interrupted build
+reopens them and continues (see :mod:`vlmatch.search.build`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import DataError
+from ..io import read_json, write_json
+from ..models.base import Encoding
+
+FLOAT_DTYPES = ("float16", "float32")
+
+
+def _np_dtype(t: torch.Tensor, float_dtype: str):
+    if t.dtype.is_floating_point:
+        return np.dtype(float_dtype)
+    return np.dtype(str(t.dtype).replace("torch.", ""))
+
+
+class EncodingWriter:
+    """Rows of an Encoding written into preallocated memory-mapped arrays (resumable)."""
+
+    def __init__(self, folder, n: int, float_dtype: str = "float16", pad_to: int | None = None):
+        if float_dtype not in FLOAT_DTYPES:
+            raise DataError(folder, f"store dtype must be one of {FLOAT_DTYPES}, not {float_dtype!r}")
+        self.folder, self.n, self.float_dtype, self.pad_to = Path(folder), n, float_dtype, pad_to
+        self.arrays: dict[str, np.memmap] = {}
+        self.folder.mkdir(parents=True, exist_ok=True)
+        meta = self.folder / "fields.json.partial"
+        if meta.is_file():  # resume: reopen what a previous run allocated
+            for name in read_json(meta)["fields"]:
+                self.arrays[name] = np.load(self.folder / f"{name}.npy.partial", mmap_mode="r+")
+
+    def _allocate(self, enc: Encoding, per_word: tuple[str, ...]) -> None:
+        fields = {}
+        for name, t in enc.tensors().items():
+            shape = list(t.shape[1:])
+            if name in per_word and self.pad_to is not None:
+                shape[0] = self.pad_to
+            dt = _np_dtype(t, self.float_dtype)
+            self.arrays[name] = np.lib.format.open_memmap(self.folder / f"{name}.npy.partial", mode="w+", dtype=dt,
+                                                          shape=(self.n, *shape))
+            fields[name] = {"shape": shape, "dtype": dt.name}
+        write_json(self.folder / "fields.json.partial", {"fields": fields, "class": type(enc).__name__})
+
+    def write(self, start: int, enc: Encoding) -> None:
+        per_word = getattr(enc, "per_word_fields", ())
+        if not self.arrays:
+            self._allocate(enc, per_word)
+        for name, t in enc.tensors().items():
+            a = t.detach().cpu().numpy()
+            dst = self.arrays[name]
+            if name in per_word:
+                dst[start:start + len(a), :a.shape[1]] = a
+            else:
+                dst[start:start + len(a)] = a
+
+    def flush(self) -> None:
+        for a in self.arrays.values():
+            a.flush()
+
+    def finish(self, rows: int | None = None) -> None:
+        """Close the arrays (keeping the first ``rows`` when fewer than allocated) and drop .partial."""
+        self.flush()
+        names = list(self.arrays)
+        for name in names:
+            arr = self.arrays.pop(name)
+            if rows is not None and rows < self.n:
+                small = np.lib.format.open_memmap(self.folder / f"{name}.npy.cut", mode="w+", dtype=arr.dtype,
+                                                  shape=(rows, *arr.shape[1:]))
+                small[:] = arr[:rows]
+                small.flush()
+                del small, arr
+                os.replace(self.folder / f"{name}.npy.cut", self.folder / f"{name}.npy")
+                (self.folder / f"{name}.npy.partial").unlink()
+            else:
+                del arr
+                os.replace(self.folder / f"{name}.npy.partial", self.folder / f"{name}.npy")
+        meta = self.folder / "fields.json.partial"
+        if meta.is_file():
+            os.replace(meta, self.folder / "fields.json")
+
+
+def write_store(folder, enc: Encoding, float_dtype: str = "float16") -> None:
+    """A whole Encoding held in memory -> a store (used by merges, updates and benchmarks)."""
+    w = EncodingWriter(folder, len(enc), float_dtype)
+    w.write(0, enc)
+    w.finish()
+
+
+class EncodingStore:
+    """Read side: memory-mapped fields, rows gathered into an Encoding of the model's class."""
+
+    def __init__(self, folder, template: Encoding):
+        self.folder = Path(folder)
+        meta = read_json(self.folder / "fields.json", "encodings missing (incomplete index?)")
+        self.fields = meta["fields"]
+        self.cls = type(template)
+        self.arrays = {}
+        for name in self.fields:
+            try:
+                self.arrays[name] = np.load(self.folder / f"{name}.npy", mmap_mode="r", allow_pickle=False)
+            except (OSError, ValueError) as e:
+                raise DataError(self.folder / f"{name}.npy", f"unreadable encoding array ({e})") from None
+        missing = set(template.tensors()) - set(self.fields)
+        if missing:
+            raise DataError(self.folder, f"stored encodings lack field(s) {sorted(missing)} the model produces: "
+                                         "the index was built with another model")
+
+    def __len__(self) -> int:
+        return len(next(iter(self.arrays.values())))
+
+    @property
+    def dtype(self) -> str:
+        return next((f["dtype"] for f in self.fields.values() if f["dtype"].startswith("float")), "float32")
+
+    def take(self, rows) -> Encoding:
+        """Rows (an int array, a slice) as float32 torch tensors in the model's Encoding class."""
+        out = {}
+        for name, arr in self.arrays.items():
+            a = arr[rows]
+            a = a.astype(np.float32) if a.dtype.kind == "f" else np.array(a)
+            out[name] = torch.from_numpy(a)
+        return self.cls(**out)
+
+    def close(self) -> None:
+        self.arrays.clear()

@@ -1,0 +1,22 @@
+"""Toy-world checkpoints trained for a few steps, shared by the search tests."""
+
+import pytest
+
+from vlmatch.config import load_config
+from vlmatch.train import train
+
+
+def _train(world, out, model_yaml: dict, steps: int = 6):
+    cfg = load_config(None, [f"model.{k}={v}" for k, v in model_yaml.items()] +
+                      [f"data.path={world}", "train.epochs=1", f"train.max_steps_per_epoch={steps}",
+                       "train.batch_size=64", "train.threads=1", "train.warmup_epochs=1", "data.min_word_count=1"])
+    train(cfg, out, progress=False)
+    return out / "best"
+
+
+@pytest.fixture(scope="session")
+def toy_ckpts(small_world, tmp_path_factory):
+    """{"scan": best/ of a SCAN t-i (D=32), "vsepp": best/ of a VSE++ (D=32)} on the small world."""
+    root = tmp_path_factory.mktemp("ckpts")
+    return {"scan": _train(small_world, root / "scan", {"name": "scan_t2i_avg", "embed_dim": 32, "word_dim": 16}),
+            "vsepp": _train(small_world, root / "vsepp", {"name": "vsepp", "embed_dim": 32, "word_dim": 16}, 20)}
