@@ -272,9 +272,11 @@ def build_parser() -> argparse.ArgumentParser:
         add_features(sub)
     except ImportError:  # pragma: no cover
         pass
+    from .explain import add_parser as add_explain
     from .search.cli import add_parser as add_search
 
     add_search(sub)
+    add_explain(sub)
     return parser
 
 

@@ -58,3 +58,44 @@ def pair_attention(model: MatchingModel, features, caption: str, mask=None) -> P
     feats = torch.as_tensor(np.array(features, dtype=np.float32))[None]  # a copy: memory-mapped input is read-only
     m = None if mask is None else torch.as_tensor(np.asarray(mask), dtype=torch.bool)[None]
     return attention_of_encodings(model, model.encode_images(feats, m), caption)
+
+
+def add_parser(sub):
+    p = sub.add_parser("explain", help="heat map of which image parts each word of a caption attends to",
+                       description="Extract the image's features with the backbone the model was trained on, take "
+                                   "the model's attention for this one pair (model.pair_attention) and draw one "
+                                   "panel per word on one shared colour scale.")
+    p.add_argument("--model", required=True, help="checkpoint folder of an attention model")
+    p.add_argument("--image", required=True, help="image file")
+    p.add_argument("--text", required=True, help="the caption")
+    p.add_argument("--out", required=True, help="PNG to write")
+    p.add_argument("--json", metavar="OUT", help="also write the raw weights as JSON")
+    p.add_argument("--backbone", help="image backbone (default: the one the model was trained on)")
+    p.add_argument("--weights", help="local weights file for the backbone")
+    p.add_argument("--boxes", metavar="FILE.npy", help="(k, 4) region boxes x1 y1 x2 y2 in image pixels "
+                                                      "(region features); default: the backbone's grid")
+    p.set_defaults(func=cmd_explain)
+
+
+def cmd_explain(a):
+    from pathlib import Path
+
+    from .features.backbones import create_backbone
+    from .features.extract import load_image
+    from .features.provenance import check_backbone, checkpoint_backbone, resolve_backbone_name
+    from .heatmap import render
+    from .io import write_json
+    from .models.registry import load_model
+
+    model = load_model(a.model)
+    bb = create_backbone(resolve_backbone_name(a.model, a.backbone), a.weights)
+    check_backbone(checkpoint_backbone(a.model), bb.describe(), model.cfg.img_dim, a.model)
+    with torch.inference_mode():
+        feats = bb(bb.preprocess([load_image(Path(a.image), bb.info.input_size)]))[0].clone()
+    att = pair_attention(model, feats.numpy(), a.text)
+    att.grid, att.image = bb.info.grid, str(a.image)
+    boxes = None if a.boxes is None else np.load(a.boxes, allow_pickle=False)
+    render(att, a.image, a.out, boxes=boxes)
+    if a.json:
+        write_json(a.json, {"model": str(a.model), "text": a.text, **att.to_dict()})
+    print(f"{a.out}: {len(att.words)} words, score {att.score:.4f}")

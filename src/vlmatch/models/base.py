@@ -223,9 +223,11 @@ class MatchingModel(nn.Module):
 
     def pair_attention(self, img: ImageEncoding, txt: TextEncoding) -> dict:
         """Attention of ONE pair (``img`` and ``txt`` hold one item each) for heat maps:
-        ``{"weights": (k, n) float array, "axis": "regions" | "words"}`` where "regions" means each
-        word's weights over the k image positions sum to 1 (a column), "words" each region's over
-        the n words (a row). Models without word-region attention raise."""
+        ``{"weights": (k, n) float array, "axis": "regions" | "words" | "pair"}`` where "regions" means
+        each word's weights over the k image positions sum to 1 (a column), "words" each region's over
+        the n words (a row), "pair" the weight of each (region, word) term in the score (the matrix
+        sums to 1; CAAN's f_i g_j). Extra keys carry model-specific vectors. Models without
+        word-region attention raise."""
         raise VlmatchError(f"model {self.name} has no word-region attention to show")
 
     def save_extra(self, directory: Path) -> None:

@@ -163,6 +163,17 @@ class CAAN(MatchingModel):
         f, g = self._weights(img, txt.trim())
         return f.transpose(1, 2), g
 
+    def pair_attention(self, img: CAANImages, txt: CAANTexts) -> dict:
+        """One pair's attention. CAAN attends once per modality: f over the k regions and g over the n
+        words (eq. 8-11), and S = fᵀ (V Uᵀ) g / norms, so f_i g_j is the weight of the (region i,
+        word j) term of the score: ``weights`` is that (k, n) outer product ("pair": it sums to 1
+        over the whole matrix; word j's column is f scaled by g_j). f and g themselves are returned
+        as ``region_weights`` and ``word_weights``."""
+        f, g = self.attention(img, txt)
+        f, g = f[0, :, 0].detach().float().cpu(), g[0, 0].detach().float().cpu()
+        return {"weights": torch.outer(f, g).numpy(), "axis": "pair", "region_weights": f.numpy(),
+                "word_weights": g.numpy()}
+
     def _weights(self, img: CAANImages, txt: CAANTexts) -> tuple[Tensor, Tensor]:
         """f (Ni, Nt, k) and g (Ni, Nt, n). Everything pair-dependent is laid out (Ni, Nt, ., .)
         so the batched products need no permutation of the big (pair x k x m) tensors."""

@@ -289,8 +289,9 @@ def build_index(out, model_ckpt, images=None, features=None, split: str = "test"
             manifest["next_id"] = len(items)
     elif features is not None:
         from ..data.precomp import open_features, read_caption_lines
+        from ..train import data_root
 
-        froot = Path(features).resolve()
+        froot = data_root(features).resolve()  # "toyworld" names the bundled toy world
         feats = open_features(froot / f"{split}_ims.npy")
         fj = froot / "features.json"
         used = read_json(fj).get("backbone") if fj.is_file() else None

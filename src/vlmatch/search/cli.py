@@ -29,7 +29,7 @@ def add_parser(sub):
     b.add_argument("--weights", help="local weights file for the backbone")
     b.add_argument("--dtype", default="float16", choices=["float16", "float32"], help="stage-2 storage precision")
     b.add_argument("--ann", default="auto", choices=list(KINDS),
-                   help="stage-1 index: exact inner product (flat), IVF or HNSW; auto = flat up to 50k items, IVF above")
+                   help="stage-1 index: exact inner product (flat), IVF or HNSW; auto = flat up to 50k items, HNSW above")
     b.add_argument("--nlist", type=int, help="IVF lists (default 4 sqrt(n))")
     b.add_argument("--skip-bad", action="store_true", help="skip unreadable images (listed in the manifest)")
     b.add_argument("--batch-size", type=int, default=64)

@@ -141,20 +141,31 @@ class Index:
     @torch.no_grad()
     def search_many(self, texts: list[str], k: int = 10, candidates: int | None = None) -> list[list[SearchResult]]:
         """:meth:`search` for several queries (text encoding and stage 1 batched)."""
-        coll = self._need("images")
         if not texts or any(not isinstance(t, str) or not t.strip() for t in texts):
             raise ConfigError("a search query must be a non-empty text")
-        kk, cand = _sizes(k, candidates, len(coll))
+        self._need("images")
         t0 = time.perf_counter()
         txt, q = self.encode_queries(texts)
+        t_text = time.perf_counter() - t0
+        out = self.rank_images(txt, q, k, candidates)
+        self.last_timings = {"text": t_text, **self.last_timings}
+        return out
+
+    @torch.no_grad()
+    def rank_images(self, txt: TextEncoding, q: np.ndarray, k: int = 10, candidates: int | None = None
+                    ) -> list[list[SearchResult]]:
+        """Two-stage ranking of encoded queries: ``txt`` (the model's text encodings, one row per
+        query) and ``q`` (their stage-1 vectors, (n, d))."""
+        coll = self._need("images")
+        kk, cand = _sizes(k, candidates, len(coll))
         t1 = time.perf_counter()
         s1, rows = coll.stage1.search(q, cand)
         t2 = time.perf_counter()
         out = []
-        for i in range(len(texts)):
+        for i in range(len(q)):
             out.append(self._rerank_images(coll, txt.select(slice(i, i + 1)), rows[i], s1[i], kk))
         t3 = time.perf_counter()
-        self.last_timings = {"text": t1 - t0, "stage1": t2 - t1, "stage2": t3 - t2, "queries": len(texts)}
+        self.last_timings = {"stage1": t2 - t1, "stage2": t3 - t2, "queries": len(q)}
         return out
 
     def _rerank_images(self, coll: Collection, txt: TextEncoding, rows: np.ndarray, s1: np.ndarray, k: int):
@@ -169,9 +180,12 @@ class Index:
     # --- image -> text ---------------------------------------------------------------------
     @torch.no_grad()
     def encode_image(self, image) -> tuple[ImageEncoding, np.ndarray]:
-        """An image file path, or its features (k, img_dim), -> (stage-2 encoding, stage-1 vector)."""
-        feats = self.image_features(image) if isinstance(image, (str, Path)) else \
-            torch.as_tensor(np.array(image, dtype=np.float32))
+        """An image -> (stage-2 encoding, stage-1 vector). ``image``: a file path, the file's bytes,
+        a PIL image, an HxWx3 uint8 array, or already its features (k, img_dim) float array."""
+        if isinstance(image, np.ndarray) and image.dtype.kind == "f" or torch.is_tensor(image):
+            feats = torch.as_tensor(np.array(image, dtype=np.float32))
+        else:
+            feats = self.image_features(image)
         if feats.dim() == 2:
             feats = feats[None]
         feats = feats.to(self.device)
@@ -198,19 +212,19 @@ class Index:
         self.last_timings = {"image": t1 - t0, "stage1": t2 - t1, "stage2": time.perf_counter() - t2, "queries": 1}
         return res
 
-    def image_features(self, path) -> torch.Tensor:
-        """Grid features of an image file with the backbone the index was built with."""
+    def image_features(self, image) -> torch.Tensor:
+        """Grid features (1, k, dim) of an image (path, bytes, PIL image or uint8 array) with the
+        backbone the index was built with."""
         from ..features.backbones import create_backbone
-        from ..features.extract import load_image
 
         bb_info = self.manifest.get("backbone")
         if not bb_info:
-            raise ConfigError(f"{self.root} was built from features without a known backbone; pass features, not a file")
+            raise ConfigError(f"{self.root} was built from features without a known backbone; pass features, not an image")
         if self._backbone is None:
             self._backbone = create_backbone(bb_info["name"])
         bb = self._backbone
         with torch.inference_mode():
-            return bb(bb.preprocess([load_image(Path(path), bb.info.input_size)])).clone()
+            return bb(bb.preprocess([_pixels(image, bb.info.input_size)])).clone()
 
     # --- attention of one result -----------------------------------------------------------
     @torch.no_grad()
@@ -228,6 +242,38 @@ class Index:
         att.grid = bb.get("grid")
         att.image = coll.items[coll.row_of[item_id]]["path"]
         return att
+
+    def explain_png(self, item_id: int, text: str) -> bytes:
+        """:meth:`explain` drawn as a heat-map PNG on the indexed image file (one panel per word)."""
+        from ..heatmap import render
+
+        att = self.explain(item_id, text)
+        if not att.grid:
+            raise ConfigError(f"{self.root}: no image grid is known (built from features without a backbone)")
+        return render(att, att.image)
+
+
+def _pixels(image, size: int) -> np.ndarray:
+    """uint8 (size, size, 3) pixels of an image given as a path, bytes, a PIL image or an array."""
+    import io
+
+    from PIL import Image, UnidentifiedImageError
+
+    from ..features.extract import load_image
+
+    if isinstance(image, (str, Path)):
+        return load_image(Path(image), size)
+    try:
+        if isinstance(image, (bytes, bytearray)):
+            with Image.open(io.BytesIO(image)) as im:
+                pil = im.convert("RGB")
+        elif isinstance(image, np.ndarray):
+            pil = Image.fromarray(np.asarray(image, dtype=np.uint8)).convert("RGB")
+        else:
+            pil = image.convert("RGB")
+    except (OSError, UnidentifiedImageError, ValueError, AttributeError) as e:
+        raise DataError("image", f"not a readable image ({e})") from None
+    return np.asarray(pil.resize((size, size), Image.BILINEAR), dtype=np.uint8)
 
 
 def _sizes(k: int, candidates: int | None, n: int) -> tuple[int, int]:

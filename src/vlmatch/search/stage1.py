@@ -1,7 +1,9 @@
 """Stage 1: per-item global vectors in a FAISS inner-product index.
 
-``flat`` (exact inner product) by default; above ``AUTO_ANN_THRESHOLD`` items ``auto`` picks IVF
-(``ivf``: k-means lists, ``nprobe`` of them searched per query); ``hnsw`` on request. The raw
+``flat`` (exact inner product) by default; above ``AUTO_ANN_THRESHOLD`` items ``auto`` picks HNSW
+(a graph: no training pass, good recall even on unclustered vectors; ``efSearch`` 128); ``ivf``
+(k-means lists, ``nprobe`` of them searched per query) on request. Single queries search on one
+thread: OpenMP workers spinning on a shared, busy CPU cost more than they save. The raw
 vectors are kept beside the FAISS file (``stage1.npy``, float32) so an update or a change of
 index type never re-encodes, and so that an exhaustive query scores every item exactly.
 """
@@ -9,6 +11,7 @@ index type never re-encodes, and so that an exhaustive query scores every item e
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +35,7 @@ def choose_kind(kind: str, n: int) -> str:
     if kind not in KINDS:
         raise ConfigError(f"stage-1 index must be one of {KINDS}, not {kind!r}")
     if kind == "auto":
-        return "ivf" if n > AUTO_ANN_THRESHOLD else "flat"
+        return "hnsw" if n > AUTO_ANN_THRESHOLD else "flat"
     return kind
 
 
@@ -108,4 +111,6 @@ class Stage1:
             scores = q @ np.asarray(self.vectors).T
             rows = np.argsort(-scores, axis=1, kind="stable")
             return np.take_along_axis(scores, rows, axis=1), rows
+        faiss = _faiss()
+        faiss.omp_set_num_threads(1 if len(q) < 8 else max(1, os.cpu_count() or 1))
         return self.index.search(q, k)

@@ -1,0 +1,317 @@
+"""Two-stage search benchmark: recall against exhaustive scoring on Flickr8k, and latency at scale.
+
+    python benchmarks/search.py real  --model benchmarks/cache/runs/scan_f8k_search/best \
+                                      --retriever benchmarks/cache/runs/vsepp_f8k_2ep/best
+    python benchmarks/search.py scale --sizes 10000 100000
+
+real: Flickr8k val (1000 images, 5000 captions). The exhaustive figures are the scoring engine's full
+  matrix (float32 features); two-stage re-scores stage 1's top K (float16 index) for K in 20/100/256.
+  Stage-1 recall@K (the ground-truth item among the K candidates) is the ceiling of stage 2.
+scale: synthetic SCAN t-i encodings (k=49 regions, D=1024, the scoring benchmark's D), float16 store,
+  stage 1 = the mean of each image's regions (and of each query's words), FAISS auto (flat <= 50k,
+  HNSW above; its recall of the exact top 100 is measured).
+  Queries are synthetic word vectors drawn near one image's regions (so stage 1 and
+  stage 2 agree as for trained models); the text-encoding time is the model's real GRUs (SCAN's and
+  a VSE++ retriever's) on a 12-word caption. Each size runs in its own process (its own peak RSS).
+Figures go to benchmarks/results/search.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+HERE = Path(__file__).resolve().parent
+CACHE = HERE / "cache"
+F8K = CACHE / "flickr8k-efficientnet-lite0"
+RESULTS = HERE / "results"
+KS = (20, 100, 256)
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _dir_mb(p: Path) -> float:
+    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) / 2**20
+
+
+def _recalls(ranks: np.ndarray) -> dict:
+    return {f"r{k}": float(100 * np.mean(ranks < k)) for k in (1, 5, 10)}
+
+
+# --- real ----------------------------------------------------------------------------------------
+
+def real(a) -> dict:
+    from vlmatch.data.precomp import PrecompSplit
+    from vlmatch.metrics import evaluate_protocol
+    from vlmatch.models.registry import load_model
+    from vlmatch.scoring import model_scores
+    from vlmatch.search import Index
+    from vlmatch.search.build import build_index
+
+    split = PrecompSplit(F8K, "dev")
+    out = {"model": str(a.model), "retriever": str(a.retriever), "images": split.n_images,
+           "captions": len(split.captions)}
+    idx_dir = CACHE / "search" / "f8k_dev"
+    t0 = time.time()
+    build_index(idx_dir, a.model, features=F8K, split="dev", retriever_ckpt=a.retriever,
+                captions=F8K / "dev_caps.txt", progress=False)
+    out["build_s"] = time.time() - t0
+    out["index_mb"] = _dir_mb(idx_dir)
+    idx = Index.open(idx_dir)
+    t0 = time.time()
+    sims = model_scores(load_model(a.model), split, progress=False)  # the engine, float32
+    out["exhaustive_s"] = time.time() - t0
+    ex = evaluate_protocol(sims, "single")
+    out["exhaustive"] = {"t2i": {f"r{k}": ex[f"t2i_r{k}"] for k in (1, 5, 10)},
+                         "i2t": {f"r{k}": ex[f"i2t_r{k}"] for k in (1, 5, 10)}}
+    gt_img = np.arange(len(split.captions)) // split.per_image
+
+    # text -> image
+    txt, q = idx.encode_queries(split.captions)
+    s1_all = q @ np.asarray(idx.images.stage1.vectors).T  # exact stage-1 scores (flat index)
+    s1_rank = (s1_all > s1_all[np.arange(len(q)), gt_img][:, None]).sum(axis=1)  # ties count for the truth
+    out["stage1_t2i"] = {**_recalls(s1_rank), **{f"recall@{k}": float(100 * np.mean(s1_rank < k)) for k in KS}}
+    out["two_stage_t2i"] = {}
+    row_id = np.array([it["id"] for it in idx.items])
+    for k in KS:
+        t0 = time.time()
+        res = idx.rank_images(txt, q, k=10, candidates=k)
+        secs = time.time() - t0
+        ranks = np.array([next((r.rank - 1 for r in rr if r.id == row_id[gt_img[j]]), 10) for j, rr in enumerate(res)])
+        out["two_stage_t2i"][k] = {**_recalls(ranks), "seconds": secs}
+    # float16 store vs the engine's float32 scores, on exhaustive re-scoring of 100 queries
+    diffs = []
+    for j in range(0, len(q), 50):
+        rr = idx.rank_images(txt.select(slice(j, j + 1)), q[j:j + 1], k=len(idx), candidates=len(idx))[0]
+        diffs.append(max(abs(r.score - sims[idx.images.row_of[r.id], j]) for r in rr))
+    out["float16_max_abs_score_diff"] = float(max(diffs))
+    out["score_range"] = [float(sims.min()), float(sims.max())]
+
+    # image -> text
+    feats = split.features
+    out["two_stage_i2t"] = {}
+    for k in KS:
+        t0 = time.time()
+        ranks = []
+        for i in range(split.n_images):
+            rr = idx.search_image(np.asarray(feats[i], dtype=np.float32), k=10, candidates=k)
+            ranks.append(min((r.rank - 1 for r in rr if r.id // split.per_image == i), default=10))
+        out["two_stage_i2t"][k] = {**_recalls(np.array(ranks)), "seconds": time.time() - t0}
+    return out
+
+
+# --- scale ---------------------------------------------------------------------------------------
+
+def _l2(x):
+    return x / (np.linalg.norm(x, axis=-1, keepdims=True) + 1e-8)
+
+
+def scale_one(n: int, queries: int, agree_queries: int, k: int = 49, d: int = 1024, seed: int = 0) -> dict:
+    from vlmatch import create_model
+    from vlmatch.data.vocab import Vocab
+    from vlmatch.io import write_json
+    from vlmatch.models.base import TextEncoding
+    from vlmatch.search import Index
+    from vlmatch.search.build import versions, write_collection
+    from vlmatch.search.store import EncodingWriter
+
+    torch.set_num_threads(2)
+    rng = np.random.default_rng(seed)
+    root = CACHE / "search" / f"synth_{n}"
+    if root.exists():
+        shutil.rmtree(root)
+    work = root / "build"
+    codes = _l2(rng.standard_normal((4096, d)).astype(np.float32))
+    noise = rng.standard_normal((8192, d)).astype(np.float32) * 0.03
+    t0 = time.time()
+    w = EncodingWriter(work / "enc", n, "float16")
+    s1 = np.lib.format.open_memmap(work / "stage1.npy", mode="w+", dtype=np.float32, shape=(n, d))
+    which = np.empty((n, k), dtype=np.int32)
+    from vlmatch.models.base import ImageEncoding
+
+    for a in range(0, n, 1000):
+        b = min(n, a + 1000)
+        which[a:b] = rng.integers(0, len(codes), (b - a, k))
+        v = _l2(codes[which[a:b]] + noise[rng.integers(0, len(noise), (b - a, k))])
+        w.write(a, ImageEncoding(regions=torch.from_numpy(v)))
+        s1[a:b] = _l2(v.mean(axis=1))
+    w.finish()
+    s1.flush()
+    del s1
+    write_secs = time.time() - t0
+    vocab = Vocab.build(["a dog runs on the beach with a red ball near the water and a child"], 1)
+    torch.manual_seed(0)
+    model = create_model("scan_t2i_avg", img_dim=2048, embed_dim=d, word_dim=300, vocab_size=len(vocab))
+    retriever = create_model("vsepp", img_dim=2048, embed_dim=d, word_dim=300, vocab_size=len(vocab))
+    model.vocab = retriever.vocab = vocab
+    t1 = time.time()
+    coll = write_collection(root / "images", work, [{"id": i, "path": f"synthetic/{i:06d}.jpg"} for i in range(n)],
+                            "auto", None, 32)
+    faiss_secs = time.time() - t1
+    model.save(root / "model")
+    retriever.save(root / "retriever")
+    write_json(root / "manifest.json", {"format": 1, "model": {"name": model.name}, "retriever": {"name": "vsepp"},
+                                        "stage1": "synthetic: mean of regions / of words", "dtype": "float16",
+                                        "backbone": None, "source": {"kind": "synthetic"},
+                                        "collections": {"images": coll}, "counts": {"images": n},
+                                        "dims": {"stage1": d, "regions": k, "img_dim": 2048}, "versions": versions()})
+    shutil.rmtree(work, ignore_errors=True)
+    build = {"write_encodings_s": write_secs, "faiss_s": faiss_secs, "build_s": write_secs + faiss_secs,
+             "disk_mb": _dir_mb(root), "stage1": coll["stage1"], "build_peak_rss_mb": _rss_mb()}
+
+    idx = Index.open(root)
+    caption = "a dog runs on the beach with a red ball near the water"
+
+    def synthetic_query(t: int):
+        pick = rng.choice(k, 8, replace=False)
+        words = _l2(codes[which[t, pick]] + rng.standard_normal((8, d)).astype(np.float32) * 0.03)
+        txt = TextEncoding(lengths=torch.tensor([8]), words=torch.from_numpy(words)[None])
+        return txt, _l2(words.mean(axis=0))[None]
+
+    times = {"text": [], "stage1": [], "stage2": []}
+    for _ in range(5):  # warm-up
+        idx.rank_images(*synthetic_query(int(rng.integers(n))), k=10, candidates=100)
+    for _ in range(queries):
+        t0 = time.perf_counter()
+        idx.encode_queries([caption])
+        times["text"].append(time.perf_counter() - t0)
+        idx.rank_images(*synthetic_query(int(rng.integers(n))), k=10, candidates=100)
+        times["stage1"].append(idx.last_timings["stage1"])
+        times["stage2"].append(idx.last_timings["stage2"])
+    total = np.array(times["text"]) + np.array(times["stage1"]) + np.array(times["stage2"])
+    lat = {s: {"p50_ms": 1e3 * float(np.percentile(v, 50)), "p99_ms": 1e3 * float(np.percentile(v, 99))}
+           for s, v in {**times, "total": total}.items()}
+    agree = None
+    if agree_queries:
+        from vlmatch.scoring import score_blocks
+
+        qs = [synthetic_query(int(rng.integers(n))) for _ in range(agree_queries)]
+        two = [idx.rank_images(t, q, k=10, candidates=100)[0] for t, q in qs]
+        txt = TextEncoding.cat([t for t, _ in qs])
+        sims = np.empty((n, len(qs)), dtype=np.float32)
+        for a in range(0, n, 500):  # exhaustive: every image, through the engine's block code
+            sims[a:a + 500] = score_blocks(idx.model, idx.images.store.take(slice(a, a + 500)),
+                                           [(np.arange(len(qs)), txt)], len(qs), 500, progress=False)
+        overlaps = []
+        for j, res in enumerate(two):
+            top = set(np.argsort(-sims[:, j], kind="stable")[:10].tolist())
+            overlaps.append(len(top & {r.id for r in res}) / 10)
+        agree = {"queries": len(qs), "mean_top10_overlap": float(np.mean(overlaps)),
+                 "min_top10_overlap": float(np.min(overlaps))}
+    vec = np.asarray(idx.images.stage1.vectors)
+    hits = []
+    for _ in range(20):  # the ANN's candidates against the exact top 100 of stage 1
+        _, q = synthetic_query(int(rng.integers(n)))
+        exact = set(np.argsort(-(vec @ q[0]))[:100].tolist())
+        _, rows = idx.images.stage1.search(q, 100)
+        hits.append(len(exact & set(rows[0].tolist())) / 100)
+    return {"ann_recall_at_100": float(np.mean(hits)), "n": n, "k": k, "d": d, "queries": queries, "candidates": 100,
+            "build": build, "latency": lat,
+            "top10_agreement": agree, "search_peak_rss_mb": _rss_mb(), "threads": torch.get_num_threads()}
+
+
+# --- report --------------------------------------------------------------------------------------
+
+def render(res: dict) -> str:
+    lines = ["# Two-stage search", ""]
+    r = res.get("real")
+    if r:
+        lines += [f"## Flickr8k val ({r['images']} images, {r['captions']} captions)", "",
+                  f"Model `{r['model']}`, stage 1 from the retriever `{r['retriever']}`; index float16 "
+                  f"({r['index_mb']:.0f} MB, built in {r['build_s']:.0f} s). Exhaustive = the scoring engine's full "
+                  f"matrix ({r['exhaustive_s']:.0f} s).", "",
+                  "| text -> image | R@1 | R@5 | R@10 | stage-1 recall@K | seconds (5000 queries) |",
+                  "|---|---|---|---|---|---|"]
+        e = r["exhaustive"]["t2i"]
+        lines.append(f"| exhaustive | {e['r1']:.2f} | {e['r5']:.2f} | {e['r10']:.2f} | | {r['exhaustive_s']:.0f} |")
+        s = r["stage1_t2i"]
+        lines.append(f"| stage 1 alone | {s['r1']:.2f} | {s['r5']:.2f} | {s['r10']:.2f} | | |")
+        for k, v in r["two_stage_t2i"].items():
+            lines.append(f"| two-stage K={k} | {v['r1']:.2f} | {v['r5']:.2f} | {v['r10']:.2f} | "
+                         f"{s[f'recall@{k}']:.2f} | {v['seconds']:.0f} |")
+        lines += ["", "| image -> text | R@1 | R@5 | R@10 | seconds (1000 queries) |", "|---|---|---|---|---|"]
+        e = r["exhaustive"]["i2t"]
+        lines.append(f"| exhaustive | {e['r1']:.2f} | {e['r5']:.2f} | {e['r10']:.2f} | |")
+        for k, v in r["two_stage_i2t"].items():
+            lines.append(f"| two-stage K={k} | {v['r1']:.2f} | {v['r5']:.2f} | {v['r10']:.2f} | {v['seconds']:.0f} |")
+        lines += ["", f"float16 store: largest |score - engine float32 score| over 100 exhaustive queries "
+                      f"{r['float16_max_abs_score_diff']:.2e} (scores span {r['score_range'][0]:.3f} .. "
+                      f"{r['score_range'][1]:.3f}).", ""]
+    sc = res.get("scale")
+    if sc:
+        lines += ["## Scale (synthetic SCAN t-i encodings, k=49, D=1024, float16, K=100)", "",
+                  "| images | stage 1 | build s | disk MB | build peak RSS MB | search peak RSS MB | text p50/p99 ms | "
+                  "stage 1 p50/p99 ms | stage 2 p50/p99 ms | total p50/p99 ms | top-10 agreement |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for s in sc:
+            b, lat = s["build"], s["latency"]
+            kind = b["stage1"]["kind"] + (f" (M {b['stage1']['M']}, efSearch 128; recall@100 of exact "
+                                          f"{s['ann_recall_at_100']:.3f})" if b["stage1"]["kind"] == "hnsw" else "")
+            ag = s["top10_agreement"]
+            agree = f"{ag['mean_top10_overlap']:.3f} (min {ag['min_top10_overlap']:.1f}, {ag['queries']} q)" if ag else "-"
+            lines.append(f"| {s['n']} | {kind} | {b['build_s']:.0f} | {b['disk_mb']:.0f} | {b['build_peak_rss_mb']:.0f} | "
+                         f"{s['search_peak_rss_mb']:.0f} | "
+                         + " | ".join(f"{lat[x]['p50_ms']:.1f} / {lat[x]['p99_ms']:.1f}"
+                                      for x in ("text", "stage1", "stage2", "total")) + f" | {agree} |")
+        lines += ["", "Build = writing the encodings (synthetic, so no feature extraction) + the FAISS index. "
+                      "Peak RSS counts the memory-mapped pages a process touched. Top-10 agreement: overlap of the "
+                      "two-stage top 10 with the exhaustive top 10 (every image scored by the engine)."]
+    lines += ["", f"Machine: {os.cpu_count()} CPU cores shared with other work, torch {torch.__version__}.",
+              "", "Commands: " + "; ".join(f"`{c}`" for c in res.get("commands", []))]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("real")
+    r.add_argument("--model", required=True)
+    r.add_argument("--retriever", required=True)
+    s = sub.add_parser("scale")
+    s.add_argument("--sizes", type=int, nargs="+", default=[10000, 100000])
+    s.add_argument("--queries", type=int, default=200)
+    s.add_argument("--agree-queries", type=int, default=20, help="exhaustive comparison (sizes <= 20000 only)")
+    o = sub.add_parser("scale-one")
+    o.add_argument("--n", type=int, required=True)
+    o.add_argument("--queries", type=int, default=200)
+    o.add_argument("--agree-queries", type=int, default=0)
+    a = ap.parse_args(argv)
+    if a.cmd == "scale-one":
+        print(json.dumps(scale_one(a.n, a.queries, a.agree_queries)))
+        return
+    from vlmatch.io import write_json, write_text
+
+    path = RESULTS / "search.json"
+    res = json.loads(path.read_text()) if path.is_file() else {}
+    cmd = "python benchmarks/search.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    if a.cmd == "real":
+        res["real"] = real(a)
+    else:
+        res["scale"] = []
+        for n in a.sizes:
+            agree = a.agree_queries if n <= 20000 else 0
+            p = subprocess.run([sys.executable, __file__, "scale-one", "--n", str(n), "--queries", str(a.queries),
+                                "--agree-queries", str(agree)], capture_output=True, text=True)
+            if p.returncode:
+                sys.exit(p.stderr[-3000:])
+            res["scale"].append(json.loads(p.stdout.strip().splitlines()[-1]))
+    res["commands"] = sorted({*res.get("commands", []), cmd})
+    write_json(path, res)
+    write_text(RESULTS / "search.md", render(res))
+    print(render(res))
+
+
+if __name__ == "__main__":
+    main()

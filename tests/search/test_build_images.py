@@ -1,0 +1,165 @@
+"""Index build from a folder of JPEGs: backbone checks, bad images, update, resume, shards."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import vlmatch
+from vlmatch.cli import main
+from vlmatch.errors import VlmatchError
+from vlmatch.features import backbones
+from vlmatch.features.backbones import Backbone, BackboneInfo
+from vlmatch.search import build as B
+
+
+class Tiny32(Backbone):
+    """A deterministic stand-in backbone: 2 x 2 grid of 32-d features (quadrant colours, projected)."""
+
+    images = 0  # images seen by every instance (the tests count re-encoding with it)
+    fail_after: int | None = None  # raise (a simulated kill) once this many images were seen
+
+    def __init__(self, weights=None):
+        super().__init__()
+        self.info = BackboneInfo("tiny32", 8, 2, 32, "pixel / 255")
+        self.proj = torch.randn(3, 32, generator=torch.Generator().manual_seed(0))
+
+    def _normalise(self, x):
+        return x / 255.0
+
+    def feature_map(self, x):
+        if Tiny32.fail_after is not None and Tiny32.images + len(x) > Tiny32.fail_after:
+            raise KeyboardInterrupt("simulated kill")
+        Tiny32.images += len(x)
+        q = torch.nn.functional.avg_pool2d(x, 4)  # (B, 3, 2, 2)
+        return torch.einsum("bchw,cd->bdhw", q, self.proj)
+
+
+@pytest.fixture(autouse=True)
+def tiny_backbone(monkeypatch):
+    monkeypatch.setitem(backbones.BACKBONES, "tiny32", Tiny32)
+    Tiny32.images, Tiny32.fail_after = 0, None
+
+
+def jpegs(folder, names, seed=0):
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for n in names:
+        (folder / n).parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 255, (24, 20, 3), dtype=np.uint8)).save(folder / n)
+    return folder
+
+
+def build(ckpts, images, out, *extra):
+    return main(["index", "build", "--model", str(ckpts["scan"]), "--retriever", str(ckpts["vsepp"]),
+                 "--images", str(images), "--out", str(out), "--backbone", "tiny32", "--no-progress",
+                 "--batch-size", "2", *extra])
+
+
+def exhaustive(index_dir, q="a red dog"):
+    idx = vlmatch.Index.open(index_dir)
+    return {r.path: r.score for r in idx.search(q, k=len(idx), candidates=len(idx))}
+
+
+def test_folder_build_bad_images_and_backbone_checks(toy_ckpts, tmp_path, capsys):
+    names = [f"im{i}.jpg" for i in range(5)] + ["sub/im5.jpg"]
+    imgs = jpegs(tmp_path / "imgs", names)
+    (imgs / "broken.jpg").write_bytes(b"not a jpeg")
+    assert build(toy_ckpts, imgs, tmp_path / "a") == 2
+    err = capsys.readouterr().err.strip()
+    assert "broken.jpg" in err and "--skip-bad" in err and len(err.splitlines()) == 1
+    assert build(toy_ckpts, imgs, tmp_path / "a", "--skip-bad") == 0
+    assert "skipped broken.jpg" in capsys.readouterr().out
+    idx = vlmatch.Index.open(tmp_path / "a")
+    assert sorted(it["rel"] for it in idx.items) == sorted(names)
+    assert idx.manifest["backbone"]["name"] == "tiny32" and idx.manifest["counts"]["images"] == 6
+    assert idx.path_of(idx.items[0]["id"]) == str((imgs / idx.items[0]["rel"]).resolve())
+    # no backbone recorded for a toy-world model: it must be named
+    assert main(["index", "build", "--model", str(toy_ckpts["scan"]), "--retriever", str(toy_ckpts["vsepp"]),
+                 "--images", str(imgs), "--out", str(tmp_path / "b")]) == 2
+    assert "--backbone" in capsys.readouterr().err
+    # a checkpoint that records another backbone refuses these features
+    ck = shutil.copytree(toy_ckpts["scan"], tmp_path / "ck")
+    (ck / "backbone.json").write_text(json.dumps({"name": "efficientnet-lite0", "grid": 7, "dim": 1280}))
+    assert main(["index", "build", "--model", str(ck), "--retriever", str(toy_ckpts["vsepp"]), "--images",
+                 str(imgs), "--out", str(tmp_path / "c"), "--backbone", "tiny32"]) == 2
+    assert "trained on efficientnet-lite0" in capsys.readouterr().err
+
+
+def test_update_encodes_only_new_and_changed_files(toy_ckpts, tmp_path, capsys):
+    imgs = jpegs(tmp_path / "imgs", [f"im{i}.jpg" for i in range(6)])
+    assert build(toy_ckpts, imgs, tmp_path / "idx") == 0
+    before = {it["rel"]: it["id"] for it in vlmatch.Index.open(tmp_path / "idx").items}
+    jpegs(imgs, ["new0.jpg", "new1.jpg"], seed=5)
+    jpegs(imgs, ["im2.jpg"], seed=9)  # changed content
+    (imgs / "im4.jpg").unlink()
+    (imgs / "im1.jpg").touch()  # a new mtime, same bytes: not re-encoded
+    Tiny32.images = 0
+    assert main(["index", "update", str(tmp_path / "idx"), "--no-progress"]) == 0
+    rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rep == {"kept": 4, "new": 2, "changed": 1, "deleted": 1}
+    assert Tiny32.images == 3
+    idx = vlmatch.Index.open(tmp_path / "idx")
+    after = {it["rel"]: it["id"] for it in idx.items}
+    assert "im4.jpg" not in after and all(after[r] == before[r] for r in before if r != "im4.jpg")
+    assert after["new0.jpg"] >= 6 and after["new1.jpg"] >= 6
+    assert build(toy_ckpts, imgs, tmp_path / "fresh") == 0  # a fresh build gives the same scores
+    a, b = exhaustive(tmp_path / "idx"), exhaustive(tmp_path / "fresh")
+    assert a.keys() == b.keys() and all(abs(a[p] - b[p]) < 1e-6 for p in a)
+    capsys.readouterr()
+    assert main(["index", "update", str(tmp_path / "idx"), "--no-progress"]) == 0
+    assert json.loads(capsys.readouterr().out.strip())["kept"] == 7
+
+
+def test_an_interrupted_build_resumes_where_it_stopped(toy_ckpts, tmp_path):
+    imgs = jpegs(tmp_path / "imgs", [f"im{i}.jpg" for i in range(7)])
+    Tiny32.fail_after = 4
+    with pytest.raises(KeyboardInterrupt):
+        build(toy_ckpts, imgs, tmp_path / "idx")
+    with pytest.raises(VlmatchError, match="interrupted"):
+        vlmatch.Index.open(tmp_path / "idx")
+    Tiny32.fail_after, Tiny32.images = None, 0
+    assert build(toy_ckpts, imgs, tmp_path / "idx") == 0
+    assert Tiny32.images == 3  # the first two batches of two were kept
+    assert not (tmp_path / "idx" / "build").exists()
+    assert build(toy_ckpts, imgs, tmp_path / "ref") == 0
+    a, b = exhaustive(tmp_path / "idx"), exhaustive(tmp_path / "ref")
+    assert a == b
+
+
+def test_shards_merge_to_the_single_process_result(toy_ckpts, tmp_path):
+    from vlmatch.search.encode import Stage1Source
+
+    imgs = jpegs(tmp_path / "imgs", [f"im{i}.jpg" for i in range(7)])
+    scan, _ = B.load_checkpoint(toy_ckpts["scan"])
+    vse, _ = B.load_checkpoint(toy_ckpts["vsepp"])
+    enc = B.image_encoder(scan, Stage1Source(scan, vse))
+    rels = B.scan_folder(imgs)
+    bb = Tiny32()
+
+    def batches(ks, done):
+        return B.image_batches(imgs, ks, bb, 2, False)(done)
+
+    one = B.encode_sharded(tmp_path / "w1", rels, batches, enc, "float32", "fp")
+    assert B.encode_sharded(tmp_path / "w2", rels, batches, enc, "float32", "fp", rank=1, world=2) is None
+    two = B.encode_sharded(tmp_path / "w2", rels, batches, enc, "float32", "fp", rank=0, world=2)
+    assert one["keys"] == two["keys"] == rels
+    np.testing.assert_allclose(np.load(two["folder"] / "stage1.npy"), np.load(one["folder"] / "stage1.npy"), atol=1e-6)
+    np.testing.assert_allclose(np.load(two["folder"] / "enc/regions.npy"), np.load(one["folder"] / "enc/regions.npy"),
+                               atol=1e-6)
+
+
+def test_explain_cli_writes_png_and_json(toy_ckpts, tmp_path, capsys):
+    imgs = jpegs(tmp_path / "imgs", ["a.jpg"])
+    out = tmp_path / "heat.png"
+    assert main(["explain", "--model", str(toy_ckpts["scan"]), "--image", str(imgs / "a.jpg"), "--text",
+                 "a red dog near a blue car", "--out", str(out), "--json", str(tmp_path / "h.json"),
+                 "--backbone", "tiny32"]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    j = json.loads((tmp_path / "h.json").read_text())
+    w = np.array(j["weights"])
+    assert j["words"][1:4] == ["a", "red", "dog"] and w.shape == (4, len(j["words"])) and j["grid"] == 2
+    np.testing.assert_allclose(w.sum(axis=0), 1.0, rtol=1e-5)  # SCAN t-i: each word over the 4 positions
