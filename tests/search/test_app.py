@@ -179,6 +179,10 @@ def test_uploads_are_size_and_content_checked(client):
     assert_error(client.post("/search/image", files={"image": ("fake.jpg", fake, "image/jpeg")}), 415, "not_an_image")
     truncated = jpeg()[:200]  # right magic bytes, broken body
     assert_error(client.post("/search/image", files={"image": ("t.jpg", truncated, "image/jpeg")}), 415, "bad_image")
+    noisy = io.BytesIO()
+    Image.effect_noise((200, 200), 64).convert("RGB").save(noisy, "JPEG")
+    half = noisy.getvalue()[: len(noisy.getvalue()) // 2]  # the header is intact, the pixels end half-way
+    assert_error(client.post("/search/image", files={"image": ("h.jpg", half, "image/jpeg")}), 415, "bad_image")
     buf = io.BytesIO()
     Image.new("1", (4000, 4000)).save(buf, "PNG")  # 16 Mpixel in a few kB: a decompression bomb for this limit
     assert len(buf.getvalue()) < 20_000

@@ -72,7 +72,7 @@ def check_upload(data: bytes, limits: Limits) -> None:
             if w * h > limits.max_upload_pixels:
                 raise ApiError(413, "image_too_large", f"the image has {w}x{h} pixels; the limit is "
                                                       f"{limits.max_upload_pixels} pixels")
-            im.verify()
+            im.load()  # decode it all: a truncated or corrupt body fails here, not in a worker
     except ApiError:
         raise
     except Exception as e:  # PIL raises many types for broken files
@@ -219,6 +219,10 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
     async def _vlmatch_error(request, e):
         return JSONResponse({"error": "bad_request", "detail": str(e)}, status_code=400)
 
+    @app.exception_handler(Exception)
+    async def _internal_error(request, e):  # still JSON; the traceback goes to the server log
+        return JSONResponse({"error": "internal_error", "detail": f"{type(e).__name__}: {e}"}, status_code=500)
+
     async def run_model(fn, *args):
         try:
             return await pool.run(fn, *args)
@@ -286,7 +290,7 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
         data = None
         if image is not None:
             data = await image.read(limits.max_upload_bytes + 1)
-            check_upload(data, limits)
+            await run_in_threadpool(check_upload, data, limits)
         else:
             check_id(id)
         t0 = time.perf_counter()
