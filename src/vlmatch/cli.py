@@ -260,12 +260,18 @@ def cmd_configs(a):
     print("\n".join(f"{name:{width}s}  {desc}" for name, desc in configs.items()))
 
 
+def _add_serve(sub):
+    from .search.serve import add_parser
+
+    add_parser(sub)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vlmatch", description="Image-text matching and cross-modal retrieval.")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error (accepted "
                                                              "anywhere on the command line)")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_quickstart, _add_train, _add_evaluate, _add_data, _add_vocab, _add_models, _add_plot):
+    for add in (_add_quickstart, _add_train, _add_evaluate, _add_data, _add_vocab, _add_models, _add_plot, _add_serve):
         add(sub)
     try:
         from .features.cli import add_parser as add_features

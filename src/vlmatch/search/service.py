@@ -9,6 +9,7 @@ and explain one (id, text) pair as per-word weights or a heat-map PNG. :class:`I
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -93,3 +94,41 @@ class ModelPool:
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class IndexBackend:
+    """:class:`SearchBackend` over a ``vlmatch.Index`` (``Index.open(folder)``)."""
+
+    def __init__(self, index):
+        self.index = index
+        self.model_name = index.manifest["model"]["name"]
+        self.size = len(index)
+        self.n_captions = len(index.captions) if index.captions is not None else 0
+        self._paths = {int(it["id"]): Path(it["path"]) for it in index.items} if index.images is not None else {}
+        self._draw = threading.Lock()  # matplotlib's pyplot state is global: one drawing at a time
+
+    @classmethod
+    def open(cls, folder) -> IndexBackend:
+        from .index import Index
+
+        return cls(Index.open(folder))
+
+    def path_of(self, image_id: int) -> Path | None:
+        return self._paths.get(image_id)
+
+    def search(self, text: str, k: int, candidates: int) -> list[dict]:
+        return [{"id": r.id, "path": r.path, "score": r.score, "stage1_score": r.stage1_score}
+                for r in self.index.search(text, k=k, candidates=candidates)]
+
+    def search_image(self, image: bytes | None, image_id: int | None, k: int) -> list[dict]:
+        found = self.index.search_image(image if image is not None else self.path_of(image_id), k=k)
+        return [{"id": r.id, "text": r.text, "score": r.score} for r in found]
+
+    def explain(self, image_id: int, text: str) -> dict:
+        att = self.index.explain(image_id, text)
+        return {"words": att.words, "weights": att.weights.T.tolist(),  # (k positions, n words) -> a row per word
+                "axis": att.axis, "score": att.score, "grid": [att.grid, att.grid] if att.grid else None}
+
+    def explain_png(self, image_id: int, text: str) -> bytes:
+        with self._draw:
+            return self.index.explain_png(image_id, text)

@@ -1,0 +1,128 @@
+"""The page in a real browser: Playwright driving Debian's chromium against a served index.
+
+One server start; the test types a query, waits for the result grid, opens a result's heat maps,
+hovers a word chip and checks the overlay is drawn, presses "more", checks the query is in the URL,
+and repeats the search on a phone-sized screen. Screenshots go to $VLMATCH_SCREENSHOTS (default: the
+test's temp folder). If chromium cannot start, the test fails and says why; it never skips.
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from .photo_index import photo_index  # noqa: F401  (the session fixture)
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+def launch(p):
+    if not Path(CHROMIUM).is_file():
+        pytest.fail(f"{CHROMIUM} not found: install Debian's chromium (apt-get install -y chromium; .ci/run does)")
+    try:
+        return p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+    except Exception as e:  # the reason (missing libraries, sandbox, ...) is in the message
+        pytest.fail(f"chromium at {CHROMIUM} did not start: {e}")
+
+
+def overlay_pixels(page) -> int:
+    """Pixels of the heat-map canvas that are painted (non-transparent)."""
+    return page.evaluate("""() => { const c = document.getElementById('heat');
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; return n; }""")
+
+
+def check_page(page, base, shots: Path, tag: str, n_results: int):
+    page.goto(base + "/")
+    page.fill("#q", "a dog on the grass")
+    page.press("#q", "Enter")
+    page.wait_for_selector("#results .card")
+    cards = page.locator("#results .card")
+    assert cards.count() == n_results
+    assert "q=a+dog+on+the+grass" in page.url  # the query is in the URL, to share
+    first = cards.first
+    assert first.locator(".score").inner_text().startswith("#1")
+    page.wait_for_function("() => [...document.querySelectorAll('#results img')].every(i => i.complete && i.naturalWidth > 0)")
+    page.screenshot(path=str(shots / f"results-{tag}.png"), full_page=False)
+    first.click()
+    page.wait_for_selector("#chips .chip")
+    chips = page.locator("#chips .chip")
+    assert [chips.nth(i).inner_text() for i in range(chips.count())][:2] == ["a", "dog"]
+    page.wait_for_function("() => document.getElementById('big').complete")
+    chips.nth(1).hover()
+    assert "on" in chips.nth(1).get_attribute("class")
+    page.wait_for_function("() => document.getElementById('heat').width > 0")
+    assert overlay_pixels(page) > 0
+    page.screenshot(path=str(shots / f"heatmap-{tag}.png"), full_page=False)
+    page.keyboard.press("Escape")
+    return page
+
+
+def test_page_in_chromium(served_index, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    base, n_images = served_index
+    shots = Path(os.environ.get("VLMATCH_SCREENSHOTS", tmp_path))
+    shots.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = launch(p)
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 820})
+            errors = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("response", lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+            external = []
+            page.on("request", lambda r: None if r.url.startswith(base) else external.append(r.url))
+            check_page(page, base, shots, "desktop", min(12, n_images))
+            if n_images > 12:  # "more" asks for the next page
+                page.click("#more")
+                page.wait_for_function("() => document.querySelectorAll('#results .card').length > 12")
+                assert "k=24" in page.url
+            # a shared link opens the same results
+            page.goto(base + "/?q=a+dog+on+the+grass")
+            page.wait_for_selector("#results .card")
+            assert page.input_value("#q") == "a dog on the grass"
+            phone = browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+            check_page(phone, base, shots, "phone", min(12, n_images))
+            width = phone.evaluate("() => document.documentElement.scrollWidth")
+            assert width <= 390, f"the page is {width} px wide on a 390 px screen"
+            assert not errors, errors
+            assert not external, f"the page loaded external assets: {external}"
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def served_index(photo_index):  # noqa: F811
+    """``vlmatch serve`` on the photo index, in its own process on a free loopback port."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen([sys.executable, "-m", "vlmatch.cli", "serve", str(photo_index), "--port", str(port),
+                             "--log-level", "warning"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 60
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"vlmatch serve exited with {proc.returncode}: {proc.stdout.read()}")
+            try:
+                n = httpx.get(base + "/health", timeout=2).json()["index_size"]
+                break
+            except httpx.HTTPError:
+                if time.time() > deadline:
+                    pytest.fail("vlmatch serve did not answer /health within 60 s")
+                time.sleep(0.1)
+        yield base, n
+    finally:
+        proc.terminate()
+        proc.wait(10)

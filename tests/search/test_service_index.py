@@ -1,0 +1,74 @@
+"""The HTTP API over a real index (a folder of JPEGs, built by the index code): what the service
+answers is what ``vlmatch.Index`` answers, and the files and heat maps are the indexed ones."""
+
+import io
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from PIL import Image
+
+import vlmatch
+from vlmatch.search.app import create_app
+from vlmatch.search.service import IndexBackend
+
+from .photo_index import photo_index  # noqa: F401  (the session fixture)
+
+
+@pytest.fixture(scope="module")
+def served(photo_index):  # noqa: F811
+    idx = vlmatch.Index.open(photo_index)
+    with TestClient(create_app(IndexBackend(idx))) as c:
+        yield c, idx
+
+
+def test_health_describes_the_index(served):
+    c, idx = served
+    h = c.get("/health").json()
+    assert (h["model"], h["index_size"], h["captions"]) == ("scan_t2i_avg", 16, 6)
+
+
+def test_search_is_the_index_ranking(served):
+    c, idx = served
+    body = c.post("/search", json={"text": "a dog on the grass", "k": 5, "candidates": 16}).json()
+    want = idx.search("a dog on the grass", k=5, candidates=16)
+    assert [r["id"] for r in body["results"]] == [r.id for r in want]
+    np.testing.assert_allclose([r["score"] for r in body["results"]], [r.score for r in want], rtol=1e-5)
+    np.testing.assert_allclose([r["stage1_score"] for r in body["results"]], [r.stage1_score for r in want], rtol=1e-5)
+    assert [r["path"] for r in body["results"]] == [r.path for r in want]
+
+
+def test_files_are_the_indexed_ones(served):
+    c, idx = served
+    item = idx.items[3]
+    r = c.get(f"/images/{item['id']}")
+    assert r.status_code == 200 and r.headers["content-type"] == "image/jpeg"
+    with open(item["path"], "rb") as f:
+        assert r.content == f.read()
+    t = c.get(f"/thumbs/{item['id']}")
+    w, h = Image.open(item["path"]).size
+    assert t.status_code == 200 and Image.open(io.BytesIO(t.content)).size == (256 * w // max(w, h), 256 * h // max(w, h))
+
+
+def test_explain_gives_one_grid_map_per_word(served):
+    c, idx = served
+    ex = c.get("/explain/5", params={"text": "a dog on the grass"}).json()
+    att = idx.explain(5, "a dog on the grass")
+    assert ex["words"] == att.words and ex["grid"] == [7, 7] and ex["axis"] == "regions"
+    w = np.array(ex["weights"])
+    assert w.shape == (len(att.words), 49)
+    np.testing.assert_allclose(w.sum(axis=1), 1.0, rtol=1e-4)  # each word's weights over the 49 cells
+    np.testing.assert_allclose(w, att.weights.T, rtol=1e-5)
+    png = c.get("/explain/5.png", params={"text": "a dog on the grass"})
+    assert png.status_code == 200 and png.headers["content-type"] == "image/png"
+    assert Image.open(io.BytesIO(png.content)).format == "PNG"
+
+
+def test_image_search_by_upload_and_by_id(served):
+    c, idx = served
+    data = open(idx.items[2]["path"], "rb").read()
+    up = c.post("/search/image", files={"image": ("p.jpg", data, "image/jpeg")}, data={"k": "3"}).json()
+    want = idx.search_image(data, k=3)
+    assert [r["text"] for r in up["results"]] == [r.text for r in want]
+    by_id = c.post("/search/image", data={"id": str(idx.items[2]["id"]), "k": "3"}).json()
+    assert [r["text"] for r in by_id["results"]] == [r.text for r in want]  # same file, same features
