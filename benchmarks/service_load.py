@@ -41,10 +41,10 @@ WORDS = ["a dog runs on the beach", "two children play in the snow", "a man ride
 def build_synthetic_index(folder: Path, n: int, img_dim: int, embed_dim: int, regions: int = 49) -> Path:
     """An index of ``n`` synthetic images built by ``vlmatch index build`` code (cached by its arguments)."""
     import torch
-    from vlmatch.search.build import build_index
 
     from vlmatch import create_model
     from vlmatch.data.vocab import Vocab
+    from vlmatch.search.build import build_index
 
     index = folder / f"index-{n}-{img_dim}-{embed_dim}"
     if (index / "manifest.json").is_file():
