@@ -218,7 +218,11 @@ def main(argv=None) -> int:
         "memory flat (end within 5% + 20 MB of after warm-up)": below["rss_mb"]["end"]
         <= below["rss_mb"]["after_warmup"] * 1.05 + 20,
     }
-    out = {"command": "python benchmarks/service_load.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+    args = list(argv if argv is not None else sys.argv[1:])
+    if "--out" in args:  # where the file went is not part of how to reproduce it
+        i = args.index("--out")
+        del args[i:i + 2]
+    out = {"command": " ".join(["python benchmarks/service_load.py", *args]),
            "index": {"images": a.images, "regions": 49, "img_dim": a.img_dim, "embed_dim": a.embed_dim,
                      "model": "scan_t2i_avg (untrained) + vsepp retriever", "build_or_load_s": round(build_s, 1)},
            "k": a.k, "candidates": a.candidates, "phases": phases, "checks": checks,
