@@ -1,7 +1,8 @@
-"""Scoring benchmark: µs per (image, caption) pair, SCAN t-i AVG (and CAAN), side by side in one run.
+"""Scoring benchmark: µs per (image, caption) pair, SCAN t-i AVG (and CAAN, SMAN), side by side in one run.
 
     python benchmarks/scoring.py                 # k=36 regions, L=12 words, D=1024
     python benchmarks/scoring.py --captions 5000 # the full Flickr30K 1000 x 5000 shape
+    python benchmarks/scoring.py --model sman --k 49 --d 512 --m 512 --modes gemm_fp32 fp32 pairwise profile
 
 Modes (each in its own subprocess, so each peak memory is its own):
   official   the official SCAN evaluation (128 x 128 blocks, one caption at a time, float64)
@@ -12,6 +13,9 @@ Modes (each in its own subprocess, so each peak memory is its own):
   gemm_bf16  the same in bfloat16
   pairwise   the model's equations one (image, caption) pair per call (``--model caan``: the plain
              per-pair form CAAN's paper times), on --official-images x --official-captions
+  profile    (SMAN) where the time of one engine block goes: torch.profiler's self time per operator
+With a model that declares ``pair_flops`` (multiply-adds per pair), the report adds its compute
+bound: those multiply-adds at the GEMM rate measured by gemm_fp32 in the same run.
 Each is timed on the slice it runs (official: --official-images x --official-captions) and
 reported per pair; totals for the 1000 x 5000 matrix are extrapolated from µs/pair when a slice is
 smaller than that. Figures go to benchmarks/results/scoring.{json,md}.
@@ -62,9 +66,11 @@ def run_mode(mode, a) -> dict:
         shard_xattn_t2i(vi, ei, [a.L] * len(ei))
         dt = time.perf_counter() - t0
         return {"seconds": dt, "pairs": len(vi) * len(ei), "peak_rss_mb": _peak_mb()}
-    name = {"scan": "scan_t2i_avg", "caan": "caan"}[a.model]
-    model = create_model(name, img_dim=a.d, embed_dim=a.d, attn_dim=a.m).eval() if a.model == "caan" else \
-        create_model(name, img_dim=a.d, embed_dim=a.d).eval()
+    name = {"scan": "scan_t2i_avg", "caan": "caan", "sman": "sman"}[a.model]
+    model = create_model(name, img_dim=a.d, embed_dim=a.d, attn_dim=a.m).eval() if a.model in ("caan", "sman") \
+        else create_model(name, img_dim=a.d, embed_dim=a.d).eval()
+    if a.model == "sman":
+        return run_sman(mode, a, model)
     if mode == "pairwise":
         v, e = _inputs(a.official_images, a.official_captions, a.k, a.L, a.d)
         with torch.no_grad():
@@ -111,6 +117,69 @@ def run_mode(mode, a) -> dict:
     return {"seconds": dt, "pairs": a.images * a.captions, "peak_rss_mb": _peak_mb()}
 
 
+def _sman_inputs(model, n_img, n_cap, a):
+    """SMAN encodings of random grids (img_dim = D) and captions of L words (encoding not timed)."""
+    from vlmatch.models.base import Encoding
+
+    g = torch.Generator().manual_seed(0)
+    feats = torch.randn(n_img, a.k, a.d, generator=g)
+    tokens = torch.randint(1, model.cfg.vocab_size, (n_cap, a.L), generator=g)
+    with torch.no_grad():
+        img = Encoding.cat([model.encode_images(feats[i:i + 256]) for i in range(0, n_img, 256)])
+        txt = Encoding.cat([model.encode_texts(tokens[i:i + 256], torch.full((len(tokens[i:i + 256]),), a.L))
+                            for i in range(0, n_cap, 256)])
+    return img, txt
+
+
+def run_sman(mode, a, model) -> dict:
+    from vlmatch.models.attention import cross_sim
+    from vlmatch.scoring import score_blocks
+
+    if mode == "pairwise":  # the plain per-pair form: score called for one (image, caption) at a time
+        img, txt = _sman_inputs(model, a.official_images, a.official_captions, a)
+        with torch.no_grad():
+            t0 = time.perf_counter()
+            for i in range(len(img)):
+                im = img.select(slice(i, i + 1))
+                for j in range(len(txt)):
+                    model.score(im, txt.select(slice(j, j + 1)))
+            dt = time.perf_counter() - t0
+        return {"seconds": dt, "pairs": len(img) * len(txt), "peak_rss_mb": _peak_mb()}
+    if mode == "gemm_fp32":  # the bare region-word GEMM of the same block shape
+        v, e = _inputs(a.images, a.captions, a.k, a.L, a.d)
+        with torch.no_grad():
+            t0 = time.perf_counter()
+            for j in range(0, a.captions, a.block_captions):
+                for i in range(0, a.images, a.block_images):
+                    cross_sim(v[i:i + a.block_images], e[j:j + a.block_captions])
+            dt = time.perf_counter() - t0
+        return {"seconds": dt, "pairs": a.images * a.captions, "peak_rss_mb": _peak_mb(),
+                "macs_per_pair": a.k * a.L * a.d}
+    img, txt = _sman_inputs(model, a.images, a.captions, a)
+    chunks = [(np.arange(j, min(j + a.block_captions, a.captions)), txt.select(slice(j, j + a.block_captions)))
+              for j in range(0, a.captions, a.block_captions)]
+    if mode == "profile":
+        with torch.no_grad():
+            blk_i, blk_t = img.select(slice(0, a.block_images)), chunks[0][1]
+            model.score(blk_i, blk_t)
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+                for _ in range(3):
+                    model.score(blk_i, blk_t)
+        ops = sorted(((e.key, e.self_cpu_time_total) for e in prof.key_averages()), key=lambda x: -x[1])
+        total = sum(t for _, t in ops)
+        top = [{"op": k, "share": t / total} for k, t in ops[:8]]
+        pairs = 3 * len(blk_i) * len(blk_t)
+        return {"seconds": total / 1e6, "pairs": pairs, "peak_rss_mb": _peak_mb(), "ops": top}
+    with torch.no_grad():
+        score_blocks(model, img, chunks[:1], a.captions, a.block_images, progress=False)  # warm-up
+        t0 = time.perf_counter()
+        sims = score_blocks(model, img, chunks, a.captions, a.block_images, progress=False)
+        dt = time.perf_counter() - t0
+    assert np.isfinite(sims).all()
+    return {"seconds": dt, "pairs": a.images * a.captions, "peak_rss_mb": _peak_mb(),
+            "pair_flops": model.pair_flops(a.k, a.L)}
+
+
 def recall_change(a) -> dict:
     """Recalls of a trained model with the region-word GEMM in float32 and in bfloat16."""
     from vlmatch import load_model
@@ -143,9 +212,9 @@ def main(argv=None):
     ap.add_argument("--d", type=int, default=1024)
     ap.add_argument("--block-images", type=int, default=64)
     ap.add_argument("--block-captions", type=int, default=64)
-    ap.add_argument("--m", type=int, default=256, help="CAAN attention size")
+    ap.add_argument("--m", type=int, default=256, help="CAAN / SMAN attention size")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--model", default="scan", choices=["scan", "caan"])
+    ap.add_argument("--model", default="scan", choices=["scan", "caan", "sman"])
     ap.add_argument("--modes", nargs="+", default=["official", "gemm_fp32", "fp32", "fp32_compiled", "gemm_bf16", "bf16"])
     ap.add_argument("--recall-checkpoint", help="also report the recall change fp32 -> bf16 of this trained model")
     ap.add_argument("--recall-data", default="toyworld", help="precomp folder for --recall-checkpoint")
@@ -183,6 +252,13 @@ def main(argv=None):
         ratios["pairwise_over_fp32"] = res["pairwise"]["us_per_pair"] / res["fp32"]["us_per_pair"]
     if "bf16" in res and "fp32" in res:
         ratios["bf16_over_fp32"] = res["bf16"]["us_per_pair"] / res["fp32"]["us_per_pair"]
+    if "pair_flops" in res.get("fp32", {}) and "macs_per_pair" in res.get("gemm_fp32", {}):
+        g = res["gemm_fp32"]
+        rate = g["macs_per_pair"] / (g["us_per_pair"] * 1e-6)  # multiply-adds per second of the GEMM
+        res["fp32"]["gemm_macs_per_s"] = rate
+        res["fp32"]["compute_bound_us_per_pair"] = 1e6 * res["fp32"]["pair_flops"] / rate
+        ratios["fp32_over_compute_bound"] = res["fp32"]["us_per_pair"] / res["fp32"]["compute_bound_us_per_pair"]
+        ratios["gemm_fp32_over_fp32"] = g["us_per_pair"] / res["fp32"]["us_per_pair"]
     for k, v in ratios.items():
         print(f"{k:22s} {v:8.2f}x")
     recall = recall_change(a) if a.recall_checkpoint else None
@@ -210,6 +286,15 @@ def render(r: dict) -> str:
     for k, v in r["modes"].items():
         lines.append(f"| {k} | {v['us_per_pair']:.3f} | {v['extrapolated_seconds_1000x5000']:.1f} | {v['peak_rss_mb']:.0f} |")
     lines += ["", "| ratio | value |", "|---|---|"] + [f"| {k} | {v:.2f}x |" for k, v in r["ratios"].items()]
+    fp = r["modes"].get("fp32", {})
+    if "compute_bound_us_per_pair" in fp:
+        lines += ["", f"Compute bound: {fp['pair_flops']:,} multiply-adds per pair (``model.pair_flops``) at the "
+                      f"GEMM rate measured by gemm_fp32 ({fp['gemm_macs_per_s'] / 1e9:.1f} G multiply-adds/s) = "
+                      f"{fp['compute_bound_us_per_pair']:.3f} µs/pair."]
+    if "profile" in r["modes"]:
+        lines += ["", "Where the time of one engine block goes (torch.profiler, self time):", "",
+                  "| operator | share |", "|---|---|"] + [f"| {o['op']} | {100 * o['share']:.1f}% |"
+                                                           for o in r["modes"]["profile"]["ops"]]
     if r.get("recall_fp32_vs_bf16"):
         rc = r["recall_fp32_vs_bf16"]
         lines += ["", f"Recall of a trained model ({rc['checkpoint']}, {rc['data']}/{rc['split']}): "

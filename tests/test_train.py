@@ -67,3 +67,26 @@ def test_torchrun_two_processes_end_with_identical_weights(small_world, tmp_path
     assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"]
     assert [s["global_step"] for s in _log(run) if s["type"] == "train"] == [2, 4, 6]  # rank 0 logs alone
     assert (run / "best" / "model.safetensors").is_file()
+
+
+def test_adadelta_weight_decay_and_an_explicit_lr_schedule(small_world, tmp_path):
+    """SMAN's schedule in small: Adadelta (ρ 0.9), weight decay, lr 0.05 then 0.005 from epoch 1."""
+    import pytest
+
+    from vlmatch.errors import ConfigError
+    from vlmatch.train import lr_at
+
+    run = tmp_path / "ada"
+    cfg = _cfg(small_world, optimizer="adadelta", weight_decay=5e-4, lr_schedule=[[0, 0.05], [1, 0.005]],
+               max_steps_per_epoch=3, grad_clip=0.1)
+    train(cfg, run, progress=False)
+    lrs = {r["epoch"]: r["lr"] for r in _log(run) if r["type"] == "train"}
+    assert lrs == {0: 0.05, 1: 0.005}
+    group = json.loads((run / "last" / "trainer_state.json").read_text())["optimizer"]["param_groups"][0]
+    assert group["rho"] == 0.9 and group["weight_decay"] == 5e-4 and group["lr"] == 0.005
+    assert [lr_at(cfg["train"], e) for e in (0, 1, 7)] == [0.05, 0.005, 0.005]
+    assert lr_at(_cfg(small_world, lr=0.1, lr_update=2)["train"], 3) == pytest.approx(0.01)  # step decay otherwise
+    with pytest.raises(ConfigError, match="increasing from 0"):
+        _cfg(small_world, lr_schedule=[[5, 0.1]])
+    with pytest.raises(ConfigError, match="train.optimizer must be one of adam, adadelta"):
+        _cfg(small_world, optimizer="sgd")

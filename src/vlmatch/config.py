@@ -7,6 +7,7 @@ Bundled configs live in ``vlmatch/configs`` (also reachable as ``configs/`` at t
 from __future__ import annotations
 
 import copy
+import itertools
 import re
 from pathlib import Path
 
@@ -33,6 +34,9 @@ DEFAULTS: dict = {
         "batch_size": 128,  # per process under torchrun
         "lr": 2e-4,
         "lr_update": 15,  # lr x 0.1 every lr_update epochs
+        "lr_schedule": None,  # [[epoch, lr], ...] from epoch 0, piecewise constant; replaces lr / lr_update
+        "optimizer": "adam",  # adam | adadelta (rho 0.9)
+        "weight_decay": 0.0,  # L2 penalty of the optimizer
         "grad_clip": 2.0,
         "margin": 0.2,
         "max_violation": True,
@@ -66,6 +70,9 @@ SPECS: dict[str, dict[str, Spec]] = {
         "batch_size": Spec(int, **_POS),
         "lr": Spec(float, min=0, gt=True),
         "lr_update": Spec(int, **_POS),
+        "lr_schedule": Spec(list, nullable=True, item=Spec(list, item=Spec(float, **_NONNEG))),
+        "optimizer": Spec(str, choices=("adam", "adadelta")),
+        "weight_decay": Spec(float, **_NONNEG),
         "grad_clip": Spec(float, **_NONNEG),
         "margin": Spec(float, **_NONNEG),
         "max_violation": Spec(bool),
@@ -152,6 +159,10 @@ def validate_config(cfg: dict, source: str | None = None) -> dict:
         if section != "model":
             out[section], found = check_mapping(cfg.get(section) or {}, section_specs(section), section)
             problems += found
+    if "lr_schedule" in out["train"]:
+        out["train"]["lr_schedule"], problem = check_schedule(out["train"]["lr_schedule"])
+        if problem:
+            problems.append(f"train.lr_schedule {problem}")
     if isinstance(out["train"].get("device"), str):
         problem = device_problem(out["train"]["device"])
         if problem:
@@ -177,6 +188,20 @@ def section_specs(section: str) -> dict[str, Spec]:
     """Declared specs, and for an option added without one, the type of its default."""
     inferred = {k: Spec(type(v)) for k, v in DEFAULTS[section].items() if type(v) in (bool, int, float, str)}
     return {**inferred, **SPECS.get(section, {})}
+
+
+def check_schedule(schedule) -> tuple[list | None, str | None]:
+    """[[epoch, lr], ...]: pairs, epochs whole and increasing from 0, learning rates > 0; epochs -> int."""
+    if not isinstance(schedule, list) or not all(isinstance(p, list | tuple) for p in schedule):
+        return schedule, None  # null, or already reported by its Spec
+    if not schedule or any(len(p) != 2 for p in schedule):
+        return schedule, f"must be a list of [epoch, lr] pairs, got {schedule!r}"
+    epochs = [p[0] for p in schedule]
+    if epochs[0] != 0 or any(e != int(e) for e in epochs) or any(b <= a for a, b in itertools.pairwise(epochs)):
+        return schedule, f"epochs must be whole numbers increasing from 0, got {epochs}"
+    if any(p[1] <= 0 for p in schedule):
+        return schedule, f"learning rates must be > 0, got {[p[1] for p in schedule]}"
+    return [[int(e), float(lr)] for e, lr in schedule], None
 
 
 def device_problem(name: str) -> str | None:

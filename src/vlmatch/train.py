@@ -52,6 +52,22 @@ def epoch_batches(n: int, batch_size: int, seed: int, epoch: int, rank: int, wor
     return [mine[i:i + batch_size] for i in range(0, len(mine), batch_size)]
 
 
+def make_optimizer(params, tc: dict) -> torch.optim.Optimizer:
+    """``train.optimizer``: adam, or adadelta with decay ρ = 0.9 (SMAN's "Adadelta, momentum 0.9");
+    ``train.weight_decay`` is an L2 penalty added to the gradients (torch's ``weight_decay``)."""
+    if tc["optimizer"] == "adadelta":
+        return torch.optim.Adadelta(params, lr=lr_at(tc, 0), rho=0.9, weight_decay=tc["weight_decay"])
+    return torch.optim.Adam(params, lr=lr_at(tc, 0), weight_decay=tc["weight_decay"])
+
+
+def lr_at(tc: dict, epoch: int) -> float:
+    """The learning rate of ``epoch``: ``train.lr_schedule`` [[epoch, lr], ...] (piecewise constant,
+    each lr from its epoch on) when given, else ``train.lr`` x 0.1 every ``train.lr_update`` epochs."""
+    if tc.get("lr_schedule"):
+        return float([lr for start, lr in tc["lr_schedule"] if start <= epoch][-1])
+    return tc["lr"] * (0.1 ** (epoch // tc["lr_update"]))
+
+
 def weights_digest(model) -> str:
     h = hashlib.sha256()
     for k, v in sorted(model.state_dict().items()):
@@ -117,7 +133,7 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
     model = create_model(cfg["model"]["name"], **model_opts)
     model.vocab = vocab
     model.to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=tc["lr"])
+    optimizer = make_optimizer(model.parameters(), tc)
 
     state = {"epoch": 0, "step_in_epoch": 0, "global_step": 0, "best_rsum": -1.0, "best_epoch": None, "elapsed": 0.0}
     metrics_path = run_dir / "metrics.jsonl"
@@ -134,7 +150,7 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
     dataset = PairDataset(train_split, model)  # the model tokenises its own captions
     t_start = time.time() - state.get("elapsed", 0.0)  # the log's "time" runs on across a resume
     for epoch in range(state["epoch"], tc["epochs"]):
-        lr = tc["lr"] * (0.1 ** (epoch // tc["lr_update"]))
+        lr = lr_at(tc, epoch)
         for group in optimizer.param_groups:
             group["lr"] = lr
         batches = epoch_batches(len(dataset), tc["batch_size"], tc["seed"], epoch, rank, world_size)

@@ -58,6 +58,7 @@ inner product is d0 + d1. Per pair remain the gate, two D x a products for the q
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -65,7 +66,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..losses import hinge_triplet, intra_pair_hinge
 from .attention import masked_softmax
-from .base import EPS, ImageEncoding, MatchingModel, ModelConfig, TextEncoding, length_mask, masked_mean, safe_sqrt
+from .base import EPS, ImageEncoding, MatchingModel, ModelConfig, TextEncoding, length_mask, masked_mean, option, safe_sqrt
 from .registry import register
 
 
@@ -74,11 +75,11 @@ class SMANConfig(ModelConfig):
     attn_dim: int = 512  # a: hidden size of the attention perceptrons
     stacked: bool = True  # the multi-modal attention step (eq. 12-18)
     location: bool = True  # the GRU location query v_loc (eq. 3-4)
-    alpha: float = 0.9  # fusion ratio of eq. 12
-    score_mode: str = "sum"  # evaluation score: "sum" of cosines (eq. 20) | "concat" (cosine of [v0,v1,v2])
-    word_combine: str = "sum"  # S_l = h_f + h_b (eq. 1) | "mean" (the prose's averaging)
-    dropout: float = 0.3
-    intra_weight: float = 1.0  # λ of eq. 23 (0: SMAN-inter)
+    alpha: float = option(0.9, min=0.0, max=1.0, doc="fusion ratio α of eq. 12")
+    score_mode: Literal["sum", "concat"] = "sum"  # evaluation: Σ cosines (eq. 20) | cosine of [v0,v1,v2]
+    word_combine: Literal["sum", "mean"] = "sum"  # S_l = h_f + h_b (eq. 1) | the prose's averaging
+    dropout: float = option(0.3, min=0.0, max=1.0, doc="dropout on region features and word embeddings")
+    intra_weight: float = option(1.0, min=0.0, doc="λ of eq. 23 (0: SMAN-inter)")
     intra_margin: float = 0.25  # m2 of eq. 22
 
 
