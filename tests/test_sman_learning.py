@@ -1,5 +1,5 @@
 """SMAN learns on the toy world, through the shared trainer with its own objective (hinge triplet +
-intra-pair term), far above chance; the paper's inference score (concatenation) ranks as well."""
+intra-pair term), far above chance; the paper's inference score (concatenation) ranks above chance."""
 
 import pytest
 
@@ -27,4 +27,8 @@ def test_sman_learns_far_above_chance(small_world, tmp_path, name):
     model = load_model(tmp_path / "run" / "best")
     model.cfg.score_mode = "concat"
     sims = model_scores(model, PrecompSplit(small_world, "dev", max_images=200), progress=False)
-    assert evaluate_protocol(sims, "single")["rsum"] > 4 * CHANCE_RSUM
+    concat = evaluate_protocol(sims, "single")
+    # the paper's inference score ranks above chance, but well below the trained score d here
+    # (measured: sman rsum 174.5 with d, 68.3 with the concatenation, whose cosine weights each level
+    # by its norm -- see benchmarks/results/flickr8k.md for the same comparison on real images)
+    assert concat["rsum"] > 2 * CHANCE_RSUM, (concat, best)
