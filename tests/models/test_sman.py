@@ -7,6 +7,7 @@ import torch
 
 from vlmatch import create_model
 from vlmatch.losses import intra_pair_hinge
+from vlmatch.models import sman as sman_module
 
 from .reference import sman_matrix, sman_pair
 from .test_scan import VOCAB
@@ -63,20 +64,27 @@ def test_global_embeddings_give_d0_plus_d1(name):
     torch.testing.assert_close(a @ b.T, want, atol=1e-10, rtol=0)
 
 
+@pytest.mark.parametrize("chunk", [None, 1])
 @pytest.mark.parametrize("score_mode", ["sum", "concat"])
 @pytest.mark.parametrize("name", ["sman", "sman_sim"])
-def test_sman_blocks_and_padding_are_consistent(name, score_mode):
+def test_sman_blocks_and_padding_are_consistent(name, score_mode, chunk, monkeypatch):
     model = _model(name, score_mode=score_mode).eval()
     feats, mask, tokens, lengths = _inputs(3)
     with torch.no_grad():
         img = model.encode_images(feats, mask)
         full = model.score(img, model.encode_texts(torch.nn.functional.pad(tokens, (0, 3)), lengths))
+        if chunk:  # the inference path's cache-sized pieces, down to one caption each, give the same
+            monkeypatch.setattr(sman_module, "_CHUNK_ELEMENTS", chunk)
         # the engine's path: captions encoded in chunks of different widths, then concatenated
         chunks = [model.encode_texts(tokens[i:j, : int(lengths[i:j].max())], lengths[i:j]) for i, j in ((0, 2), (2, 5))]
         cat = type(chunks[0]).cat(chunks)
         torch.testing.assert_close(model.score(img, cat), full)
         part = model.score(img.select(slice(1, 3)), cat.select(slice(3, 5)))
+        one_image = model.score(img.select(slice(2, 3)), cat)
+        one_caption = model.score(img, cat.select(slice(1, 2)))
     torch.testing.assert_close(part, full[1:3, 3:5])
+    torch.testing.assert_close(one_image, full[2:3])
+    torch.testing.assert_close(one_caption, full[:, 1:2])
 
 
 @pytest.mark.parametrize("name", VARIANTS)

@@ -119,12 +119,32 @@ class _Attention(nn.Module):
 
     def weights(self, keys: Tensor, q: Tensor, mask: Tensor | None) -> Tensor:
         """keys (..., m, a) = key(x), q (..., a) = tanh(query(·)), broadcasting -> softmax_m (..., m)."""
-        h = keys * q.unsqueeze(-2)
-        h = torch.tanh_(h) if not torch.is_grad_enabled() else torch.tanh(h)
-        return masked_softmax(h @ self.logit.weight[0], mask, dim=-1)
+        w = self.logit.weight[0]
+        if torch.is_grad_enabled() or q.dim() != 3:
+            return masked_softmax(torch.tanh(keys * q.unsqueeze(-2)) @ w, mask, dim=-1)
+        return masked_softmax(_pair_logits(keys, q, w), mask, dim=-1)
 
     def forward(self, x: Tensor, query: Tensor, mask: Tensor | None) -> Tensor:
         return self.weights(self.key(x), torch.tanh(self.query(query)), mask)
+
+
+_CHUNK_ELEMENTS = 1 << 18  # 1 MiB of float32 hidden states per piece: they stay in cache
+
+
+def _pair_logits(keys: Tensor, q: Tensor, w: Tensor) -> Tensor:
+    """w · tanh(keys ⊙ q) for a block of pairs without autograd: keys (Ni, 1, m, a) or (1, Nt, m, a),
+    q (Ni, Nt, a) -> (Ni, Nt, m). The (pairs x m x a) hidden states are the bulk of SMAN's pair work;
+    made, squashed and reduced in cache-sized pieces they cost a few passes over cache, not memory."""
+    ni, nt, a = q.shape
+    m = keys.shape[-2]
+    out = q.new_empty(ni, nt, m)
+    step = max(1, _CHUNK_ELEMENTS // (m * a))
+    for i in range(ni):
+        k_i = keys[i if keys.shape[0] > 1 else 0]  # (Nt, m, a) or (1, m, a)
+        for j in range(0, nt, step):
+            h = (k_i[j:j + step] if k_i.shape[0] > 1 else k_i) * q[i, j:j + step, None, :]
+            torch.matmul(torch.tanh_(h), w, out=out[i, j:j + step])
+    return out
 
 
 def _unit(x: Tensor) -> Tensor:
