@@ -94,7 +94,24 @@ def _add_evaluate(sub):
     p.add_argument("--json", metavar="PATH", help="write every number as JSON")
     p.add_argument("--device", default="auto")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--rerank", action="store_true",
+                   help="also report the recalls after cross-modal re-ranking (MTFN-RR, both directions); T2I uses "
+                        "S_TT from --text-sims / --text-model, or from the checkpoint's own text-text branch")
+    _add_rerank_options(p)
     p.set_defaults(func=cmd_evaluate)
+
+
+def _add_rerank_options(p) -> None:
+    p.add_argument("--k", "--rerank-k", dest="k", type=int, default=None,
+                   help="K: candidates re-ranked per query (default 15 for single, 7 for the COCO protocols)")
+    p.add_argument("--k-text", type=int, default=5, help="K': caption neighbours by S_TT in T2I re-ranking (default 5)")
+    t = p.add_mutually_exclusive_group()
+    t.add_argument("--text-sims", metavar="TT.npy", help="caption-caption similarity S_TT (n_captions x n_captions)")
+    t.add_argument("--text-model", metavar="DIR",
+                   help="S_TT from a model folder: a vlmatch checkpoint with a text-text branch (mtfn after its "
+                        "text_text stage) or a local Hugging Face sentence encoder (cosine of mean-pooled vectors); "
+                        "needs --data/--split for the captions")
+    p.add_argument("--no-text", action="store_true", help="T2I re-ranking without S_TT (the paper's 'w/o S_TT')")
 
 
 def cmd_evaluate(a):
@@ -129,8 +146,105 @@ def cmd_evaluate(a):
             print(f"vlmatch: note: scores beyond the float32 range; {a.save_sims} is saved as float64", file=sys.stderr)
             small = sims.astype(np.float64)
         save_npy(a.save_sims, small)
+    extra = {}
+    if a.rerank:
+        own = a.checkpoint[0] if a.checkpoint and len(a.checkpoint) == 1 and not (a.text_sims or a.text_model) else None
+        rr = run_rerank(a, sims, sources[0], own_model=own)
+        extra = {"rerank": {k: v for k, v in rr.items() if k != "before"}}
+    elif a.text_sims or a.text_model:
+        raise VlmatchError("--text-sims / --text-model only apply with --rerank")
     if a.json:
-        write_json(a.json, {"sources": sources, **res})
+        write_json(a.json, {"sources": sources, **res, **extra})
+
+
+def run_rerank(a, sims, source, own_model=None) -> dict:
+    """Re-rank ``sims`` per the parsed options, print before/after tables, return the record."""
+    from .metrics import format_table
+    from .rerank import evaluate_reranked
+
+    text_sims, neighbors, text = None, None, "none"
+    if not a.no_text and a.k_text > 0:
+        if a.text_sims:
+            text_sims, text = load_text_sims(a.text_sims, sims.shape[1]), a.text_sims
+        elif a.text_model or own_model:
+            neighbors, text = model_neighbors(a.text_model or own_model, a, sims.shape[1], required=bool(a.text_model))
+    res = evaluate_reranked(sims, a.protocol, k=a.k, k_text=a.k_text, text_sims=text_sims, neighbors=neighbors,
+                            source=source, progress=not a.no_progress)
+    res["text_source"] = text
+    tag = f"RR K={res['k']}" + (f", K'={res['k_text']} ({text})" if res["text"] != "none" else ", w/o S_TT")
+    print(format_table({"before": res["before"], tag: res["after"]}))
+    return res
+
+
+def load_text_sims(path, n_captions):
+    import numpy as np
+
+    from .errors import DataError
+
+    try:
+        tt = np.load(path, mmap_mode="r", allow_pickle=False)
+    except FileNotFoundError:
+        raise DataError(path, "caption-caption matrix not found") from None
+    except Exception as e:
+        raise DataError(path, f"not a readable .npy array: {e}") from None
+    if tt.shape != (n_captions, n_captions):
+        raise DataError(path, f"caption-caption matrix has shape {tt.shape}, expected ({n_captions}, {n_captions}) "
+                              "for this score matrix")
+    return tt
+
+
+def model_neighbors(folder, a, n_captions, required=True):
+    """G(T, K') from a checkpoint's text-text branch or an offline sentence encoder, on --data/--split captions."""
+    from .data.precomp import PrecompSplit
+    from .errors import DataError
+    from .rerank import model_text_neighbors, sentence_neighbors
+    from .train import data_root, pick_device
+
+    folder = Path(folder)
+    if not a.data:
+        raise VlmatchError("--text-model needs --data (and --split) for the captions")
+    split = PrecompSplit(data_root(a.data), a.split, max_images=a.max_images)
+    if len(split.captions) != n_captions:
+        raise DataError(split.captions_path, f"{len(split.captions)} captions, the score matrix has {n_captions}")
+    dev = pick_device(a.device)
+    if (folder / "model.safetensors").is_file() and (folder / "config.json").is_file() and \
+            "name" in json.loads((folder / "config.json").read_text()):
+        from .models.registry import load_model
+
+        model = load_model(folder, map_location=dev)
+        if not model.has_text_similarity():
+            if required:
+                raise VlmatchError(f"{folder}: model {model.name} has no text-text similarity (S_TT)")
+            return None, "none"
+        return model_text_neighbors(model, split, a.k_text, device=dev, progress=not a.no_progress), str(folder)
+    return sentence_neighbors(folder, split.captions, a.k_text, device=dev, progress=not a.no_progress), str(folder)
+
+
+def _add_rerank(sub):
+    p = sub.add_parser("rerank", help="cross-modal re-ranking (MTFN-RR) of a saved score matrix",
+                       description="Re-rank a score matrix (rows images, columns captions) with MTFN-RR (I2T eq. 8-12, "
+                                   "T2I eq. 13-15) and print the recalls before and after, both directions. S_TT comes "
+                                   "from --text-sims or --text-model, never from the ground-truth caption grouping.")
+    p.add_argument("--sims", required=True, metavar="S.npy")
+    _add_rerank_options(p)
+    p.add_argument("--protocol", default="single", choices=["single", "coco1k5fold", "coco5k"])
+    p.add_argument("--data", help="precomp data folder whose captions --text-model reads")
+    p.add_argument("--split", default="test")
+    p.add_argument("--max-images", type=int)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--json", metavar="OUT", help="write the recalls before and after (both directions) as JSON")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_rerank)
+
+
+def cmd_rerank(a):
+    from .io import write_json
+    from .metrics import load_sims
+
+    sims = load_sims(a.sims)
+    res = run_rerank(a, sims, a.sims)
+    if a.json:
+        write_json(a.json, {"sims": a.sims, **res})
 
 
 def checkpoint_scores(checkpoint, data, split, max_images, device, progress):
@@ -271,7 +385,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error (accepted "
                                                              "anywhere on the command line)")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_quickstart, _add_train, _add_evaluate, _add_data, _add_vocab, _add_models, _add_plot, _add_serve):
+    for add in (_add_quickstart, _add_train, _add_evaluate, _add_rerank, _add_data, _add_vocab, _add_models, _add_plot,
+                _add_serve):
         add(sub)
     try:
         from .features.cli import add_parser as add_features

@@ -33,10 +33,13 @@ DEFAULTS: dict = {
         "epochs": 30,
         "batch_size": 128,  # per process under torchrun
         "lr": 2e-4,
-        "lr_update": 15,  # lr x 0.1 every lr_update epochs
+        "lr_update": 15,  # lr x lr_decay every lr_update epochs
         "lr_schedule": None,  # [[epoch, lr], ...] from epoch 0, piecewise constant; replaces lr / lr_update
         "optimizer": "adam",  # adam | adadelta (rho 0.9)
         "weight_decay": 0.0,  # L2 penalty of the optimizer
+        "lr_decay": 0.1,  # step-decay factor (MTFN halves: 0.5)
+        "stage": None,  # training stage of a multi-stage model (MTFN: image_text, then text_text)
+        "init_from": None,  # a checkpoint folder whose weights (and vocab) start this run (e.g. the previous stage)
         "grad_clip": 2.0,
         "margin": 0.2,
         "max_violation": True,
@@ -73,6 +76,9 @@ SPECS: dict[str, dict[str, Spec]] = {
         "lr_schedule": Spec(list, nullable=True, item=Spec(list, item=Spec(float, **_NONNEG))),
         "optimizer": Spec(str, choices=("adam", "adadelta")),
         "weight_decay": Spec(float, **_NONNEG),
+        "lr_decay": Spec(float, min=0, max=1, gt=True),
+        "stage": Spec(str, nullable=True),
+        "init_from": Spec(str, nullable=True),
         "grad_clip": Spec(float, **_NONNEG),
         "margin": Spec(float, **_NONNEG),
         "max_violation": Spec(bool),

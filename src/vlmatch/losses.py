@@ -36,3 +36,20 @@ def intra_pair_hinge(positive_scores: Tensor, n_levels: int, margin: float = 0.2
     ``n_levels - d`` (the summed cosine distance of a score d = Σ_k cos) is pushed below ``margin``;
     summed over the pairs, once image-anchored and once text-anchored (the same distance)."""
     return 2 * (n_levels - positive_scores - margin).clamp(min=0).sum()
+
+def caption_pair_triplet(scores: Tensor, image_ids: Tensor, margin: float = 0.2, max_violation: bool = True) -> Tensor:
+    """MTFN's text-text loss (eq. 7) on a (B, 2B) matrix ``scores[p, q]`` = S_TT(anchor p, caption q),
+    where columns 0..B-1 are the anchors' partners (caption q of the same image: the positive on the
+    diagonal) and columns B..2B-1 the anchors themselves. ``image_ids`` (B,) is each pair's image.
+
+    Negatives of anchor p are the batch's captions of other images (anchors and partners alike);
+    ``max_violation`` keeps only the hardest one, else the hinge is summed over all of them.
+    """
+    n = scores.shape[0]
+    if scores.dim() != 2 or scores.shape[1] != 2 * n or image_ids.shape != (n,):
+        raise ValueError(f"expected (B, 2B) scores and (B,) image ids, got {tuple(scores.shape)}, "
+                         f"{tuple(image_ids.shape)}")
+    pos = scores[:, :n].diagonal()
+    cols = torch.cat([image_ids, image_ids])
+    cost = (margin + scores - pos[:, None]).clamp(min=0).masked_fill(image_ids[:, None] == cols[None, :], 0.0)
+    return cost.amax(dim=1).sum() if max_violation else cost.sum()

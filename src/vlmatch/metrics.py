@@ -80,11 +80,12 @@ def _summary(ranks: np.ndarray) -> dict:
     return out
 
 
-def recall_metrics(sims: np.ndarray) -> dict:
-    """All eleven numbers for one score matrix."""
+def recall_metrics(sims: np.ndarray, t2i_sims: np.ndarray | None = None) -> dict:
+    """All eleven numbers for one score matrix (``t2i_sims``, if given, is ranked for text -> image
+    instead of ``sims``: e.g. a re-ranking that reorders rows and columns differently)."""
     sims = np.asarray(sims)
     i2t = _summary(i2t_ranks(sims))
-    t2i = _summary(t2i_ranks(sims))
+    t2i = _summary(t2i_ranks(sims if t2i_sims is None else np.asarray(t2i_sims)))
     out = {"rsum": sum(i2t[f"r{k}"] + t2i[f"r{k}"] for k in KS)}
     out.update({f"i2t_{k}": v for k, v in i2t.items()})
     out.update({f"t2i_{k}": v for k, v in t2i.items()})
@@ -92,25 +93,31 @@ def recall_metrics(sims: np.ndarray) -> dict:
 
 
 def evaluate_protocol(sims: np.ndarray, protocol: str = "single", source="<scores>",
-                      fold_images: int = 1000) -> dict:
-    """Metrics under a protocol; 5-fold returns the mean plus each fold under ``folds``."""
+                      fold_images: int = 1000, t2i_sims: np.ndarray | None = None) -> dict:
+    """Metrics under a protocol; 5-fold returns the mean plus each fold under ``folds``.
+
+    ``t2i_sims`` (same shape) is ranked for text -> image instead of ``sims`` when given."""
     if protocol not in PROTOCOLS:
         raise DataError(source, f"unknown protocol {protocol!r}; choose from {PROTOCOLS}")
     sims = np.asarray(sims)
     per = captions_per_image(sims, source)
     n_img = sims.shape[0]
+    if t2i_sims is not None and np.shape(t2i_sims) != sims.shape:
+        raise DataError(source, f"text -> image matrix {np.shape(t2i_sims)} differs from {sims.shape}")
     if protocol == "single":
-        return {"protocol": protocol, "n_images": n_img, "n_captions": sims.shape[1], **recall_metrics(sims)}
+        return {"protocol": protocol, "n_images": n_img, "n_captions": sims.shape[1],
+                **recall_metrics(sims, t2i_sims)}
     if n_img != 5 * fold_images:
         raise DataError(source, f"protocol {protocol} needs {5 * fold_images} images (COCO testall), "
                                 f"the score matrix has {n_img} x {sims.shape[1]}")
     if protocol == "coco5k":
-        return {"protocol": protocol, "n_images": n_img, "n_captions": sims.shape[1], **recall_metrics(sims)}
+        return {"protocol": protocol, "n_images": n_img, "n_captions": sims.shape[1],
+                **recall_metrics(sims, t2i_sims)}
     folds = []
     for i in range(5):
         fi = slice(i * fold_images, (i + 1) * fold_images)
         fc = slice(i * fold_images * per, (i + 1) * fold_images * per)
-        folds.append(recall_metrics(sims[fi, fc]))
+        folds.append(recall_metrics(sims[fi, fc], None if t2i_sims is None else t2i_sims[fi, fc]))
     mean = {k: float(np.mean([f[k] for f in folds])) for k in METRIC_KEYS}
     return {"protocol": protocol, "n_images": n_img, "n_captions": sims.shape[1], **mean, "folds": folds}
 

@@ -24,16 +24,14 @@ from tqdm.auto import tqdm
 from . import distributed as D
 from .checkpoint import latest_checkpoint, load_training_state, save_training_state
 from .config import dump, validate_config
-from .data.loaders import PairDataset, collate_pairs
+from .data.loaders import batch_kind
 from .data.precomp import PrecompSplit
 from .data.resolve import resolve_data
 from .data.vocab import Vocab
 from .errors import ConfigError
 from .io import append_line, atomic_dir, read_json, write_json, write_text
-from .metrics import evaluate_protocol
 from .models.registry import create_model, model_class
 from .rundir import check_resume, prepare_fresh, recorded
-from .scoring import model_scores
 
 data_root = resolve_data  # the one resolution of data arguments (kept under its old name)
 
@@ -62,10 +60,11 @@ def make_optimizer(params, tc: dict) -> torch.optim.Optimizer:
 
 def lr_at(tc: dict, epoch: int) -> float:
     """The learning rate of ``epoch``: ``train.lr_schedule`` [[epoch, lr], ...] (piecewise constant,
-    each lr from its epoch on) when given, else ``train.lr`` x 0.1 every ``train.lr_update`` epochs."""
+    each lr from its epoch on) when given, else ``train.lr`` x ``train.lr_decay`` (default 0.1; MTFN: 0.5)
+    every ``train.lr_update`` epochs."""
     if tc.get("lr_schedule"):
         return float([lr for start, lr in tc["lr_schedule"] if start <= epoch][-1])
-    return tc["lr"] * (0.1 ** (epoch // tc["lr_update"]))
+    return tc["lr"] * (tc.get("lr_decay", 0.1) ** (epoch // tc["lr_update"]))
 
 
 def weights_digest(model) -> str:
@@ -83,8 +82,7 @@ def build_vocab(cfg: dict, train: PrecompSplit) -> Vocab:
 
 
 def validate(model, split, device, progress=False) -> dict:
-    sims = model_scores(model, split, device=device, progress=progress)
-    return evaluate_protocol(sims, "single", source=split.captions_path)
+    return model.validation_metrics(split, device, progress=progress)
 
 
 def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overwrite: bool = False) -> dict:
@@ -124,7 +122,13 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
     vocab = None
     if model_class(cfg["model"]["name"]).uses_vocab:
         # a resumed run keeps the vocabulary it was trained with
-        vocab = Vocab.load(ckpt / "vocab.json") if ckpt is not None else build_vocab(cfg, train_split)
+        init_vocab = Path(tc["init_from"]) / "vocab.json" if tc["init_from"] else None
+        if ckpt is not None:
+            vocab = Vocab.load(ckpt / "vocab.json")
+        elif init_vocab is not None and init_vocab.is_file():  # the previous stage's vocabulary
+            vocab = Vocab.load(init_vocab)
+        else:
+            vocab = build_vocab(cfg, train_split)
         model_opts["vocab_size"] = len(vocab)
     model_opts.setdefault("img_dim", train_split.img_dim)
     if model_opts["img_dim"] != train_split.img_dim:
@@ -132,8 +136,11 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
                           f"{train_split.img_dim}-d features")
     model = create_model(cfg["model"]["name"], **model_opts)
     model.vocab = vocab
+    if tc["init_from"]:
+        model.load_weights(Path(tc["init_from"]) / "model.safetensors")
+    kind = batch_kind(model.begin_stage(tc["stage"]))  # the model says what its stage trains on
     model.to(device)
-    optimizer = make_optimizer(model.parameters(), tc)
+    optimizer = make_optimizer([p for p in model.parameters() if p.requires_grad], tc)  # a stage may freeze some
 
     state = {"epoch": 0, "step_in_epoch": 0, "global_step": 0, "best_rsum": -1.0, "best_epoch": None, "elapsed": 0.0}
     metrics_path = run_dir / "metrics.jsonl"
@@ -147,7 +154,7 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
     D.barrier()
 
     net = DistributedDataParallel(model) if distributed else model
-    dataset = PairDataset(train_split, model)  # the model tokenises its own captions
+    dataset = kind.dataset(train_split, model)  # the model tokenises its own captions
     t_start = time.time() - state.get("elapsed", 0.0)  # the log's "time" runs on across a resume
     for epoch in range(state["epoch"], tc["epochs"]):
         lr = lr_at(tc, epoch)
@@ -157,7 +164,9 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
         if tc["max_steps_per_epoch"]:
             batches = batches[: tc["max_steps_per_epoch"]]
         start = state["step_in_epoch"]
-        loader = DataLoader(dataset, batch_sampler=batches[start:], collate_fn=collate_pairs,
+        if hasattr(dataset, "set_epoch"):  # e.g. caption pairs drawn afresh each epoch
+            dataset.set_epoch(tc["seed"], epoch)
+        loader = DataLoader(dataset, batch_sampler=batches[start:], collate_fn=kind.collate,
                             num_workers=tc["workers"])
         hardest = tc["max_violation"] and epoch >= tc["warmup_epochs"]
         # on screen epochs count from 1 ("epoch 1/7" is the first); metrics.jsonl keeps the 0-based index
@@ -165,12 +174,12 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
                    disable=not (progress and is_main), leave=False)
         model.train()
         for step, batch in enumerate(bar, start=start):
-            scores = net(batch["features"].to(device), None, batch["tokens"].to(device), batch["lengths"].to(device))
+            scores = net(*kind.inputs(batch, device))
             loss = model.loss(scores, batch, tc, hardest)  # the model's own objective (default: hinge triplet)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if tc["grad_clip"] and tc["grad_clip"] > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), tc["grad_clip"])
+                torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], tc["grad_clip"])
             optimizer.step()
             state["global_step"] += 1
             state["step_in_epoch"] = step + 1

@@ -239,4 +239,50 @@ def sman_matrix(model, feats, mask, tokens, lengths, key="sum"):
         for b in range(len(tokens)):
             r = sman_pair(model, f, tokens[b, : int(lengths[b])])
             out[a, b] = key(r) if callable(key) else r[key]
+
+def mtfn_pair(Wa, Wb, wm, c, x, y, R, df):
+    """sigmoid(W_m Σ_r (W_a^r x) ⊙ (W_b^r y) + c) for one pair (eq. 2-4, and eq. 6 with the text-text
+    weights), every sum written out. Wa: (R·d_f, d_x) stacked rank maps, wm: (d_f,), x, y: projected vectors."""
+    Wa, Wb, wm, x, y = (t.detach().double() for t in (Wa, Wb, wm, x, y))
+    f = [0.0] * df
+    for r in range(R):
+        for k in range(df):
+            row = r * df + k
+            ax = sum(float(Wa[row, i]) * float(x[i]) for i in range(len(x)))
+            by = sum(float(Wb[row, i]) * float(y[i]) for i in range(len(y)))
+            f[k] += ax * by
+    z = sum(float(wm[k]) * f[k] for k in range(df)) + float(c)
+    return 1.0 / (1.0 + math.exp(-z))
+
+
+def mtfn_scores(model, feats, mask, tokens, lengths):
+    """S_IT by the plain equations: v = mean of valid regions, t from the model's text encoder."""
+    n_img = len(feats)
+    out = torch.zeros(n_img, len(lengths), dtype=torch.float64)
+    p = model.it
+    for a in range(n_img):
+        regions = feats[a] if mask is None else feats[a][mask[a]]
+        v = sum(regions[i].double() for i in range(len(regions))) / len(regions)
+        v = v / (float(v.norm()) + EPS)
+        v_t = model.img_proj.weight.double() @ v + model.img_proj.bias.double()  # ṽ = W_v v
+        for b in range(len(lengths)):
+            t = model.text_features(tokens[b:b + 1, : int(lengths[b])], lengths[b:b + 1])[0].double()
+            t_t = model.txt_proj.weight.double() @ t + model.txt_proj.bias.double()  # t̃ = W_t t
+            out[a, b] = mtfn_pair(p.a.weight, p.b.weight, p.out.weight[0], p.out.bias[0], v_t, t_t,
+                                  model.cfg.rank, model.cfg.fusion_dim)
+    return out
+
+
+def mtfn_caption_scores(model, tokens, lengths):
+    n = len(lengths)
+    out = torch.zeros(n, n, dtype=torch.float64)
+    p = model.tt
+    vecs = []
+    for b in range(n):
+        t = model.text_features(tokens[b:b + 1, : int(lengths[b])], lengths[b:b + 1])[0].double()
+        vecs.append(model.tt_proj.weight.double() @ t + model.tt_proj.bias.double())
+    for a in range(n):
+        for b in range(n):
+            out[a, b] = mtfn_pair(p.a.weight, p.b.weight, p.out.weight[0], p.out.bias[0], vecs[a], vecs[b],
+                                  model.cfg.rank, model.cfg.fusion_dim)
     return out

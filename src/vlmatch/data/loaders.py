@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -42,6 +45,33 @@ class PairDataset(Dataset):
     def __getitem__(self, j: int):
         i = self.split.image_of_caption(j)
         return self.split.image(i), self.tokens[j], j, i
+
+
+class CaptionPairDataset(Dataset):
+    """(anchor caption ids, partner caption ids, anchor index, partner index, image index) for each caption:
+    the partner is another caption of the same image (two captions of one image = a positive pair, as
+    MTFN's text-text loss needs), drawn afresh each epoch as a pure function of (seed, epoch) so a
+    resumed run replays the same pairs. Images with a single caption pair a caption with itself.
+    """
+
+    def __init__(self, split: PrecompSplit, text):
+        self.split = split
+        self.tokens = encode_captions(split, text)
+        self.set_epoch(0, 0)
+
+    def set_epoch(self, seed: int, epoch: int) -> None:
+        per = self.split.per_image
+        g = torch.Generator().manual_seed(seed * 1_000_003 + epoch + 7919)
+        shift = torch.randint(1, max(per, 2), (len(self.tokens),), generator=g).numpy() % max(per, 1)
+        j = np.arange(len(self.tokens))
+        self.partner = (j // per) * per + (j % per + shift) % per
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __getitem__(self, j: int):
+        q = int(self.partner[j])
+        return self.tokens[j], self.tokens[q], j, q, self.split.image_of_caption(j)
 
 
 class ImageDataset(Dataset):
@@ -86,6 +116,14 @@ def collate_pairs(batch):
     }
 
 
+def collate_caption_pairs(batch):
+    a, b, ia, ib, img = zip(*batch, strict=True)
+    tokens, lengths = pad_tokens(list(a))
+    tokens2, lengths2 = pad_tokens(list(b))
+    return {"tokens": tokens, "lengths": lengths, "tokens2": tokens2, "lengths2": lengths2,
+            "caption_index": torch.tensor(ia), "partner_index": torch.tensor(ib), "image_index": torch.tensor(img)}
+
+
 def collate_images(batch):
     feats, idx = zip(*batch, strict=True)
     return {"features": torch.from_numpy(np.stack(feats)), "index": torch.tensor(idx)}
@@ -107,3 +145,30 @@ def caption_loader(split: PrecompSplit, text, batch_size: int = 128, num_workers
     """Batches of tokenised captions; ``text`` is a model or a Vocab (see :func:`encode_captions`)."""
     return DataLoader(CaptionDataset(split, text, tokens), batch_size=batch_size, shuffle=False,
                       num_workers=num_workers, collate_fn=collate_captions)
+
+
+@dataclass(frozen=True)
+class BatchKind:
+    """A kind of training batch: its dataset, collate function, and the model inputs it yields."""
+
+    dataset: Callable  # (split, model) -> Dataset
+    collate: Callable
+    inputs: Callable  # (batch, device) -> tuple passed to model(...)
+
+
+BATCH_KINDS: dict[str, BatchKind] = {
+    # (image, caption) pairs: model(features, mask, tokens, lengths) -> (B, B) scores
+    "image_caption": BatchKind(PairDataset, collate_pairs, lambda b, d: (
+        b["features"].to(d), None, b["tokens"].to(d), b["lengths"].to(d))),
+    # (caption, other caption of the same image) pairs: model(tokens, lengths, tokens2, lengths2)
+    "caption_pair": BatchKind(CaptionPairDataset, collate_caption_pairs, lambda b, d: (
+        b["tokens"].to(d), b["lengths"].to(d), b["tokens2"].to(d), b["lengths2"].to(d))),
+}
+
+
+def batch_kind(name: str) -> BatchKind:
+    if name not in BATCH_KINDS:
+        from ..errors import ConfigError
+
+        raise ConfigError(f"unknown batch kind {name!r}; known: {sorted(BATCH_KINDS)}")
+    return BATCH_KINDS[name]

@@ -216,6 +216,30 @@ class MatchingModel(nn.Module):
 
         return hinge_triplet(scores, train_cfg["margin"], hardest, batch["image_index"].to(scores.device))
 
+    def begin_stage(self, stage: str | None) -> str:
+        """Enter training stage ``stage`` (the config's ``train.stage``; None = the model's only / first
+        stage) and return the batch kind it trains on (a key of ``vlmatch.data.loaders.BATCH_KINDS``).
+        A multi-stage model (MTFN's text-text stage) freezes, initialises and switches here."""
+        if stage not in (None, "image_text"):
+            raise ConfigError(f"model {self.name} has no training stage {stage!r}")
+        return "image_caption"
+
+    def validation_metrics(self, split, device, progress: bool = False) -> dict:
+        """The metrics that select the best checkpoint (default: recalls of the full val score matrix)."""
+        from ..metrics import evaluate_protocol
+        from ..scoring import model_scores
+
+        sims = model_scores(self, split, device=device, progress=progress)
+        return evaluate_protocol(sims, "single", source=split.captions_path)
+
+    def has_text_similarity(self) -> bool:
+        """Whether ``caption_scores`` gives a trained caption-caption similarity."""
+        return False
+
+    def caption_scores(self, a: TextEncoding, b: TextEncoding) -> Tensor:
+        """A learned caption-caption similarity S_TT (rows ``a``, columns ``b``), for T2I re-ranking."""
+        raise VlmatchError(f"model {self.name} has no text-text similarity")
+
     def global_embeddings(self, img: ImageEncoding, txt: TextEncoding) -> tuple[Tensor, Tensor] | None:
         """Per-item vectors (images (B, d), captions (B', d)) whose inner product is this model's
         pair-independent (stage-1) score; None when the model has no such part."""

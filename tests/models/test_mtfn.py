@@ -1,0 +1,124 @@
+import numpy as np
+import pytest
+import torch
+
+from vlmatch import create_model
+from vlmatch.data.loaders import CaptionPairDataset
+from vlmatch.data.precomp import PrecompSplit
+from vlmatch.errors import ConfigError
+from vlmatch.losses import caption_pair_triplet
+
+from ..conftest import write_precomp
+from .reference import mtfn_caption_scores, mtfn_scores
+from .test_scan import VOCAB, _inputs
+
+
+def _model(**kw):
+    torch.manual_seed(0)
+    m = create_model("mtfn", img_dim=12, embed_dim=8, word_dim=7, vocab_size=VOCAB, rank=3, fusion_dim=5, **kw).double()
+    with torch.no_grad():  # a non-zero c and text-text weights unlike the image-text ones
+        m.it.out.bias.fill_(0.3)
+        for p in [*m.tt.parameters(), *m.tt_proj.parameters()]:
+            p.add_(0.5 * torch.randn_like(p))
+    return m.eval()
+
+
+@pytest.mark.parametrize("grad", [True, False], ids=["rank-form", "folded-G"])
+def test_mtfn_score_equals_plain_equations(grad):
+    model = _model()
+    feats, mask, tokens, lengths = _inputs(seed=3)
+    feats = feats.double()
+    with torch.set_grad_enabled(grad):
+        got = model.score(model.encode_images(feats, mask), model.encode_texts(tokens, lengths))
+    want = mtfn_scores(model, feats, mask, tokens, lengths)
+    torch.testing.assert_close(got.detach(), want, atol=1e-5, rtol=0)
+
+
+def test_mtfn_one_gemm_vectors_are_exact():
+    model = _model()
+    feats, mask, tokens, lengths = _inputs(seed=4)
+    with torch.no_grad():
+        img, txt = model.encode_images(feats.double(), mask), model.encode_texts(tokens, lengths)
+        want = mtfn_scores(model, feats.double(), mask, tokens, lengths)
+        a, b = model.global_embeddings(img, txt)
+        assert a.shape[1] == b.shape[1] == model.cfg.embed_dim + 1
+        torch.testing.assert_close(torch.sigmoid(a @ b.T), want, atol=1e-5, rtol=0)
+        ra, rb = model.rank_vectors(img, txt)
+        assert ra.shape[1] == model.cfg.rank * model.cfg.fusion_dim + 1
+        torch.testing.assert_close(torch.sigmoid(ra @ rb.T), want, atol=1e-5, rtol=0)
+        # the sigmoid is monotone: ranking by the inner product is the model's ranking
+        assert torch.equal((a @ b.T).argsort(dim=1), want.argsort(dim=1))
+
+
+@pytest.mark.parametrize("grad", [True, False])
+def test_mtfn_text_text_scores_equal_plain_equations(grad):
+    model = _model()
+    _, _, tokens, lengths = _inputs(seed=5)
+    with torch.set_grad_enabled(grad):
+        txt = model.encode_texts(tokens, lengths)
+        got = model.caption_scores(txt, txt)
+    torch.testing.assert_close(got.detach(), mtfn_caption_scores(model, tokens, lengths), atol=1e-5, rtol=0)
+    assert not torch.allclose(got.detach(), model.score(model.encode_images(torch.randn(4, 5, 12).double()), txt)[:4])
+
+
+def test_folded_matrix_follows_weight_updates():
+    model = _model()
+    _, _, tokens, lengths = _inputs(seed=6)
+    feats = torch.randn(2, 5, 12).double()
+    with torch.no_grad():
+        before = model.score(model.encode_images(feats), model.encode_texts(tokens, lengths))
+        model.it.a.weight.mul_(2.0)  # in-place, as an optimiser step does
+        after = model.score(model.encode_images(feats), model.encode_texts(tokens, lengths))
+    with torch.enable_grad():
+        want = model.score(model.encode_images(feats), model.encode_texts(tokens, lengths)).detach()
+    assert not torch.allclose(before, after)
+    torch.testing.assert_close(after, want)
+
+
+def test_text_text_stage_starts_from_image_text_branch_and_freezes_it():
+    model = _model().float()
+    assert model.begin_stage(None) == "image_caption"
+    assert model.begin_stage("text_text") == "caption_pair"
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable == {n for n, _ in model.named_parameters() if n.startswith(("tt.", "tt_proj."))}
+    torch.testing.assert_close(model.tt_proj.weight, model.txt_proj.weight)
+    torch.testing.assert_close(model.tt.a.weight, model.it.b.weight)
+    torch.testing.assert_close(model.tt.out.weight, model.it.out.weight)
+    _, _, tokens, lengths = _inputs(seed=7)
+    scores = model(tokens, lengths, tokens.flip(0), lengths.flip(0))
+    assert scores.shape == (4, 8)
+    caption_pair_triplet(scores, torch.arange(4)).backward()
+    assert all(p.grad is not None for n, p in model.named_parameters() if n in trainable)
+    assert all(p.grad is None for n, p in model.named_parameters() if n not in trainable)
+    with pytest.raises(ConfigError):
+        model.begin_stage("nonsense")
+
+
+def test_caption_pair_triplet_is_eq7_with_the_hardest_other_caption():
+    s = torch.tensor([[0.9, 0.2, 0.5, 0.0],  # anchor 0: partner 0.9; other captions: 0.2 (partner 1), 0.0 (anchor 1)
+                      [0.8, 0.4, 0.0, 0.1]])  # anchor 1: partner 0.4; negatives 0.8 (partner 0), 0.0 (anchor 0)
+    ids = torch.tensor([0, 1])
+    # anchor 0: [0.2 - 0.9 + 0.2]+ = 0; anchor 1: hardest 0.8 -> 0.2 - 0.4 + 0.8 = 0.6
+    assert caption_pair_triplet(s, ids, 0.2, True).item() == pytest.approx(0.6)
+    assert caption_pair_triplet(s, ids, 0.2, False).item() == pytest.approx(0.6)
+    # two pairs of the same image: nothing in the batch is a negative
+    assert caption_pair_triplet(s, torch.tensor([3, 3]), 0.2, True).item() == 0.0
+
+
+def test_caption_pair_sampler_pairs_two_captions_of_one_image(tmp_path):
+    caps = [f"image {i} caption {c}" for i in range(4) for c in range(5)]
+    root = write_precomp(tmp_path / "d", "train", np.zeros((4, 2, 3)), caps)
+    model = create_model("mtfn", img_dim=3, embed_dim=8, vocab_size=VOCAB)
+    model.tokenize = lambda cs: (torch.ones(len(cs), 1, dtype=torch.long), torch.ones(len(cs), dtype=torch.long))
+    ds = CaptionPairDataset(PrecompSplit(root, "train"), model)
+    seen = set()
+    for epoch in range(3):
+        ds.set_epoch(0, epoch)
+        for j in range(len(ds)):
+            _, _, a, q, img = ds[j]
+            assert a == j and q != j and q // 5 == j // 5 == img
+            seen.add((j, q))
+        first = [ds[j][3] for j in range(len(ds))]
+        ds.set_epoch(0, epoch)
+        assert first == [ds[j][3] for j in range(len(ds))]  # a pure function of (seed, epoch)
+    assert len(seen) > len(ds)  # partners change across epochs

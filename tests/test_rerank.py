@@ -1,0 +1,74 @@
+import numpy as np
+import pytest
+
+from vlmatch.metrics import evaluate_protocol
+from vlmatch.rerank import evaluate_reranked, neighbors_from_vectors, rerank, stable_topk, text_neighbors
+
+from .rerank_reference import loop_i2t, loop_t2i, ranking
+
+
+def _matrices(seed, n_img=6, per=3, levels=4):
+    rng = np.random.default_rng(seed)
+    S = rng.integers(0, levels, size=(n_img, n_img * per)).astype(np.float32)  # many ties
+    STT = rng.integers(0, levels, size=(n_img * per, n_img * per)).astype(np.float32)
+    return S, STT
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("K,Kp", [(1, 0), (3, 2), (5, 1), (30, 4)])
+def test_vectorised_rerank_equals_loop_over_equations(seed, K, Kp):
+    S, STT = _matrices(seed)
+    i2t, t2i = rerank(S, K, Kp, text_sims=STT if Kp else None)
+    want_i2t = loop_i2t(S, K)
+    want_t2i = loop_t2i(S, K, STT if Kp else None, Kp)
+    assert [ranking(row) for row in i2t] == want_i2t
+    assert [ranking(t2i[:, t]) for t in range(S.shape[1])] == want_t2i
+
+
+def test_candidates_with_equal_p_and_score_stay_tied_for_the_metric():
+    # image 0: captions 0 and 1 tie in score and in p: the metric must still count the tie against the gt
+    S = np.array([[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0]], dtype=np.float32)
+    S[1, 1] = 0.0
+    i2t, _ = rerank(S, 2, 0)
+    assert i2t[0, 0] == i2t[0, 1] and i2t[0, 0] > S[0].max()
+
+
+def test_rerank_keeps_order_beyond_k_and_float_dtype():
+    S, _ = _matrices(3, n_img=8, per=5, levels=50)
+    i2t, t2i = rerank(S, 2, 0)
+    assert i2t.dtype == np.float32
+    for i in range(len(S)):
+        assert ranking(i2t[i])[2:] == ranking(S[i])[2:]
+
+
+def test_stable_topk_breaks_ties_by_index():
+    x = np.array([[1, 3, 3, 2, 3], [0, 0, 0, 0, 0]], dtype=np.float64)
+    assert stable_topk(x, 2).tolist() == [[1, 2], [0, 1]]
+    assert stable_topk(x, 5).tolist() == [[1, 2, 4, 3, 0], [0, 1, 2, 3, 4]]
+
+
+def test_text_neighbours_exclude_self_and_match_vectors():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((20, 4)).astype(np.float32)
+    nb = neighbors_from_vectors(a, a, 3, chunk=7)
+    full = text_neighbors(a @ a.T, 3)
+    assert (nb == full).all() and not (nb == np.arange(20)[:, None]).any()
+
+
+def test_rr_helps_when_the_other_direction_knows_better():
+    # I2T of image 0 ranks a wrong caption first, but that caption's own ranking prefers image 1
+    S = np.array([[0.9, 0.5, 0.1, 0.95],
+                  [0.2, 0.1, 0.8, 0.99]], dtype=np.float32)  # 2 images, 2 captions each
+    res = evaluate_reranked(S, "single", k=2, k_text=0)
+    assert res["before"]["i2t_r1"] == 50.0 and res["after"]["i2t_r1"] == 100.0
+    assert res["text"] == "none"
+
+
+def test_evaluate_reranked_5fold_reranks_within_folds():
+    rng = np.random.default_rng(1)
+    S = rng.standard_normal((10, 50)).astype(np.float32)
+    res = evaluate_reranked(S, "coco1k5fold", k=3, k_text=0, fold_images=2)
+    by_fold = [evaluate_reranked(S[2 * f:2 * f + 2, 10 * f:10 * f + 10], "single", k=3, k_text=0)["after"]
+               for f in range(5)]
+    assert res["after"]["rsum"] == pytest.approx(np.mean([f["rsum"] for f in by_fold]))
+    assert res["before"]["rsum"] == pytest.approx(evaluate_protocol(S, "coco1k5fold", fold_images=2)["rsum"])
