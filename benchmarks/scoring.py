@@ -16,6 +16,7 @@ Modes (each in its own subprocess, so each peak memory is its own):
   profile    (SMAN) where the time of one engine block goes: torch.profiler's self time per operator
 With a model that declares ``pair_flops`` (multiply-adds per pair), the report adds its compute
 bound: those multiply-adds at the GEMM rate measured by gemm_fp32 in the same run.
+``--model mtfn --modes gemm_fp32 fp32 pairwise``: MTFN's exact one-GEMM scoring against eq. 2-4 per pair.
 Each is timed on the slice it runs (official: --official-images x --official-captions) and
 reported per pair; totals for the 1000 x 5000 matrix are extrapolated from µs/pair when a slice is
 smaller than that. Figures go to benchmarks/results/scoring.{json,md}.
@@ -66,6 +67,8 @@ def run_mode(mode, a) -> dict:
         shard_xattn_t2i(vi, ei, [a.L] * len(ei))
         dt = time.perf_counter() - t0
         return {"seconds": dt, "pairs": len(vi) * len(ei), "peak_rss_mb": _peak_mb()}
+    if a.model == "mtfn":
+        return run_mtfn(mode, a)
     name = {"scan": "scan_t2i_avg", "caan": "caan", "sman": "sman"}[a.model]
     model = create_model(name, img_dim=a.d, embed_dim=a.d, attn_dim=a.m).eval() if a.model in ("caan", "sman") \
         else create_model(name, img_dim=a.d, embed_dim=a.d).eval()
@@ -180,6 +183,50 @@ def run_sman(mode, a, model) -> dict:
             "pair_flops": model.pair_flops(a.k, a.L)}
 
 
+def run_mtfn(mode, a) -> dict:
+    """MTFN (R = --rank, d = d_f = --d): the engine's one-GEMM scoring (``fp32``), the bare GEMM of the
+    per-item vectors (``gemm_fp32``), and eq. 2-4 one pair at a time (``pairwise``: R rank-1 products,
+    W_m, sigmoid per pair) on --official-images x --official-captions."""
+    from vlmatch import create_model
+    from vlmatch.models.base import ImageEncoding
+    from vlmatch.models.mtfn import MTFNText
+    from vlmatch.scoring import score_blocks
+
+    model = create_model("mtfn", img_dim=a.d, embed_dim=a.d, fusion_dim=a.d, rank=a.rank, vocab_size=10).eval()
+    g = torch.Generator().manual_seed(0)
+    pairwise = mode == "pairwise"
+    n_img, n_cap = (a.official_images, a.official_captions) if pairwise else (a.images, a.captions)
+    img = ImageEncoding(embedding=torch.randn(n_img, a.d, generator=g))
+    txt = MTFNText(lengths=torch.full((n_cap,), a.L), embedding=torch.randn(n_cap, a.d, generator=g),
+                   pair=torch.randn(n_cap, a.d, generator=g))
+    with torch.no_grad():
+        if pairwise:
+            A = model.it.a.weight.reshape(a.rank, a.d, a.d)
+            B = model.it.b.weight.reshape(a.rank, a.d, a.d)
+            w, c = model.it.out.weight[0], model.it.out.bias[0]
+            t0 = time.perf_counter()
+            for i in range(n_img):
+                v = img.embedding[i]
+                for j in range(n_cap):
+                    f = ((A @ v) * (B @ txt.embedding[j])).sum(0)  # eq. 3
+                    torch.sigmoid(w @ f + c)  # eq. 4
+            dt = time.perf_counter() - t0
+        elif mode == "gemm_fp32":
+            va, tb = model.global_embeddings(img, txt)
+            t0 = time.perf_counter()
+            va @ tb.T
+            dt = time.perf_counter() - t0
+        else:
+            chunks = [(np.arange(n_cap), txt)]
+            score_blocks(model, img, [(np.arange(min(64, n_cap)), txt.select(slice(0, 64)))], n_cap, n_img,
+                         progress=False)  # warm-up (folds G once)
+            t0 = time.perf_counter()
+            sims = score_blocks(model, img, chunks, n_cap, n_img, progress=False)
+            dt = time.perf_counter() - t0
+            assert np.isfinite(sims).all()
+    return {"seconds": dt, "pairs": n_img * n_cap, "peak_rss_mb": _peak_mb()}
+
+
 def recall_change(a) -> dict:
     """Recalls of a trained model with the region-word GEMM in float32 and in bfloat16."""
     from vlmatch import load_model
@@ -214,7 +261,8 @@ def main(argv=None):
     ap.add_argument("--block-captions", type=int, default=64)
     ap.add_argument("--m", type=int, default=256, help="CAAN / SMAN attention size")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--model", default="scan", choices=["scan", "caan", "sman"])
+    ap.add_argument("--model", default="scan", choices=["scan", "caan", "sman", "mtfn"])
+    ap.add_argument("--rank", type=int, default=20, help="MTFN's R")
     ap.add_argument("--modes", nargs="+", default=["official", "gemm_fp32", "fp32", "fp32_compiled", "gemm_bf16", "bf16"])
     ap.add_argument("--recall-checkpoint", help="also report the recall change fp32 -> bf16 of this trained model")
     ap.add_argument("--recall-data", default="toyworld", help="precomp folder for --recall-checkpoint")

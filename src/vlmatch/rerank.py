@@ -248,3 +248,29 @@ def model_text_neighbors(model, split, k_text: int, device="cpu", chunk: int = 1
                                          len(txt), k_text, chunk, progress)
     finally:
         model.train(was_training)
+
+
+def sentence_vectors(folder, captions: list[str], device="cpu", batch_size: int = 256,
+                     progress: bool = False) -> np.ndarray:
+    """l2-normalised mean-pooled token vectors of a frozen local Hugging Face sentence encoder
+    (all-MiniLM-L6-v2's own pooling), one row per caption. Nothing is downloaded."""
+    import torch
+
+    from .encoders.hf import HFTextEncoder
+
+    enc = HFTextEncoder(folder).to(device)
+    out = []
+    with torch.no_grad():
+        for a in tqdm(range(0, len(captions), batch_size), desc="sentence encoder", disable=not progress, leave=False):
+            tokens, lengths = enc.tokenize(list(captions[a:a + batch_size]))
+            words = enc(tokens.to(device), lengths.to(device))  # padded positions are zero
+            mean = words.sum(dim=1) / lengths.to(device)[:, None].clamp(min=1)
+            out.append(torch.nn.functional.normalize(mean.float(), dim=-1).cpu().numpy())
+    return np.concatenate(out)
+
+
+def sentence_neighbors(folder, captions: list[str], k_text: int, device="cpu", progress: bool = False) -> np.ndarray:
+    """G(T, K') \\ {T} by the cosine of an offline sentence encoder (makes T2I re-ranking with a text
+    similarity available to every model)."""
+    vec = sentence_vectors(folder, captions, device=device, progress=progress)
+    return neighbors_from_vectors(vec, vec, k_text, progress=progress)

@@ -251,9 +251,10 @@ class MTFN(MatchingModel):
             return caption_pair_triplet(scores, batch["image_index"].to(scores.device), train_cfg["margin"], hardest)
         return super().loss(scores, batch, train_cfg, hardest)
 
-    def pair_flops(self, n_regions: int, n_words: int) -> int:
-        """Multiply-adds per (image, caption) pair of the exact scoring: one (d_t + 1) inner product."""
-        return self.cfg.embed_dim + 1
+    def pair_flops(self, n_regions: int, n_words: int) -> dict[str, int]:
+        """Per (image, caption) pair, from eq. 2-4 through the exact folding: one (d_t + 1) inner product
+        and one sigmoid (eq. 2-4 as printed: R·d_f·(d_v + d_t + 1) multiply-adds per pair)."""
+        return {"macs": self.cfg.embed_dim + 1, "transcendentals": 1}
 
 
 register("mtfn", MTFN, "MTFN: rank-R tensor fusion of global vectors, S_IT and S_TT; exact one-GEMM scoring")
