@@ -72,3 +72,42 @@ def test_evaluate_reranked_5fold_reranks_within_folds():
                for f in range(5)]
     assert res["after"]["rsum"] == pytest.approx(np.mean([f["rsum"] for f in by_fold]))
     assert res["before"]["rsum"] == pytest.approx(evaluate_protocol(S, "coco1k5fold", fold_images=2)["rsum"])
+
+
+def test_rerank_cli_json_has_both_directions_before_and_after(tmp_path, capsys):
+    from vlmatch.cli import main
+
+    rng = np.random.default_rng(2)
+    S = rng.standard_normal((20, 100)).astype(np.float32)
+    S[np.arange(100) // 5, np.arange(100)] += 1.0
+    TT = rng.standard_normal((100, 100)).astype(np.float32)
+    np.save(tmp_path / "s.npy", S)
+    np.save(tmp_path / "tt.npy", TT)
+    assert main(["rerank", "--sims", str(tmp_path / "s.npy"), "--k", "4", "--k-text", "2", "--text-sims",
+                 str(tmp_path / "tt.npy"), "--protocol", "single", "--json", str(tmp_path / "r.json")]) == 0
+    import json
+
+    r = json.loads((tmp_path / "r.json").read_text())
+    want = evaluate_reranked(S, "single", k=4, k_text=2, text_sims=TT)
+    for side in ("before", "after"):
+        for key in ("rsum", "i2t_r1", "i2t_r5", "t2i_r1", "t2i_r10", "t2i_medr"):
+            assert r[side][key] == pytest.approx(want[side][key])
+    assert r["k"] == 4 and r["k_text"] == 2 and r["text"] == "S_TT"
+    assert "RR K=4, K'=2" in capsys.readouterr().out
+    # the evaluate command's re-ranking option gives the same figures
+    assert main(["evaluate", "--sims", str(tmp_path / "s.npy"), "--rerank", "--k", "4", "--k-text", "2",
+                 "--text-sims", str(tmp_path / "tt.npy"), "--json", str(tmp_path / "e.json")]) == 0
+    e = json.loads((tmp_path / "e.json").read_text())
+    assert e["rerank"]["after"]["rsum"] == pytest.approx(r["after"]["rsum"])
+
+
+def test_rerank_cli_bad_input_is_one_line(tmp_path, capsys):
+    from vlmatch.cli import main
+
+    np.save(tmp_path / "s.npy", np.zeros((2, 10), dtype=np.float32))
+    np.save(tmp_path / "tt.npy", np.zeros((3, 3), dtype=np.float32))
+    assert main(["rerank", "--sims", str(tmp_path / "s.npy"), "--text-sims", str(tmp_path / "tt.npy")]) == 2
+    err = capsys.readouterr().err
+    assert "tt.npy" in err and "(10, 10)" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert main(["rerank", "--sims", str(tmp_path / "missing.npy")]) == 2
+    assert "missing.npy" in capsys.readouterr().err
