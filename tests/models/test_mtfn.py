@@ -122,3 +122,33 @@ def test_caption_pair_sampler_pairs_two_captions_of_one_image(tmp_path):
         ds.set_epoch(0, epoch)
         assert first == [ds[j][3] for j in range(len(ds))]  # a pure function of (seed, epoch)
     assert len(seen) > len(ds)  # partners change across epochs
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory):
+    from vlmatch.encoders.hf import tiny_bert_folder
+
+    return tiny_bert_folder(tmp_path_factory.mktemp("tinybert"), words=("a", "dog", "red", "ball", "runs"))
+
+
+def test_mtfn_sentence_encoder_scores_equal_plain_equations_and_reload(tiny_bert, tmp_path):
+    from vlmatch import load_model
+    from vlmatch.models.registry import model_class
+
+    assert model_class("mtfn_sentence").uses_vocab is False
+    torch.manual_seed(0)
+    model = create_model("mtfn_sentence", img_dim=12, embed_dim=8, rank=3, fusion_dim=5, text_model=str(tiny_bert))
+    model = model.double().eval()
+    assert all(not n.startswith("sentence.") for n, _ in model.named_parameters())  # frozen, not trained or saved
+    tokens, lengths = model.tokenize(["a red dog runs", "a ball", "dog"])
+    feats = torch.randn(2, 5, 12, dtype=torch.float64)
+    with torch.no_grad():
+        got = model.score(model.encode_images(feats), model.encode_texts(tokens, lengths))
+        words = model.sentence(tokens, lengths)
+        t = words[1, : int(lengths[1])].mean(0)  # mean pooling of caption 1's token vectors
+        torch.testing.assert_close(model.text_features(tokens, lengths)[1], t / (t.norm() + 1e-8))
+    torch.testing.assert_close(got, mtfn_scores(model, feats, None, tokens, lengths), atol=1e-5, rtol=0)
+    model.save(tmp_path / "m")
+    again = load_model(tmp_path / "m").double()
+    with torch.no_grad():
+        torch.testing.assert_close(again.score(again.encode_images(feats), again.encode_texts(tokens, lengths)), got)

