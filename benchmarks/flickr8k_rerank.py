@@ -5,7 +5,7 @@
     python benchmarks/flickr8k_rerank.py --run mtfn_f8k_tt --text-run mtfn_f8k_tt    # MTFN-RR with S_TT
 
 Reads benchmarks/cache/runs/<run>/best, scores the Karpathy val split (1000 images, 5000 captions; the
-matrix is kept as benchmarks/cache/runs/<run>/val_sims.npy for the next variant), re-ranks it with
+matrix is kept as benchmarks/cache/rerank/<run>_val_sims.npy for the next variant), re-ranks it with
 vlmatch.rerank (K = 15 as for Flickr30K, K' = 5) and writes benchmarks/results/flickr8k/<row>.json with
 the recalls after re-ranking (``metrics``) and before (``before``), then re-renders flickr8k.md. The same
 figures come from ``vlmatch evaluate --checkpoint RUN/best --data FEATS --split dev --rerank [...]``.
@@ -34,7 +34,7 @@ from vlmatch.scoring import model_scores  # noqa: E402
 
 
 def val_sims(run_dir: Path, split: PrecompSplit) -> np.ndarray:
-    cached = run_dir / "val_sims.npy"
+    cached = HERE / "cache" / "rerank" / f"{run_dir.name}_val_sims.npy"  # not inside the run's own folder
     best = run_dir / "best"
     if cached.is_file() and cached.stat().st_mtime > (best / "model.safetensors").stat().st_mtime:
         return np.load(cached)

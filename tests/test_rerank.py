@@ -111,3 +111,23 @@ def test_rerank_cli_bad_input_is_one_line(tmp_path, capsys):
     assert "tt.npy" in err and "(10, 10)" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert main(["rerank", "--sims", str(tmp_path / "missing.npy")]) == 2
     assert "missing.npy" in capsys.readouterr().err
+
+
+def test_sentence_encoder_neighbours_are_cosine_neighbours(tmp_path):
+    import torch
+
+    from vlmatch.encoders.hf import HFTextEncoder, tiny_bert_folder
+    from vlmatch.rerank import sentence_neighbors
+
+    folder = tiny_bert_folder(tmp_path / "bert", words=("a", "dog", "red", "ball", "runs", "cat"))
+    caps = ["a dog runs", "a red dog runs", "a ball", "a red ball", "a cat", "a cat runs"]
+    nb = sentence_neighbors(folder, caps, 2)
+    enc = HFTextEncoder(folder)
+    with torch.no_grad():
+        rows = []
+        for c in caps:
+            tok, n = enc.tokenize([c])
+            v = enc(tok, n)[0].mean(0)
+            rows.append((v / v.norm()).numpy())
+    V = np.stack(rows)
+    assert (nb == text_neighbors(V @ V.T, 2)).all()
