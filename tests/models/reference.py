@@ -239,6 +239,8 @@ def sman_matrix(model, feats, mask, tokens, lengths, key="sum"):
         for b in range(len(tokens)):
             r = sman_pair(model, f, tokens[b, : int(lengths[b])])
             out[a, b] = key(r) if callable(key) else r[key]
+    return out
+
 
 def mtfn_pair(Wa, Wb, wm, c, x, y, R, df):
     """sigmoid(W_m Σ_r (W_a^r x) ⊙ (W_b^r y) + c) for one pair (eq. 2-4, and eq. 6 with the text-text
@@ -251,7 +253,7 @@ def mtfn_pair(Wa, Wb, wm, c, x, y, R, df):
             ax = sum(float(Wa[row, i]) * float(x[i]) for i in range(len(x)))
             by = sum(float(Wb[row, i]) * float(y[i]) for i in range(len(y)))
             f[k] += ax * by
-    z = sum(float(wm[k]) * f[k] for k in range(df)) + float(c)
+    z = sum(float(wm[k]) * f[k] for k in range(df)) + float(c.detach())
     return 1.0 / (1.0 + math.exp(-z))
 
 
