@@ -37,6 +37,7 @@ def intra_pair_hinge(positive_scores: Tensor, n_levels: int, margin: float = 0.2
     summed over the pairs, once image-anchored and once text-anchored (the same distance)."""
     return 2 * (n_levels - positive_scores - margin).clamp(min=0).sum()
 
+
 def caption_pair_triplet(scores: Tensor, image_ids: Tensor, margin: float = 0.2, max_violation: bool = True) -> Tensor:
     """MTFN's text-text loss (eq. 7) on a (B, 2B) matrix ``scores[p, q]`` = S_TT(anchor p, caption q),
     where columns 0..B-1 are the anchors' partners (caption q of the same image: the positive on the
