@@ -175,51 +175,62 @@ class CAAN(MatchingModel):
                 "word_weights": g.numpy()}
 
     def _weights(self, img: CAANImages, txt: CAANTexts) -> tuple[Tensor, Tensor]:
-        """f (Ni, Nt, k) and g (Ni, Nt, n). Everything pair-dependent is laid out (Ni, Nt, ., .)
-        so the batched products need no permutation of the big (pair x k x m) tensors."""
+        """f (Ni, Nt, k) and g (Ni, Nt, n) of every pair of the blocks.
+
+        Layout: the region-word GEMM gives H as (Ni, k, Nt, n); products with a per-image operand
+        (V Q1, V Q4) read it as one GEMM per image (no copy), products with a per-caption operand
+        (U Q2, U Q3) and the per-pair products use a caption-major copy (Nt, Ni, ., .). The big
+        (pair x k x m) attention tensors are produced contiguous, accumulated and squashed in place.
+        """
         v, u = img.regions, txt.words
         ni, k, _ = v.shape
         nt, n, _ = u.shape
-        rmask = None if img.mask is None else img.mask[:, None, :]  # (Ni, 1, k)
-        wmask = length_mask(txt.lengths, n)[None]  # (1, Nt, n)
+        rmask = None if img.mask is None or bool(img.mask.all()) else img.mask  # (Ni, k)
+        wmask = None if bool((txt.lengths == n).all()) else length_mask(txt.lengths, n)  # (Nt, n)
         if not self.attends:  # baseline: mean pooling
-            f = torch.ones(ni, nt, k, dtype=v.dtype, device=v.device)
-            if rmask is not None:
-                f = f * rmask.to(v.dtype)
-            g = wmask.to(u.dtype).expand(ni, nt, n)
+            f = v.new_ones(ni, nt, k) if rmask is None else rmask[:, None, :].to(v.dtype).expand(ni, nt, k)
+            g = u.new_ones(ni, nt, n) if wmask is None else wmask[None].to(u.dtype).expand(ni, nt, n)
             return f / f.sum(dim=2, keepdim=True), g / g.sum(dim=2, keepdim=True)
         c = self.cfg
-        tv = img.p1[:, None] if c.intra == "feature" else 0.0  # (Ni, 1, k, m)
-        tu = txt.p3[None] if c.intra == "feature" else 0.0  # (1, Nt, n, m)
+        tv = tu = None  # pre-activations of f̃ (Nt, Ni, k, m) and g̃ (Nt, Ni, n, m), caption-major
         if self._needs_h:
-            hp = torch.relu(torch.tanh(_pairs(cross_sim(img.vk, u, _dtype(c)))))  # (Ni, Nt, k, n)
-            valid = wmask[:, :, None, :] if rmask is None else wmask[:, :, None, :] & rmask[:, :, :, None]
-            hp = hp.masked_fill(~valid, 0.0)
-            h_uv = _unit(hp, dim=2)  # over regions
-            h_vu = _unit(hp, dim=3)  # over words
-            if c.inter:
-                tv = tv + h_uv @ txt.p2[None]  # Σ_j H^uv_ij Q2ᵀu_j
-                tu = tu + h_vu.transpose(2, 3) @ img.p4[:, None]  # Σ_i H^vu_ij Q4ᵀv_i
+            hp = torch.relu(torch.tanh(cross_sim(img.vk, u, _dtype(c))))  # [H]_+, (Ni, k, Nt, n)
+            if rmask is not None:
+                hp = hp * rmask[:, :, None, None].to(hp.dtype)
+            if wmask is not None:
+                hp = hp * wmask[None, None].to(hp.dtype)
+            h_uv = hp / (torch.linalg.vector_norm(hp, dim=1, keepdim=True) + EPS)  # over regions
+            h_vu = hp / (torch.linalg.vector_norm(hp, dim=3, keepdim=True) + EPS)  # over words
+            if c.inter:  # Σ_j H^uv_ij Q2ᵀu_j per caption;  Σ_i H^vu_ij Q4ᵀv_i per image
+                tv = _per_caption(h_uv.permute(2, 0, 1, 3), txt.p2)
+                tu = _per_image(h_vu, img.p4).transpose(0, 1)
             if c.intra == "semantic":
-                r = _unit(h_uv, dim=3)  # rows of H^uv as unit vectors: H^v = R Rᵀ
-                tv = tv + r @ (r.transpose(2, 3) @ img.p1[:, None])
-                cu = _unit(h_vu, dim=2)  # columns of H^vu as unit vectors: H^u = Cᵀ C
-                tu = tu + cu.transpose(2, 3) @ (cu @ txt.p3[None])
-        logits_v = (torch.tanh(tv) @ self.w_v).expand(ni, nt, k)
-        logits_u = (torch.tanh(tu) @ self.w_u).expand(ni, nt, n)
-        return masked_softmax(logits_v, rmask, dim=2), masked_softmax(logits_u, wmask, dim=2)
+                r = _unit(h_uv, dim=3)  # rows of H^uv as unit vectors: H^v = R Rᵀ, applied as R (Rᵀ V Q1)
+                x = _per_image(r, img.p1).transpose(0, 1).reshape(nt * ni, n, -1)  # Rᵀ V Q1, (Nt*Ni, n, m)
+                r_t = r.permute(2, 0, 1, 3).reshape(nt * ni, k, n)
+                tv = torch.bmm(r_t, x).view(nt, ni, k, -1) if tv is None else tv.view(nt * ni, k, -1).baddbmm_(
+                    r_t, x).view(nt, ni, k, -1)
+                cu = _unit(h_vu, dim=1).permute(2, 0, 1, 3).reshape(nt * ni, k, n)  # columns of H^vu, unit
+                hu = torch.bmm(cu.transpose(1, 2), cu).view(nt, ni, n, n)  # H^u = Cᵀ C (n x n, formed first)
+                tu = _per_caption(hu, txt.p3) if tu is None else _per_caption(hu, txt.p3).add_(tu)
+        fresh = tv is not None
+        if c.intra == "feature":  # pair-independent H^v V Q1 / H^u U Q3 (folded into p1 / p3)
+            tv = img.p1[None] if tv is None else tv + img.p1[None]
+            tu = txt.p3[:, None] if tu is None else tu + txt.p3[:, None]
+        logits_v = _squash(tv, self.w_v, fresh).transpose(0, 1).expand(ni, nt, k)
+        logits_u = _squash(tu, self.w_u, fresh).transpose(0, 1).expand(ni, nt, n)
+        return (masked_softmax(logits_v, None if rmask is None else rmask[:, None, :], dim=2),
+                masked_softmax(logits_u, None if wmask is None else wmask[None], dim=2))
 
     def score(self, img: CAANImages, txt: CAANTexts) -> Tensor:
         txt = txt.trim()
         f, g = self._weights(img, txt)  # (Ni, Nt, k), (Ni, Nt, n)
-        u = txt.words
-        s = _pairs(cross_sim(img.regions, u, _dtype(self.cfg)))  # v_i . u_j, (Ni, Nt, k, n)
-        dot = ((f[:, :, None, :] @ s)[:, :, 0, :] * g).sum(dim=2)  # fᵀ S g = <v̂, û>
+        v_hat = torch.einsum("itk,ikd->itd", f, img.regions)  # V f, one GEMM per image
+        u_hat = torch.einsum("itn,tnd->itd", g, txt.words)  # U g, one GEMM per caption
+        dot = torch.linalg.vecdot(v_hat, u_hat)  # <v̂, û>
         if not self.cfg.norm_output:
             return dot
-        v_sq = ((f[:, :, None, :] @ img.gram[:, None])[:, :, 0, :] * f).sum(dim=2)  # ||v̂||²
-        u_gram = u @ u.transpose(1, 2)  # (Nt, n, n)
-        u_sq = ((g[:, :, None, :] @ u_gram[None])[:, :, 0, :] * g).sum(dim=2)  # ||û||²
+        v_sq, u_sq = torch.linalg.vecdot(v_hat, v_hat), torch.linalg.vecdot(u_hat, u_hat)
         return dot / (safe_sqrt(v_sq) * safe_sqrt(u_sq)).clamp(min=EPS)
 
     def bytes_per_pair(self, n_regions: int, n_words: int) -> int:
@@ -230,6 +241,25 @@ class CAAN(MatchingModel):
 def _pairs(x: Tensor) -> Tensor:
     """(Ni, k, Nt, n) from the region-word GEMM -> (Ni, Nt, k, n), the layout of the pair work."""
     return x.permute(0, 2, 1, 3).contiguous()
+
+
+def _per_image(h: Tensor, p: Tensor) -> Tensor:
+    """Σ_i h[a, i, b, j] p[a, i, :] for every pair: (Ni, k, Nt, n) x (Ni, k, m) -> (Ni, Nt, n, m),
+    one GEMM per image reading h in place (its (Nt, n) rows are contiguous)."""
+    ni, k, nt, n = h.shape
+    return torch.bmm(h.reshape(ni, k, nt * n).transpose(1, 2), p).view(ni, nt, n, -1)
+
+
+def _per_caption(h: Tensor, p: Tensor) -> Tensor:
+    """Σ_j h[b, a, r, j] p[b, j, :]: caption-major h (Nt, Ni, r, n) x p (Nt, n, m) -> (Nt, Ni, r, m),
+    one GEMM per caption."""
+    nt, ni, r, n = h.shape
+    return torch.bmm(h.reshape(nt, ni * r, n), p).view(nt, ni, r, -1)
+
+
+def _squash(t: Tensor, w: Tensor, fresh: bool) -> Tensor:
+    """w · tanh(t) over the last axis; ``fresh``: t is this block's own temporary, squashed in place."""
+    return (t.tanh_() if fresh else torch.tanh(t)) @ w
 
 
 def _dtype(cfg):
