@@ -45,6 +45,7 @@ DEFAULTS: dict = {
         "max_violation": True,
         "warmup_epochs": 0,  # epochs with the loss summed over all negatives before hardest negatives
         "val_every_steps": 0,  # also validate every N steps (0: only at epoch ends)
+        "val_top_k": 0,  # validate two-stage: rank by the model's global part, re-score each query's top K (0: exhaustive)
         "checkpoint_every_steps": 0,  # also save last/ every N steps (0: only at epoch ends)
         "log_every": 10,
         "seed": 0,
@@ -84,6 +85,7 @@ SPECS: dict[str, dict[str, Spec]] = {
         "max_violation": Spec(bool),
         "warmup_epochs": Spec(int, **_NONNEG),
         "val_every_steps": Spec(int, **_NONNEG),
+        "val_top_k": Spec(int, **_NONNEG),
         "checkpoint_every_steps": Spec(int, **_NONNEG),
         "log_every": Spec(int, **_POS),
         "seed": Spec(int, min=0, max=2**63 - 1),

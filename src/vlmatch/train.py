@@ -30,8 +30,10 @@ from .data.resolve import resolve_data
 from .data.vocab import Vocab
 from .errors import ConfigError
 from .io import append_line, atomic_dir, read_json, write_json, write_text
+from .metrics import recall_metrics
 from .models.registry import create_model, model_class
 from .rundir import check_resume, prepare_fresh, recorded
+from .scoring import two_stage_scores
 
 data_root = resolve_data  # the one resolution of data arguments (kept under its old name)
 
@@ -81,7 +83,13 @@ def build_vocab(cfg: dict, train: PrecompSplit) -> Vocab:
     return Vocab.build(train.captions, min_count=cfg["data"]["min_word_count"])
 
 
-def validate(model, split, device, progress=False) -> dict:
+def validate(model, split, device, progress=False, top_k: int = 0) -> dict:
+    """Recall on ``split``: the model's own validation (exhaustive matrix), or with ``top_k`` two-stage
+    retrieval (rank by the model's global part, re-score each query's top K; ``scoring.two_stage_scores``)."""
+    if top_k:
+        i2t, t2i = two_stage_scores(model, split, top_k, device=device, progress=progress)
+        return {"protocol": f"single, two-stage top {top_k}", "n_images": i2t.shape[0], "n_captions": i2t.shape[1],
+                **recall_metrics(i2t, t2i)}
     return model.validation_metrics(split, device, progress=progress)
 
 
@@ -191,7 +199,7 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
                                                       "hardest": hardest, "time": time.time() - t_start}))
             if tc["val_every_steps"] and gs % tc["val_every_steps"] == 0 and step + 1 < len(batches):
                 _validate_and_keep(model, val_split, device, state, run_dir, metrics_path, epoch, is_main, progress,
-                                   tc["epochs"])
+                                   tc["epochs"], tc["val_top_k"])
             if tc["checkpoint_every_steps"] and gs % tc["checkpoint_every_steps"] == 0 and step + 1 < len(batches):
                 if is_main:
                     state["elapsed"] = time.time() - t_start
@@ -204,7 +212,7 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
         bar.close()
         state["epoch"], state["step_in_epoch"] = epoch + 1, 0
         _validate_and_keep(model, val_split, device, state, run_dir, metrics_path, epoch, is_main, progress,
-                           tc["epochs"])
+                           tc["epochs"], tc["val_top_k"])
         if is_main:
             state["elapsed"] = time.time() - t_start
             save_training_state(run_dir / "last", model, optimizer, state)
@@ -219,10 +227,10 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
 
 
 def _validate_and_keep(model, val_split, device, state, run_dir, metrics_path, epoch, is_main, progress,
-                       epochs=None):
+                       epochs=None, top_k=0):
     if is_main:
         t0 = time.perf_counter()
-        m = validate(model, val_split, device, progress=progress)
+        m = validate(model, val_split, device, progress=progress, top_k=top_k)
         append_line(metrics_path, json.dumps({"type": "val", "epoch": epoch, "global_step": state["global_step"],
                                               "seconds": time.perf_counter() - t0,
                                               **{k: v for k, v in m.items() if k != "protocol"}}))

@@ -288,3 +288,80 @@ def mtfn_caption_scores(model, tokens, lengths):
             out[a, b] = mtfn_pair(p.a.weight, p.b.weight, p.out.weight[0], p.out.bias[0], vecs[a], vecs[b],
                                   model.cfg.rank, model.cfg.fusion_dim)
     return out
+
+
+# --- MMCA (Wei et al. 2020, §3) -----------------------------------------------------------------
+def _affine(lin, x):
+    return lin.weight @ x + lin.bias
+
+
+def _layer_norm(ln, x):
+    mu = sum(float(v) for v in x) / len(x)
+    var = sum((float(v) - mu) ** 2 for v in x) / len(x)
+    return (x - mu) / math.sqrt(var + ln.eps) * ln.weight + ln.bias
+
+
+def _transformer_unit(unit, xs, valid):
+    """Fig. 3 / eq. 1-4 for one token list ``xs`` (vectors); keys where ``valid`` is False are skipped."""
+    h = unit.heads
+    d = xs[0].shape[0]
+    dk = d // h
+    qs = [_affine(unit.wq, x) for x in xs]
+    ks = [_affine(unit.wk, x) for x in xs]
+    vs = [_affine(unit.wv, x) for x in xs]
+    outs = []
+    for t, x in enumerate(xs):
+        heads = []
+        for a in range(h):
+            sl = slice(a * dk, (a + 1) * dk)
+            logits = {s: float(qs[t][sl] @ ks[s][sl]) / math.sqrt(dk) for s in range(len(xs)) if valid[s]}
+            m = max(logits.values())
+            z = sum(math.exp(v - m) for v in logits.values())
+            heads.append(sum(math.exp(logits[s] - m) / z * vs[s][sl] for s in logits))
+        y = _layer_norm(unit.norm1, x + _affine(unit.wo, torch.cat(heads)))
+        f = _affine(unit.ffn[2], torch.relu(_affine(unit.ffn[0], y)))
+        outs.append(_layer_norm(unit.norm2, y + f))
+    return outs
+
+
+def _text_cnn(head, es):
+    """Eq. 6-7 over the token vectors ``es``: windows from every position, zeros past the end."""
+    n = len(es)
+    qs = []
+    for conv in head.convs:
+        w = conv.weight.shape[2]
+        best = None
+        for k in range(n):
+            acc = conv.bias.clone()
+            for o in range(w):
+                if k + o < n:
+                    acc = acc + conv.weight[:, :, o] @ es[k + o]
+            p = torch.relu(acc)
+            best = p if best is None else torch.maximum(best, p)
+        qs.append(best)
+    c = _layer_norm(head.norm, _affine(head.fc, torch.cat(qs)))
+    return c / (c.norm() + EPS)
+
+
+def mmca_pair(model, feats, mask, e):
+    """S = i0·c0 + α i1·c1 for one image (features (k, dim), region mask (k,)) and one caption given by
+    its text-encoder outputs ``e`` (n, H) (valid tokens only)."""
+    valid = [bool(v) for v in mask]
+    r = [_affine(model.img_fc, o) for o in feats]
+    rs = _transformer_unit(model.self_unit, r, valid)
+    kept = [x for x, ok in zip(rs, valid, strict=True) if ok]
+    i0 = sum(kept) / len(kept)
+    i0 = i0 / (i0.norm() + EPS)
+    es = list(e)
+    c0 = _text_cnn(model.c0_head, es)
+    s = float(i0 @ c0)
+    if model.cfg.alpha == 0:
+        return s
+    w = [_affine(model.word_fc, x) for x in es]
+    yc = _transformer_unit(model.cross_unit, r + w, valid + [True] * len(w))
+    k = len(r)
+    kept = [x for x, ok in zip(yc[:k], valid, strict=True) if ok]
+    i1 = sum(kept) / len(kept)
+    i1 = i1 / (i1.norm() + EPS)
+    c1 = _text_cnn(model.c1_head, yc[k:])
+    return s + model.cfg.alpha * float(i1 @ c1)

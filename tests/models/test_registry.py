@@ -10,7 +10,7 @@ from vlmatch.errors import ConfigError, DataError
 @pytest.mark.parametrize("name", list_models())
 def test_every_model_follows_the_protocol_and_roundtrips(name, tmp_path):
     torch.manual_seed(0)
-    m = create_model(name, img_dim=16, embed_dim=8, word_dim=6, vocab_size=20).eval()
+    m = create_model(name, img_dim=16, embed_dim=16, word_dim=6, vocab_size=20).eval()
     feats = torch.randn(3, 5, 16)
     tokens = torch.randint(1, 20, (4, 7))
     lengths = torch.tensor([7, 3, 5, 1])

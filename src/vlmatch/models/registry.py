@@ -125,4 +125,4 @@ def _meta_shapes(name: str, opts: dict) -> dict[str, tuple] | None:
 
 def _load_builtin() -> None:
     # Importing the model modules registers their names.
-    from . import caan, mtfn, scan, sman, vse  # noqa: F401
+    from . import caan, mmca, mtfn, scan, sman, vse  # noqa: F401

@@ -1,0 +1,311 @@
+"""MMCA: Multi-Modality Cross Attention Network (Wei, Zhang, Li, Zhang, Wu; CVPR 2020). No public
+code: the paper's equations (§3) are the specification.
+
+Notation: region features o_i (i = 1..k), WordPiece tokens of a caption (n of them, the encoder's
+own [CLS] and [SEP] included, as BERT is fed), hidden width d (256 in the paper, Tables 4-5).
+
+Self-attention module (§3.3)
+    R   = FC(O)                                    (k x d, §3.2)
+    R_s = TU_self(R)                               (one Transformer unit, eq. 1-4)
+    i0  = l2norm(mean_i R_s)                       (eq. 5, over the valid regions)
+    E   = BERT(tokens)                             (n x H, frozen by default: H = 768 for BERT-base)
+    c0  = l2norm(LayerNorm(W_e [q1; q2; q3] + b_e))   q_l = max_k ReLU(W_l e_{k:k+l-1} + b_l)  (eq. 6-7)
+Cross-attention module (§3.4)
+    Y   = [R; E W_t + b_t]                         ((k + n) x d)
+    Y_c = TU_cross(Y) = [R_c; E_c]                 (eq. 8-14: every token attends to both modalities)
+    i1  = l2norm(mean_i R_c),  c1 = the 1-D CNN + max-pool + FC + LayerNorm head (own weights) on E_c
+Score (§3.5): S = i0·c0 + α (i1·c1), α = 0.2; hinge triplet on the hardest negatives (eq. 15).
+
+A Transformer unit (Fig. 3, post-norm as in Vaswani et al.): X = LN(Y + MultiHead(Y)),
+out = LN(X + FFN(X)), MultiHead = concat_h(softmax(Q_h K_hᵀ / sqrt(d_k)) V_h) W^O with h = 16 heads
+of width d_k = d / h, FFN(x) = ReLU(x W1 + b1) W2 + b2.
+
+Readings taken where the paper is loose (each is a choice, stated here):
+- Widths: R is d-wide but E is H-wide (768 for BERT-base), so they cannot be stacked as printed.
+  E enters the cross unit through a learned FC (H -> d, the W_t above); the c0 head reads E itself.
+- Eq. 4 gives W1, W2 as d x d: the FFN's inner width is d by default (``ffn_dim`` = 0 means d).
+- Eq. 11 scales by sqrt(d); we read it as the per-head width d_k (eq. 1 and Vaswani et al.).
+- Eq. 7 ends with LayerNorm, but §3.5 says "the embeddings are scaled to have a unit norm", so c0
+  and c1 are l2-normalised after the LayerNorm (i0 and i1 are l2-normalised by eq. 5's text).
+- The 1-D CNN (eq. 6) runs a window of l tokens from every token position k = 1..n, the positions
+  past the caption's end being zero vectors (Kim's zero-padded sentences), then max-pools over
+  the n positions: every window size gives a value even for a 2-token caption. ReLU outputs are
+  >= 0, so the max over valid positions is unaffected by the zero padding.
+- i1 / c1 use the same pooling and head structure as i0 / c0 ("quite similar"), with their own
+  weights; the CNN on E_c reads d-wide tokens.
+- No dropout anywhere (the paper names none), so training and scoring compute the same function.
+Masks: absent regions and padded tokens never serve as keys (self and cross units), never enter
+a mean or a max; their own (query) rows are computed and ignored.
+
+Scoring (the engine's ``score`` over an images x captions block): everything pair-independent is
+computed once per item in ``encode_*``: R_s, i0, the cross unit's per-token Q/K/V of R and of
+E W_t (eq. 8-10 split them by modality), E W_t itself and c0. The pair part is one batched
+attention over the (k + n) stacked tokens of every pair (scaled_dot_product_attention with a
+key mask), W^O, the FFN, the two LayerNorms and the c1 head, laid out (images, captions, tokens, d)
+so each is one GEMM over the whole block. With α = 0 (the ablation) the cross unit is skipped and S
+is the i0·c0 GEMM.
+
+The text encoder is any Hugging Face BERT-family folder given by a local path (``text_encoder``;
+'' means the packaged all-MiniLM-L6-v2). Frozen (default), its outputs are cached on disk by
+caption (vlmatch.encoders.text_cache); ``finetune=True`` trains it (no cache, weights saved).
+A checkpoint keeps a copy of the tokenizer files and the encoder folder's path and SHA-256
+(``text_encoder.json``); loading checks the hash so a checkpoint never silently pairs with
+another encoder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..encoders.hf import HFTextEncoder, encoder_hash, resolve_encoder_path
+from ..encoders.text_cache import cached_outputs, open_cache
+from ..errors import ConfigError, DataError
+from ..io import read_json, write_json
+from .base import ImageEncoding, MatchingModel, ModelConfig, TextEncoding, l2norm, length_mask, masked_mean
+from .registry import register
+
+
+@dataclass
+class MMCAConfig(ModelConfig):
+    alpha: float = 0.2  # weight of the cross-attention score i1·c1 (0: the self-attention-only ablation)
+    heads: int = 16  # heads of both Transformer units
+    ffn_dim: int = 0  # FFN inner width (0: d, eq. 4)
+    cnn_filters: int = 256  # filters per window size (1, 2, 3) of the 1-D CNNs
+    text_encoder: str = ""  # local Hugging Face folder ('' = the packaged all-MiniLM-L6-v2)
+    finetune: bool = False  # train the text encoder too (then its outputs are not cached)
+    text_cache: bool = True  # cache the frozen encoder's outputs on disk
+    max_tokens: int = 64  # WordPiece tokens per caption ([CLS] and [SEP] included), longer ones truncated
+
+
+@dataclass
+class MMCAImages(ImageEncoding):
+    # regions: R (B, k, d), the cross unit's input; embedding: i0 (B, d)
+    q: Tensor | None = None  # R W^Q of the cross unit, (B, k, d)
+    k: Tensor | None = None  # R W^K
+    v: Tensor | None = None  # R W^V
+
+
+@dataclass
+class MMCATexts(TextEncoding):
+    # words: E W_t + b_t (B, n, d), the cross unit's input; embedding: c0 (B, d)
+    q: Tensor | None = None  # (B, n, d)
+    k: Tensor | None = None
+    v: Tensor | None = None
+
+    per_word_fields = ("words", "q", "k", "v")
+
+
+class TransformerUnit(nn.Module):
+    """Fig. 3: multi-head attention and FFN, each with a residual connection followed by LayerNorm."""
+
+    def __init__(self, d: int, heads: int, ffn_dim: int):
+        super().__init__()
+        if d % heads:
+            raise ConfigError(f"embed_dim={d} is not divisible by heads={heads}")
+        self.heads = heads
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d, d) for _ in range(4))
+        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.ffn = nn.Sequential(nn.Linear(d, ffn_dim), nn.ReLU(), nn.Linear(ffn_dim, d))
+
+    def qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        return self.wq(x), self.wk(x), self.wv(x)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None) -> Tensor:
+        """softmax(Q Kᵀ / sqrt(d_k)) V per head, heads concatenated (before W^O); (..., T, d) in and out."""
+        *lead, t, d = q.shape
+        h = self.heads
+
+        def split(x):
+            return x.reshape(-1, x.shape[-2], h, d // h).transpose(1, 2)
+
+        mask = None if key_mask is None else key_mask.reshape(-1, 1, 1, key_mask.shape[-1])
+        out = F.scaled_dot_product_attention(split(q), split(k), split(v), attn_mask=mask)
+        return out.transpose(1, 2).reshape(*lead, t, d)
+
+    def finish(self, x: Tensor, attended: Tensor) -> Tensor:
+        """The rest of the unit after the heads: W^O, residual + LN, FFN, residual + LN."""
+        x = self.norm1(x + self.wo(attended))
+        return self.norm2(x + self.ffn(x))
+
+    def forward(self, x: Tensor, key_mask: Tensor | None) -> Tensor:
+        return self.finish(x, self.attend(*self.qkv(x), key_mask))
+
+
+class TextCNNHead(nn.Module):
+    """Eq. 6-7: windows 1, 2, 3 -> ReLU -> max over positions -> concat -> FC -> LayerNorm (-> l2norm)."""
+
+    WINDOWS = (1, 2, 3)
+
+    def __init__(self, width: int, filters: int, d: int):
+        super().__init__()
+        self.convs = nn.ModuleList(nn.Conv1d(width, filters, w) for w in self.WINDOWS)
+        self.fc = nn.Linear(filters * len(self.WINDOWS), d)
+        self.norm = nn.LayerNorm(d)
+
+    def forward(self, x: Tensor, valid: Tensor) -> Tensor:
+        """x (..., n, width) with ``valid`` (..., n) bool -> (..., d) unit vectors."""
+        lead, n = x.shape[:-2], x.shape[-2]
+        x = (x * valid[..., None].to(x.dtype)).reshape(-1, n, x.shape[-1]).transpose(1, 2)  # (N, width, n)
+        m = valid.reshape(-1, 1, n).to(x.dtype)
+        pooled = []
+        for w, conv in zip(self.WINDOWS, self.convs, strict=True):
+            p = torch.relu(conv(F.pad(x, (0, w - 1))))  # window from every position, zeros past the end
+            pooled.append((p * m).amax(dim=2))  # ReLU >= 0: zeroing invalid positions leaves the max
+        return l2norm(self.norm(self.fc(torch.cat(pooled, dim=1)))).reshape(*lead, -1)
+
+
+class MMCA(MatchingModel):
+    Config = MMCAConfig
+    uses_vocab = False  # WordPiece tokens of the text encoder's own tokenizer
+
+    def __init__(self, cfg: MMCAConfig):
+        super().__init__(cfg)
+        d = cfg.embed_dim
+        ffn = cfg.ffn_dim or d
+        if cfg.alpha < 0:
+            raise ConfigError(f"alpha={cfg.alpha} must be >= 0")
+        self.text = HFTextEncoder(cfg.text_encoder, trainable=cfg.finetune, max_length=cfg.max_tokens)
+        hidden = self.text.hidden_size
+        self.img_fc = nn.Linear(cfg.img_dim, d)
+        self.self_unit = TransformerUnit(d, cfg.heads, ffn)
+        self.c0_head = TextCNNHead(hidden, cfg.cnn_filters, d)
+        self.word_fc = nn.Linear(hidden, d)  # W_t: E to the cross unit's width
+        self.cross_unit = TransformerUnit(d, cfg.heads, ffn)
+        self.c1_head = TextCNNHead(d, cfg.cnn_filters, d)
+        self._cache = None
+
+    # --- text processing (the model's own tokenizer) ------------------------------------------
+    def tokenize(self, captions: list[str]) -> tuple[Tensor, Tensor]:
+        return self.text.tokenize(captions)
+
+    def decode_tokens(self, tokens: Tensor, length: int) -> list[str]:
+        return self.text.decode(tokens, length)
+
+    def token_vectors(self, tokens: Tensor, lengths: Tensor) -> Tensor:
+        """E: the text encoder's last layer (B, n, H), zero past each caption; cached when frozen."""
+        dtype = self.img_fc.weight.dtype
+        if self.cfg.finetune or not self.cfg.text_cache:
+            return self.text(tokens, lengths).to(dtype)
+        if self._cache is None:
+            self._cache = open_cache(f"{self.text.hash()[:24]}-t{self.cfg.max_tokens}")
+        return cached_outputs(self.text, self._cache, tokens, lengths, dtype)
+
+    # --- pair-independent ------------------------------------------------------------------
+    def encode_images(self, features: Tensor, mask: Tensor | None = None) -> MMCAImages:
+        r = self.img_fc(features)
+        rs = self.self_unit(r, mask)
+        i0 = l2norm(masked_mean(rs, None if mask is None else mask[..., None], dim=1))
+        q, k, v = self.cross_unit.qkv(r)
+        return MMCAImages(regions=r, mask=mask, embedding=i0, q=q, k=k, v=v)
+
+    def encode_texts(self, tokens: Tensor, lengths: Tensor) -> MMCATexts:
+        if lengths.min() < 1:
+            raise ValueError("every caption needs at least one token")
+        e = self.token_vectors(tokens, lengths)
+        valid = length_mask(lengths, e.shape[1])
+        c0 = self.c0_head(e, valid)
+        w = self.word_fc(e)
+        q, k, v = self.cross_unit.qkv(w)
+        return MMCATexts(lengths=lengths, words=w, embedding=c0, q=q, k=k, v=v)
+
+    # --- pair-dependent --------------------------------------------------------------------
+    def cross_embeddings(self, img: MMCAImages, txt: MMCATexts) -> tuple[Tensor, Tensor]:
+        """i1 (Ni, Nt, d) and c1 (Ni, Nt, d) of every pair of the block."""
+        txt = txt.trim()
+        ni, k, d = img.regions.shape
+        nt, n, _ = txt.words.shape
+
+        def stack(a, b):  # per-item token rows -> (Ni, Nt, k + n, d) per pair
+            return torch.cat([a[:, None].expand(ni, nt, k, d), b[None].expand(ni, nt, n, d)], dim=2)
+
+        wmask = length_mask(txt.lengths, n)[None].expand(ni, nt, n)
+        rmask = (torch.ones(ni, k, dtype=torch.bool, device=wmask.device) if img.mask is None else img.mask)
+        keys = torch.cat([rmask[:, None].expand(ni, nt, k), wmask], dim=2)  # (Ni, Nt, k + n)
+        unit = self.cross_unit
+        attended = unit.attend(stack(img.q, txt.q), stack(img.k, txt.k), stack(img.v, txt.v), keys)
+        yc = unit.finish(stack(img.regions, txt.words), attended)
+        rc, ec = yc[:, :, :k], yc[:, :, k:]
+        i1 = l2norm(masked_mean(rc, None if img.mask is None else img.mask[:, None, :, None], dim=2))
+        c1 = self.c1_head(ec, wmask)
+        return i1, c1
+
+    def score(self, img: MMCAImages, txt: MMCATexts) -> Tensor:
+        s = img.embedding @ txt.embedding.T
+        if self.cfg.alpha == 0:
+            return s
+        i1, c1 = self.cross_embeddings(img, txt)
+        return s + self.cfg.alpha * (i1 * c1).sum(dim=-1)
+
+    def bytes_per_pair(self, n_regions: int, n_words: int) -> int:
+        if self.cfg.alpha == 0:
+            return 8
+        t, d, ffn = n_regions + n_words, self.cfg.embed_dim, self.cfg.ffn_dim or self.cfg.embed_dim
+        # q, k, v, y, attention out, W^O out, two LN outputs, FFN hidden, conv outputs, softmax rows
+        return 4 * (9 * t * d + t * ffn + 3 * n_words * self.cfg.cnn_filters * 2 + self.cfg.heads * t * t)
+
+    def pair_flops(self, n_regions: int, n_words: int) -> int:
+        """Multiply-adds per pair of the pair-dependent part: the cross unit over t = k + n tokens
+        (Q Kᵀ and A V over all t tokens, 2 t² d, as the fused attention kernel computes them; W^O
+        t d²; FFN 2 t d d_ff) and the c1 head (CNN n d f (1 + 2 + 3), FC 3 f d), plus the two dots.
+        LayerNorms, softmax and ReLU are not multiply-adds and are not counted."""
+        k, n, d = n_regions, n_words, self.cfg.embed_dim
+        if self.cfg.alpha == 0:
+            return d
+        t, ffn, f = k + n, self.cfg.ffn_dim or d, self.cfg.cnn_filters
+        return 2 * t * t * d + t * d * d + 2 * t * d * ffn + 6 * n * d * f + 3 * f * d + 2 * d
+
+    # --- stage 1 and heat maps ---------------------------------------------------------------
+    def global_embeddings(self, img: ImageEncoding, txt: TextEncoding) -> tuple[Tensor, Tensor]:
+        return img.embedding, txt.embedding
+
+    def cross_attention(self, img: MMCAImages, txt: MMCATexts) -> Tensor:
+        """Softmax weights of the cross unit for one pair, (heads, k + n, k + n), rows = queries."""
+        txt = txt.trim()
+        k, n, d = img.regions.shape[1], txt.words.shape[1], self.cfg.embed_dim
+        h = self.cfg.heads
+        q = torch.cat([img.q[0], txt.q[0, :n]]).reshape(k + n, h, d // h).transpose(0, 1)
+        kk = torch.cat([img.k[0], txt.k[0, :n]]).reshape(k + n, h, d // h).transpose(0, 1)
+        logits = q @ kk.transpose(1, 2) / (d // h) ** 0.5
+        valid = torch.ones(k + n, dtype=torch.bool, device=q.device)
+        if img.mask is not None:
+            valid[:k] = img.mask[0]
+        return torch.softmax(logits.masked_fill(~valid, float("-inf")), dim=-1)
+
+    def pair_attention(self, img: MMCAImages, txt: MMCATexts) -> dict:
+        """Word -> region weights of the cross unit, averaged over heads, (k, n), axis "regions".
+
+        A word's query attends to all k + n tokens; its weights over the k regions are taken and
+        renormalised to sum to 1 over the regions (the remaining mass went to words)."""
+        with torch.no_grad():
+            a = self.cross_attention(img, txt).mean(dim=0)  # (k + n, k + n)
+            k, n = img.regions.shape[1], int(txt.lengths[0])
+            w = a[k:k + n, :k].T  # (k, n): column j = word j's weights over the regions
+            region_mass = w.sum(dim=0)
+            w = w / region_mass.clamp(min=1e-12)
+        return {"weights": w.float().cpu().numpy(), "axis": "regions",
+                "region_mass": region_mass.float().cpu().numpy(), "heads_averaged": self.cfg.heads}
+
+    # --- checkpoints -------------------------------------------------------------------------
+    def save_extra(self, directory: Path) -> None:
+        self.text.save_tokenizer(directory / "tokenizer")
+        write_json(directory / "text_encoder.json", {"path": str(self.text.path), "sha256": self.text.hash(),
+                                                     "finetuned": self.cfg.finetune})
+
+    def load_extra(self, directory: Path) -> None:
+        info = read_json(directory / "text_encoder.json", "not found (an MMCA checkpoint records its text encoder)")
+        have = encoder_hash(resolve_encoder_path(self.cfg.text_encoder))
+        if info.get("sha256") != have:
+            raise DataError(directory / "text_encoder.json",
+                            f"the checkpoint was trained with text encoder {info.get('path')} (sha256 "
+                            f"{str(info.get('sha256'))[:12]}...), but {self.text.path} has sha256 {have[:12]}...")
+        if (directory / "tokenizer").is_dir():
+            self.text.use_tokenizer(directory / "tokenizer")
+
+
+register("mmca", MMCA, "MMCA: self-attention + cross-attention Transformer units, pretrained BERT-family text encoder",
+         img_dim=2048, embed_dim=256)

@@ -1,0 +1,35 @@
+"""MMCA learns on the toy world (a tiny random BERT as its frozen text encoder, so CI stays fast)."""
+
+import pytest
+
+from vlmatch import load_model
+from vlmatch.config import load_config
+from vlmatch.data.precomp import PrecompSplit
+from vlmatch.encoders.hf import tiny_bert_folder
+from vlmatch.metrics import recall_metrics
+from vlmatch.scoring import model_scores, two_stage_scores
+
+from .test_mmca import toy_words
+
+CHANCE_RSUM = 3 * (0.5 + 2.5 + 5.0)  # 200 images / 1000 captions
+
+
+@pytest.mark.slow
+def test_mmca_learns_and_two_stage_matches_exhaustive_at_large_k(small_world, tmp_path):
+    bert = tiny_bert_folder(tmp_path / "bert", hidden=32, layers=2, heads=2, words=toy_words())
+    cfg = load_config(None, extra={
+        "model": {"name": "mmca", "embed_dim": 64, "heads": 4, "cnn_filters": 64, "text_encoder": str(bert)},
+        "data": {"path": str(small_world), "val_max_images": 200},
+        "train": {"epochs": 4, "batch_size": 64, "lr": 5e-4, "lr_update": 4, "log_every": 50, "threads": 2,
+                  "warmup_epochs": 1, "val_top_k": 20}})
+    from vlmatch.train import train
+
+    best = train(cfg, tmp_path / "run", progress=False)
+    assert best["rsum"] > 4 * CHANCE_RSUM, best
+    assert best["protocol"] == "single, two-stage top 20"
+    model = load_model(tmp_path / "run" / "best")
+    dev = PrecompSplit(small_world, "dev", max_images=200)
+    exhaustive = recall_metrics(model_scores(model, dev, progress=False))
+    i2t, t2i = two_stage_scores(model, dev, top_k=1000, progress=False)  # K = everything: same rankings
+    assert recall_metrics(i2t, t2i) == pytest.approx(exhaustive, abs=1e-9)
+    assert abs(exhaustive["rsum"] - best["rsum"]) < 30  # top 20 already recovers most of the exhaustive rsum
