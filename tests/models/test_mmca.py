@@ -56,8 +56,8 @@ def test_mmca_score_equals_loop_reference(tiny_bert, alpha):
     assert lengths.unique().numel() > 2  # padded captions of several lengths take part
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
     if alpha:  # the cross term is really there
-        assert (got - model.score(model.encode_images(feats, mask), model.encode_texts(tokens, lengths)) * 0).abs().max() > 0
-        s0 = (model.encode_images(feats, mask).embedding @ model.encode_texts(tokens, lengths).embedding.T).detach()
+        with torch.no_grad():
+            s0 = model.encode_images(feats, mask).embedding @ model.encode_texts(tokens, lengths).embedding.T
         assert (got - s0).abs().max() > 1e-3
 
 
@@ -85,8 +85,8 @@ def test_gradients_reach_every_parameter(tiny_bert):
     assert not any(n.startswith("text.") for n, _ in model.named_parameters())  # frozen encoder: not trained
     tuned = _model(tiny_bert, finetune=True)
     hinge_triplet(tuned(feats.float(), mask, tokens[:3], lengths[:3])).backward()
-    grads = [p.grad for n, p in tuned.named_parameters() if n.startswith("text.")]
-    assert grads and all(g is not None for g in grads)
+    grads = {n: p.grad for n, p in tuned.named_parameters() if n.startswith("text.") and ".pooler." not in n}
+    assert grads and all(g is not None and g.abs().sum() > 0 for g in grads.values())  # (BERT's pooler is unused)
 
 
 def test_frozen_outputs_are_cached_on_disk_by_encoder_and_caption(tiny_bert, monkeypatch, tmp_path):
