@@ -66,20 +66,29 @@ from ..encoders.hf import HFTextEncoder, encoder_hash, resolve_encoder_path
 from ..encoders.text_cache import cached_outputs, open_cache
 from ..errors import ConfigError, DataError
 from ..io import read_json, write_json
-from .base import ImageEncoding, MatchingModel, ModelConfig, TextEncoding, l2norm, length_mask, masked_mean
+from .base import (
+    ImageEncoding,
+    MatchingModel,
+    ModelConfig,
+    TextEncoding,
+    l2norm,
+    length_mask,
+    masked_mean,
+    option,
+)
 from .registry import register
 
 
 @dataclass
 class MMCAConfig(ModelConfig):
-    alpha: float = 0.2  # weight of the cross-attention score i1·c1 (0: the self-attention-only ablation)
-    heads: int = 16  # heads of both Transformer units
-    ffn_dim: int = 0  # FFN inner width (0: d, eq. 4)
-    cnn_filters: int = 256  # filters per window size (1, 2, 3) of the 1-D CNNs
-    text_encoder: str = ""  # local Hugging Face folder ('' = the packaged all-MiniLM-L6-v2)
-    finetune: bool = False  # train the text encoder too (then its outputs are not cached)
-    text_cache: bool = True  # cache the frozen encoder's outputs on disk
-    max_tokens: int = 64  # WordPiece tokens per caption ([CLS] and [SEP] included), longer ones truncated
+    alpha: float = option(0.2, min=0.0, doc="weight of i1·c1 (0: the self-attention-only ablation, no cross unit)")
+    heads: int = option(16, min=1, max=1024, doc="heads of both Transformer units (must divide embed_dim)")
+    ffn_dim: int = option(0, min=0, max=1 << 24, doc="FFN inner width (0: embed_dim, eq. 4)")
+    cnn_filters: int = option(256, min=1, max=1 << 16, doc="filters per window size (1, 2, 3) of the 1-D CNNs")
+    text_encoder: str = option("", doc="local Hugging Face folder ('' = the packaged all-MiniLM-L6-v2)")
+    finetune: bool = option(False, doc="train the text encoder too (then its outputs are not cached)")
+    text_cache: bool = option(True, doc="cache the frozen encoder's outputs on disk")
+    max_tokens: int = option(64, min=3, max=4096, doc="WordPiece tokens per caption, [CLS] and [SEP] included")
 
 
 @dataclass
