@@ -17,6 +17,11 @@ Modes (each in its own subprocess, so each peak memory is its own):
 With a model that declares ``pair_flops`` (multiply-adds per pair), the report adds its compute
 bound: those multiply-adds at the GEMM rate measured by gemm_fp32 in the same run.
 ``--model mtfn --modes gemm_fp32 fp32 pairwise``: MTFN's exact one-GEMM scoring against eq. 2-4 per pair.
+
+
+``python benchmarks/scoring.py --roofline [...]`` runs benchmarks/roofline.py instead: every model's
+µs/pair eager and compiled next to its compute bound (see that file).
+
 Each is timed on the slice it runs (official: --official-images x --official-captions) and
 reported per pair; totals for the 1000 x 5000 matrix are extrapolated from µs/pair when a slice is
 smaller than that. Figures go to benchmarks/results/scoring.{json,md}.
@@ -249,6 +254,11 @@ def recall_change(a) -> dict:
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--roofline"]:  # the every-model roofline table lives in its own script
+        import roofline
+
+        return roofline.main(argv[1:])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--images", type=int, default=1000)
     ap.add_argument("--captions", type=int, default=1000)

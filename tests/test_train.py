@@ -11,7 +11,8 @@ import torch
 
 from vlmatch import load_model
 from vlmatch.config import load_config
-from vlmatch.train import train
+from vlmatch.data.precomp import PrecompSplit
+from vlmatch.train import train, validate
 
 
 def _cfg(world, **train_over):
@@ -56,6 +57,7 @@ def test_torchrun_two_processes_end_with_identical_weights(small_world, tmp_path
     import yaml
 
     cfg = _cfg(small_world, epochs=1, max_steps_per_epoch=6, log_every=2)
+    cfg["model"] = {"name": "scan_t2i_avg", "embed_dim": 32, "word_dim": 16}  # several image blocks to shard
     cfg_path.write_text(yaml.safe_dump(cfg))
     run = tmp_path / "ddp"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -67,6 +69,15 @@ def test_torchrun_two_processes_end_with_identical_weights(small_world, tmp_path
     assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"]
     assert [s["global_step"] for s in _log(run) if s["type"] == "train"] == [2, 4, 6]  # rank 0 logs alone
     assert (run / "best" / "model.safetensors").is_file()
+    # validation was sharded over both ranks: it equals one process validating the saved model
+    (val,) = [r for r in _log(run) if r["type"] == "val"]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each rank ran
+    try:
+        alone = validate(load_model(run / "best"), PrecompSplit(small_world, "dev", max_images=200), "cpu")
+    finally:
+        torch.set_num_threads(threads)
+    assert val["rsum"] == alone["rsum"] and val["i2t_r1"] == alone["i2t_r1"]
 
 
 def test_adadelta_weight_decay_and_an_explicit_lr_schedule(small_world, tmp_path):

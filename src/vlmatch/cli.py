@@ -83,7 +83,9 @@ def _add_evaluate(sub):
                        description="Evaluate saved score matrices (--sims, n_images x n_captions .npy) or "
                                    "checkpoints (--checkpoint with --data/--split). Several matrices or "
                                    "checkpoints are averaged into an ensemble. Ties count against the "
-                                   "ground truth.")
+                                   "ground truth. Under torchrun (--nproc_per_node=N, --nnodes) every rank "
+                                   "scores its share of the image blocks (gloo on CPU, nccl on GPU) and rank 0 "
+                                   "evaluates; the matrix is bit-identical to a single process.")
     p.add_argument("--sims", nargs="+", metavar="FILE.npy", help="score matrices (rows images, columns captions)")
     p.add_argument("--checkpoint", nargs="+", metavar="DIR", help="model folders (model.safetensors + config.json)")
     p.add_argument("--data", help=f"data for --checkpoint: {DATA_HELP}")
@@ -93,6 +95,10 @@ def _add_evaluate(sub):
     p.add_argument("--save-sims", metavar="FILE.npy", help="save the (ensembled) score matrix")
     p.add_argument("--json", metavar="PATH", help="write every number as JSON")
     p.add_argument("--device", default="auto")
+    p.add_argument("--budget-mb", type=float, default=32.0,
+                   help="working memory of one scoring block in MiB (default 32: cache-sized); sets the block shape")
+    p.add_argument("--compile", action="store_true",
+                   help="run the model's score through torch.compile at one fixed block shape (see README)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--rerank", action="store_true",
                    help="also report the recalls after cross-modal re-ranking (MTFN-RR, both directions); T2I uses "
@@ -117,6 +123,7 @@ def _add_rerank_options(p) -> None:
 def cmd_evaluate(a):
     import numpy as np
 
+    from . import distributed as D
     from .io import check_writable, save_npy, write_json
     from .metrics import ensemble, evaluate_protocol, format_table, load_sims
 
@@ -126,13 +133,20 @@ def cmd_evaluate(a):
         if out:
             check_writable(out)
     if a.sims:
+        if D.world_from_env()[0] != 0:  # under torchrun there is nothing to share: rank 0 does it all
+            return
         mats, sources = [load_sims(p) for p in a.sims], list(a.sims)
     else:
         if not a.data:
             raise VlmatchError("--checkpoint needs --data")
         mats, sources = [], list(a.checkpoint)
-        for ck in a.checkpoint:
-            mats.append(checkpoint_scores(ck, a.data, a.split, a.max_images, a.device, not a.no_progress))
+        for ck in a.checkpoint:  # under torchrun every rank scores its share, rank 0 gets the matrix
+            mats.append(checkpoint_scores(ck, a.data, a.split, a.max_images, a.device, not a.no_progress,
+                                          budget=int(a.budget_mb * 2**20), compile=a.compile))
+        if D.world()[0] != 0:
+            D.shutdown()
+            return
+        D.shutdown()
     sims = mats[0] if len(mats) == 1 else ensemble(mats, sources)
     res = evaluate_protocol(sims, a.protocol, source=sources[0])
     label = sources[0] if len(sources) == 1 else f"ensemble of {len(sources)}"
@@ -247,19 +261,22 @@ def cmd_rerank(a):
         write_json(a.json, {"sims": a.sims, **res})
 
 
-def checkpoint_scores(checkpoint, data, split, max_images, device, progress):
+def checkpoint_scores(checkpoint, data, split, max_images, device, progress, budget=None, compile=False):
+    from . import distributed as D
     from .data.precomp import PrecompSplit
     from .data.resolve import resolve_data
     from .models.registry import load_model
     from .scoring import model_scores
     from .train import pick_device
 
-    dev = pick_device(device)
+    dev = D.setup(pick_device(device))  # joins the process group when launched by torchrun
     model = load_model(checkpoint, map_location=dev)
     if model.uses_vocab and model.vocab is None:
         raise VlmatchError(f"{checkpoint}: no vocab.json beside the model")
     sp = PrecompSplit(resolve_data(data), split, max_images=max_images)
-    return model_scores(model, sp, device=dev, progress=progress)
+    from .scoring import DEFAULT_BUDGET
+
+    return model_scores(model, sp, device=dev, progress=progress, budget=budget or DEFAULT_BUDGET, compile=compile)
 
 
 def _add_quickstart(sub):

@@ -14,6 +14,11 @@ def world() -> tuple[int, int]:
     return 0, 1
 
 
+def world_from_env() -> tuple[int, int]:
+    """(rank, world size) as torchrun announces them, before any process group exists."""
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def init_from_env(device: torch.device) -> bool:
     """Initialise the process group when launched by torchrun; returns True if distributed."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
@@ -21,6 +26,15 @@ def init_from_env(device: torch.device) -> bool:
     backend = "nccl" if device.type == "cuda" else "gloo"
     dist.init_process_group(backend=backend)
     return True
+
+
+def setup(device: torch.device) -> torch.device:
+    """Join the torchrun process group if launched by torchrun; the device this rank works on
+    (``cuda:LOCAL_RANK`` on GPUs, else ``device``)."""
+    if init_from_env(device) and device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    return device
 
 
 def barrier() -> None:

@@ -83,10 +83,15 @@ def build_vocab(cfg: dict, train: PrecompSplit) -> Vocab:
     return Vocab.build(train.captions, min_count=cfg["data"]["min_word_count"])
 
 
-def validate(model, split, device, progress=False, top_k: int = 0) -> dict:
+def validate(model, split, device, progress=False, top_k: int = 0) -> dict | None:
     """Recall on ``split``: the model's own validation (exhaustive matrix), or with ``top_k`` two-stage
-    retrieval (rank by the model's global part, re-score each query's top K; ``scoring.two_stage_scores``)."""
+    retrieval (rank by the model's global part, re-score each query's top K; ``scoring.two_stage_scores``).
+    Under torchrun every rank must call it: for the exhaustive matrix each rank scores its share of the
+    image blocks and rank 0 evaluates; two-stage validation runs on rank 0 alone. Rank 0 returns the
+    metrics, the others None."""
     if top_k:
+        if D.world()[0] != 0:
+            return None
         i2t, t2i = two_stage_scores(model, split, top_k, device=device, progress=progress)
         return {"protocol": f"single, two-stage top {top_k}", "n_images": i2t.shape[0], "n_captions": i2t.shape[1],
                 **recall_metrics(i2t, t2i)}
@@ -104,11 +109,9 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
     device = pick_device(tc["device"])
     if tc["threads"]:
         torch.set_num_threads(int(tc["threads"]))
-    distributed = D.init_from_env(device)
+    device = D.setup(device)
     rank, world_size = D.world()
-    if device.type == "cuda" and distributed:
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-        torch.cuda.set_device(device)
+    distributed = world_size > 1
     is_main = rank == 0
     run_dir = Path(run_dir)
     torch.manual_seed(tc["seed"])
@@ -228,9 +231,9 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
 
 def _validate_and_keep(model, val_split, device, state, run_dir, metrics_path, epoch, is_main, progress,
                        epochs=None, top_k=0):
+    t0 = time.perf_counter()
+    m = validate(model, val_split, device, progress=progress and is_main, top_k=top_k)  # every rank scores its share
     if is_main:
-        t0 = time.perf_counter()
-        m = validate(model, val_split, device, progress=progress, top_k=top_k)
         append_line(metrics_path, json.dumps({"type": "val", "epoch": epoch, "global_step": state["global_step"],
                                               "seconds": time.perf_counter() - t0,
                                               **{k: v for k, v in m.items() if k != "protocol"}}))
@@ -246,7 +249,8 @@ def _validate_and_keep(model, val_split, device, state, run_dir, metrics_path, e
     D.barrier()
     # every rank must know the best so far (it is saved in every rank's trainer state)
     if D.world()[1] > 1:
-        t = torch.tensor([state["best_rsum"]], dtype=torch.float64)
+        t = torch.tensor([state["best_rsum"]], dtype=torch.float64,
+                         device=device if torch.distributed.get_backend() == "nccl" else "cpu")
         torch.distributed.broadcast(t, 0)
         state["best_rsum"] = float(t.item())
 

@@ -186,6 +186,14 @@ class MatchingModel(nn.Module):
     def forward(self, features, mask, tokens, lengths) -> Tensor:
         return self.score(self.encode_images(features, mask), self.encode_texts(tokens, lengths))
 
+    def pair_flops(self, n_regions: int, n_words: int) -> dict[str, int] | None:
+        """The unavoidable work of ``score`` per (image, caption) pair, counted from the model's
+        equations (not from what its code happens to do): ``{"macs": multiply-adds, "transcendentals":
+        exp / tanh / sigmoid / sqrt / log evaluations}``. Pair-independent work (``encode_*``) is not
+        counted. The scoring benchmark's roofline divides it by the machine's measured peaks;
+        None means the model has not declared it."""
+        return None
+
     def bytes_per_pair(self, n_regions: int, n_words: int) -> int:
         """Working memory ``score`` needs per (image, caption) pair; sizes the engine's blocks."""
         return 64
@@ -224,13 +232,14 @@ class MatchingModel(nn.Module):
             raise ConfigError(f"model {self.name} has no training stage {stage!r}")
         return "image_caption"
 
-    def validation_metrics(self, split, device, progress: bool = False) -> dict:
-        """The metrics that select the best checkpoint (default: recalls of the full val score matrix)."""
+    def validation_metrics(self, split, device, progress: bool = False) -> dict | None:
+        """The metrics that select the best checkpoint (default: recalls of the full val score matrix).
+        Under torchrun every rank calls it and scores its share; rank 0 returns the metrics, the others None."""
         from ..metrics import evaluate_protocol
         from ..scoring import model_scores
 
         sims = model_scores(self, split, device=device, progress=progress)
-        return evaluate_protocol(sims, "single", source=split.captions_path)
+        return None if sims is None else evaluate_protocol(sims, "single", source=split.captions_path)
 
     def has_text_similarity(self) -> bool:
         """Whether ``caption_scores`` gives a trained caption-caption similarity."""

@@ -233,6 +233,29 @@ class CAAN(MatchingModel):
         v_sq, u_sq = torch.linalg.vecdot(v_hat, v_hat), torch.linalg.vecdot(u_hat, u_hat)
         return dot / (safe_sqrt(v_sq) * safe_sqrt(u_sq)).clamp(min=EPS)
 
+    def pair_flops(self, n_regions: int, n_words: int) -> dict[str, int]:
+        """Counted from eq. 5-17 with the per-item products (V K, V Q1, V Q4, U Q2, U Q3, FA's H^v V Q1,
+        H^u U Q3, V Vᵀ) outside the pair. H = tanh(Vᵀ K U): k n D and k n tanh; the two
+        normalisations of [H]_+: 4 k n and k + n sqrt. IA: H^uv (U Q2) and H^vuᵀ (V Q4), 2 k n m. SA: the
+        cosines (4 k n, k + n sqrt), then H^v V Q1 as R (Rᵀ V Q1) or (R Rᵀ) V Q1, whichever is
+        cheaper (min(2 k n m, k² (n + m))), the same for H^u (min(2 k n m, n² (k + m))). Attention: tanh
+        of (k + n) m-vectors, their (k + n) m dot products with w, (k + n) exp. Score: v̂ = V f,
+        û = U g, their inner product and norms ((k + n + 3) D, 2 sqrt). Without any pair-dependent
+        attention (baseline, FA only) f and g belong to the items and only <v̂, û> is left (D)."""
+        c = self.cfg
+        k, n, d, m = n_regions, n_words, c.embed_dim, c.attn_dim
+        if not self._needs_h:  # baseline / FA: v̂ and û are per item
+            return {"macs": d, "transcendentals": 0}
+        macs, trans = k * n * d + 4 * k * n, k * n + k + n
+        if c.inter:
+            macs += 2 * k * n * m
+        if c.intra == "semantic":
+            macs += 4 * k * n + min(2 * k * n * m, k * k * (n + m)) + min(2 * k * n * m, n * n * (k + m))
+            trans += k + n
+        macs += (k + n) * m + (k + n + 3) * d
+        trans += (k + n) * m + k + n + 2
+        return {"macs": macs, "transcendentals": trans}
+
     def bytes_per_pair(self, n_regions: int, n_words: int) -> int:
         m = self.cfg.attn_dim if self.attends else 0
         return 4 * (6 * n_regions * n_words + 3 * (n_regions + n_words) * m)

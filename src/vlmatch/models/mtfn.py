@@ -223,7 +223,7 @@ class MTFN(MatchingModel):
             return "caption_pair"
         return "image_caption"
 
-    def validation_metrics(self, split, device, progress: bool = False) -> dict:
+    def validation_metrics(self, split, device, progress: bool = False) -> dict | None:
         """Image-text stage: the recalls of S_IT. Text-text stage (S_IT is frozen, so its recalls cannot
         move): the recalls after re-ranking S_IT with S_TT (K = rr_k, K' = rr_k_text), which is what
         S_TT is for; the record says so under ``reranked``."""
@@ -233,6 +233,8 @@ class MTFN(MatchingModel):
         from ..scoring import model_scores
 
         sims = model_scores(self, split, device=device, progress=progress)
+        if sims is None:  # a torchrun rank other than 0: it scored its share, rank 0 re-ranks
+            return None
         nb = model_text_neighbors(self, split, self.cfg.rr_k_text, device=device, progress=progress)
         res = evaluate_reranked(sims, "single", k=self.cfg.rr_k, k_text=self.cfg.rr_k_text, neighbors=nb,
                                 source=split.captions_path)

@@ -163,6 +163,22 @@ class SCAN(MatchingModel):
         rel = dot / (f_norm * a_norm).clamp(min=EPS)
         return pool(rel, None if rmask is None else rmask[..., 0], dim=1, how=c.agg, lambda_lse=c.lambda_lse)
 
+    def pair_flops(self, n_regions: int, n_words: int) -> dict[str, int]:
+        """s_ij (k n D); Sum-Max adds only k n comparisons. Attention, with q queries attending over r
+        items (t-i: the n words over the k regions): the raw norm of s (2 k n, one sqrt per item
+        line), λ1-softmax (k n exp, k n), e_j . a_j = Σ_i α_ij s_ij (k n), ||a_j||² = α_jᵀ G α_j with
+        the per-item Gram G (q (r² + r), cheaper than forming a_j: q (r + 1) D), the cosine and the
+        pooling (2 q, q sqrt; LSE q exp + 1 log)."""
+        c = self.cfg
+        k, n, d = n_regions, n_words, c.embed_dim
+        macs = k * n * d
+        if c.method == "summax":
+            return {"macs": macs, "transcendentals": 0}
+        q, r = (n, k) if c.direction == "t2i" else (k, n)
+        macs += 4 * k * n + q * min(r * r + r, (r + 1) * d) + 2 * q
+        trans = k * n + r + q + (q + 1 if c.agg == "lse" else 0)
+        return {"macs": macs, "transcendentals": trans}
+
     def bytes_per_pair(self, n_regions: int, n_words: int) -> int:
         # s, s̄, α, G·α (or their i2t twins) and temporaries, float32
         return 4 * n_regions * n_words * 7

@@ -319,22 +319,26 @@ class SMAN(MatchingModel):
             out["word_weights"]["multimodal"] = a2_t.tolist()
         return out
 
+    def pair_flops(self, n_regions: int, n_words: int) -> dict[str, int]:
+        """Work per (image, caption) pair of ``score`` (the per-item work excluded). Pair-independent
+        (α = 1, or no stacked step): one inner product of the K D-long unit vectors. Otherwise: d0 + d1
+        (2 D), the queries W_vq2 o_v, W_tq2 o_t (2 D a), the hidden states and logits (W I ⊙ q, then
+        w_h · tanh(.): 2 (k + n) a), Σ α2 P2 I / M and Σ α2 S ((k + n) D), the d2 cosine (3 D).
+        Transcendentals: the gate's 2 D sigmoids, the queries' 2 a tanh, the hidden states' (k + n) a
+        tanh, the softmaxes' k + n exp, v2's D tanh and 2 sqrt."""
+        d, a = self.cfg.embed_dim, self.cfg.attn_dim
+        k, n = n_regions, n_words
+        if not self.pair_dependent:
+            return {"macs": self.n_levels * d, "transcendentals": 0}
+        macs = 2 * d + 2 * d * a + 2 * (k + n) * a + (k + n) * d + 3 * d
+        trans = 2 * d + 2 * a + (k + n) * a + (k + n) + d + 2
+        return {"macs": macs, "transcendentals": trans}
+
     def bytes_per_pair(self, n_regions: int, n_words: int) -> int:
         if not self.pair_dependent:
             return 8
         d, a = self.cfg.embed_dim, self.cfg.attn_dim
         return 4 * (2 * (n_regions + n_words) * a + 8 * d + 4 * a + 2 * (n_regions + n_words))
-
-    def pair_flops(self, n_regions: int, n_words: int) -> int:
-        """Multiply-adds per (image, caption) pair of ``score`` (the per-item work excluded)."""
-        d, a = self.cfg.embed_dim, self.cfg.attn_dim
-        glob = (self.n_levels if not self.pair_dependent else 2) * d  # unit · unit
-        if not self.pair_dependent:
-            return glob
-        queries = 2 * d * a  # W_vq2 o_v, W_tq2 o_t
-        hidden = 2 * (n_regions + n_words) * a  # (W I ⊙ q) then w_h · tanh(.)
-        pooled = (n_regions + n_words) * d  # Σ α2 P2 I / M, Σ α2 S
-        return glob + queries + hidden + pooled + 3 * d  # + the d2 cosine
 
 
 _PAPER = dict(img_dim=2048, embed_dim=512, word_dim=512, attn_dim=512)

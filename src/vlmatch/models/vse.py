@@ -50,6 +50,9 @@ class VSE(MatchingModel):
     def score(self, img: ImageEncoding, txt: TextEncoding) -> Tensor:
         return img.embedding @ txt.embedding.T
 
+    def pair_flops(self, n_regions: int, n_words: int) -> dict[str, int]:
+        return {"macs": self.cfg.embed_dim, "transcendentals": 0}  # one inner product
+
     def bytes_per_pair(self, n_regions: int, n_words: int) -> int:
         return 8
 

@@ -1,0 +1,172 @@
+"""Roofline of every model's pair scoring: µs per (image, caption) pair against its compute bound.
+
+    python benchmarks/roofline.py                  # k=36 regions, L=12 words, 1 thread
+    python benchmarks/roofline.py --threads 2
+
+Each model declares the unavoidable work of its ``score`` per pair, counted from its equations
+(``MatchingModel.pair_flops``: multiply-adds and transcendentals). The bound is that work at this
+machine's peaks, measured in the same run, each in its own process: a plain float32 GEMM
+(2048 x 1024 @ 1024 x 2048) for the multiply-adds and ``torch.tanh`` over a cache-sized contiguous
+tensor for the transcendentals:
+
+    bound µs/pair = 2 macs / GEMM FLOP/s + transcendentals / tanh rate
+
+Each model is timed through the engine (``score_blocks``, the engine's own block plan) on encodings of
+random features and random tokens, eager and with ``compile=True`` (compilation not timed).
+A model family joins the table with one entry in ``MODELS`` and a ``pair_flops`` method.
+Results: benchmarks/results/roofline.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+HERE = Path(__file__).resolve().parent
+
+# family label -> (registered name, overrides). Sizes are the registered (paper) ones unless given.
+MODELS = {
+    "VSE++": ("vsepp", {}),
+    "SCAN t-i AVG": ("scan_t2i_avg", {}),
+    "SCAN i-t AVG": ("scan_i2t_avg", {}),
+    "CAAN (IA+SA)": ("caan", {"attn_dim": 256}),
+    "SMAN": ("sman", {}),
+}
+
+
+def _timed(fn, min_seconds: float) -> tuple[float, int]:
+    """Seconds and repetitions of ``fn`` run until at least ``min_seconds`` have passed."""
+    reps, t0 = 0, time.perf_counter()
+    while True:
+        fn()
+        reps += 1
+        dt = time.perf_counter() - t0
+        if dt >= min_seconds:
+            return dt, reps
+
+
+def measure_peaks(a) -> dict:
+    torch.set_num_threads(a.threads)
+    x, y = torch.randn(2048, 1024), torch.randn(1024, 2048)
+    out = torch.empty(2048, 2048)
+    torch.mm(x, y, out=out)
+    dt, reps = _timed(lambda: torch.mm(x, y, out=out), a.min_seconds)
+    gemm = 2 * 2048 * 1024 * 2048 * reps / dt
+    t = torch.randn(64, 4096)  # 1 MiB: stays in cache, as a fused elementwise kernel's operand would
+    tout = torch.empty_like(t)
+    dt, reps = _timed(lambda: torch.tanh(t, out=tout), a.min_seconds)
+    return {"gemm_flops": gemm, "tanh_per_s": t.numel() * reps / dt}
+
+
+def measure_model(name: str, compiled: bool, a) -> dict:
+    from vlmatch import create_model
+    from vlmatch.scoring import BlockPlan, score_blocks
+
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    label_name, overrides = MODELS[name]
+    model = create_model(label_name, vocab_size=1000, **overrides).eval()
+    plan = BlockPlan.for_budget(model, 10**6, 10**6, a.k, a.L)
+    n_img, n_cap = min(plan.images, a.max_images), min(plan.captions, a.max_captions)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        img = model.encode_images(torch.randn(n_img, a.k, model.cfg.img_dim, generator=g), None)
+        tokens = torch.randint(1, 1000, (n_cap, a.L), generator=g)
+        txt = model.encode_texts(tokens, torch.full((n_cap,), a.L))
+    chunks = [(np.arange(n_cap), txt)]
+
+    def run():
+        return score_blocks(model, img, chunks, n_cap, n_img, progress=False, compile=compiled)
+
+    t0 = time.perf_counter()
+    first = run()  # warm-up (and compilation)
+    warm = time.perf_counter() - t0
+    assert np.isfinite(first).all()
+    dt, reps = _timed(run, a.min_seconds)
+    return {"us_per_pair": 1e6 * dt / (reps * n_img * n_cap), "block": [n_img, n_cap], "first_call_s": warm,
+            "pair_flops": model.pair_flops(a.k, a.L),
+            "sizes": {k: v for k, v in vars(model.cfg).items() if k in ("embed_dim", "attn_dim")}}
+
+
+def _child(args: list[str]) -> dict:
+    out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True)
+    if out.returncode:
+        sys.exit(f"{' '.join(args)} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--k", type=int, default=36, help="regions per image")
+    ap.add_argument("--L", type=int, default=12, help="words per caption")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--min-seconds", type=float, default=2.0, help="time each measurement at least this long")
+    ap.add_argument("--max-images", type=int, default=512, help="cap of the timed slice (one engine block row)")
+    ap.add_argument("--max-captions", type=int, default=1024)
+    ap.add_argument("--models", nargs="+", default=list(MODELS), metavar="FAMILY")
+    ap.add_argument("--note", default="", help="free text recorded with the results (e.g. machine load)")
+    ap.add_argument("--out", default=str(HERE / "results" / "roofline"))
+    ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.child:
+        res = measure_peaks(a) if a.child[0] == "peaks" else measure_model(a.child[0], a.child[1] == "compiled", a)
+        print(json.dumps(res))
+        return
+    common = [f"--k={a.k}", f"--L={a.L}", f"--threads={a.threads}", f"--min-seconds={a.min_seconds}",
+              f"--max-images={a.max_images}", f"--max-captions={a.max_captions}"]
+    peaks = _child(common + ["--child", "peaks"])
+    print(f"GEMM peak {peaks['gemm_flops'] / 1e9:.1f} GFLOP/s, tanh {peaks['tanh_per_s'] / 1e9:.2f} G/s", flush=True)
+    rows = {}
+    for fam in a.models:
+        r = {mode: _child(common + ["--child", fam, mode]) for mode in ("eager", "compiled")}
+        pf = r["eager"]["pair_flops"]
+        bound = 1e6 * (2 * pf["macs"] / peaks["gemm_flops"] + pf["transcendentals"] / peaks["tanh_per_s"])
+        rows[fam] = {"model": MODELS[fam][0], "sizes": r["eager"]["sizes"], "macs": pf["macs"],
+                     "transcendentals": pf["transcendentals"], "bound_us": bound, "block": r["eager"]["block"],
+                     "eager_us": r["eager"]["us_per_pair"], "compiled_us": r["compiled"]["us_per_pair"],
+                     "compile_s": r["compiled"]["first_call_s"],
+                     "eager_ratio": r["eager"]["us_per_pair"] / bound, "compiled_ratio": r["compiled"]["us_per_pair"] / bound}
+        x = rows[fam]
+        print(f"{fam:14s} bound {bound:8.3f} µs  eager {x['eager_us']:8.3f} ({x['eager_ratio']:.1f}x)  "
+              f"compiled {x['compiled_us']:8.3f} ({x['compiled_ratio']:.1f}x)", flush=True)
+    report = {"shape": {"k": a.k, "L": a.L}, "threads": a.threads, "peaks": peaks, "models": rows,
+              "torch": torch.__version__, "cpu": platform.processor() or platform.machine(), "note": a.note,
+              "command": "python benchmarks/roofline.py " + " ".join(argv if argv is not None else sys.argv[1:])}
+    from vlmatch.io import write_json, write_text
+
+    write_json(Path(a.out).with_suffix(".json"), report)
+    write_text(Path(a.out).with_suffix(".md"), render(report))
+    print(f"wrote {a.out}.json and .md")
+
+
+def render(r: dict) -> str:
+    p = r["peaks"]
+    lines = ["# Roofline: µs per (image, caption) pair against each model's compute bound", "",
+             f"k={r['shape']['k']} regions, L={r['shape']['L']} words; {r['threads']} thread(s), torch {r['torch']}. "
+             f"Peaks measured in the same run: float32 GEMM {p['gemm_flops'] / 1e9:.1f} GFLOP/s, tanh "
+             f"{p['tanh_per_s'] / 1e9:.2f} G/s. Bound = 2·MACs / GEMM peak + transcendentals / tanh rate, with "
+             "each model's own count of its equations (`pair_flops`). Timed through the engine at its own "
+             "block plan, compile time excluded.", ""]
+    if r.get("note"):
+        lines += [r["note"], ""]
+    lines += ["| model | sizes | MACs/pair | transc./pair | bound µs/pair | block | eager µs/pair | eager / bound "
+              "| compiled µs/pair | compiled / bound |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for fam, x in r["models"].items():
+        sizes = ", ".join(f"{k}={v}" for k, v in x["sizes"].items())
+        lines.append(f"| {fam} (`{x['model']}`) | {sizes} | {x['macs']:,} | {x['transcendentals']:,} | "
+                     f"{x['bound_us']:.3f} | {x['block'][0]}x{x['block'][1]} | {x['eager_us']:.3f} | "
+                     f"{x['eager_ratio']:.1f}x | {x['compiled_us']:.3f} | {x['compiled_ratio']:.1f}x |")
+    lines += ["", f"Command: `{r['command']}`", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
