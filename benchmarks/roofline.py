@@ -39,6 +39,8 @@ MODELS = {
     "SCAN i-t AVG": ("scan_i2t_avg", {}),
     "CAAN (IA+SA)": ("caan", {"attn_dim": 256}),
     "SMAN": ("sman", {}),
+    "MTFN": ("mtfn", {}),
+    "MMCA": ("mmca", {}),
 }
 
 

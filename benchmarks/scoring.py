@@ -185,7 +185,7 @@ def run_sman(mode, a, model) -> dict:
         dt = time.perf_counter() - t0
     assert np.isfinite(sims).all()
     return {"seconds": dt, "pairs": a.images * a.captions, "peak_rss_mb": _peak_mb(),
-            "pair_flops": model.pair_flops(a.k, a.L)}
+            "pair_flops": model.pair_flops(a.k, a.L)["macs"]}
 
 
 def run_mtfn(mode, a) -> dict:

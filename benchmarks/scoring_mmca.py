@@ -91,7 +91,7 @@ def main(argv=None) -> dict:
         plain()
         t_plain = min(_timed(plain) for _ in range(3)) / len(pairs)
     peak = gemm_peak(a.threads)
-    flops = model.pair_flops(a.k, a.n)
+    flops = model.pair_flops(a.k, a.n)["macs"]
     bound = flops / peak
     r = {"shape": {"k": a.k, "n": a.n, "d": d, "heads": a.heads, "ffn": d, "cnn_filters": model.cfg.cnn_filters},
          "threads": a.threads, "block": {"images": plan.images, "captions": plan.captions},

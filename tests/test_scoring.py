@@ -16,11 +16,16 @@ from vlmatch.data.vocab import Vocab
 from vlmatch.scoring import BlockPlan, encode_all_images, model_scores, shard_rows
 
 ENGINE_MODELS = ["vsepp", "scan_t2i_lse", "scan_i2t_avg", "caan", "sman"]
+COMPILE_MODELS = [*ENGINE_MODELS, "mtfn", "mmca"]  # every registered family
 
 
 def _small_model(name, sp, vocab):
     torch.manual_seed(0)
     extra = {"attn_dim": 6} if name.startswith(("caan", "sman")) else {}
+    if name == "mtfn":
+        extra = {"rank": 3, "fusion_dim": 12}
+    if name == "mmca":  # the packaged all-MiniLM-L6-v2 as its text encoder, small Transformer units
+        extra = {"heads": 4, "cnn_filters": 8}
     return create_model(name, img_dim=sp.img_dim, embed_dim=16, word_dim=8, vocab_size=len(vocab), **extra).eval()
 
 
@@ -64,12 +69,13 @@ def test_a_shard_encodes_its_rows_exactly_as_the_full_run(small_world):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ENGINE_MODELS)
+@pytest.mark.parametrize("name", COMPILE_MODELS)
 def test_compiled_engine_equals_eager(small_world, name):
     """compile=True: one block shape (last partial blocks padded), scores equal to float rounding."""
     sp = PrecompSplit(small_world, "test", max_images=30)
     vocab = Vocab.build(sp.captions, 1)
     model = _small_model(name, sp, vocab)
+    vocab = vocab if model.uses_vocab else None  # MMCA tokenises with its own WordPiece vocabulary
     plan = BlockPlan(8, 64)  # 30 images: a partial last image block; 150 captions: a partial last chunk
     eager = model_scores(model, sp, vocab, plan=plan, progress=False)
     torch._dynamo.reset()

@@ -257,16 +257,18 @@ class MMCA(MatchingModel):
         # q, k, v, y, attention out, W^O out, two LN outputs, FFN hidden, conv outputs, softmax rows
         return 4 * (9 * t * d + t * ffn + 3 * n_words * self.cfg.cnn_filters * 2 + self.cfg.heads * t * t)
 
-    def pair_flops(self, n_regions: int, n_words: int) -> int:
-        """Multiply-adds per pair of the pair-dependent part: the cross unit over t = k + n tokens
-        (Q Kᵀ and A V over all t tokens, 2 t² d, as the fused attention kernel computes them; W^O
-        t d²; FFN 2 t d d_ff) and the c1 head (CNN n d f (1 + 2 + 3), FC 3 f d), plus the two dots.
-        LayerNorms, softmax and ReLU are not multiply-adds and are not counted."""
+    def pair_flops(self, n_regions: int, n_words: int) -> dict[str, int]:
+        """Per pair, the pair-dependent part: the cross unit over t = k + n tokens (Q Kᵀ and A V over all
+        t tokens, 2 t² d, as the fused attention kernel computes them; W^O t d²; FFN 2 t d d_ff) and the
+        c1 head (CNN n d f (1 + 2 + 3), FC 3 f d), plus the two dots: multiply-adds. Transcendentals: the
+        softmax's exponentials (heads t²), the two LayerNorms' inverse square roots (2 t) and the two
+        vector norms. ReLU and max-pooling are neither."""
         k, n, d = n_regions, n_words, self.cfg.embed_dim
         if self.cfg.alpha == 0:
-            return d
+            return {"macs": d, "transcendentals": 0}
         t, ffn, f = k + n, self.cfg.ffn_dim or d, self.cfg.cnn_filters
-        return 2 * t * t * d + t * d * d + 2 * t * d * ffn + 6 * n * d * f + 3 * f * d + 2 * d
+        return {"macs": 2 * t * t * d + t * d * d + 2 * t * d * ffn + 6 * n * d * f + 3 * f * d + 2 * d,
+                "transcendentals": self.cfg.heads * t * t + 2 * t + 2}
 
     # --- stage 1 and heat maps ---------------------------------------------------------------
     def global_embeddings(self, img: ImageEncoding, txt: TextEncoding) -> tuple[Tensor, Tensor]:
