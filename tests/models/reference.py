@@ -265,7 +265,8 @@ def mtfn_scores(model, feats, mask, tokens, lengths):
     for a in range(n_img):
         regions = feats[a] if mask is None else feats[a][mask[a]]
         v = sum(regions[i].double() for i in range(len(regions))) / len(regions)
-        v = v / (float(v.norm()) + EPS)
+        if model.cfg.input_norm == "l2":
+            v = v / (float(v.norm()) + EPS)
         v_t = model.img_proj.weight.double() @ v + model.img_proj.bias.double()  # ṽ = W_v v
         for b in range(len(lengths)):
             t = model.text_features(tokens[b:b + 1, : int(lengths[b])], lengths[b:b + 1])[0].double()

@@ -23,9 +23,10 @@ def _model(**kw):
     return m.eval()
 
 
+@pytest.mark.parametrize("input_norm", ["l2", "none"])
 @pytest.mark.parametrize("grad", [True, False], ids=["rank-form", "folded-G"])
-def test_mtfn_score_equals_plain_equations(grad):
-    model = _model()
+def test_mtfn_score_equals_plain_equations(grad, input_norm):
+    model = _model(input_norm=input_norm)
     feats, mask, tokens, lengths = _inputs(seed=3)
     feats = feats.double()
     with torch.set_grad_enabled(grad):
@@ -59,6 +60,21 @@ def test_mtfn_text_text_scores_equal_plain_equations(grad):
         got = model.caption_scores(txt, txt)
     torch.testing.assert_close(got.detach(), mtfn_caption_scores(model, tokens, lengths), atol=1e-5, rtol=0)
     assert not torch.allclose(got.detach(), model.score(model.encode_images(torch.randn(4, 5, 12).double()), txt)[:4])
+
+
+def test_input_norm_none_feeds_the_raw_vectors():
+    """input_norm=none (the paper): scaling the image features scales ṽ - W_v's bias; l2 ignores the scale."""
+    feats, mask, tokens, lengths = _inputs(seed=6)
+    feats = feats.double()
+    for norm, same in (("l2", True), ("none", False)):
+        m = _model(input_norm=norm)
+        with torch.no_grad():
+            a, b = m.encode_images(feats, mask).embedding, m.encode_images(3 * feats, mask).embedding
+        assert torch.allclose(a, b) is same
+        assert m.text_features(tokens, lengths).norm(dim=1).sub(1).abs().max().item() < 1e-6 if norm == "l2" \
+            else m.text_features(tokens, lengths).norm(dim=1).sub(1).abs().max().item() > 1e-3
+    with pytest.raises(ConfigError, match="input_norm"):
+        _model(input_norm="batchnorm")
 
 
 def test_folded_matrix_follows_weight_updates():
