@@ -139,12 +139,13 @@ def _pair_logits(keys: Tensor, q: Tensor, w: Tensor) -> Tensor:
     m = keys.shape[-2]
     out = q.new_empty(ni, nt, m)
     step = max(1, _CHUNK_ELEMENTS // (m * a))
+    q2, w2 = 2 * q, 2 * w  # tanh(x) = 2 σ(2x) - 1, and aten's sigmoid is ~10x faster than its tanh on CPU
     for i in range(ni):
         k_i = keys[i if keys.shape[0] > 1 else 0]  # (Nt, m, a) or (1, m, a)
         for j in range(0, nt, step):
-            h = (k_i[j:j + step] if k_i.shape[0] > 1 else k_i) * q[i, j:j + step, None, :]
-            torch.matmul(torch.tanh_(h), w, out=out[i, j:j + step])
-    return out
+            h = (k_i[j:j + step] if k_i.shape[0] > 1 else k_i) * q2[i, j:j + step, None, :]
+            torch.matmul(torch.sigmoid_(h), w2, out=out[i, j:j + step])
+    return out.sub_(w.sum())
 
 
 def _unit(x: Tensor) -> Tensor:
