@@ -9,7 +9,10 @@ machine's peaks, measured in the same run, each in its own process: a plain floa
 (2048 x 1024 @ 1024 x 2048) for the multiply-adds and ``torch.tanh`` over a cache-sized contiguous
 tensor for the transcendentals:
 
-    bound µs/pair = 2 macs / GEMM FLOP/s + transcendentals / tanh rate
+    bound µs/pair = 2 macs / GEMM FLOP/s + transcendentals / transcendental rate
+
+(the transcendental rate is the fastest of aten's tanh, a compiled tanh and aten's sigmoid: tanh(x) =
+2σ(2x) - 1, and on this CPU aten's sigmoid is ~10x faster than its tanh)
 
 Each model is timed through the engine (``score_blocks``, the engine's own block plan) on encodings of
 random features and random tokens, eager and with ``compile=True`` (compilation not timed).
@@ -166,7 +169,8 @@ def render(r: dict) -> str:
              f"k={r['shape']['k']} regions, L={r['shape']['L']} words; {r['threads']} thread(s), torch {r['torch']}. "
              f"Peaks measured in the same run: float32 GEMM {p['gemm_flops'] / 1e9:.1f} GFLOP/s, tanh "
              f"{p['tanh_per_s'] / 1e9:.2f} G/s transcendentals (the fastest of aten's tanh "
-             f"{p.get('tanh_eager_per_s', 0) / 1e9:.2f}, a compiled tanh kernel {p.get('tanh_compiled_per_s', 0) / 1e9:.2f} "
+             f"{p.get('tanh_eager_per_s', 0) / 1e9:.2f}, a compiled tanh kernel "
+             f"{p.get('tanh_compiled_per_s', 0) / 1e9:.2f} "
              f"and aten's sigmoid {p.get('sigmoid_per_s', 0) / 1e9:.2f} G/s, since tanh(x) = 2σ(2x) - 1). Bound = 2·MACs / GEMM peak + transcendentals / tanh rate, with "
              "each model's own count of its equations (`pair_flops`). Timed through the engine at its own "
              "block plan, compile time excluded.", ""]
