@@ -167,11 +167,12 @@ def render(r: dict) -> str:
     p = r["peaks"]
     lines = ["# Roofline: µs per (image, caption) pair against each model's compute bound", "",
              f"k={r['shape']['k']} regions, L={r['shape']['L']} words; {r['threads']} thread(s), torch {r['torch']}. "
-             f"Peaks measured in the same run: float32 GEMM {p['gemm_flops'] / 1e9:.1f} GFLOP/s, tanh "
+             f"Peaks measured in the same run: float32 GEMM {p['gemm_flops'] / 1e9:.1f} GFLOP/s, "
              f"{p['tanh_per_s'] / 1e9:.2f} G/s transcendentals (the fastest of aten's tanh "
              f"{p.get('tanh_eager_per_s', 0) / 1e9:.2f}, a compiled tanh kernel "
              f"{p.get('tanh_compiled_per_s', 0) / 1e9:.2f} "
-             f"and aten's sigmoid {p.get('sigmoid_per_s', 0) / 1e9:.2f} G/s, since tanh(x) = 2σ(2x) - 1). Bound = 2·MACs / GEMM peak + transcendentals / tanh rate, with "
+             f"and aten's sigmoid {p.get('sigmoid_per_s', 0) / 1e9:.2f} G/s, since tanh(x) = 2σ(2x) - 1). "
+             "Bound = 2·MACs / GEMM peak + transcendentals / that rate, with "
              "each model's own count of its equations (`pair_flops`). Timed through the engine at its own "
              "block plan, compile time excluded.", ""]
     if r.get("note"):
