@@ -66,3 +66,27 @@ def test_quickstart_command_prints_table_and_json(small_world, tmp_path, capsys)
     assert "rsum" in out and "vsepp" in out
     res = json.loads((tmp_path / "q.json").read_text())
     assert res["results"]["vsepp"]["n_images"] == 200 and 0 <= res["results"]["vsepp"]["rsum"] <= 600
+
+
+def test_evaluate_top_k_is_two_stage_and_k_everything_equals_exhaustive(small_world, tmp_path, capsys):
+    """--top-k K: stage 1 by SMAN's global part (d0 + d1), the full score on each query's top K; with K
+    at least every candidate the rankings are the exhaustive ones, with K = 1 they differ."""
+    sp = PrecompSplit(small_world, "test", max_images=30)
+    vocab = Vocab.build(PrecompSplit(small_world, "train").captions, 1)
+    torch.manual_seed(0)
+    m = create_model("sman", img_dim=sp.img_dim, embed_dim=16, word_dim=8, attn_dim=6, vocab_size=len(vocab))
+    m.vocab = vocab
+    m.save(tmp_path / "m")
+    exhaustive = evaluate_protocol(model_scores(m, sp, vocab, progress=False), "single")
+    base = ["evaluate", "--checkpoint", str(tmp_path / "m"), "--data", str(small_world), "--split", "test",
+            "--max-images", "30", "--no-progress"]
+    assert main([*base, "--top-k", "150", "--json", str(tmp_path / "all.json")]) == 0
+    r = json.loads((tmp_path / "all.json").read_text())
+    assert r["top_k"] == 150 and r["protocol"] == "single, two-stage top 150"
+    for key in ("rsum", "i2t_r1", "t2i_r1", "i2t_meanr", "t2i_meanr"):
+        assert r[key] == pytest.approx(exhaustive[key]), key
+    assert main([*base, "--top-k", "1", "--json", str(tmp_path / "one.json")]) == 0
+    assert json.loads((tmp_path / "one.json").read_text())["t2i_meanr"] != pytest.approx(exhaustive["t2i_meanr"])
+    assert "(top 1)" in capsys.readouterr().out
+    assert main([*base, "--top-k", "5", "--rerank"]) == 2
+    assert "--top-k needs exactly one --checkpoint" in capsys.readouterr().err

@@ -99,6 +99,10 @@ def _add_evaluate(sub):
                    help="working memory of one scoring block in MiB (default 32: cache-sized); sets the block shape")
     p.add_argument("--compile", action="store_true",
                    help="run the model's score through torch.compile at one fixed block shape (see README)")
+    p.add_argument("--top-k", type=positive_int, metavar="K",
+                   help="two-stage: rank every pair by the model's global part (one GEMM), re-score only each "
+                        "query's top K with the full score (models with a global part: vsepp, sman, mtfn, mmca); "
+                        "one checkpoint, --protocol single")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--rerank", action="store_true",
                    help="also report the recalls after cross-modal re-ranking (MTFN-RR, both directions); T2I uses "
@@ -132,6 +136,8 @@ def cmd_evaluate(a):
     for out in (a.save_sims, a.json):  # before any work, not after the table
         if out:
             check_writable(out)
+    if a.top_k:
+        return evaluate_two_stage(a)
     if a.sims:
         if D.world_from_env()[0] != 0:  # under torchrun there is nothing to share: rank 0 does it all
             return
@@ -169,6 +175,34 @@ def cmd_evaluate(a):
         raise VlmatchError("--text-sims / --text-model only apply with --rerank")
     if a.json:
         write_json(a.json, {"sources": sources, **res, **extra})
+
+
+def evaluate_two_stage(a) -> None:
+    """``evaluate --top-k K``: stage 1 by the global embeddings, stage 2 the full score on each query's top K."""
+    from .data.precomp import PrecompSplit
+    from .data.resolve import resolve_data
+    from .io import write_json
+    from .metrics import format_table, recall_metrics
+    from .models.registry import load_model
+    from .scoring import two_stage_scores
+    from .train import pick_device
+
+    bad = [f for f, on in (("--sims", a.sims), ("--save-sims", a.save_sims), ("--rerank", a.rerank),
+                           ("--compile", a.compile)) if on]
+    if bad or a.protocol != "single" or not a.checkpoint or len(a.checkpoint) != 1:
+        raise VlmatchError("--top-k needs exactly one --checkpoint and --protocol single" +
+                           (f"; it does not combine with {', '.join(bad)}" if bad else ""))
+    if not a.data:
+        raise VlmatchError("--checkpoint needs --data")
+    dev = pick_device(a.device)
+    model = load_model(a.checkpoint[0], map_location=dev)
+    split = PrecompSplit(resolve_data(a.data), a.split, max_images=a.max_images)
+    i2t, t2i = two_stage_scores(model, split, a.top_k, device=dev, progress=not a.no_progress)
+    res = {"protocol": f"single, two-stage top {a.top_k}", "n_images": i2t.shape[0], "n_captions": i2t.shape[1],
+           **recall_metrics(i2t, t2i)}
+    print(format_table({f"{a.checkpoint[0]} (top {a.top_k})": res}))
+    if a.json:
+        write_json(a.json, {"sources": list(a.checkpoint), "top_k": a.top_k, **res})
 
 
 def run_rerank(a, sims, source, own_model=None) -> dict:
