@@ -48,6 +48,15 @@ class Stage1Source:
 
     model: MatchingModel
     retriever: MatchingModel | None = None
+    # the fixed placeholder side of global_embeddings, encoded once per (net, shape), not per query
+    _placeholders: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def _placeholder(self, net: MatchingModel, side: str, n_regions: int = 0):
+        key = (id(net), side, n_regions, net.training)
+        if key not in self._placeholders:
+            self._placeholders[key] = (_placeholder_text(net) if side == "text"
+                                       else _placeholder_image(net, n_regions))
+        return self._placeholders[key]
 
     @property
     def net(self) -> MatchingModel:
@@ -62,7 +71,7 @@ class Stage1Source:
     def image_vectors(self, feats: torch.Tensor, img: ImageEncoding) -> torch.Tensor:
         net = self.net
         enc = img if net is self.model else net.encode_images(feats)
-        return _global(net, enc, _placeholder_text(net))[0]
+        return _global(net, enc, self._placeholder(net, "text"))[0]
 
     @torch.no_grad()
     def text_vectors(self, captions: list[str], txt: TextEncoding | None, n_regions: int) -> torch.Tensor:
@@ -70,7 +79,7 @@ class Stage1Source:
         if net is not self.model or txt is None:
             tokens, lengths = net.tokenize(captions)
             txt = net.encode_texts(tokens, lengths)
-        return _global(net, _placeholder_image(net, n_regions), txt)[1]
+        return _global(net, self._placeholder(net, "image", n_regions), txt)[1]
 
     def check(self, n_regions: int) -> int:
         """Fail early (before any encoding) when there is no stage-1 part; returns its dimension."""

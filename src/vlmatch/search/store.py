@@ -132,9 +132,9 @@ class EncodingStore:
         """Rows (an int array, a slice) as float32 torch tensors in the model's Encoding class."""
         out = {}
         for name, arr in self.arrays.items():
-            a = arr[rows]
-            a = a.astype(np.float32) if a.dtype.kind == "f" else np.array(a)
-            out[name] = torch.from_numpy(a)
+            a = torch.from_numpy(np.ascontiguousarray(arr[rows]))
+            # torch's half -> float conversion is vectorised (F16C); numpy's astype is ~10x slower
+            out[name] = a.float() if a.is_floating_point() else a
         return self.cls(**out)
 
     def close(self) -> None:
