@@ -271,7 +271,8 @@ def render(res: dict) -> str:
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for s in sc:
             b, lat = s["build"], s["latency"]
-            kind = b["stage1"]["kind"] + (f" (M {b['stage1']['M']}, efSearch {b['stage1'].get('efSearch', 512)}; recall@100 of exact "
+            ef = b["stage1"].get("efSearch", 512)
+            kind = b["stage1"]["kind"] + (f" (M {b['stage1']['M']}, efSearch {ef}; recall@100 of exact "
                                           f"{s['ann_recall_at_100']:.3f})" if b["stage1"]["kind"] == "hnsw" else "")
             ag = s["top10_agreement"]
             agree = f"{ag['mean_top10_overlap']:.3f} (min {ag['min_top10_overlap']:.1f}, {ag['queries']} q)" if ag else "-"
