@@ -182,10 +182,8 @@ def evaluate_two_stage(a) -> None:
     from .data.precomp import PrecompSplit
     from .data.resolve import resolve_data
     from .io import write_json
-    from .metrics import format_table, recall_metrics
-    from .models.registry import load_model
-    from .scoring import two_stage_scores
-    from .train import pick_device
+    from .metrics import format_table
+    from .train import pick_device, validate
 
     bad = [f for f, on in (("--sims", a.sims), ("--save-sims", a.save_sims), ("--rerank", a.rerank),
                            ("--compile", a.compile)) if on]
@@ -195,11 +193,9 @@ def evaluate_two_stage(a) -> None:
     if not a.data:
         raise VlmatchError("--checkpoint needs --data")
     dev = pick_device(a.device)
-    model = load_model(a.checkpoint[0], map_location=dev)
+    model = load_checkpoint(a.checkpoint[0], dev)
     split = PrecompSplit(resolve_data(a.data), a.split, max_images=a.max_images)
-    i2t, t2i = two_stage_scores(model, split, a.top_k, device=dev, progress=not a.no_progress)
-    res = {"protocol": f"single, two-stage top {a.top_k}", "n_images": i2t.shape[0], "n_captions": i2t.shape[1],
-           **recall_metrics(i2t, t2i)}
+    res = validate(model, split, dev, progress=not a.no_progress, top_k=a.top_k)  # the trainer's two-stage recalls
     print(format_table({f"{a.checkpoint[0]} (top {a.top_k})": res}))
     if a.json:
         write_json(a.json, {"sources": list(a.checkpoint), "top_k": a.top_k, **res})
@@ -295,18 +291,25 @@ def cmd_rerank(a):
         write_json(a.json, {"sims": a.sims, **res})
 
 
+def load_checkpoint(checkpoint, device):
+    """A model folder for scoring: its weights, and its vocabulary when the model uses one."""
+    from .models.registry import load_model
+
+    model = load_model(checkpoint, map_location=device)
+    if model.uses_vocab and model.vocab is None:
+        raise VlmatchError(f"{checkpoint}: no vocab.json beside the model")
+    return model
+
+
 def checkpoint_scores(checkpoint, data, split, max_images, device, progress, budget=None, compile=False):
     from . import distributed as D
     from .data.precomp import PrecompSplit
     from .data.resolve import resolve_data
-    from .models.registry import load_model
     from .scoring import model_scores
     from .train import pick_device
 
     dev = D.setup(pick_device(device))  # joins the process group when launched by torchrun
-    model = load_model(checkpoint, map_location=dev)
-    if model.uses_vocab and model.vocab is None:
-        raise VlmatchError(f"{checkpoint}: no vocab.json beside the model")
+    model = load_checkpoint(checkpoint, dev)
     sp = PrecompSplit(resolve_data(data), split, max_images=max_images)
     from .scoring import DEFAULT_BUDGET
 
