@@ -207,7 +207,9 @@ def evaluate_reranked(sims: np.ndarray, protocol: str = "single", k: int | None 
         neighbors = text_neighbors(text_sims, k_text, progress=progress)
     if protocol == "coco1k5fold":
         fi_n = fold_images
-        i2t, t2i = np.empty_like(sims), np.empty_like(sims)
+        # off-fold entries are never ranked, but the protocol checks the whole matrix is finite: zeros,
+        # not np.empty's leftover memory (which can hold NaN and made this path fail by chance)
+        i2t, t2i = np.zeros_like(sims), np.zeros_like(sims)
         for f in range(5):
             fi, fc = slice(f * fi_n, (f + 1) * fi_n), slice(f * fi_n * per, (f + 1) * fi_n * per)
             nb = None if neighbors is None else fold_neighbors(text_sims, neighbors, fc, k_text)
