@@ -9,7 +9,13 @@ the words) and reports, per checkpoint:
 - ``entropy``: mean normalised entropy H / log(n) of the attention distributions (1 = uniform,
   0 = all weight on one cell),
 - ``effective``: mean exp(H), the effective number of cells (or words) attended,
-- ``top1``: mean largest weight, and ``top1_uniform`` = 1/n for comparison.
+- ``top1``: mean largest weight, and ``top1_uniform`` = 1/n for comparison,
+- ``cells``: how alike the grid cells are: mean cosine between two different cells of one image and
+  between cells of two different images, for the raw backbone features and for the model's embedded
+  regions (if cells of one image are nearly as alike as the image's mean, there is little to attend to),
+- with ``--uniform``: the val rsum of the checkpoint as trained and with its attention replaced by the
+  uniform one (λ1 = 0: every word attends to the mean cell), both through the scoring engine on the
+  whole val split -- what the learned attention adds.
 
 Results go to benchmarks/results/scan_attention.{json,md}.
 """
@@ -58,6 +64,47 @@ def attention_stats(model, split: PrecompSplit, n_images: int) -> dict:
             "effective": float(np.mean(eff)), "top1": float(np.mean(top1)), "top1_uniform": 1.0 / float(np.median(sizes))}
 
 
+def _cell_cosines(cells: list[np.ndarray]) -> dict:
+    """Mean cosine of two different cells of one image, and of cells of two different images."""
+    within, across = [], []
+    for i, c in enumerate(cells):
+        c = c / (np.linalg.norm(c, axis=1, keepdims=True) + 1e-12)
+        g = c @ c.T
+        n = len(c)
+        within.append((g.sum() - np.trace(g)) / (n * (n - 1)))
+        o = cells[(i + 1) % len(cells)]
+        o = o / (np.linalg.norm(o, axis=1, keepdims=True) + 1e-12)
+        across.append(float((c @ o.T).mean()))
+    return {"within_image": float(np.mean(within)), "across_images": float(np.mean(across))}
+
+
+@torch.no_grad()
+def cell_stats(model, split: PrecompSplit, n_images: int) -> dict:
+    raw, emb = [], []
+    for i in range(min(n_images, split.n_images)):
+        f = np.array(split.image(i), dtype=np.float32)
+        raw.append(f.astype(np.float64))
+        emb.append(model.encode_images(torch.from_numpy(f)[None], None).regions[0].double().numpy())
+    return {"raw": _cell_cosines(raw), "embedded": _cell_cosines(emb)}
+
+
+@torch.no_grad()
+def uniform_ablation(model, features) -> dict:
+    """Val rsum as trained and with λ1 = 0 (uniform attention), whole val split."""
+    from vlmatch.metrics import evaluate_protocol
+    from vlmatch.scoring import model_scores
+
+    split = PrecompSplit(features, "dev")
+    trained = evaluate_protocol(model_scores(model, split, progress=True), "single")["rsum"]
+    lam = model.cfg.lambda_softmax
+    model.cfg.lambda_softmax = 0.0
+    try:
+        uniform = evaluate_protocol(model_scores(model, split, progress=True), "single")["rsum"]
+    finally:
+        model.cfg.lambda_softmax = lam
+    return {"rsum_trained": trained, "rsum_uniform": uniform, "lambda_softmax": lam}
+
+
 def render(rows: dict) -> str:
     lines = ["# SCAN attention on Flickr8k val grid features (positive pairs)", "",
              "Normalised entropy H/log(n) of each attention distribution (1 = uniform over the n cells or words, "
@@ -66,6 +113,25 @@ def render(rows: dict) -> str:
     for name, r in rows.items():
         lines.append(f"| {name} | {r['attends_over']} | {r['cells']} | {r['entropy']:.3f} ({r['entropy_p10']:.3f}-"
                      f"{r['entropy_p90']:.3f}) | {r['effective']:.1f} | {r['top1']:.3f} ({r['top1_uniform']:.3f}) |")
+    cells = {n: r for n, r in rows.items() if "cells_cos" in r}
+    if cells:
+        lines += ["", "How alike the 7x7 cells are (mean cosine; raw = the backbone's 1280-d features, embedded = "
+                      "the model's D-d regions):", "",
+                  "| checkpoint | raw: two cells of one image | raw: cells of two images | embedded: one image | "
+                  "embedded: two images |", "|---|---|---|---|---|"]
+        for n, r in cells.items():
+            c = r["cells_cos"]
+            lines.append(f"| {n} | {c['raw']['within_image']:.3f} | {c['raw']['across_images']:.3f} | "
+                         f"{c['embedded']['within_image']:.3f} | {c['embedded']['across_images']:.3f} |")
+    abl = {n: r for n, r in rows.items() if "uniform" in r}
+    if abl:
+        lines += ["", "What the learned attention adds (whole val split, 1000 images x 5000 captions):", "",
+                  "| checkpoint | val rsum as trained | with uniform attention (lambda1 = 0) | difference |",
+                  "|---|---|---|---|"]
+        for n, r in abl.items():
+            u = r["uniform"]
+            lines.append(f"| {n} (lambda1 {u['lambda_softmax']:g}) | {u['rsum_trained']:.1f} | {u['rsum_uniform']:.1f} | "
+                         f"{u['rsum_trained'] - u['rsum_uniform']:+.1f} |")
     notes = [f"- {name}: {r['note']}" for name, r in rows.items() if r.get("note")]
     return "\n".join(lines + (["", "Notes:"] + notes if notes else [])) + "\n"
 
@@ -76,14 +142,20 @@ def main(argv=None):
     ap.add_argument("--features", default=str(FEATURES))
     ap.add_argument("--images", type=int, default=100)
     ap.add_argument("--note", help="a remark stored with these rows (what the checkpoint is)")
+    ap.add_argument("--uniform", action="store_true",
+                    help="also score the whole val split with uniform attention (lambda1 = 0) against as trained")
     a = ap.parse_args(argv)
     split = PrecompSplit(a.features, "dev", max_images=a.images)
     out = RESULTS / "scan_attention.json"
     rows = json.loads(out.read_text()) if out.is_file() else {}
     for ck in a.checkpoint:
         name = Path(ck).parent.name if Path(ck).name == "best" else Path(ck).name
-        rows[name] = {**attention_stats(load_model(ck), split, a.images), "checkpoint": ck,
-                      **({"note": a.note} if a.note else {})}
+        model = load_model(ck)
+        row = {**rows.get(name, {}), **attention_stats(model, split, a.images), "checkpoint": ck,
+               "cells_cos": cell_stats(model, split, a.images), **({"note": a.note} if a.note else {})}
+        if a.uniform:
+            row["uniform"] = uniform_ablation(model, a.features)
+        rows[name] = row
     write_json(out, rows)
     write_text(RESULTS / "scan_attention.md", render(rows))
     print(render(rows))
