@@ -59,6 +59,14 @@ def epoch_minutes(run_dir: Path, steps_per_epoch: int) -> float:
     return rates[len(rates) // 2] * steps_per_epoch / 60 if rates else float("nan")
 
 
+def val_history(run_dir: Path) -> list[float]:
+    """Val rsum after each epoch, from the run's metrics.jsonl (the last record of an epoch wins: a
+    resumed run may have validated it twice)."""
+    rows = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines() if ln]
+    by_epoch = {r["epoch"]: r["rsum"] for r in rows if r["type"] == "val"}
+    return [round(by_epoch[e], 2) for e in sorted(by_epoch)]
+
+
 def render(results: dict) -> str:
     ext = results.get("extraction", {})
     lines = ["# Flickr8k (real images), Karpathy val split: 1000 images, 5000 captions",
@@ -71,9 +79,11 @@ def render(results: dict) -> str:
     runs = results.get("runs", {})
     lines.append(format_table({k: v["metrics"] for k, v in runs.items()}))
     lines += ["```", "", "Train min/epoch: median time per training step x steps per epoch (validation excluded).", "",
-              "| run | epochs (best) | train min/epoch | command |", "|---|---|---|---|"]
+              "| run | epochs (best) | val rsum after each epoch | train min/epoch | command |",
+              "|---|---|---|---|---|"]
     for k, v in runs.items():
-        lines.append(f"| {k} | {v['epochs']} ({v['metrics'].get('epoch')}) | {v['minutes_per_epoch']:.1f} | "
+        hist = " → ".join(f"{x:.1f}" for x in v.get("val_rsum_by_epoch", [])) or "-"
+        lines.append(f"| {k} | {v['epochs']} ({v['metrics'].get('epoch')}) | {hist} | {v['minutes_per_epoch']:.1f} | "
                      f"`{v['command']}` |")
     notes = [f"- {k}: {v['note']}" for k, v in runs.items() if v.get("note")]
     if notes:
@@ -116,6 +126,7 @@ def main(argv=None):
             run_dir = HERE / "cache" / "runs" / name
             if (run_dir / "metrics.jsonl").is_file():  # runs trained on another machine keep their figure
                 run["minutes_per_epoch"] = epoch_minutes(run_dir, steps_per_epoch(run["config"]))
+                run["val_rsum_by_epoch"] = val_history(run_dir)
             if a.note and name == a.name:
                 run["note"] = a.note
         changed = list(results["runs"])
@@ -129,6 +140,7 @@ def main(argv=None):
         cmd = ("python benchmarks/flickr8k.py --config " + a.config + (f" --name {a.name}" if a.name else "")
                + "".join(f" --set {shlex.quote(o)}" for o in a.overrides))
         results["runs"][name] = {"metrics": best, "epochs": cfg["train"]["epochs"], "minutes_per_epoch": minutes,
+                                 "val_rsum_by_epoch": val_history(run_dir),
                                  "command": cmd, "config": cfg, "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
                                  **({"note": a.note} if a.note else {})}
         changed = [name]
