@@ -17,7 +17,8 @@ the words) and reports, per checkpoint:
   uniform one (λ1 = 0: every word attends to the mean cell), both through the scoring engine on the
   whole val split -- what the learned attention adds.
 
-Results go to benchmarks/results/scan_attention.{json,md}.
+Results go to benchmarks/results/scan_attention.{json,md}; heat maps made with ``vlmatch explain
+--out benchmarks/results/scan_attention/NAME.png`` are linked from the report.
 """
 
 from __future__ import annotations
@@ -132,6 +133,10 @@ def render(rows: dict) -> str:
             u = r["uniform"]
             lines.append(f"| {n} (lambda1 {u['lambda_softmax']:g}) | {u['rsum_trained']:.1f} | {u['rsum_uniform']:.1f} | "
                          f"{u['rsum_trained'] - u['rsum_uniform']:+.1f} |")
+    pngs = sorted((RESULTS / "scan_attention").glob("*.png"))
+    if pngs:
+        lines += ["", "Heat maps (`vlmatch explain`, one panel per word, one colour scale; uniform = 1/49 = 0.020):", ""]
+        lines += [f"![{p.stem}](scan_attention/{p.name})" for p in pngs]
     notes = [f"- {name}: {r['note']}" for name, r in rows.items() if r.get("note")]
     return "\n".join(lines + (["", "Notes:"] + notes if notes else [])) + "\n"
 
