@@ -57,6 +57,10 @@ def masked_mean(x: Tensor, mask: Tensor | None, dim: int) -> Tensor:
 class Encoding:
     """A batch of encoded items; every tensor field has the batch on axis 0."""
 
+    # Fields an index stores in float32 even when its store is float16: those whose rounding the
+    # score amplifies (measured per model in benchmarks/search.py and tests/search/test_store.py).
+    full_precision_fields: ClassVar[tuple[str, ...]] = ()
+
     def tensors(self) -> dict[str, Tensor]:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 

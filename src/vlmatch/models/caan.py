@@ -64,6 +64,10 @@ class CAANImages(ImageEncoding):
     p4: Tensor | None = None  # V Q4, (B, k, m)
     gram: Tensor | None = None  # V Vᵀ, (B, k, k)
 
+    # H = [tanh(V K Uᵀ)]_+ is normalised over regions and words: where its entries are near zero, a
+    # float16 V K moves a pair's score by up to ~2e-2 (Flickr8k val); float32 keeps it at ~1e-5
+    full_precision_fields = ("vk",)
+
 
 @dataclass
 class CAANTexts(TextEncoding):
@@ -71,6 +75,7 @@ class CAANTexts(TextEncoding):
     p3: Tensor | None = None  # U Q3 (or FA: H^u U Q3), (B, n, m)
 
     per_word_fields = ("words", "p2", "p3")
+    full_precision_fields = ("words",)  # the U in [tanh(V K Uᵀ)]_+, as CAANImages.vk
 
 
 def _unit(x: Tensor, dim: int) -> Tensor:

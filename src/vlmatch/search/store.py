@@ -2,7 +2,8 @@
 
 A store is a folder ``enc/`` with ``{field}.npy`` (row i = item i) and ``fields.json`` (field
 names, shapes, dtypes). Floating fields are kept in the store's dtype (float16 by default: half the
-disk and page cache; its effect on the scores is measured in benchmarks/search.py); integer and
+disk and page cache; its effect on the scores is measured in benchmarks/search.py), except the
+fields a model's Encoding lists in ``full_precision_fields`` (float32 always); integer and
 bool fields (lengths, masks) keep theirs. Fields with a word axis are zero-padded to the longest
 caption; ``TextEncoding.trim`` drops the padding again per block.
 
@@ -25,9 +26,9 @@ from ..models.base import Encoding
 FLOAT_DTYPES = ("float16", "float32")
 
 
-def _np_dtype(t: torch.Tensor, float_dtype: str):
+def _np_dtype(t: torch.Tensor, float_dtype: str, full: bool = False):
     if t.dtype.is_floating_point:
-        return np.dtype(float_dtype)
+        return np.dtype("float32" if full else float_dtype)
     return np.dtype(str(t.dtype).replace("torch.", ""))
 
 
@@ -51,7 +52,7 @@ class EncodingWriter:
             shape = list(t.shape[1:])
             if name in per_word and self.pad_to is not None:
                 shape[0] = self.pad_to
-            dt = _np_dtype(t, self.float_dtype)
+            dt = _np_dtype(t, self.float_dtype, name in type(enc).full_precision_fields)
             self.arrays[name] = np.lib.format.open_memmap(self.folder / f"{name}.npy.partial", mode="w+", dtype=dt,
                                                           shape=(self.n, *shape))
             fields[name] = {"shape": shape, "dtype": dt.name}
@@ -126,7 +127,8 @@ class EncodingStore:
 
     @property
     def dtype(self) -> str:
-        return next((f["dtype"] for f in self.fields.values() if f["dtype"].startswith("float")), "float32")
+        floats = {f["dtype"] for f in self.fields.values() if f["dtype"].startswith("float")}
+        return "float16" if "float16" in floats else "float32"  # full-precision fields aside
 
     def take(self, rows) -> Encoding:
         """Rows (an int array, a slice) as float32 torch tensors in the model's Encoding class."""

@@ -1,0 +1,36 @@
+"""The encoding store: float16 by default, float32 for the fields a model marks as sensitive."""
+
+import numpy as np
+import torch
+
+from vlmatch import create_model
+from vlmatch.search.store import EncodingStore, write_store
+
+
+def test_full_precision_fields_stay_float32_in_a_float16_store(tmp_path):
+    torch.manual_seed(0)
+    model = create_model("caan", img_dim=24, embed_dim=16, attn_dim=8, word_dim=8, vocab_size=30).eval()
+    with torch.no_grad():
+        img = model.encode_images(torch.randn(6, 5, 24))
+        txt = model.encode_texts(torch.randint(4, 30, (3, 7)), torch.tensor([7, 5, 3]))
+    assert type(img).full_precision_fields == ("vk",)
+    write_store(tmp_path / "img", img, "float16")
+    write_store(tmp_path / "txt", txt, "float16")
+    si, st = EncodingStore(tmp_path / "img", img), EncodingStore(tmp_path / "txt", txt)
+    assert si.fields["vk"]["dtype"] == "float32" and si.fields["regions"]["dtype"] == "float16"
+    assert st.fields["words"]["dtype"] == "float32" and st.fields["p2"]["dtype"] == "float16"
+    assert si.dtype == st.dtype == "float16"
+    back_i, back_t = si.take(np.arange(6)), st.take(np.arange(3))
+    assert torch.equal(back_i.vk, img.vk) and torch.equal(back_t.words, txt.words)
+    assert not torch.equal(back_i.regions, img.regions)  # rounded to float16
+    with torch.no_grad():
+        diff = (model.score(back_i, back_t) - model.score(img, txt)).abs().max().item()
+    assert diff < 1e-3
+
+
+def test_models_without_sensitive_fields_store_every_float_in_the_store_dtype(tmp_path):
+    model = create_model("scan_t2i_avg", img_dim=24, embed_dim=16, word_dim=8, vocab_size=30).eval()
+    with torch.no_grad():
+        img = model.encode_images(torch.randn(4, 5, 24))
+    write_store(tmp_path / "img", img, "float16")
+    assert {f["dtype"] for f in EncodingStore(tmp_path / "img", img).fields.values()} == {"float16"}
