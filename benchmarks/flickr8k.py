@@ -1,7 +1,7 @@
 """Flickr8k benchmark on real data: extract features once, train a config, report val recalls.
 
     python benchmarks/flickr8k.py --config vsepp_f8k
-    python benchmarks/flickr8k.py --config scan_t2i_avg_f8k --set train.epochs=4
+    python benchmarks/flickr8k.py --config vsepp_f8k --name vsepp_f8k_2ep_lr --set train.epochs=2 --set train.lr=1.0e-3
 
 Features go to benchmarks/cache/ (gitignored). Results (val = Karpathy val split, 1000 images,
 5000 captions; the test split is held back) go to benchmarks/results/flickr8k/<run name>.json, one

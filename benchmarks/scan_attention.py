@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -95,6 +96,8 @@ def uniform_ablation(model, features) -> dict:
     from vlmatch.metrics import evaluate_protocol
     from vlmatch.scoring import model_scores
 
+    if not hasattr(model.cfg, "lambda_softmax"):
+        sys.exit(f"--uniform: {model.name} has no softmax temperature lambda_softmax to set to 0")
     split = PrecompSplit(features, "dev")
     trained = evaluate_protocol(model_scores(model, split, progress=True), "single")["rsum"]
     lam = model.cfg.lambda_softmax
@@ -156,7 +159,9 @@ def main(argv=None):
     for ck in a.checkpoint:
         name = Path(ck).parent.name if Path(ck).name == "best" else Path(ck).name
         model = load_model(ck)
-        row = {**rows.get(name, {}), **attention_stats(model, split, a.images), "checkpoint": ck,
+        prev = rows.get(name, {})  # a re-run keeps the note and the ablation only for the same checkpoint
+        keep = {k: prev[k] for k in ("note", "uniform") if k in prev and prev.get("checkpoint") == ck}
+        row = {**keep, **attention_stats(model, split, a.images), "checkpoint": ck,
                "cells_cos": cell_stats(model, split, a.images), **({"note": a.note} if a.note else {})}
         if a.uniform:
             row["uniform"] = uniform_ablation(model, a.features)

@@ -1,5 +1,7 @@
 """The encoding store: float16 by default, float32 for the fields a model marks as sensitive."""
 
+import json
+
 import numpy as np
 import torch
 
@@ -34,3 +36,26 @@ def test_models_without_sensitive_fields_store_every_float_in_the_store_dtype(tm
         img = model.encode_images(torch.randn(4, 5, 24))
     write_store(tmp_path / "img", img, "float16")
     assert {f["dtype"] for f in EncodingStore(tmp_path / "img", img).fields.values()} == {"float16"}
+
+
+def test_concatenating_stores_keeps_the_widest_dtype_of_each_field(tmp_path):
+    """An index built before a field became full precision, updated afterwards: the merged field
+    widens to float32 (the old rows exactly as stored, the new rows unrounded)."""
+    from vlmatch.search.build import concat_stores
+
+    torch.manual_seed(1)
+    model = create_model("caan", img_dim=24, embed_dim=16, attn_dim=8, word_dim=8, vocab_size=30).eval()
+    with torch.no_grad():
+        old, new = model.encode_images(torch.randn(3, 5, 24)), model.encode_images(torch.randn(2, 5, 24))
+    write_store(tmp_path / "old", old, "float16")
+    meta = json.loads((tmp_path / "old/fields.json").read_text())  # as written before the change
+    np.save(tmp_path / "old/vk.npy", old.vk.numpy().astype(np.float16))
+    meta["fields"]["vk"]["dtype"] = "float16"
+    (tmp_path / "old/fields.json").write_text(json.dumps(meta))
+    write_store(tmp_path / "new", new, "float16")
+    concat_stores([tmp_path / "old", tmp_path / "new"], tmp_path / "merged", "float16")
+    merged = EncodingStore(tmp_path / "merged", old)
+    assert merged.fields["vk"]["dtype"] == "float32" and merged.fields["regions"]["dtype"] == "float16"
+    vk = merged.take(np.arange(5)).vk
+    assert torch.equal(vk[3:], new.vk)
+    assert torch.equal(vk[:3], old.vk.half().float())

@@ -194,8 +194,10 @@ def concat_stores(folders: list[Path], out: Path, dtype: str, rows: list | None 
         shape = list(spec["shape"])
         if shape:
             shape[0] = max(m[name]["shape"][0] for m in metas)
-        dst = np.lib.format.open_memmap(out / f"{name}.npy.partial", mode="w+", dtype=np.dtype(spec["dtype"]),
-                                        shape=(total, *shape))
+        # the widest dtype of the parts: an update of an index built before a field became full
+        # precision widens the old rows instead of rounding the new ones
+        dt = np.result_type(*(np.dtype(m[name]["dtype"]) for m in metas))
+        dst = np.lib.format.open_memmap(out / f"{name}.npy.partial", mode="w+", dtype=dt, shape=(total, *shape))
         at = 0
         for arrs, idx in zip(arrays, idxs, strict=True):
             for c in range(0, len(idx), 4096):
@@ -208,7 +210,7 @@ def concat_stores(folders: list[Path], out: Path, dtype: str, rows: list | None 
         dst.flush()
         del dst
         os.replace(out / f"{name}.npy.partial", out / f"{name}.npy")
-        fields[name] = {**spec, "shape": shape}
+        fields[name] = {**spec, "shape": shape, "dtype": dt.name}
     write_json(out / "fields.json", {"fields": fields, "class": read_json(folders[0] / "fields.json")["class"]})
 
 
