@@ -125,13 +125,13 @@ def recurrent_floor(models, steps: int, reps: int) -> np.ndarray:
     direction and encoder, batch 1 -- work any exact float32 GRU must do one step after another (no
     gates, no input projections): a floor for an exact query encoding through torch's products."""
     mats = [w for m in models for n, w in m.txt_enc.rnn.named_parameters() if n.startswith("weight_hh")]
-    h = torch.randn(1, mats[0].shape[1])
-    for w in mats:  # warm-up
+    hs = [torch.randn(1, w.shape[1]) for w in mats]  # the encoders' hidden sizes may differ
+    for h, w in zip(hs, mats, strict=True):  # warm-up
         torch.nn.functional.linear(h, w)
     out = []
     for _ in range(reps):
         t0 = time.perf_counter()
-        for w in mats:
+        for h, w in zip(hs, mats, strict=True):
             for _ in range(steps):
                 torch.nn.functional.linear(h, w)
         out.append(time.perf_counter() - t0)
@@ -274,7 +274,8 @@ def render(res: dict) -> str:
     runs = res.get("real") or []
     for r in [runs] if isinstance(runs, dict) else runs:
         lines += [f"## Flickr8k val ({r['images']} images, {r['captions']} captions): {Path(r['model']).parent.name}", "",
-                  f"Model `{r['model']}`, stage 1 from the retriever `{r['retriever']}`; index float16 "
+                  f"Model `{r['model']}`, stage 1 from the retriever `{r['retriever']}`; index float16 (the model's "
+                  f"full-precision fields, if any, float32) "
                   f"({r['index_mb']:.0f} MB, built in {r['build_s']:.0f} s). Exhaustive = the scoring engine's full "
                   f"matrix ({r['exhaustive_s']:.0f} s).", "",
                   "| text -> image | R@1 | R@5 | R@10 | stage-1 recall@K | seconds (5000 queries) |",
