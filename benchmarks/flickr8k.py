@@ -49,11 +49,16 @@ def steps_per_epoch(cfg: dict) -> int:
     return -(-TRAIN_CAPTIONS // cfg["train"]["batch_size"])
 
 
+def run_records(run_dir: Path, kind: str) -> list[dict]:
+    """The run's metrics.jsonl records of one type ("train" or "val"), in order."""
+    rows = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines() if ln]
+    return [r for r in rows if r["type"] == kind]
+
+
 def epoch_minutes(run_dir: Path, steps_per_epoch: int) -> float:
     """Training minutes per epoch from the median time per step in metrics.jsonl: robust to pauses
     of the process and to validation time (which it excludes)."""
-    rows = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines() if ln]
-    rows = [r for r in rows if r["type"] == "train"]
+    rows = run_records(run_dir, "train")
     rates = sorted((b["time"] - a["time"]) / (b["global_step"] - a["global_step"])
                    for a, b in itertools.pairwise(rows) if b["global_step"] > a["global_step"] and b["epoch"] == a["epoch"])
     return rates[len(rates) // 2] * steps_per_epoch / 60 if rates else float("nan")
@@ -62,8 +67,7 @@ def epoch_minutes(run_dir: Path, steps_per_epoch: int) -> float:
 def val_history(run_dir: Path) -> list[float]:
     """Val rsum after each epoch, from the run's metrics.jsonl (the last record of an epoch wins: a
     resumed run may have validated it twice)."""
-    rows = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines() if ln]
-    by_epoch = {r["epoch"]: r["rsum"] for r in rows if r["type"] == "val"}
+    by_epoch = {r["epoch"]: r["rsum"] for r in run_records(run_dir, "val")}
     return [round(by_epoch[e], 2) for e in sorted(by_epoch)]
 
 

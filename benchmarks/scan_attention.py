@@ -68,15 +68,13 @@ def attention_stats(model, split: PrecompSplit, n_images: int) -> dict:
 
 def _cell_cosines(cells: list[np.ndarray]) -> dict:
     """Mean cosine of two different cells of one image, and of cells of two different images."""
+    unit = [c / (np.linalg.norm(c, axis=1, keepdims=True) + 1e-12) for c in cells]
     within, across = [], []
-    for i, c in enumerate(cells):
-        c = c / (np.linalg.norm(c, axis=1, keepdims=True) + 1e-12)
+    for i, c in enumerate(unit):
         g = c @ c.T
         n = len(c)
         within.append((g.sum() - np.trace(g)) / (n * (n - 1)))
-        o = cells[(i + 1) % len(cells)]
-        o = o / (np.linalg.norm(o, axis=1, keepdims=True) + 1e-12)
-        across.append(float((c @ o.T).mean()))
+        across.append(float((c @ unit[(i + 1) % len(unit)].T).mean()))
     return {"within_image": float(np.mean(within)), "across_images": float(np.mean(across))}
 
 
