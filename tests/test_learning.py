@@ -1,10 +1,15 @@
 """Learning on the toy world: every model learns far above chance, and word-region attention
 (SCAN) clearly beats the global VSE++ baseline, which cannot bind attributes to objects.
 
-Settings (D=128, lr 5e-4, one warm-up epoch summing over all negatives -- two for CAAN -- then
-hardest negatives)
-were calibrated on this 600-image world; with hardest negatives from the first step SCAN t-i
-stays near chance (rsum ~18), as DESIGN.md reports for Flickr8k."""
+Settings (D=128, lr 1e-3, one warm-up epoch summing over all negatives -- the whole run for CAAN --
+then hardest negatives) were calibrated on this 600-image world; with hardest negatives from the first
+step SCAN t-i stays near chance (rsum ~18), as DESIGN.md reports for Flickr8k.
+
+Every run must end on a plateau far above what it asserts, not on a steep part of its curve: a short
+run's trajectory hangs on the CPU's float code paths (AVX2 and AVX-512 hosts take other MKL / oneDNN /
+SLEEF paths), and at lr 5e-4 SCAN t-i was still climbing 116 -> 207 -> 334 over its last epochs and
+CAAN (two warm-up epochs) ended at 84 on an AVX2 host against ~345 on an AVX-512 one. The figures each
+run reaches on both kinds of code path are in .ci/run's comments."""
 
 import pytest
 
@@ -22,7 +27,7 @@ def _train(world, tmp_path_factory, name, warmup_epochs=1, **model):
     cfg = load_config(None, extra={
         "model": {"name": name, "embed_dim": 128, "word_dim": 32, **model},
         "data": {"path": str(world), "val_max_images": 200, "min_word_count": 1},
-        "train": {"epochs": 6, "batch_size": 64, "lr": 5e-4, "lr_update": 6,
+        "train": {"epochs": 6, "batch_size": 64, "lr": 1e-3, "lr_update": 6,
                   "log_every": 50, "threads": 2, "warmup_epochs": warmup_epochs}})
     run = tmp_path_factory.mktemp(name)
     return train(cfg, run, progress=False), run
@@ -31,9 +36,10 @@ def _train(world, tmp_path_factory, name, warmup_epochs=1, **model):
 @pytest.fixture(scope="module")
 def results(small_world, tmp_path_factory):
     out = {name: _train(small_world, tmp_path_factory, name) for name in ("vsepp", "scan_t2i_avg", "scan_i2t_avg")}
-    # CAAN stalls when hardest negatives start after one warm-up epoch here (rsum ~84, and it
-    # varies run to run); after two it learns steadily (~345).
-    out["caan"] = _train(small_world, tmp_path_factory, "caan", warmup_epochs=2, attn_dim=32)
+    # CAAN stalls when hardest negatives start after one warm-up epoch here (rsum ~84, and it varies run
+    # to run); after two it reached ~345 on an AVX-512 host but 83.8 on an AVX2 one (the short run hangs on
+    # the CPU's float code paths). Summed over all negatives for the whole run it climbs steadily.
+    out["caan"] = _train(small_world, tmp_path_factory, "caan", warmup_epochs=6, attn_dim=32)
     return out
 
 
