@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 from . import distributed as D
 from .checkpoint import latest_checkpoint, load_training_state, save_training_state
 from .config import dump, validate_config
-from .data.loaders import batch_kind
+from .data.loaders import batch_kind, encode_captions
 from .data.precomp import PrecompSplit
 from .data.resolve import resolve_data
 from .data.vocab import Vocab
@@ -130,7 +130,7 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
             sp.check_all_finite(progress=progress and is_main)
     model_opts = {k: v for k, v in cfg["model"].items() if k != "name"}
     vocab = None
-    if model_class(cfg["model"]["name"]).uses_vocab:
+    if model_class(cfg["model"]["name"]).needs_vocab(cfg["model"]):
         # a resumed run keeps the vocabulary it was trained with
         init_vocab = Path(tc["init_from"]) / "vocab.json" if tc["init_from"] else None
         if ckpt is not None:
@@ -165,6 +165,9 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
 
     net = DistributedDataParallel(model) if distributed else model
     dataset = kind.dataset(train_split, model)  # the model tokenises its own captions
+    # a frozen cached text encoder runs once per caption of both splits, here, in large batches
+    model.prepare_captions(dataset.tokens, progress=progress and is_main)
+    model.prepare_captions(encode_captions(val_split, model), progress=progress and is_main)
     t_start = time.time() - state.get("elapsed", 0.0)  # the log's "time" runs on across a resume
     for epoch in range(state["epoch"], tc["epochs"]):
         lr = lr_at(tc, epoch)

@@ -196,19 +196,31 @@ def _sman_attend(p, name, xs, q):
     return _softmax([float(w @ torch.tanh(_lin(p, f"{name}.key", x) * qq)) for x in xs], 1.0)
 
 
-def sman_pair(model, feats, tokens) -> dict:
+def affine_words(layer, e):
+    """A pretrained text side's word vectors from the transformer's token vectors ``e`` (n, H), one
+    token at a time: s_j = W_p e_j + b_p (vlmatch.encoders.pretrained_text)."""
+    w, b = layer.weight.detach().double(), layer.bias.detach().double()
+    return [torch.stack([sum(w[r, i] * float(x[i]) for i in range(len(x))) + b[r] for r in range(len(b))])
+            for x in e.double()]
+
+
+def sman_pair(model, feats, tokens, e_tokens=None) -> dict:
     """SMAN of one pair from its inputs, the equations of vlmatch.models.sman as printed (float64).
 
-    feats: (M, F) the valid regions in raster order; tokens: the caption's L word ids. Returns the
-    per-level cosines, both scores and the four attention distributions."""
+    feats: (M, F) the valid regions in raster order; tokens: the caption's L word ids. With a pretrained
+    text side, ``e_tokens`` are the transformer's token vectors (L, H) and S_l = W_p E_l + b_p replaces
+    eq. 1. Returns the per-level cosines, both scores and the four attention distributions."""
     c = model.cfg
     p = {k: v.detach().double() for k, v in model.state_dict().items()}
     img = [x.double() for x in feats]
     m = len(img)
-    e = [p["embed.weight"][int(t)] for t in tokens]
-    hf = _lstm_states(p, e)
-    hb = _lstm_states(p, e[::-1], "_reverse")[::-1]
-    s = [(hf[j] + hb[j]) * (0.5 if c.word_combine == "mean" else 1.0) for j in range(len(e))]  # eq. 1
+    if e_tokens is not None:
+        s = affine_words(model.words.proj, e_tokens)
+    else:
+        e = [p["embed.weight"][int(t)] for t in tokens]
+        hf = _lstm_states(p, e)
+        hb = _lstm_states(p, e[::-1], "_reverse")[::-1]
+        s = [(hf[j] + hb[j]) * (0.5 if c.word_combine == "mean" else 1.0) for j in range(len(e))]  # eq. 1
     v0 = torch.tanh(_lin(p, "P0", sum(img) / m))  # eq. 2
     if c.location:
         v0 = v0 + sum(_gru_states(p, img)) / m  # eq. 3-4
@@ -231,13 +243,15 @@ def sman_pair(model, feats, tokens) -> dict:
     return out
 
 
-def sman_matrix(model, feats, mask, tokens, lengths, key="sum"):
-    """(n_img, n_txt) of ``sman_pair(...)[key]`` (a function of the result when ``key`` is callable)."""
+def sman_matrix(model, feats, mask, tokens, lengths, key="sum", e=None):
+    """(n_img, n_txt) of ``sman_pair(...)[key]`` (a function of the result when ``key`` is callable);
+    ``e``: a pretrained text side's token vectors (n_txt, L, H)."""
     out = torch.zeros(len(feats), len(tokens), dtype=torch.float64)
     for a in range(len(feats)):
         f = feats[a] if mask is None else feats[a][mask[a]]
         for b in range(len(tokens)):
-            r = sman_pair(model, f, tokens[b, : int(lengths[b])])
+            n = int(lengths[b])
+            r = sman_pair(model, f, tokens[b, :n], None if e is None else e[b, :n])
             out[a, b] = key(r) if callable(key) else r[key]
     return out
 

@@ -103,7 +103,7 @@ def test_frozen_outputs_are_cached_on_disk_by_encoder_and_caption(tiny_bert, mon
     torch.testing.assert_close(again[1, : lengths[0]], first[0, : lengths[0]])
     assert again[0, lengths[4]:].eq(0).all() and first[0, lengths[0]:].eq(0).all()
     torch.testing.assert_close(first, real(tokens, lengths))
-    text_cache.open_cache(model._cache.directory.name).flush()
+    model.text.output_cache().flush()
     shards = list((tmp_path / "text-encoder").glob("*/shard-*.safetensors"))
     assert len(shards) == 1
     monkeypatch.setattr(text_cache, "_OPEN", {})  # a new process: reads the shard, encodes nothing

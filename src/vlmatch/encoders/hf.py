@@ -33,6 +33,7 @@ from torch import Tensor, nn
 from ..errors import ConfigError, DataError
 
 DEFAULT_ENCODER = "all-minilm-l6-v2"  # the name that means the packaged default folder
+DEFAULT_ALIASES = ("", DEFAULT_ENCODER, "minilm")  # every name of the packaged default
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
 _HASHED_SUFFIXES = (".json", ".txt", ".safetensors", ".bin", ".model")
 
@@ -48,8 +49,8 @@ def default_encoder_path() -> Path:
 
 
 def resolve_encoder_path(path: str | os.PathLike | None) -> Path:
-    """A local encoder folder: '' / None / 'all-minilm-l6-v2' mean the packaged default."""
-    if path is None or str(path) in ("", DEFAULT_ENCODER):
+    """A local encoder folder: '' / None / 'minilm' / 'all-minilm-l6-v2' mean the packaged default."""
+    if path is None or str(path) in DEFAULT_ALIASES:
         p = default_encoder_path()
     else:
         p = Path(path).expanduser()
@@ -164,6 +165,56 @@ class HFTextEncoder(nn.Module):
         with torch.set_grad_enabled(self.trainable and torch.is_grad_enabled()):
             out = self.model(input_ids=tokens, attention_mask=mask.long()).last_hidden_state
         return out * mask[..., None].to(out.dtype)
+
+    def token_vectors(self, tokens: Tensor, lengths: Tensor, dtype: torch.dtype = torch.float32,
+                      cache: bool = True) -> Tensor:
+        """The last layer's token vectors (B, L, H), zero past each caption. Frozen and ``cache``: read
+        through the on-disk output cache (:mod:`vlmatch.encoders.text_cache`), so each caption runs
+        through the transformer once; trainable: computed (with gradients) every call."""
+        if self.trainable or not cache:
+            return self(tokens, lengths).to(dtype)
+        from .text_cache import cached_outputs
+
+        return cached_outputs(self, self.output_cache(), tokens, lengths, dtype)
+
+    def prefill(self, token_lists: list[list[int]], progress: bool = False) -> int:
+        """Put every caption of ``token_lists`` into the output cache (see text_cache.prefill)."""
+        from .text_cache import prefill
+
+        return prefill(self, self.output_cache(), token_lists, progress=progress)
+
+    def output_cache(self):
+        """This encoder's on-disk output cache (one folder per encoder content and truncation length)."""
+        from .text_cache import open_cache
+
+        return open_cache(f"{self.hash()[:24]}-t{self.max_length}")
+
+    def save_record(self, directory: str | os.PathLike) -> None:
+        """What a checkpoint keeps of its text encoder: a copy of the tokenizer files (``tokenizer/``) and
+        the folder's path and SHA-256 (``text_encoder.json``), checked by :meth:`check_record` on load."""
+        from ..io import write_json
+
+        directory = Path(directory)
+        self.save_tokenizer(directory / "tokenizer")
+        write_json(directory / "text_encoder.json", {"path": str(self.path), "sha256": self.hash(),
+                                                     "finetuned": self.trainable})
+
+    def check_record(self, directory: str | os.PathLike) -> None:
+        """Refuse a checkpoint whose encoder record names another folder content; use its tokenizer copy."""
+        from ..io import read_json
+
+        directory = Path(directory)
+        info = read_json(directory / "text_encoder.json",
+                         "not found (a checkpoint with a transformer text side records its text encoder)")
+        if not isinstance(info, dict):
+            raise DataError(directory / "text_encoder.json", "expected an object with 'path' and 'sha256'")
+        have = self.hash()
+        if info.get("sha256") != have:
+            raise DataError(directory / "text_encoder.json",
+                            f"the checkpoint was trained with text encoder {info.get('path')} (sha256 "
+                            f"{str(info.get('sha256'))[:12]}...), but {self.path} has sha256 {have[:12]}...")
+        if (directory / "tokenizer").is_dir():
+            self.use_tokenizer(directory / "tokenizer")
 
     def save_tokenizer(self, directory: str | os.PathLike) -> Path:
         """Copy the tokenizer files into ``directory`` (loadable with ``load_tokenizer``)."""

@@ -171,6 +171,12 @@ class MatchingModel(nn.Module):
         if "encode_images" in cls.__dict__:
             cls.encode_images = _checking_img_dim(cls.__dict__["encode_images"])
 
+    @classmethod
+    def needs_vocab(cls, options: dict) -> bool:
+        """Whether a model built with ``options`` tokenises with a word vocabulary built from the training
+        captions (asked by the trainer before the model exists)."""
+        return cls.uses_vocab
+
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.cfg = config
@@ -217,6 +223,11 @@ class MatchingModel(nn.Module):
         if self.vocab is None:
             return [str(int(t)) for t in tokens[:length]]
         return self.vocab.decode(tokens[:length].tolist())
+
+    def prepare_captions(self, token_lists: list[list[int]], progress: bool = False) -> None:
+        """Called by the trainer with every tokenised caption of a split before it trains or validates on
+        it: a model with a frozen, cached text encoder encodes the captions not cached yet, in large
+        batches, so each training step reads its text from one table. Default: nothing."""
 
     def loss(self, scores: Tensor, batch: dict, train_cfg: dict, hardest: bool) -> Tensor:
         """Training objective from the batch score matrix (default: hinge triplet, both directions).

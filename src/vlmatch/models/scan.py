@@ -14,6 +14,10 @@ Exact fast form (what ``score`` computes): a_j is a linear combination of region
 so all region-word products of a block come from one GEMM (:func:`cross_sim`) and the per-pair
 work is O(k L) + O(k² L) small operations. ``tests/models/test_scan.py`` checks it against a
 loop-by-loop implementation of the equations above.
+
+``text_encoder`` (see :mod:`vlmatch.models.text_side`): with a pretrained transformer the words e_j are
+its token vectors through a learned affine layer (H -> D) instead of the bi-GRU's states; every
+equation above is unchanged.
 """
 
 from __future__ import annotations
@@ -29,10 +33,11 @@ from ..encoders.text import GRUTextEncoder
 from .attention import RAW_FEATURE_NORMS, cross_sim, masked_softmax, normalize_raw, pool
 from .base import EPS, ImageEncoding, MatchingModel, ModelConfig, TextEncoding, l2norm, length_mask, safe_sqrt
 from .registry import register
+from .text_side import TextSide, TextSideOptions
 
 
 @dataclass
-class SCANConfig(ModelConfig):
+class SCANConfig(ModelConfig, TextSideOptions):
     direction: Literal["t2i", "i2t"] = "t2i"  # "t2i" (text-to-image) or "i2t" (image-to-text)
     method: Literal["attention", "summax"] = "attention"  # "attention" (SCAN) or "summax" (Sum-Max baseline)
     raw_feature_norm: Literal[RAW_FEATURE_NORMS] = "clipped_l2norm"
@@ -54,7 +59,7 @@ FEATURE_NORMS = ("none", "l2", "batchnorm")
 _GEMM_DTYPES = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-class SCAN(MatchingModel):
+class SCAN(TextSide, MatchingModel):
     Config = SCANConfig
 
     def __init__(self, cfg: SCANConfig):
@@ -74,7 +79,8 @@ class SCAN(MatchingModel):
         if cfg.feature_norm == "batchnorm":
             self.feat_bn = torch.nn.BatchNorm1d(cfg.img_dim)
         self.img_enc = RegionProjection(cfg.img_dim, cfg.embed_dim, cfg.precomp_enc_type)
-        self.txt_enc = GRUTextEncoder(cfg.vocab_size, cfg.word_dim, cfg.embed_dim, cfg.num_layers, cfg.bi_gru)
+        self.txt_enc = self.make_text_side(cfg.embed_dim, lambda: GRUTextEncoder(
+            cfg.vocab_size, cfg.word_dim, cfg.embed_dim, cfg.num_layers, cfg.bi_gru))
 
     # --- pair-independent ------------------------------------------------------------------
     def _normalise_features(self, features: Tensor, mask: Tensor | None) -> Tensor:

