@@ -101,3 +101,35 @@ def test_adadelta_weight_decay_and_an_explicit_lr_schedule(small_world, tmp_path
         _cfg(small_world, lr_schedule=[[5, 0.1]])
     with pytest.raises(ConfigError, match="train.optimizer must be one of adam, adadelta"):
         _cfg(small_world, optimizer="sgd")
+
+
+def test_patience_stops_when_val_rsum_stops_improving_but_not_before_min_epochs(small_world, tmp_path):
+    """lr 1e-12 moves no float32 weight, so val rsum never improves after the first epoch."""
+    cfg = _cfg(small_world, epochs=6, lr=1e-12, patience=1, min_epochs=3, max_steps_per_epoch=2)
+    train(cfg, tmp_path / "run", progress=False)
+    vals = [r for r in _log(tmp_path / "run") if r["type"] == "val"]
+    assert len(vals) == 3 and len({r["rsum"] for r in vals}) == 1  # stale since epoch 1, kept to min_epochs
+    state = json.loads((tmp_path / "run" / "last" / "trainer_state.json").read_text())
+    assert state["epoch"] == 3 and state["stale_epochs"] == 2
+
+
+def test_a_frozen_transformer_text_side_trains_without_a_vocabulary(small_world, tmp_path):
+    """text_encoder = a local HF folder: no vocab.json, the tokenizer kept, outputs prefilled into the cache."""
+    from vlmatch.encoders.hf import tiny_bert_folder
+
+    from .models.test_mmca import toy_words
+
+    bert = tiny_bert_folder(tmp_path / "bert", hidden=24, layers=2, heads=2, words=toy_words())
+    cfg = _cfg(small_world, epochs=1, max_steps_per_epoch=3)
+    cfg["model"] = {"name": "scan_t2i_avg", "embed_dim": 16, "text_encoder": str(bert)}
+    best = train(cfg, tmp_path / "run", progress=False)
+    assert best["rsum"] > 0
+    run = tmp_path / "run"
+    assert not (run / "best" / "vocab.json").exists() and (run / "best" / "tokenizer" / "vocab.txt").is_file()
+    model = load_model(run / "best")
+    assert model.pretrained_text is not None and not model.uses_vocab
+    cache = model.pretrained_text.hf.output_cache()
+    captions = PrecompSplit(small_world, "train").captions + PrecompSplit(small_world, "dev", max_images=200).captions
+    tokens, lengths = model.tokenize(captions)
+    distinct = {tuple(row[:n].tolist()) for row, n in zip(tokens, lengths.tolist(), strict=True)}
+    assert len(cache) == len(distinct) > 3900  # every caption of both splits, each token sequence once

@@ -44,6 +44,8 @@ DEFAULTS: dict = {
         "margin": 0.2,
         "max_violation": True,
         "warmup_epochs": 0,  # epochs with the loss summed over all negatives before hardest negatives
+        "patience": 0,  # stop once val rsum has not improved for this many epochs (0: run all epochs)
+        "min_epochs": 0,  # ... but never before this many epochs
         "val_every_steps": 0,  # also validate every N steps (0: only at epoch ends)
         "val_top_k": 0,  # validate two-stage: rank by the model's global part, re-score each query's top K (0: exhaustive)
         "checkpoint_every_steps": 0,  # also save last/ every N steps (0: only at epoch ends)
@@ -84,6 +86,8 @@ SPECS: dict[str, dict[str, Spec]] = {
         "margin": Spec(float, **_NONNEG),
         "max_violation": Spec(bool),
         "warmup_epochs": Spec(int, **_NONNEG),
+        "patience": Spec(int, **_NONNEG),
+        "min_epochs": Spec(int, **_NONNEG),
         "val_every_steps": Spec(int, **_NONNEG),
         "val_top_k": Spec(int, **_NONNEG),
         "checkpoint_every_steps": Spec(int, **_NONNEG),
@@ -98,6 +102,7 @@ SPECS: dict[str, dict[str, Spec]] = {
 }
 # Options that may differ between a run and its resumption (they do not change what is computed).
 RESUMABLE_CHANGES = {("train", "device"), ("train", "threads"), ("train", "workers"), ("train", "epochs"),
+                     ("train", "patience"), ("train", "min_epochs"),
                      ("train", "stop_after_steps"), ("data", "check_finite")}
 
 

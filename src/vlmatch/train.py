@@ -216,12 +216,20 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
                 return {"stopped_at": gs}
         bar.close()
         state["epoch"], state["step_in_epoch"] = epoch + 1, 0
+        best_before = state["best_rsum"]
         _validate_and_keep(model, val_split, device, state, run_dir, metrics_path, epoch, is_main, progress,
                            tc["epochs"], tc["val_top_k"])
+        # epochs since val rsum last improved (every rank knows the broadcast best, so all stop together)
+        state["stale_epochs"] = 0 if state["best_rsum"] > best_before else state.get("stale_epochs", 0) + 1
         if is_main:
             state["elapsed"] = time.time() - t_start
             save_training_state(run_dir / "last", model, optimizer, state)
         D.barrier()
+        if tc["patience"] and epoch + 1 >= tc["min_epochs"] and state["stale_epochs"] >= tc["patience"]:
+            if is_main:
+                print(f"[stop] val rsum has not improved for {state['stale_epochs']} epochs (train.patience="
+                      f"{tc['patience']}): stopping after epoch {epoch + 1}/{tc['epochs']}", file=sys.stderr)
+            break
 
     if distributed:
         write_json(run_dir / "ranks" / f"rank{rank}.json", {"rank": rank, "weights_sha256": weights_digest(model)})
