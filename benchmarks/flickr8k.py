@@ -87,12 +87,46 @@ def render(results: dict) -> str:
               "|---|---|---|---|---|"]
     for k, v in runs.items():
         hist = " → ".join(f"{x:.1f}" for x in v.get("val_rsum_by_epoch", [])) or "-"
-        lines.append(f"| {k} | {v['epochs']} ({v['metrics'].get('epoch')}) | {hist} | {v['minutes_per_epoch']:.1f} | "
+        trained = len(v.get("val_rsum_by_epoch", [])) or v["epochs"]
+        lines.append(f"| {k} | {trained} ({v['metrics'].get('epoch')}) | {hist} | {v['minutes_per_epoch']:.1f} | "
                      f"`{v['command']}` |")
+    lines += convergence_table(runs)
     notes = [f"- {k}: {v['note']}" for k, v in runs.items() if v.get("note")]
     if notes:
         lines += ["", "Notes:"] + notes
     return "\n".join(lines) + "\n"
+
+
+def _text_encoder(run: dict) -> str:
+    m = run.get("config", {}).get("model", {})
+    return "transformer (MiniLM)" if m.get("name") == "mmca" else str(m.get("text_encoder", "gru"))
+
+
+def convergence_table(runs: dict) -> list[str]:
+    """The seed systems trained to convergence (runs with train.patience), each beside the best run of the
+    same model with the paper's GRU text side, where one exists."""
+    conv = {k: v for k, v in runs.items() if v.get("config", {}).get("train", {}).get("patience")}
+    if not conv:
+        return []
+    gru: dict[str, tuple[str, dict]] = {}
+    for k, v in runs.items():
+        name = v.get("config", {}).get("model", {}).get("name")
+        if _text_encoder(v) == "gru" and (name not in gru or v["metrics"]["rsum"] > gru[name][1]["metrics"]["rsum"]):
+            gru[name] = (k, v)
+    lines = ["", "## Seed systems at convergence", "",
+             "Trained until val rsum had not improved for `train.patience` epochs (at least `train.min_epochs`); "
+             "the GRU column is the best run of the same model with the paper's GRU text side (fewer epochs).", "",
+             "| run | model | text encoder | epochs trained (best) | val rsum | i2t R@1 | t2i R@1 | GRU row: run, epochs, rsum "
+             "| train min/epoch |", "|---|---|---|---|---|---|---|---|---|"]
+    for k, v in conv.items():
+        name, m = v["config"]["model"]["name"], v["metrics"]
+        g = gru.get(name)
+        other = "-"
+        if g:
+            other = f"{g[0]}, {len(g[1].get('val_rsum_by_epoch', [])) or g[1]['epochs']}, {g[1]['metrics']['rsum']:.1f}"
+        lines.append(f"| {k} | {name} | {_text_encoder(v)} | {len(v.get('val_rsum_by_epoch', []))} ({m.get('epoch')}) | "
+                     f"{m['rsum']:.1f} | {m['i2t_r1']:.1f} | {m['t2i_r1']:.1f} | {other} | {v['minutes_per_epoch']:.2f} |")
+    return lines
 
 
 def load_results() -> dict:
