@@ -1,5 +1,6 @@
 """vlmatch: image-text matching and cross-modal retrieval on one engine."""
 
+from . import pretrained  # noqa: F401 (registers "pretrained:NAME" checkpoint names)
 from .models.registry import create_model, describe_models, list_models, load_model
 from .search.index import Index
 

@@ -70,11 +70,36 @@ def create_model(name: str, vocab=None, **overrides) -> MatchingModel:
     return model
 
 
+# "prefix:" -> a function giving the checkpoint folder a name stands for (vlmatch.pretrained registers
+# "pretrained:"); kept as a hook so this layer never imports the layers above it
+_RESOLVERS: dict[str, object] = {}
+
+
+def register_resolver(prefix: str, resolve) -> None:
+    """``resolve(name) -> Path``: a checkpoint folder for ``prefix + name`` (e.g. ``pretrained:NAME``)."""
+    _RESOLVERS[prefix] = resolve
+
+
+def resolve_checkpoint(spec) -> Path:
+    """The folder a checkpoint argument names: a path, or ``pretrained:NAME`` (a model shipped with vlmatch)."""
+    text = str(spec)
+    for prefix, resolve in _RESOLVERS.items():
+        if text.startswith(prefix):
+            return resolve(text[len(prefix):])
+    if text.startswith("pretrained:"):  # the registry was not imported (vlmatch/__init__ imports it)
+        from importlib import import_module
+
+        import_module("vlmatch.pretrained")
+        return resolve_checkpoint(spec)
+    return Path(spec)
+
+
 def load_model(checkpoint_dir, map_location="cpu") -> MatchingModel:
-    """Load a model saved with ``model.save(dir)``: config.json + model.safetensors (+ vocab.json)."""
+    """Load a model saved with ``model.save(dir)``: config.json + model.safetensors (+ vocab.json).
+    ``pretrained:NAME`` loads a trained model shipped with vlmatch (see ``vlmatch pretrained``)."""
     from ..data.vocab import Vocab
 
-    d = Path(checkpoint_dir)
+    d = resolve_checkpoint(checkpoint_dir)
     if not d.is_dir() and complete_dir(d) is not None:  # a save was interrupted between its renames
         print(f"vlmatch: {d} is missing (an interrupted save); loading {complete_dir(d)}", file=sys.stderr)
         d = complete_dir(d)

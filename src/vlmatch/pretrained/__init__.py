@@ -1,0 +1,104 @@
+"""Trained models that ship with vlmatch: the one source of truth for their names, weights and figures.
+
+``registry.json`` (beside this file) lists every shipped model: its name, registered model and config,
+the SHA-256 of its weights, the image features it expects (backbone, input size, normalisation, grid),
+its text encoder, its role in search (``retriever``: a global embedding for stage 1; ``rescorer``: the
+pair score of stage 2), the data it was trained on with its licence terms, the exact command that
+trained it, and its measured val recalls. The weights are ordinary checkpoint folders under
+``weights/<name>/`` (only trained parameters: the image backbone and the text transformer come from
+their own packages), so ``load_model("pretrained:NAME")`` and ``--model pretrained:NAME`` work wherever a
+checkpoint folder does. A weights file whose SHA-256 is not the registry's is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ConfigError, DataError
+from ..models.registry import register_resolver
+
+HERE = Path(__file__).resolve().parent
+REGISTRY = HERE / "registry.json"
+WEIGHTS = HERE / "weights"
+PREFIX = "pretrained:"
+
+
+@dataclass(frozen=True)
+class Pretrained:
+    """One shipped model (the fields of its registry.json entry)."""
+
+    name: str
+    model: str
+    role: str  # "retriever" (stage 1) or "rescorer" (stage 2)
+    sha256: str  # of weights/<name>/model.safetensors
+    val_rsum: float
+    config: dict = field(default_factory=dict)
+    features: dict = field(default_factory=dict)
+    text_encoder: str = ""
+    data: str = ""
+    licence: str = ""
+    command: str = ""
+    val: dict = field(default_factory=dict)
+    storage: str = "float16"
+    ms_per_query: float | None = None
+    notes: str = ""
+    default: bool = False
+
+    @property
+    def folder(self) -> Path:
+        return WEIGHTS / self.name
+
+    @property
+    def megabytes(self) -> float:
+        return sum(f.stat().st_size for f in self.folder.rglob("*") if f.is_file()) / 1e6
+
+
+def entries() -> list[Pretrained]:
+    """Every registry entry, in the registry's order."""
+    if not REGISTRY.is_file():
+        return []
+    try:
+        raw = json.loads(REGISTRY.read_text(encoding="utf-8"))
+        return [Pretrained(**e) for e in raw]
+    except (ValueError, TypeError) as e:
+        raise DataError(REGISTRY, f"not a valid registry of pretrained models: {e}") from None
+
+
+def get(name: str) -> Pretrained:
+    found = {e.name: e for e in entries()}
+    if name not in found:
+        known = ", ".join(found) or "none are installed"
+        raise ConfigError(f"no pretrained model {name!r}; shipped: {known} (see `vlmatch pretrained`)")
+    return found[name]
+
+
+def file_sha256(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def checkpoint_dir(name: str) -> Path:
+    """The checkpoint folder of shipped model ``name``, after checking its weights against the registry."""
+    entry = get(name)
+    weights = entry.folder / "model.safetensors"
+    if not weights.is_file():
+        raise DataError(weights, f"not found: the pretrained model {name!r} is not installed with this package")
+    have = file_sha256(weights)
+    if have != entry.sha256:
+        raise DataError(weights, f"SHA-256 {have[:12]}... is not the registry's {entry.sha256[:12]}... for pretrained "
+                                 f"model {name!r}: the file was changed or damaged; reinstall vlmatch")
+    return entry.folder
+
+
+def default_pair() -> tuple[str, str]:
+    """(re-scorer, retriever) names of the shipped default search pair."""
+    chosen = {e.role: e.name for e in entries() if e.default}
+    if set(chosen) != {"rescorer", "retriever"}:
+        raise ConfigError("this vlmatch ships no default search pair: give --model (and --retriever) checkpoints")
+    return chosen["rescorer"], chosen["retriever"]
+
+
+register_resolver(PREFIX, checkpoint_dir)

@@ -1,0 +1,73 @@
+"""The registry of shipped models: names resolve to hash-checked checkpoint folders, everywhere a folder works."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from vlmatch import create_model, load_model, pretrained
+from vlmatch.cli import main
+from vlmatch.errors import ConfigError, DataError
+
+
+@pytest.fixture
+def shipped(tmp_path, monkeypatch):
+    """A registry with one tiny trained-looking model, in place of the package's own."""
+    weights = tmp_path / "weights"
+    torch.manual_seed(0)
+    model = create_model("vsepp", img_dim=12, embed_dim=8, word_dim=6, vocab_size=20)
+    from vlmatch.data.vocab import Vocab
+
+    model.vocab = Vocab.build(["a dog runs", "a red ball"], min_count=1)
+    model.save(weights / "tiny")
+    sha = pretrained.file_sha256(weights / "tiny" / "model.safetensors")
+    entry = {"name": "tiny", "model": "vsepp", "role": "retriever", "sha256": sha, "val_rsum": 12.5, "default": True}
+    (tmp_path / "registry.json").write_text(json.dumps([entry]))
+    monkeypatch.setattr(pretrained, "REGISTRY", tmp_path / "registry.json")
+    monkeypatch.setattr(pretrained, "WEIGHTS", weights)
+    return model
+
+
+def test_pretrained_name_loads_exactly_the_checkpoint_folder(shipped):
+    got = load_model("pretrained:tiny")
+    want = load_model(pretrained.WEIGHTS / "tiny")
+    feats = torch.randn(2, 3, 12)
+    tokens, lengths = want.tokenize(["a dog", "a red ball runs"])
+    with torch.no_grad():
+        torch.testing.assert_close(got.score(got.encode_images(feats), got.encode_texts(tokens, lengths)),
+                                   want.score(want.encode_images(feats), want.encode_texts(tokens, lengths)), atol=0, rtol=0)
+
+
+def test_a_changed_weights_file_is_refused_in_one_line(shipped):
+    f = pretrained.WEIGHTS / "tiny" / "model.safetensors"
+    f.write_bytes(f.read_bytes()[:-1] + b"\0")
+    with pytest.raises(DataError, match="SHA-256 .* is not the registry's"):
+        load_model("pretrained:tiny")
+
+
+def test_unknown_names_and_a_missing_pair_say_what_exists(shipped):
+    with pytest.raises(ConfigError, match="no pretrained model 'nope'; shipped: tiny"):
+        load_model("pretrained:nope")
+    with pytest.raises(ConfigError, match="no default search pair"):
+        pretrained.default_pair()  # only a retriever is marked default here
+
+
+def test_cli_lists_the_registry_as_a_table_and_as_json(shipped, capsys):
+    assert main(["pretrained"]) == 0
+    out = capsys.readouterr().out
+    assert "tiny" in out and "retriever" in out and "12.5" in out
+    assert main(["pretrained", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows[0]["name"] == "tiny" and rows[0]["sha256"] == pretrained.get("tiny").sha256
+    assert {"name", "model", "role", "sha256", "val_rsum"} <= set(rows[0])
+    assert main(["evaluate", "--checkpoint", "pretrained:nope", "--data", "toyworld"]) == 2  # one line, no traceback
+
+
+@pytest.mark.parametrize("entry", pretrained.entries(), ids=lambda e: e.name)
+def test_every_shipped_model_matches_its_hash_and_loads(entry):
+    model = load_model(f"pretrained:{entry.name}")
+    assert model.name == entry.model and entry.role in ("retriever", "rescorer")
+    if entry.role == "retriever":
+        assert model.global_embeddings is not None
