@@ -65,9 +65,7 @@ def test_cli_lists_the_registry_as_a_table_and_as_json(shipped, capsys):
     assert main(["evaluate", "--checkpoint", "pretrained:nope", "--data", "toyworld"]) == 2  # one line, no traceback
 
 
-@pytest.mark.parametrize("entry", pretrained.entries(), ids=lambda e: e.name)
-def test_every_shipped_model_matches_its_hash_and_loads(entry):
-    model = load_model(f"pretrained:{entry.name}")
-    assert model.name == entry.model and entry.role in ("retriever", "rescorer")
-    if entry.role == "retriever":
-        assert model.global_embeddings is not None
+def test_every_shipped_model_matches_its_hash_and_loads():
+    for entry in pretrained.entries():  # the package's own registry
+        model = load_model(f"pretrained:{entry.name}")
+        assert model.name == entry.model and entry.role in ("retriever", "rescorer"), entry.name
