@@ -141,10 +141,10 @@ def recurrent_floor(models, steps: int, reps: int) -> np.ndarray:
 def scale_one(n: int, queries: int, agree_queries: int, k: int = 49, d: int = 1024, seed: int = 0) -> dict:
     from vlmatch import create_model
     from vlmatch.data.vocab import Vocab
-    from vlmatch.io import write_json
     from vlmatch.models.base import TextEncoding
     from vlmatch.search import Index
-    from vlmatch.search.build import versions, write_collection
+    from vlmatch.search.build import save_checkpoint, versions, write_collection
+    from vlmatch.search.folder import commit
     from vlmatch.search.store import EncodingWriter
 
     torch.set_num_threads(2)
@@ -180,14 +180,13 @@ def scale_one(n: int, queries: int, agree_queries: int, k: int = 49, d: int = 10
     coll = write_collection(root / "images", work, [{"id": i, "path": f"synthetic/{i:06d}.jpg"} for i in range(n)],
                             "auto", None, 32)
     faiss_secs = time.time() - t1
-    model.save(root / "model")
-    retriever.save(root / "retriever")
-    write_json(root / "manifest.json", {"format": 1, "model": {"name": model.name}, "retriever": {"name": "vsepp"},
-                                        "stage1": "synthetic: mean of regions / of words", "dtype": "float16",
-                                        "backbone": None, "source": {"kind": "synthetic"},
-                                        "collections": {"images": coll}, "counts": {"images": n},
-                                        "dims": {"stage1": d, "regions": k, "img_dim": 2048}, "versions": versions()})
-    shutil.rmtree(work, ignore_errors=True)
+    save_checkpoint(root / "model", model)
+    save_checkpoint(root / "retriever", retriever)
+    commit(root, {"model": {"name": model.name}, "retriever": {"name": "vsepp"},  # records the hashes, removes build/
+                  "stage1": "synthetic: mean of regions / of words", "dtype": "float16",
+                  "backbone": None, "source": {"kind": "synthetic"},
+                  "collections": {"images": coll}, "counts": {"images": n},
+                  "dims": {"stage1": d, "regions": k, "img_dim": 2048}, "versions": versions()})
     build = {"write_encodings_s": write_secs, "faiss_s": faiss_secs, "build_s": write_secs + faiss_secs,
              "disk_mb": _dir_mb(root), "stage1": coll["stage1"], "build_peak_rss_mb": _rss_mb()}
 

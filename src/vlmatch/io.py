@@ -4,9 +4,10 @@ A crash (or a kill) part-way never leaves a half-written file or folder under th
 Files and folders get the permissions the user's umask gives (``0o666`` / ``0o777`` masked, as
 ``open`` and ``mkdir`` do); this module never changes the process umask.
 
-Folders (:func:`atomic_dir`, used for the ``last/`` and ``best/`` checkpoints) are swapped in these
-steps; the name in brackets is the hook :data:`crash_hook` is called with after each step (tests
-kill the process there):
+Folders (:func:`atomic_dir`, used for the ``last/`` and ``best/`` checkpoints and the parts of a
+search index) are swapped in these steps; the name in brackets is the hook :data:`crash_hook` is
+called with after each step (tests kill the process there; other multi-step writes name their own
+steps with :func:`crash_point`):
 
 1. stale temporaries ``.NAME.*.tmp`` left beside ``NAME`` by a killed writer are removed   [cleaned]
 2. the new version is written into a fresh ``.NAME.<random>.tmp``; every file in it and the
@@ -16,6 +17,7 @@ kill the process there):
    is the only complete version and is kept as it is                                     [old-moved]
 4. the new version is renamed to ``NAME`` and the parent folder fsynced                   [new-in]
 5. ``NAME.prev`` is moved to the trash and removed                                        [done]
+   (with ``keep_prev`` the caller does this later, once it has recorded the new version)
 
 Renames are atomic, so after a kill at any point ``NAME`` is complete if it exists, and otherwise
 ``NAME.prev`` is (the documented fallback: :func:`complete_dir`, used by resume and ``load_model``).
@@ -34,10 +36,11 @@ from pathlib import Path
 
 import numpy as np
 
-crash_hook: Callable[[str], None] | None = None  # tests: called with each step's name of atomic_dir
+crash_hook: Callable[[str], None] | None = None  # tests: called with the name of each crash_point passed
 
 
-def _step(name: str) -> None:
+def crash_point(name: str) -> None:
+    """Call :data:`crash_hook` (tests kill the process there) at a named step of a multi-step write."""
     if crash_hook is not None:
         crash_hook(name)
 
@@ -136,12 +139,29 @@ def append_line(path, line: str) -> None:
         f.flush()
 
 
-def _remove(path: Path) -> None:
+def remove_dir(path: str | os.PathLike) -> None:
     """Remove a folder without ever leaving a half-removed one under its name: rename, then delete."""
+    path = Path(path)
     if path.exists():
         trash = _temp_name(path)
         os.replace(path, trash)
         shutil.rmtree(trash)
+
+
+def link_tree(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """Make ``dst`` a copy of the file or folder ``src`` out of hard links (no data copied, ``src``
+    left whole), or of copies where the file system has no hard links. Only for files that are never
+    written in place again (both names share one content)."""
+    src, dst = Path(src), Path(dst)
+    if src.is_dir():
+        os.mkdir(dst, 0o777)
+        for p in src.iterdir():
+            link_tree(p, dst / p.name)
+        return
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
 
 
 def _fsync_tree(root: Path) -> None:
@@ -161,29 +181,33 @@ def clean_stale(path: str | os.PathLike) -> list[Path]:
 
 
 @contextmanager
-def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a fresh temporary folder; on success it replaces ``path`` whole (steps in the module doc)."""
+def atomic_dir(path: str | os.PathLike, keep_prev: bool = False) -> Iterator[Path]:
+    """Yield a fresh temporary folder; on success it replaces ``path`` whole (steps in the module doc).
+
+    ``keep_prev``: stop after step 4, leaving the old version as ``NAME.prev`` until the caller has
+    recorded the new one elsewhere (an index's manifest) and removes it with :func:`remove_dir`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     clean_stale(path)
-    _step("cleaned")
+    crash_point("cleaned")
     tmp = _temp_name(path)
     os.mkdir(tmp, 0o777)  # the umask applies (tempfile.mkdtemp would make it 0700)
     try:
         yield tmp
         _fsync_tree(tmp)
-        _step("written")
+        crash_point("written")
         prev = path.with_name(path.name + ".prev")
         if path.exists():
-            _remove(prev)
+            remove_dir(prev)
             os.replace(path, prev)
         fsync_path(path.parent)
-        _step("old-moved")
+        crash_point("old-moved")
         os.replace(tmp, path)
         fsync_path(path.parent)
-        _step("new-in")
-        _remove(prev)
-        _step("done")
+        crash_point("new-in")
+        if not keep_prev:
+            remove_dir(prev)
+            crash_point("done")
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)

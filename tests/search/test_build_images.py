@@ -5,63 +5,17 @@ import shutil
 
 import numpy as np
 import pytest
-import torch
-from PIL import Image
 
 import vlmatch
 from vlmatch.cli import main
 from vlmatch.errors import VlmatchError
-from vlmatch.features import backbones
-from vlmatch.features.backbones import Backbone, BackboneInfo
 from vlmatch.search import build as B
 
-
-class Tiny32(Backbone):
-    """A deterministic stand-in backbone: 2 x 2 grid of 32-d features (quadrant colours, projected)."""
-
-    images = 0  # images seen by every instance (the tests count re-encoding with it)
-    fail_after: int | None = None  # raise (a simulated kill) once this many images were seen
-
-    def __init__(self, weights=None):
-        super().__init__()
-        self.info = BackboneInfo("tiny32", 8, 2, 32, "pixel / 255")
-        self.proj = torch.randn(3, 32, generator=torch.Generator().manual_seed(0))
-
-    def _normalise(self, x):
-        return x / 255.0
-
-    def feature_map(self, x):
-        if Tiny32.fail_after is not None and Tiny32.images + len(x) > Tiny32.fail_after:
-            raise KeyboardInterrupt("simulated kill")
-        Tiny32.images += len(x)
-        q = torch.nn.functional.avg_pool2d(x, 4)  # (B, 3, 2, 2)
-        return torch.einsum("bchw,cd->bdhw", q, self.proj)
-
-
-@pytest.fixture(autouse=True)
-def tiny_backbone(monkeypatch):
-    monkeypatch.setitem(backbones.BACKBONES, "tiny32", Tiny32)
-    Tiny32.images, Tiny32.fail_after = 0, None
-
-
-def jpegs(folder, names, seed=0):
-    folder.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    for n in names:
-        (folder / n).parent.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(rng.integers(0, 255, (24, 20, 3), dtype=np.uint8)).save(folder / n)
-    return folder
+from .tiny import Tiny32, build_args, exhaustive, jpegs, tiny_backbone  # noqa: F401  (tiny_backbone: autouse)
 
 
 def build(ckpts, images, out, *extra):
-    return main(["index", "build", "--model", str(ckpts["scan"]), "--retriever", str(ckpts["vsepp"]),
-                 "--images", str(images), "--out", str(out), "--backbone", "tiny32", "--no-progress",
-                 "--batch-size", "2", *extra])
-
-
-def exhaustive(index_dir, q="a red dog"):
-    idx = vlmatch.Index.open(index_dir)
-    return {r.path: r.score for r in idx.search(q, k=len(idx), candidates=len(idx))}
+    return main(build_args(ckpts["scan"], images, out, *extra, retriever=ckpts["vsepp"]))
 
 
 def test_folder_build_bad_images_and_backbone_checks(toy_ckpts, tmp_path, capsys):

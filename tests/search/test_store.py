@@ -59,3 +59,19 @@ def test_concatenating_stores_keeps_the_widest_dtype_of_each_field(tmp_path):
     vk = merged.take(np.arange(5)).vk
     assert torch.equal(vk[3:], new.vk)
     assert torch.equal(vk[:3], old.vk.half().float())
+
+
+def test_values_a_store_cannot_hold_are_refused_when_written(tmp_path):
+    import pytest
+
+    from vlmatch.errors import DataError
+    from vlmatch.models.base import ImageEncoding
+
+    regions = torch.ones(3, 4, 8)
+    regions[1, 2, 5] = 1e5  # beyond float16's range: it would be stored as inf
+    with pytest.raises(DataError, match=r"regions.npy: NaN or inf in the encodings of rows 0..2 \(as float16\)"):
+        write_store(tmp_path / "f16", ImageEncoding(regions=regions), "float16")
+    write_store(tmp_path / "f32", ImageEncoding(regions=regions), "float32")  # float32 holds it
+    regions[0, 0, 0] = float("nan")
+    with pytest.raises(DataError, match="NaN or inf"):
+        write_store(tmp_path / "nan", ImageEncoding(regions=regions), "float32")

@@ -8,42 +8,43 @@ Layout of an index folder::
                              stage1.faiss, enc/ (stage-2 encodings, memory-mapped)
     captions/                the same for an indexed caption collection (items hold the text)
     build/                   work area of an interrupted build (resumed by re-running the command)
+    .vlmatch.lock            held by the one build or update writing the folder
+
+What belongs to an index, what the manifest records of each part, and how a build or an update
+replaces parts so that a kill at any point leaves one complete index: :mod:`vlmatch.search.folder`.
 
 Under ``torchrun`` every rank encodes one contiguous shard of the inputs into
-``build/<what>/part-<rank>-of-<world>`` and rank 0 merges the parts (one process: one part, renamed).
+``build/<what>/part-<rank>-of-<world>`` and rank 0 merges the parts (one process: one part). The
+collections take their files from the parts as hard links, so ``build/`` stays whole, and a build
+killed in its final phase resumes, until the commit.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import platform
 import shutil
 import time
 from collections.abc import Iterator
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from .. import distributed as D
-from ..errors import ConfigError, DataError, VlmatchError
+from ..errors import ConfigError, DataError
 from ..features.extract import IMAGE_SUFFIXES, load_image
 from ..features.provenance import check_backbone, checkpoint_backbone, resolve_backbone_name
-from ..io import atomic_dir, read_json, write_json
+from ..io import atomic_dir, link_tree, read_json, write_json
 from ..models.base import MatchingModel
-from .encode import Batch, Stage1Source, encode_part, fingerprint
+from ..weights import sha256_file
+from .encode import Batch, Stage1Source, encode_part, fingerprint, read_meta
+from .folder import FORMAT, check_out, commit, new_collection_id, open_parts, recover, require_manifest, writer_lock
 from .stage1 import build_faiss, write_faiss
-
-FORMAT = 1
-
-
-def file_sha256(path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while b := f.read(chunk):
-            h.update(b)
-    return h.hexdigest()
+from .store import open_arrays
 
 
 def scan_folder(root: Path) -> list[str]:
@@ -59,12 +60,41 @@ def scan_folder(root: Path) -> list[str]:
 
 def file_stat(root: Path, rel: str) -> dict:
     st = (root / rel).stat()
-    return {"path": str((root / rel).resolve()), "rel": rel, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
-def file_record(root: Path, rel: str) -> dict:
-    """The table row of an indexed file: its path, size, mtime and content hash (for updates)."""
-    return {**file_stat(root, rel), "sha256": file_sha256(root / rel)}
+class _Bytes(io.BytesIO):
+    """A file's bytes in memory that PIL's messages name by the file's path."""
+
+    def __init__(self, data: bytes, path: Path):
+        super().__init__(data)
+        self.path = path
+
+    def __repr__(self) -> str:
+        return repr(str(self.path))
+
+
+def read_image(root: Path, rel: str, size: int) -> tuple[np.ndarray, dict]:
+    """An image file's pixels and what its table row records (size, mtime, SHA-256), all from one read
+    of its bytes: the hash is of the content encoded, whatever happens to the file meanwhile (its
+    mtime is taken before the read, so a later change shows as a later mtime)."""
+    path = root / rel
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            data = f.read()
+    except OSError as e:
+        raise DataError(path, f"unreadable image ({type(e).__name__}: {e.strerror or e})") from None
+    try:
+        pixels = load_image(_Bytes(data, path), size)
+    except DataError as e:
+        raise DataError(path, e.problem) from None
+    return pixels, {"size": len(data), "mtime_ns": st.st_mtime_ns, "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def image_row(root: Path, rel: str, item_id: int, meta: dict) -> dict:
+    """The table row of an indexed image file (``meta``: what :func:`read_image` recorded)."""
+    return {"id": item_id, "path": str((root / rel).resolve()), "rel": rel, **meta}
 
 
 # --- loading models ----------------------------------------------------------------------------
@@ -79,7 +109,7 @@ def load_checkpoint(path) -> tuple[MatchingModel, dict]:
     if model.uses_vocab and model.vocab is None:
         raise DataError(path, "no vocab.json beside the model")
     return model, {"name": model.name, "checkpoint": str(path.resolve()),
-                   "sha256": file_sha256(path / "model.safetensors"), "config": model.config_dict()["config"]}
+                   "sha256": sha256_file(path / "model.safetensors"), "config": model.config_dict()["config"]}
 
 
 def _stage1_source(model, retriever) -> Stage1Source:
@@ -95,20 +125,23 @@ def image_batches(root: Path, rels: list[str], backbone, batch_size: int, skip_b
     def gen(done: int) -> Iterator[Batch]:
         size = backbone.info.input_size
         for a in range(done, len(rels), batch_size):
-            names, arrays, bad = [], [], []
+            names, arrays, bad, meta = [], [], [], []
             for rel in rels[a:a + batch_size]:
                 try:
-                    arrays.append(load_image(root / rel, size))
-                    names.append(rel)
+                    pixels, m = read_image(root, rel, size)
                 except DataError as e:
                     if not skip_bad:
                         raise DataError(e.path, f"{e.problem}; pass --skip-bad to index the rest without it") from None
                     bad.append({"key": rel, "error": e.problem})
+                    continue
+                arrays.append(pixels)
+                names.append(rel)
+                meta.append(m)
             feats = None
             if arrays:
                 with torch.inference_mode():
                     feats = backbone(backbone.preprocess(arrays)).clone()
-            yield Batch(len(rels[a:a + batch_size]), names, features=feats, bad=bad)
+            yield Batch(len(rels[a:a + batch_size]), names, features=feats, bad=bad, meta=meta)
     return gen
 
 
@@ -156,7 +189,8 @@ def _shard(n: int, rank: int, world: int) -> tuple[int, int]:
 def encode_sharded(work: Path, keys: list, make_batches, encode, dtype: str, fp: str, pad_to=None,
                    rank: int = 0, world: int = 1, progress: bool = True, desc: str = "encode") -> dict | None:
     """Each rank encodes its contiguous shard; rank 0 merges and returns the merged record
-    (``keys``: kept inputs in row order, ``bad``, ``folder`` with stage1.npy and enc/); others None."""
+    (``keys``: kept inputs in row order, ``meta``: their Batch.meta, ``bad``, ``folder`` with
+    stage1.npy and enc/, None when every input was skipped); others None."""
     a, b = _shard(len(keys), rank, world)
     part = work / f"part-{rank}-of-{world}"
     encode_part(part, fingerprint(fp, a, b), b - a, lambda done: make_batches(keys[a:b], done), encode, dtype,
@@ -168,22 +202,23 @@ def encode_sharded(work: Path, keys: list, make_batches, encode, dtype: str, fp:
     records = [read_json(p / "progress.json") for p in parts]
     bad = [x for r in records for x in r["bad"]]
     bad_keys = {x["key"] for x in bad}
-    kept = [k for k in keys if k not in bad_keys]
-    if world == 1:
-        return {"keys": kept, "bad": bad, "folder": parts[0]}
+    rec = {"keys": [k for k in keys if k not in bad_keys], "meta": [m for p in parts for m in read_meta(p)], "bad": bad}
+    parts = [p for p, r in zip(parts, records, strict=True) if r["written"]]
+    if len(parts) <= 1:
+        return {**rec, "folder": parts[0] if parts else None}
     merged = work / "merged"
     if merged.exists():
         shutil.rmtree(merged)
     concat_stores([p / "enc" for p in parts], merged / "enc", dtype)
     np.save(merged / "stage1.npy", np.concatenate([np.load(p / "stage1.npy", mmap_mode="r") for p in parts]))
-    return {"keys": kept, "bad": bad, "folder": merged}
+    return {**rec, "folder": merged}
 
 
 def concat_stores(folders: list[Path], out: Path, dtype: str, rows: list | None = None) -> None:
     """Concatenate stores (``rows[i]``: the rows of store i to keep, None = all), chunk by chunk;
     word-axis fields are padded to the widest store."""
-    metas = [read_json(f / "fields.json")["fields"] for f in folders]
-    arrays = [{n: np.load(f / f"{n}.npy", mmap_mode="r") for n in m} for f, m in zip(folders, metas, strict=True)]
+    opened = [open_arrays(f) for f in folders]
+    metas, arrays = [m["fields"] for m, _ in opened], [a for _, a in opened]
     rows = rows or [None] * len(folders)
     idxs = [np.arange(len(next(iter(a.values())))) if r is None else np.asarray(r, dtype=np.int64)
             for a, r in zip(arrays, rows, strict=True)]
@@ -211,22 +246,26 @@ def concat_stores(folders: list[Path], out: Path, dtype: str, rows: list | None 
         del dst
         os.replace(out / f"{name}.npy.partial", out / f"{name}.npy")
         fields[name] = {**spec, "shape": shape, "dtype": dt.name}
-    write_json(out / "fields.json", {"fields": fields, "class": read_json(folders[0] / "fields.json")["class"]})
+    write_json(out / "fields.json", {"fields": fields, "class": opened[0][0]["class"]})
 
 
 # --- writing the index -------------------------------------------------------------------------
 
 def write_collection(dest: Path, folder: Path, items: list[dict], ann: str, nlist: int | None, hnsw_m: int) -> dict:
-    """Move encoded rows from ``folder`` into the collection folder ``dest`` (replaced whole)."""
+    """Make the collection folder ``dest`` of the encoded rows in ``folder`` (hard links: ``folder``
+    stays whole) and ``items``; the old version stays as ``dest.prev`` until the commit
+    (:func:`vlmatch.search.folder.commit`). Returns the collection's entry of the manifest."""
     vectors = np.load(folder / "stage1.npy", mmap_mode="r")
     index, info = build_faiss(np.asarray(vectors), ann, nlist=nlist, hnsw_m=hnsw_m)
-    with atomic_dir(dest) as tmp:
-        shutil.move(str(folder / "enc"), str(tmp / "enc"))
-        shutil.move(str(folder / "stage1.npy"), str(tmp / "stage1.npy"))
+    with atomic_dir(dest, keep_prev=True) as tmp:
+        link_tree(folder / "enc", tmp / "enc")
+        link_tree(folder / "stage1.npy", tmp / "stage1.npy")
+        fields = read_json(tmp / "enc" / "fields.json")
+        # a new file (not the linked one): its id tells this collection's encodings from any other's
+        write_json(tmp / "enc" / "fields.json", {**fields, "id": new_collection_id()})
         write_faiss(index, tmp / "stage1.faiss")
         write_json(tmp / "items.json", items, indent=None)
-    fields = read_json(dest / "enc" / "fields.json")["fields"]
-    return {"count": len(items), "stage1": {**info, "requested": ann}, "fields": fields}
+    return {"count": len(items), "stage1": {**info, "requested": ann}, "fields": fields["fields"]}
 
 
 def versions() -> dict:
@@ -238,19 +277,21 @@ def versions() -> dict:
             "python": platform.python_version()}
 
 
-def _save_models(out: Path, model, model_info, retriever, retriever_info) -> None:
-    model.save(out / "model")
-    if retriever is not None:
-        retriever.save(out / "retriever")
-    elif (out / "retriever").exists():
-        shutil.rmtree(out / "retriever")
+def save_checkpoint(dest: Path, model: MatchingModel) -> None:
+    """A copy of ``model`` as the part ``dest`` (the old one kept as ``dest.prev`` until the commit)."""
+    with atomic_dir(dest, keep_prev=True) as tmp:
+        model.save(tmp)
 
 
 def build_index(out, model_ckpt, images=None, features=None, split: str = "test", captions=None,
                 retriever_ckpt=None, backbone: str | None = None, dtype: str = "float16", ann: str = "auto",
                 nlist: int | None = None, hnsw_m: int = 32, skip_bad: bool = False, batch_size: int = 64,
-                progress: bool = True, weights=None) -> dict | None:
-    """Build (or resume building) an index folder; returns the manifest (None on ranks > 0)."""
+                progress: bool = True, weights=None, overwrite: bool = False) -> dict | None:
+    """Build (or resume building) an index folder; returns the manifest (None on ranks > 0).
+
+    ``out`` must be new, empty or an index (or an interrupted build) of its own, and lie outside the
+    image folder; ``overwrite`` lets it hold other files too, which are kept (see
+    :func:`vlmatch.search.folder.check_out`). One build or update of a folder at a time."""
     if images is None and features is None and captions is None:
         raise ConfigError("index build needs --images DIR, --features DIR or --captions FILE")
     if images is not None and features is not None:
@@ -258,6 +299,20 @@ def build_index(out, model_ckpt, images=None, features=None, split: str = "test"
     out = Path(out)
     D.init_from_env(torch.device("cpu"))
     rank, world = D.world()
+    check_out(out, images, overwrite)  # every rank, before any of them writes
+    D.barrier()
+    if rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
+    with writer_lock(out, "vlmatch index build") if rank == 0 else nullcontext():
+        if rank == 0:
+            recover(out)
+        D.barrier()  # the other ranks write into build/ only once rank 0 holds the folder
+        return _build(out, model_ckpt, images, features, split, captions, retriever_ckpt, backbone, dtype, ann, nlist,
+                      hnsw_m, skip_bad, batch_size, progress, weights, rank, world)
+
+
+def _build(out: Path, model_ckpt, images, features, split, captions, retriever_ckpt, backbone, dtype, ann, nlist,
+           hnsw_m, skip_bad, batch_size, progress, weights, rank, world) -> dict | None:
     model, model_info = load_checkpoint(model_ckpt)
     retriever, retriever_info = (None, None) if retriever_ckpt is None else load_checkpoint(retriever_ckpt)
     s1 = _stage1_source(model, retriever)
@@ -286,7 +341,8 @@ def build_index(out, model_ckpt, images=None, features=None, split: str = "test"
                              desc="index images")
         manifest["source"] = {"kind": "images", "root": str(root)}
         if rec is not None:
-            items = [{"id": i, **file_record(root, rel)} for i, rel in enumerate(rec["keys"])]
+            items = [image_row(root, rel, i, meta) for i, (rel, meta) in enumerate(zip(rec["keys"], rec["meta"],
+                                                                                         strict=True))]
             manifest["skipped"] = rec["bad"]
             manifest["next_id"] = len(items)
     elif features is not None:
@@ -329,6 +385,8 @@ def build_index(out, model_ckpt, images=None, features=None, split: str = "test"
     if n_regions is None:  # a caption-only index: the placeholder image needs some region count
         n_regions = 1
     if images is not None or features is not None:
+        if rec["folder"] is None:
+            raise DataError(images or features, "nothing to index: every image was skipped")
         manifest["collections"]["images"] = write_collection(out / "images", rec["folder"], items, ann, nlist, hnsw_m)
         manifest["dims"] = {"stage1": dim, "regions": n_regions, "img_dim": model.cfg.img_dim}
     if captions is not None:
@@ -337,16 +395,18 @@ def build_index(out, model_ckpt, images=None, features=None, split: str = "test"
         manifest.setdefault("dims", {"stage1": s1.check(n_regions), "regions": None, "img_dim": model.cfg.img_dim})
         manifest["source"]["captions"] = str(Path(captions).resolve())
     manifest["counts"] = {k: v["count"] for k, v in manifest["collections"].items()}
-    _save_models(out, model, model_info, retriever, retriever_info)
-    write_json(out / "manifest.json", manifest)
-    shutil.rmtree(work, ignore_errors=True)
-    return manifest
+    save_checkpoint(out / "model", model)
+    if retriever is not None:
+        save_checkpoint(out / "retriever", retriever)
+    return commit(out, manifest)
 
 
 def _build_captions(out, work, model, s1, captions_file, dtype, ann, nlist, hnsw_m, n_regions, batch_size, progress):
     from ..data.precomp import read_caption_lines
 
     caps = read_caption_lines(captions_file)
+    if not caps:
+        raise DataError(captions_file, "no captions")
     _, lengths = model.tokenize(caps)
     fp = fingerprint("captions", caps, model.name, dtype)
     folder = work / "captions"
@@ -358,17 +418,22 @@ def _build_captions(out, work, model, s1, captions_file, dtype, ann, nlist, hnsw
 
 def update_index(path, skip_bad: bool = False, batch_size: int = 64, progress: bool = True, weights=None) -> dict:
     """Re-scan an image-folder index: encode new and changed files, drop deleted ones, keep the rest."""
+    out = Path(path)
+    require_manifest(out)  # before the lock file is made in a folder that holds no index
+    with writer_lock(out, "vlmatch index update"):
+        recover(out)
+        return _update(out, *open_parts(out), skip_bad, batch_size, progress, weights)
+
+
+def _update(out: Path, manifest: dict, parts: dict, skip_bad, batch_size, progress, weights) -> dict:
     from ..features.backbones import create_backbone
     from ..models.registry import load_model
 
-    out = Path(path)
-    manifest = read_json(out / "manifest.json", "not an index folder (no manifest.json)")
     if manifest["source"].get("kind") != "images":
         raise ConfigError(f"{out}: only an index of an image folder can be updated (this one indexes "
                           f"{manifest['source'].get('kind')}); build it again instead")
     root = Path(manifest["source"]["root"])
-    coll = out / "images"
-    old_items = read_json(coll / "items.json")
+    old_items = read_json(parts["images"] / "items.json")
     by_rel = {it["rel"]: (row, it) for row, it in enumerate(old_items)}
     rels = scan_folder(root)
     keep_rows, keep_items, todo = [], [], []
@@ -378,7 +443,7 @@ def update_index(path, skip_bad: bool = False, batch_size: int = 64, progress: b
             row, it = by_rel[rel]
             same = (it["size"], it["mtime_ns"]) == (st["size"], st["mtime_ns"])
             if not same and it.get("sha256") and it["size"] == st["size"]:
-                same = file_sha256(root / rel) == it["sha256"]
+                same = sha256_file(root / rel) == it["sha256"]
             if same:
                 keep_rows.append(row)
                 keep_items.append(it)
@@ -388,59 +453,53 @@ def update_index(path, skip_bad: bool = False, batch_size: int = 64, progress: b
     report = {"kept": len(keep_rows), "new": sum(r not in by_rel for r in todo),
               "changed": sum(r in by_rel for r in todo), "deleted": deleted}
     if not todo and len(keep_rows) == len(old_items):
+        shutil.rmtree(out / "build", ignore_errors=True)  # what an update killed before its commit left
         return {**report, "skipped": []}
-    model = load_model(out / "model").eval()
-    retriever = load_model(out / "retriever").eval() if (out / "retriever").is_dir() else None
+    model = load_model(parts["model"]).eval()
+    retriever = load_model(parts["retriever"]).eval() if "retriever" in parts else None
     s1 = _stage1_source(model, retriever)
     bb = create_backbone(manifest["backbone"]["name"], weights)
     dtype = manifest["dtype"]
     work = out / "build" / "update"
-    new_items, bad = [], []
+    rec = {"keys": [], "meta": [], "bad": [], "folder": None}
     if todo:
         fp = fingerprint("update", todo, manifest["model"]["sha256"], manifest["created"])
         rec = encode_sharded(work, todo, lambda ks, done: image_batches(root, ks, bb, batch_size, skip_bad)(done),
                              image_encoder(model, s1), dtype, fp, progress=progress, desc="index new images")
-        bad = rec["bad"]
-        next_id = manifest.get("next_id", len(old_items))
-        for rel in rec["keys"]:
-            if rel in by_rel:  # a changed file keeps its id
-                new_items.append({"id": by_rel[rel][1]["id"], **file_record(root, rel)})
-            else:
-                new_items.append({"id": next_id, **file_record(root, rel)})
-                next_id += 1
-        manifest["next_id"] = next_id
-    merged = out / "build" / "merged"
-    if merged.exists():
-        shutil.rmtree(merged)
-    folders, rows = [coll / "enc"], [keep_rows]
-    s1_parts = [np.load(coll / "stage1.npy", mmap_mode="r")[keep_rows]]
-    if new_items:
-        folders.append(rec["folder"] / "enc")
-        rows.append(None)
-        s1_parts.append(np.load(rec["folder"] / "stage1.npy"))
-    concat_stores(folders, merged / "enc", dtype, rows)
-    np.save(merged / "stage1.npy", np.concatenate(s1_parts))
-    info = manifest["collections"]["images"]["stage1"]
-    manifest["collections"]["images"] = write_collection(coll, merged, keep_items + new_items, info.get("requested", "auto"),
-                                                         info.get("nlist") if info["kind"] == "ivf" else None,
-                                                         info.get("M", 32))
-    manifest["counts"]["images"] = len(keep_items) + len(new_items)
+    next_id = manifest.get("next_id", len(old_items))
+    new_items = []
+    for rel, meta in zip(rec["keys"], rec["meta"], strict=True):
+        if rel in by_rel:  # a changed file keeps its id
+            new_items.append(image_row(root, rel, by_rel[rel][1]["id"], meta))
+        else:
+            new_items.append(image_row(root, rel, next_id, meta))
+            next_id += 1
+    items = keep_items + new_items
+    if not items:
+        raise DataError(root, "nothing left to index: every image was deleted or skipped")
+    written = ()
+    if new_items or len(keep_rows) < len(old_items):  # else only unreadable new files: the collection stands
+        merged = out / "build" / "merged"
+        if merged.exists():
+            shutil.rmtree(merged)
+        coll = parts["images"]
+        folders, rows = [coll / "enc"], [keep_rows]
+        s1_parts = [np.load(coll / "stage1.npy", mmap_mode="r")[keep_rows]]
+        if new_items:
+            folders.append(rec["folder"] / "enc")
+            rows.append(None)
+            s1_parts.append(np.load(rec["folder"] / "stage1.npy"))
+        concat_stores(folders, merged / "enc", dtype, rows)
+        np.save(merged / "stage1.npy", np.concatenate(s1_parts))
+        info = manifest["collections"]["images"]["stage1"]
+        manifest["collections"]["images"] = write_collection(out / "images", merged, items,
+                                                             info.get("requested", "auto"),
+                                                             info.get("nlist") if info["kind"] == "ivf" else None,
+                                                             info.get("M", 32))
+        written = ("images",)
+    manifest["next_id"] = next_id
+    manifest["counts"]["images"] = len(items)
     manifest["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    manifest["skipped"] = bad
-    write_json(out / "manifest.json", manifest)
-    shutil.rmtree(out / "build", ignore_errors=True)
-    return {**report, "skipped": bad}
-
-
-def is_index(path) -> bool:
-    return (Path(path) / "manifest.json").is_file()
-
-
-def check_open(path) -> dict:
-    path = Path(path)
-    if not is_index(path):
-        if (path / "build").is_dir():
-            raise VlmatchError(f"{path}: the index build was interrupted; run the same `vlmatch index build` again "
-                               "to resume it")
-        raise DataError(path, "not an index folder (no manifest.json)")
-    return read_json(path / "manifest.json")
+    manifest["skipped"] = rec["bad"]
+    commit(out, manifest, written)
+    return {**report, "skipped": rec["bad"]}

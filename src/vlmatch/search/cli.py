@@ -15,8 +15,9 @@ def add_parser(sub):
                      description="Extract features with the backbone the model was trained on (--images) or read "
                                  "a precomp split (--features, --split), encode every image once, and write the "
                                  "stage-1 vectors (FAISS), the stage-2 encodings (memory-mapped), the id -> path "
-                                 "table and a manifest into --out. Re-running an interrupted build resumes it. "
-                                 "Under torchrun every rank encodes a shard and rank 0 merges them.")
+                                 "table and a manifest into --out. Re-running an interrupted build resumes it; a "
+                                 "build killed at any point leaves the previous index whole. One build or update of "
+                                 "a folder at a time. Under torchrun every rank encodes a shard and rank 0 merges them.")
     b.add_argument("--model", required=True, help="checkpoint folder (model.safetensors + config.json)")
     b.add_argument("--images", help="folder of images (searched recursively)")
     b.add_argument("--features", help="precomp feature folder ({split}_ims.npy) instead of --images")
@@ -24,7 +25,10 @@ def add_parser(sub):
     b.add_argument("--captions", help="caption file (one per line) to index for image -> text search")
     b.add_argument("--retriever", help="checkpoint of a companion stage-1 model (e.g. VSE++ on the same features), "
                                        "needed when the model has no global part")
-    b.add_argument("--out", required=True, help="index folder")
+    b.add_argument("--out", required=True, help="index folder: new, empty or an index (rebuilt); outside --images")
+    b.add_argument("--overwrite", action="store_true",
+                   help="build into an --out that holds other files too (they are kept; only an index's own entries "
+                        "are replaced)")
     b.add_argument("--backbone", help="image backbone (default: the one the model was trained on)")
     b.add_argument("--weights", help="local weights file for the backbone")
     b.add_argument("--dtype", default="float16", choices=["float16", "float32"], help="stage-2 storage precision")
@@ -59,7 +63,8 @@ def cmd_build(a):
 
     m = build_index(a.out, a.model, images=a.images, features=a.features, split=a.split, captions=a.captions,
                     retriever_ckpt=a.retriever, backbone=a.backbone, dtype=a.dtype, ann=a.ann, nlist=a.nlist,
-                    skip_bad=a.skip_bad, batch_size=a.batch_size, progress=not a.no_progress, weights=a.weights)
+                    skip_bad=a.skip_bad, batch_size=a.batch_size, progress=not a.no_progress, weights=a.weights,
+                    overwrite=a.overwrite)
     if m is None:  # a torchrun rank other than 0
         return
     for bad in m.get("skipped", []):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -19,8 +20,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..errors import DataError, VlmatchError
-from ..io import read_json, write_json
+from ..errors import VlmatchError
+from ..io import read_json, write_bytes, write_json
 from ..models.base import ImageEncoding, MatchingModel, TextEncoding
 from .store import EncodingWriter
 
@@ -96,6 +97,7 @@ class Batch:
     features: torch.Tensor | None = None  # images: (B, k, img_dim)
     captions: list[str] | None = None  # captions: the texts
     bad: list[dict] = field(default_factory=list)
+    meta: list[dict] | None = None  # per kept input, what its table row records (a file's size, hash ...)
 
 
 def fingerprint(*parts) -> str:
@@ -109,11 +111,16 @@ def encode_part(folder, fp: str, n: int, batches: Callable[[int], Iterator[Batch
     ``batches(done)`` yields :class:`Batch` es starting after the first ``done`` inputs;
     ``encode(batch) -> (Encoding, stage-1 (B, d))``. Returns the progress record: rows ``written``
     and the ``bad`` inputs skipped (each ``{"key", "error"}``); the rows are the inputs in order minus
-    the bad ones (kept implicit so the record stays small).
+    the bad ones (kept implicit so the record stays small). Each row's ``Batch.meta`` is a line of
+    ``meta.jsonl`` (:func:`read_meta`). A part whose every input was skipped has no rows and no
+    files; the caller says whether that is an error.
     """
     folder = Path(folder)
     prog_path = folder / "progress.json"
+    meta_path = folder / "meta.jsonl"
     prog = read_json(prog_path) if prog_path.is_file() else None
+    if prog is not None and prog.get("fingerprint") == fp and not _trim_lines(meta_path, prog["written"]):
+        prog = None  # rows the record counts lost their lines (a crash before they reached the disk): redo
     if prog is None or prog.get("fingerprint") != fp:
         if folder.exists():
             shutil.rmtree(folder)
@@ -129,6 +136,8 @@ def encode_part(folder, fp: str, n: int, batches: Callable[[int], Iterator[Batch
         if b.keys:
             enc, vec = encode(b)
             vec = vec.detach().cpu().float().numpy()
+            if not np.isfinite(vec).all():
+                raise VlmatchError(f"{desc}: the model gave NaN or inf stage-1 vectors for {b.keys[0]} .. {b.keys[-1]}")
             if s1 is None:
                 s1 = np.lib.format.open_memmap(s1_path, mode="w+", dtype=np.float32, shape=(n, vec.shape[1]))
             w = prog["written"]
@@ -136,23 +145,43 @@ def encode_part(folder, fp: str, n: int, batches: Callable[[int], Iterator[Batch
             s1[w:w + len(vec)] = vec
             writer.flush()
             s1.flush()
+            with open(meta_path, "a", encoding="utf-8") as f:  # durable before the record counts these rows
+                f.write("".join(json.dumps(m) + "\n" for m in (b.meta or [{}] * len(b.keys))))
+                f.flush()
+                os.fsync(f.fileno())
         prog["done"] += b.consumed
         prog["written"] += len(b.keys)
         prog["bad"] += b.bad
         write_json(prog_path, prog, indent=None)
         bar.update(b.consumed)
     bar.close()
-    if prog["written"] == 0:
-        raise DataError(folder, "nothing to index: every input was skipped")
-    writer.finish(prog["written"])
     rows = prog["written"]
-    if rows < n:
-        np.save(folder / "stage1.npy", np.asarray(s1[:rows]))
-        del s1
-        s1_path.unlink()
-    else:
-        del s1
-        s1_path.replace(folder / "stage1.npy")
+    if rows:
+        writer.finish(rows)
+        if rows < n:
+            np.save(folder / "stage1.npy", np.asarray(s1[:rows]))
+            del s1
+            s1_path.unlink()
+        else:
+            del s1
+            s1_path.replace(folder / "stage1.npy")
     prog["complete"] = True
     write_json(prog_path, prog, indent=None)
     return prog
+
+
+def read_meta(folder) -> list[dict]:
+    """The ``Batch.meta`` of a finished part's rows, in row order."""
+    path = Path(folder) / "meta.jsonl"
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()] if path.is_file() else []
+
+
+def _trim_lines(path: Path, rows: int) -> bool:
+    """Keep the first ``rows`` lines of ``path`` (a kill may have left lines of a batch the progress
+    record does not count yet); False when it has fewer whole lines than that."""
+    lines = path.read_bytes().splitlines(keepends=True) if path.is_file() else []
+    if sum(line.endswith(b"\n") for line in lines[:rows]) < rows:
+        return False
+    if len(lines) > rows:
+        write_bytes(path, b"".join(lines[:rows]))
+    return True

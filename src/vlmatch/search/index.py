@@ -25,8 +25,8 @@ from ..errors import ConfigError, DataError, VlmatchError
 from ..io import read_json
 from ..models.base import ImageEncoding, MatchingModel, TextEncoding
 from ..scoring import score_blocks
-from .build import check_open
 from .encode import Stage1Source
+from .folder import manifest_stamp, open_parts
 from .stage1 import Stage1
 from .store import EncodingStore
 
@@ -69,7 +69,7 @@ class Index:
     """An index folder opened for search (see :mod:`vlmatch.search.build` for its layout)."""
 
     def __init__(self, root, manifest: dict, model: MatchingModel, retriever: MatchingModel | None = None,
-                 device="cpu"):
+                 device="cpu", parts: dict | None = None):
         self.root = Path(root)
         self.manifest = manifest
         self.model = model.eval()
@@ -79,29 +79,40 @@ class Index:
         dims = manifest.get("dims") or {}
         self.n_regions = dims.get("regions") or 1
         colls = manifest.get("collections", {})
+        parts = parts or {}  # the folder of each part (opening resolves them: see vlmatch.search.folder)
         self.images = None
         self.captions = None
         if "images" in colls:
             tmpl = self.model.encode_images(torch.zeros(1, self.n_regions, self.model.cfg.img_dim))
-            self.images = Collection(self.root / "images", colls["images"], tmpl)
+            self.images = Collection(parts.get("images", self.root / "images"), colls["images"], tmpl)
         if "captions" in colls:
             tmpl = self.model.encode_texts(*self.model.tokenize(["a"]))
-            self.captions = Collection(self.root / "captions", colls["captions"], tmpl)
+            self.captions = Collection(parts.get("captions", self.root / "captions"), colls["captions"], tmpl)
         self._backbone = None
         self.last_timings: dict[str, float] = {}
 
     # --- opening ---------------------------------------------------------------------------
     @classmethod
     def open(cls, path, device="cpu") -> Index:
-        """Open an index folder written by ``vlmatch index build`` (models come from inside it)."""
+        """Open an index folder written by ``vlmatch index build`` (models come from inside it), every
+        part checked against the manifest's records (:mod:`vlmatch.search.folder`)."""
         from ..models.registry import load_model
 
         path = Path(path)
-        manifest = check_open(path)
-        with torch.no_grad():
-            model = load_model(path / "model", map_location=device)
-            retriever = load_model(path / "retriever", map_location=device) if (path / "retriever").is_dir() else None
-            return cls(path, manifest, model, retriever, device)
+        tries = 3
+        while True:
+            tries -= 1
+            stamp = manifest_stamp(path)
+            try:
+                manifest, parts = open_parts(path)
+                with torch.no_grad():
+                    model = load_model(parts["model"], map_location=device)
+                    retriever = load_model(parts["retriever"], map_location=device) if "retriever" in parts else None
+                    return cls(path, manifest, model, retriever, device, parts)
+            except (DataError, OSError):
+                if not tries or manifest_stamp(path) == stamp:
+                    raise
+                # a build or update committed while this was opening (its old versions are gone): open the new index
 
     # --- the table -------------------------------------------------------------------------
     def __len__(self) -> int:

@@ -65,10 +65,14 @@ class EncodingWriter:
         for name, t in enc.tensors().items():
             a = t.detach().cpu().numpy()
             dst = self.arrays[name]
-            if name in per_word:
-                dst[start:start + len(a), :a.shape[1]] = a
-            else:
-                dst[start:start + len(a)] = a
+            with np.errstate(over="ignore"):  # a value float16 cannot hold is refused just below
+                if name in per_word:
+                    dst[start:start + len(a), :a.shape[1]] = a
+                else:
+                    dst[start:start + len(a)] = a
+            if dst.dtype.kind == "f" and not np.isfinite(dst[start:start + len(a)]).all():
+                raise DataError(self.folder / f"{name}.npy", f"NaN or inf in the encodings of rows {start}.."
+                                f"{start + len(a) - 1} (as {dst.dtype.name}): the model's output cannot be stored")
 
     def flush(self) -> None:
         for a in self.arrays.values():
@@ -103,20 +107,35 @@ def write_store(folder, enc: Encoding, float_dtype: str = "float16") -> None:
     w.finish()
 
 
+def open_arrays(folder) -> tuple[dict, dict[str, np.ndarray]]:
+    """A store's ``fields.json`` and its arrays, memory-mapped, each checked against the shape and
+    dtype fields.json records, all with one number of rows (the arrays are too large to hash)."""
+    folder = Path(folder)
+    meta = read_json(folder / "fields.json", "encodings missing (incomplete index?)")
+    arrays = {}
+    for name, spec in meta["fields"].items():
+        path = folder / f"{name}.npy"
+        try:
+            arrays[name] = arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise DataError(path, f"unreadable encoding array ({e})") from None
+        if list(arr.shape[1:]) != list(spec["shape"]) or arr.dtype.name != spec["dtype"]:
+            raise DataError(path, f"{arr.dtype.name} {list(arr.shape[1:])} per row, but fields.json records "
+                                  f"{spec['dtype']} {spec['shape']}")
+    if len({len(a) for a in arrays.values()}) > 1:
+        rows = {n: len(a) for n, a in arrays.items()}
+        raise DataError(folder, f"the encoding arrays have different numbers of rows: {rows}")
+    return meta, arrays
+
+
 class EncodingStore:
     """Read side: memory-mapped fields, rows gathered into an Encoding of the model's class."""
 
     def __init__(self, folder, template: Encoding):
         self.folder = Path(folder)
-        meta = read_json(self.folder / "fields.json", "encodings missing (incomplete index?)")
+        meta, self.arrays = open_arrays(self.folder)
         self.fields = meta["fields"]
         self.cls = type(template)
-        self.arrays = {}
-        for name in self.fields:
-            try:
-                self.arrays[name] = np.load(self.folder / f"{name}.npy", mmap_mode="r", allow_pickle=False)
-            except (OSError, ValueError) as e:
-                raise DataError(self.folder / f"{name}.npy", f"unreadable encoding array ({e})") from None
         missing = set(template.tensors()) - set(self.fields)
         if missing:
             raise DataError(self.folder, f"stored encodings lack field(s) {sorted(missing)} the model produces: "
@@ -131,12 +150,20 @@ class EncodingStore:
         return "float16" if "float16" in floats else "float32"  # full-precision fields aside
 
     def take(self, rows) -> Encoding:
-        """Rows (an int array, a slice) as float32 torch tensors in the model's Encoding class."""
+        """Rows (an int array, a slice) as float32 torch tensors in the model's Encoding class.
+        A NaN or inf read back is an error naming the file: a build never stores one."""
         out = {}
         for name, arr in self.arrays.items():
             a = torch.from_numpy(np.ascontiguousarray(arr[rows]))
             # torch's half -> float conversion is vectorised (F16C); numpy's astype is ~10x slower
-            out[name] = a.float() if a.is_floating_point() else a
+            if a.is_floating_point():
+                a = a.float()
+                if not torch.isfinite(a.sum()):  # one cheap pass: a NaN or inf carries through the sum
+                    bad = np.arange(len(arr))[rows][~torch.isfinite(a.reshape(len(a), -1)).all(1).numpy()]
+                    if len(bad):
+                        raise DataError(self.folder / f"{name}.npy", f"NaN or inf in stored row(s) {bad[:5].tolist()}: "
+                                                                     "the index is corrupt; build it again")
+            out[name] = a
         return self.cls(**out)
 
     def close(self) -> None:

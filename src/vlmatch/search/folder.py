@@ -1,0 +1,304 @@
+"""The index folder on disk: what belongs to it, one writer at a time, and one consistent version of
+every part after a kill at any point.
+
+An index folder holds ``manifest.json`` and the parts it describes: ``model/`` and ``retriever/``
+(copies of the checkpoints), ``images/`` and ``captions/`` (collections); ``build/`` is the work
+area of an unfinished build or update and ``.vlmatch.lock`` the writers' lock. Nothing else belongs
+to an index: ``index build`` refuses an ``--out`` that holds or lies inside the image folder, and
+one that holds anything more unless told ``--overwrite``, which then replaces only these entries.
+
+**Integrity.** The manifest records what was written: for a checkpoint the digest of its files
+(its ``config.json`` holds the weights' SHA-256, which ``load_model`` checks), for a collection
+the SHA-256 of ``items.json``, ``enc/fields.json`` (which carries a random id of the collection, so
+the encodings of another build never pass for these), ``stage1.npy`` and ``stage1.faiss``. The
+manifest is sealed with the SHA-256 of its own content. Opening checks them all: a part swapped or
+replaced, or a manifest edited, is an error naming the file. (The stage-2 arrays are too large to
+hash at every start; their shapes are checked on opening and every row read back must be finite.)
+
+**Crash safety.** A build or an update writes each part it changes with
+:func:`vlmatch.io.atomic_dir` keeping the old version as ``PART.prev``, then replaces
+``manifest.json`` (one atomic rename: the commit), then removes the ``.prev`` folders and
+``build/``. After a kill anywhere, the manifest on disk and, for each part, whichever of ``PART`` and
+``PART.prev`` matches it form one complete index: the old one before the commit, the new one after.
+Opening uses those versions; the next build or update first moves them back under their own names
+(:func:`recover`), then resumes its work from ``build/``. Crash points, for tests:
+:data:`vlmatch.io.crash_hook` is called with ``"commit:parts"`` (every part in place, the manifest
+not yet) and ``"commit:manifest"`` (the manifest replaced, the old versions not yet removed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import secrets
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from .. import io
+from ..errors import ConfigError, DataError, VlmatchError
+from ..io import read_json, remove_dir, write_json
+from ..weights import sha256_file, verify_sha256
+from .store import open_arrays
+
+FORMAT = 2
+MANIFEST = "manifest.json"
+LOCK = ".vlmatch.lock"
+CHECKPOINTS = ("model", "retriever")
+COLLECTIONS = ("images", "captions")
+PARTS = CHECKPOINTS + COLLECTIONS
+# the files a collection's hashes cover: the first two tell two versions apart cheaply
+COLLECTION_FILES = ("items.json", "enc/fields.json", "stage1.npy", "stage1.faiss")
+# an index's own entries: its parts, manifest and work area, their .prev versions, the temporaries
+# of vlmatch.io (".NAME.<12 hex>.tmp") and the lock
+_OWNED = re.compile(r"\.?(manifest\.json|build|model|retriever|images|captions)(\.prev)?(\.[0-9a-f]{12}\.tmp)?")
+
+
+# --- what belongs to an index --------------------------------------------------------------------
+
+def _vlmatch_manifest(m) -> bool:
+    return isinstance(m, dict) and isinstance(m.get("versions"), dict) and "vlmatch" in m["versions"]
+
+
+def is_index_folder(path) -> bool:
+    """``path`` holds a vlmatch index (of any format), or the start of one (a build took its lock there)."""
+    path = Path(path)
+    if (path / LOCK).is_file():
+        return True
+    try:
+        return _vlmatch_manifest(read_json(path / MANIFEST))
+    except DataError:
+        return False
+
+
+def _owned(p: Path) -> bool:
+    return not p.is_symlink() and (p.name == LOCK or _OWNED.fullmatch(p.name) is not None)
+
+
+def check_out(out, images=None, overwrite: bool = False) -> None:
+    """Refuse, before anything is written, an ``--out`` whose files an index build would destroy or mix
+    with: one inside or above the image folder, one that holds anything but an index of its own
+    (unless ``overwrite``), and, even then, entries under an index's names that no index made."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise DataError(out, "is a file; --out must be a folder for the index")
+    if images is not None:
+        o, i = out.resolve(), Path(images).resolve()
+        if o == i or i in o.parents:
+            raise ConfigError(f"--out {out} is inside the image folder {images}: put the index outside it")
+        if o in i.parents:
+            raise ConfigError(f"--out {out} holds the image folder {images}: an index writes images/, model/, build/ "
+                              f"... into its folder; put it outside {out}")
+    if not out.is_dir():
+        return
+    ours = is_index_folder(out)
+    foreign = sorted(p for p in out.iterdir() if not (ours and _owned(p)))
+    if not foreign:
+        return
+    names = ", ".join(p.name + ("/" if p.is_dir() else "") for p in foreign[:4]) + (" ..." if len(foreign) > 4 else "")
+    if not overwrite:
+        raise ConfigError(f"--out {out} holds files that are not a vlmatch index ({names}); choose a new or empty "
+                          "folder, or pass --overwrite to build there (only an index's own entries are replaced)")
+    clash = [p.name for p in foreign if _owned(p)]
+    if clash:
+        raise ConfigError(f"--out {out}: {', '.join(clash)} did not come from a vlmatch index, and --overwrite replaces "
+                          "only an index's own entries: move them away or choose another folder")
+
+
+@contextmanager
+def writer_lock(out, what: str) -> Iterator[None]:
+    """Hold the index folder's lock (``flock`` on ``.vlmatch.lock``) while building or updating it;
+    another writer is refused at once. The system drops the lock when its holder dies."""
+    out = Path(out)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not a POSIX system: nothing to lock with
+        yield
+        return
+    fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
+            raise VlmatchError(f"{out} is being written by {holder}; wait for it to finish (one build or update "
+                               "of an index at a time)") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"process {os.getpid()} ({what})\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # closing drops the lock
+
+
+# --- integrity records ---------------------------------------------------------------------------
+
+def seal(manifest: dict) -> str:
+    body = {k: v for k, v in manifest.items() if k != "seal"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def checkpoint_digest(folder: Path) -> str:
+    """SHA-256 of a checkpoint folder's file names and contents; the weights enter through the
+    ``weights_sha256`` of ``config.json``, which ``load_model`` checks against ``model.safetensors``."""
+    cfg = read_json(folder / "config.json")
+    if not isinstance(cfg, dict) or not cfg.get("weights_sha256"):
+        raise DataError(folder / "config.json", "records no weights_sha256")
+    h = hashlib.sha256()
+    for p in sorted(folder.rglob("*")):
+        rel = p.relative_to(folder).as_posix()
+        if p.is_file() and rel != "model.safetensors":
+            h.update(f"{rel}\0{sha256_file(p)}\n".encode())
+    return h.hexdigest()
+
+
+def new_collection_id() -> str:
+    return secrets.token_hex(8)
+
+
+def _records(manifest: dict) -> dict:
+    """Part -> what the manifest recorded of it (a checkpoint digest, a collection's file hashes)."""
+    out = {p: manifest[p]["digest"] for p in CHECKPOINTS if manifest.get(p)}
+    out.update({c: info["files"] for c, info in manifest.get("collections", {}).items()})
+    return out
+
+
+def _mismatch(folder: Path, part: str, want, files=COLLECTION_FILES[:2]) -> DataError | None:
+    """Why ``folder`` is not the version of ``part`` the manifest recorded (None: it is). For a
+    collection only ``files`` are compared."""
+    if not folder.is_dir():
+        return DataError(folder, "missing (an incomplete index)")
+    if part in CHECKPOINTS:
+        try:
+            ok = checkpoint_digest(folder) == want
+        except DataError as e:
+            return e
+        return None if ok else DataError(folder, f"not the checkpoint this index was built with (its files do not "
+                                                 f"match the digest in {MANIFEST}): swapped or edited")
+    for name in files:
+        try:
+            verify_sha256(folder / name, want[name], MANIFEST)
+        except DataError as e:
+            return e
+    return None
+
+
+def resolve(out, manifest: dict) -> dict[str, Path]:
+    """Part -> the folder holding the version the manifest recorded: ``PART``, else ``PART.prev`` (a
+    kill between the swap of the parts and the commit), told apart by the digest of a checkpoint or
+    the first two files of a collection; the chosen collection's large files and arrays are then
+    checked too. A part with no matching version is a DataError."""
+    out = Path(out)
+    found = {}
+    for part, want in _records(manifest).items():
+        first = None
+        for folder in (out / part, out / f"{part}.prev"):
+            problem = _mismatch(folder, part, want)
+            if problem is None:
+                if part in COLLECTIONS:
+                    problem = _mismatch(folder, part, want, COLLECTION_FILES[2:])
+                    if problem is not None:
+                        raise DataError(problem.path, f"{problem.problem}; build the index again")
+                    open_arrays(folder / "enc")  # the arrays fields.json describes (not hashed: too large)
+                found[part] = folder
+                break
+            first = first or problem
+        else:
+            raise DataError(first.path, f"{first.problem}; build the index again")
+    return found
+
+
+def read_manifest(out) -> dict:
+    """The manifest of an index folder, refused when it is not sealed by this format or was edited."""
+    path = Path(out) / MANIFEST
+    m = read_json(path, "not an index folder (no manifest.json)")
+    if not _vlmatch_manifest(m):
+        raise DataError(path, "not the manifest of a vlmatch index")
+    if m.get("format") != FORMAT:
+        raise DataError(path, f"an index of format {m.get('format')} (this vlmatch reads format {FORMAT}, which records "
+                              "the hashes of every part): build it again")
+    if m.get("seal") != seal(m):
+        raise DataError(path, "edited after the index was written (its content does not match its seal): build the "
+                              "index again")
+    return m
+
+
+def require_manifest(out) -> None:
+    """Refuse a folder without ``manifest.json``, saying what it is instead."""
+    out = Path(out)
+    if not (out / MANIFEST).is_file():
+        if (out / "build").is_dir():
+            raise VlmatchError(f"{out}: the index build was interrupted; run the same `vlmatch index build` again "
+                               "to resume it")
+        raise DataError(out, "not an index folder (no manifest.json)")
+
+
+def open_parts(out) -> tuple[dict, dict[str, Path]]:
+    """(manifest, part -> folder) of an index folder, every record checked (see the module doc)."""
+    require_manifest(out)
+    manifest = read_manifest(out)
+    return manifest, resolve(out, manifest)
+
+
+def manifest_stamp(out):
+    """Changes whenever the manifest is replaced (a reader that lost a race with a commit tries again)."""
+    try:
+        st = (Path(out) / MANIFEST).stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+# --- writing ---------------------------------------------------------------------------------------
+
+def recover(out) -> None:
+    """Before a build or update writes (under the lock): put back under its own name each part's
+    version that the manifest records and drop what a killed writer left (versions the manifest does
+    not record, temporaries). Without a readable manifest there is nothing to keep: the build replaces
+    every part. A part with no matching version is left as it is (opening reports it)."""
+    out = Path(out)
+    for name in (*PARTS, MANIFEST):
+        io.clean_stale(out / name)
+    try:
+        manifest = read_manifest(out)
+    except DataError:
+        return
+    records = _records(manifest)
+    for part in PARTS:
+        main, prev = out / part, out / f"{part}.prev"
+        if part not in records:  # added by a build killed before its commit
+            remove_dir(main)
+            remove_dir(prev)
+        elif _mismatch(main, part, records[part]) is None:
+            remove_dir(prev)
+        elif prev.is_dir() and _mismatch(prev, part, records[part]) is None:
+            remove_dir(main)
+            os.replace(prev, main)
+            io.fsync_path(out)
+
+
+def commit(out, manifest: dict, written=PARTS) -> dict:
+    """Record the ``written`` parts now in place in ``manifest`` (digests, file hashes), seal it,
+    replace ``manifest.json`` -- the commit -- and remove the old versions, the parts it does not
+    name, and ``build/``. Returns the manifest written."""
+    out = Path(out)
+    for p in CHECKPOINTS:
+        if p in written and manifest.get(p):
+            manifest[p]["digest"] = checkpoint_digest(out / p)
+    for c, info in manifest.get("collections", {}).items():
+        if c in written:
+            info["files"] = {name: sha256_file(out / c / name) for name in COLLECTION_FILES}
+    manifest["format"] = FORMAT
+    manifest["seal"] = seal(manifest)
+    io.crash_point("commit:parts")
+    write_json(out / MANIFEST, manifest)
+    io.crash_point("commit:manifest")
+    records = _records(manifest)
+    for part in PARTS:
+        remove_dir(out / f"{part}.prev")
+        if part not in records:
+            remove_dir(out / part)
+    shutil.rmtree(out / "build", ignore_errors=True)
+    return manifest
