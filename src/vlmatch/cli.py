@@ -25,6 +25,18 @@ def positive_int(text: str) -> int:
     return value
 
 
+def checkpoint_arg(text: str):
+    """An argparse type: a checkpoint folder, or ``pretrained:NAME`` (a model shipped with vlmatch) resolved to
+    its hash-checked folder; an unknown name or a damaged file is one argparse error line."""
+    from .errors import VlmatchError
+    from .models.registry import resolve_checkpoint
+
+    try:
+        return resolve_checkpoint(text)
+    except VlmatchError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _add_train(sub):
     p = sub.add_parser("train", help="train a model from a YAML config",
                        description="Train a model. Writes config.yaml, metrics.jsonl, best/ and last/ "
@@ -87,7 +99,8 @@ def _add_evaluate(sub):
                                    "scores its share of the image blocks (gloo on CPU, nccl on GPU) and rank 0 "
                                    "evaluates; the matrix is bit-identical to a single process.")
     p.add_argument("--sims", nargs="+", metavar="FILE.npy", help="score matrices (rows images, columns captions)")
-    p.add_argument("--checkpoint", nargs="+", metavar="DIR", help="model folders (model.safetensors + config.json)")
+    p.add_argument("--checkpoint", nargs="+", metavar="DIR", type=checkpoint_arg,
+                   help="model folders (model.safetensors + config.json), or pretrained:NAME")
     p.add_argument("--data", help=f"data for --checkpoint: {DATA_HELP}")
     p.add_argument("--split", default="test", help="split name (default test; COCO 1K/5K use testall)")
     p.add_argument("--protocol", default="single", choices=["single", "coco1k5fold", "coco5k"])

@@ -65,7 +65,10 @@ def add_parser(sub):
                        description="Extract the image's features with the backbone the model was trained on, take "
                                    "the model's attention for this one pair (model.pair_attention) and draw one "
                                    "panel per word on one shared colour scale.")
-    p.add_argument("--model", required=True, help="checkpoint folder of an attention model")
+    from .cli import checkpoint_arg
+
+    p.add_argument("--model", required=True, type=checkpoint_arg,
+                   help="checkpoint folder of an attention model, or pretrained:NAME")
     p.add_argument("--image", required=True, help="image file")
     p.add_argument("--text", required=True, help="the caption")
     p.add_argument("--out", required=True, help="PNG to write")

@@ -50,8 +50,10 @@ def test_a_changed_weights_file_is_refused_in_one_line(shipped):
 def test_unknown_names_and_a_missing_pair_say_what_exists(shipped):
     with pytest.raises(ConfigError, match="no pretrained model 'nope'; shipped: tiny"):
         load_model("pretrained:nope")
-    with pytest.raises(ConfigError, match="no default search pair"):
-        pretrained.default_pair()  # only a retriever is marked default here
+    assert pretrained.default_pair() == ("tiny", None)  # only a retriever ships: it is stage 1 and 2
+    pretrained.REGISTRY.write_text("[]")
+    with pytest.raises(ConfigError, match="ships no default model"):
+        pretrained.default_pair()
 
 
 def test_cli_lists_the_registry_as_a_table_and_as_json(shipped, capsys):
@@ -62,7 +64,9 @@ def test_cli_lists_the_registry_as_a_table_and_as_json(shipped, capsys):
     rows = json.loads(capsys.readouterr().out)
     assert rows[0]["name"] == "tiny" and rows[0]["sha256"] == pretrained.get("tiny").sha256
     assert {"name", "model", "role", "sha256", "val_rsum"} <= set(rows[0])
-    assert main(["evaluate", "--checkpoint", "pretrained:nope", "--data", "toyworld"]) == 2  # one line, no traceback
+    with pytest.raises(SystemExit) as e:  # argparse's one error line, no traceback
+        main(["evaluate", "--checkpoint", "pretrained:nope", "--data", "toyworld"])
+    assert e.value.code == 2 and "no pretrained model 'nope'; shipped: tiny" in capsys.readouterr().err
 
 
 def test_every_shipped_model_matches_its_hash_and_loads():

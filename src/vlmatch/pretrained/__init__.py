@@ -93,12 +93,17 @@ def checkpoint_dir(name: str) -> Path:
     return entry.folder
 
 
-def default_pair() -> tuple[str, str]:
-    """(re-scorer, retriever) names of the shipped default search pair."""
+def default_pair() -> tuple[str, str | None]:
+    """(model, retriever) of the shipped default search pair: the default re-scorer with the default retriever
+    as its stage 1; while no re-scorer ships, the default retriever alone (its own stage 1 and 2), retriever None."""
     chosen = {e.role: e.name for e in entries() if e.default}
-    if set(chosen) != {"rescorer", "retriever"}:
-        raise ConfigError("this vlmatch ships no default search pair: give --model (and --retriever) checkpoints")
-    return chosen["rescorer"], chosen["retriever"]
+    if "rescorer" in chosen:
+        if "retriever" not in chosen:
+            raise ConfigError("the shipped default re-scorer has no default retriever: give --model and --retriever")
+        return chosen["rescorer"], chosen["retriever"]
+    if "retriever" in chosen:
+        return chosen["retriever"], None
+    raise ConfigError("this vlmatch ships no default model: give --model (and --retriever) checkpoints")
 
 
 register_resolver(PREFIX, checkpoint_dir)

@@ -18,13 +18,18 @@ def add_parser(sub):
                                  "table and a manifest into --out. Re-running an interrupted build resumes it; a "
                                  "build killed at any point leaves the previous index whole. One build or update of "
                                  "a folder at a time. Under torchrun every rank encodes a shard and rank 0 merges them.")
-    b.add_argument("--model", required=True, help="checkpoint folder (model.safetensors + config.json)")
+    from ..cli import checkpoint_arg
+
+    b.add_argument("--model", type=checkpoint_arg,
+                   help="checkpoint folder (model.safetensors + config.json) or pretrained:NAME (default: the shipped "
+                        "default pair, see `vlmatch pretrained`)")
     b.add_argument("--images", help="folder of images (searched recursively)")
     b.add_argument("--features", help="precomp feature folder ({split}_ims.npy) instead of --images")
     b.add_argument("--split", default="test", help="split of --features (default test)")
     b.add_argument("--captions", help="caption file (one per line) to index for image -> text search")
-    b.add_argument("--retriever", help="checkpoint of a companion stage-1 model (e.g. VSE++ on the same features), "
-                                       "needed when the model has no global part")
+    b.add_argument("--retriever", type=checkpoint_arg,
+                   help="checkpoint of a companion stage-1 model (e.g. VSE++ on the same features), "
+                        "needed when the model has no global part")
     b.add_argument("--out", required=True, help="index folder: new, empty or an index (rebuilt); outside --images")
     b.add_argument("--overwrite", action="store_true",
                    help="build into an --out that holds other files too (they are kept; only an index's own entries "
@@ -61,6 +66,17 @@ def add_parser(sub):
 def cmd_build(a):
     from .build import build_index
 
+    if a.model is None:  # the shipped default pair
+        if a.retriever is not None:
+            raise ConfigError("--retriever without --model: give the model too, or neither for the shipped default pair")
+        from ..models.registry import resolve_checkpoint
+        from ..pretrained import default_pair
+
+        model, retriever = default_pair()
+        print(f"using the shipped default: --model pretrained:{model}"
+              + (f" --retriever pretrained:{retriever}" if retriever else ""))
+        a.model = resolve_checkpoint(f"pretrained:{model}")
+        a.retriever = resolve_checkpoint(f"pretrained:{retriever}") if retriever else None
     m = build_index(a.out, a.model, images=a.images, features=a.features, split=a.split, captions=a.captions,
                     retriever_ckpt=a.retriever, backbone=a.backbone, dtype=a.dtype, ann=a.ann, nlist=a.nlist,
                     skip_bad=a.skip_bad, batch_size=a.batch_size, progress=not a.no_progress, weights=a.weights,
