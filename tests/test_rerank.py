@@ -3,8 +3,7 @@ import pytest
 
 from vlmatch.errors import DataError, VlmatchError
 from vlmatch.metrics import evaluate_protocol
-from vlmatch.rerank import (evaluate_reranked, fold_captions, neighbors_from_vectors, rerank, stable_topk,
-                            text_neighbors)
+from vlmatch.rerank import evaluate_reranked, fold_captions, neighbors_from_vectors, rerank, stable_topk, text_neighbors
 
 from .rerank_reference import loop_i2t, loop_t2i, ranking
 
@@ -165,6 +164,8 @@ def test_5fold_rerank_with_s_tt_is_each_folds_own_rerank():
         assert res["after"]["folds"][f] == pytest.approx({k: v for k, v in alone.items() if k in res["after"]["folds"][f]})
     group = fold_captions("coco1k5fold", S.shape[1], S.shape[0], fold)
     assert group == fold * per and fold_captions("coco5k", S.shape[1], S.shape[0]) is None
+    with pytest.raises(VlmatchError, match="needs 20 images .5 folds of 4.; the score matrix has 10"):
+        fold_captions("coco1k5fold", 30, 10, fold)
     by_nb = evaluate_reranked(S, "coco1k5fold", k=3, k_text=2, neighbors=text_neighbors(TT, 2, group=group),
                               fold_images=fold)
     assert by_nb["after"] == res["after"]

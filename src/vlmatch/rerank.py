@@ -198,6 +198,9 @@ def fold_captions(protocol: str, n_captions: int, n_images: int, fold_images: in
     (5-fold), where each fold is re-ranked alone; None (all captions) otherwise."""
     if protocol != "coco1k5fold":
         return None
+    if n_images != 5 * fold_images:
+        raise VlmatchError(f"protocol {protocol} needs {5 * fold_images} images (5 folds of {fold_images}); "
+                           f"the score matrix has {n_images}")
     return fold_images * (n_captions // n_images)
 
 
