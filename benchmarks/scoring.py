@@ -75,8 +75,12 @@ def run_mode(mode, a) -> dict:
     if a.model == "mtfn":
         return run_mtfn(mode, a)
     name = {"scan": "scan_t2i_avg", "caan": "caan", "sman": "sman"}[a.model]
-    model = create_model(name, img_dim=a.d, embed_dim=a.d, attn_dim=a.m).eval() if a.model in ("caan", "sman") \
-        else create_model(name, img_dim=a.d, embed_dim=a.d).eval()
+    opts = {"img_dim": a.d, "embed_dim": a.d}
+    if a.model in ("caan", "sman"):
+        opts["attn_dim"] = a.m
+    if a.model == "sman":  # d = Σ_k cos, the score the recorded figures measured (the default is now the concatenation)
+        opts["score_mode"] = "sum"
+    model = create_model(name, **opts).eval()
     if a.model == "sman":
         return run_sman(mode, a, model)
     if mode == "pairwise":

@@ -52,7 +52,10 @@ def test_vocab_build_and_data_synth_commands(tmp_path, capsys):
                  "--out", str(tmp_path / "v.json")]) == 0
     v = Vocab.load(tmp_path / "v.json")
     assert len(v) > 10 and "<unk>" in v
-    assert main(["models"]) == 0 and "scan_t2i_avg" in capsys.readouterr().out
+    assert main(["models"]) == 0
+    listing = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert "scan_t2i_avg" in listing
+    assert "all-MiniLM-L6-v2" in listing["mmca"] and "BERT-base" in listing["mmca"]  # default vs the paper's encoder
 
 
 def test_quickstart_command_prints_table_and_json(small_world, tmp_path, capsys):

@@ -128,3 +128,52 @@ def test_every_bundled_config_is_valid():
     for name in names:
         cfg = load_config(name)
         assert validate_config(cfg) == cfg, name  # already normalised
+
+
+def _bundled_claims(module) -> list[tuple[list[str], dict]]:
+    """The "Bundled configs" block of a model module's docstring: one (config name globs, {option: value})
+    per indented line, e.g. ``    sman*_f30k, sman*_coco    score_mode: concat, grid_pool: 2``."""
+    import re
+
+    from vlmatch.config import parse_yaml
+
+    lines = module.__doc__.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("Bundled configs"))
+    claims = []
+    for line in lines[start + 1:]:
+        if not line.startswith("    "):
+            break
+        globs, settings = re.split(r"\s{2,}", line.strip(), maxsplit=1)
+        claims.append(([g.strip() for g in globs.split(",")],
+                       {k: parse_yaml(v) for k, v in (kv.split(": ") for kv in settings.split(", "))}))
+    assert claims, f"{module.__name__}: an empty 'Bundled configs' block"
+    return claims
+
+
+@pytest.mark.parametrize("module_name", ["mtfn", "sman"])
+def test_every_bundled_config_of_a_model_sets_what_its_docstring_says(module_name):
+    """Each bundled config of the module's models resolves (registered defaults + its YAML) to the options
+    its docstring's "Bundled configs" block states, and no such config is left out of the block."""
+    import importlib
+    from fnmatch import fnmatch
+
+    from vlmatch.config import BUNDLED
+    from vlmatch.models.base import MatchingModel
+
+    module = importlib.import_module(f"vlmatch.models.{module_name}")
+    claims = _bundled_claims(module)
+    classes = {c for c in vars(module).values()
+               if isinstance(c, type) and issubclass(c, MatchingModel) and c.__module__ == module.__name__}
+    checked = 0
+    for stem in sorted(p.stem for p in BUNDLED.glob("*.yaml")):
+        model = load_config(stem)["model"]
+        if registry.model_class(model["name"]) not in classes:
+            continue
+        cfg = registry.model_config(model["name"], {k: v for k, v in model.items() if k != "name"})
+        lines = [settings for globs, settings in claims if any(fnmatch(stem, g) for g in globs)]
+        assert lines, f"{stem}: no line of {module.__name__}'s 'Bundled configs' covers it"
+        for settings in lines:
+            for key, value in settings.items():
+                assert getattr(cfg, key) == value, f"{stem}: {key} = {getattr(cfg, key)!r}, the docstring says {value!r}"
+        checked += 1
+    assert checked >= 3

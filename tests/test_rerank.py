@@ -1,8 +1,9 @@
 import numpy as np
 import pytest
 
+from vlmatch.errors import DataError, VlmatchError
 from vlmatch.metrics import evaluate_protocol
-from vlmatch.rerank import evaluate_reranked, neighbors_from_vectors, rerank, stable_topk, text_neighbors
+from vlmatch.rerank import evaluate_reranked, fold_captions, neighbors_from_vectors, rerank, stable_topk, text_neighbors
 
 from .rerank_reference import loop_i2t, loop_t2i, ranking
 
@@ -131,3 +132,111 @@ def test_sentence_encoder_neighbours_are_cosine_neighbours(tmp_path):
             rows.append((v / v.norm()).numpy())
     V = np.stack(rows)
     assert (nb == text_neighbors(V @ V.T, 2)).all()
+
+
+@pytest.mark.parametrize("group,k_text", [(5, 2), (5, 4), (5, 9), (20, 3), (1, 3)])
+def test_neighbours_within_groups_are_each_groups_own(group, k_text):
+    rng = np.random.default_rng(3)
+    a = np.round(rng.standard_normal((20, 3)), 1).astype(np.float32)  # ties too
+    nb = neighbors_from_vectors(a, a, k_text, chunk=3, group=group)
+    assert nb.shape == (20, min(k_text, group - 1))
+    for g in range(0, 20, group):
+        block = a[g:g + group] @ a[g:g + group].T
+        assert (nb[g:g + group] == text_neighbors(block, k_text) + g).all()
+    assert (text_neighbors(a @ a.T, k_text, chunk=7, group=group) == nb).all()
+    with pytest.raises(VlmatchError, match="groups of 7"):
+        neighbors_from_vectors(a, a, 2, group=7)
+
+
+def test_5fold_rerank_with_s_tt_is_each_folds_own_rerank():
+    """COCO 1K with S_TT: each fold is re-ranked alone, with neighbours from that fold's S_TT only; the
+    whole matrix and per-fold neighbours give the same, and neighbours across folds are refused."""
+    rng = np.random.default_rng(4)
+    per, fold = 3, 4  # 5 folds of 4 images, 12 captions each
+    S = rng.standard_normal((5 * fold, 5 * fold * per)).astype(np.float32)
+    S[np.arange(S.shape[1]) // per, np.arange(S.shape[1])] += 1.0
+    TT = rng.standard_normal((S.shape[1], S.shape[1])).astype(np.float32)
+    res = evaluate_reranked(S, "coco1k5fold", k=3, k_text=2, text_sims=TT, fold_images=fold)
+    assert res["text"] == "S_TT"
+    for f in range(5):
+        fi, fc = slice(f * fold, (f + 1) * fold), slice(f * fold * per, (f + 1) * fold * per)
+        alone = evaluate_reranked(S[fi, fc], "single", k=3, k_text=2, text_sims=TT[fc, fc])["after"]
+        assert res["after"]["folds"][f] == pytest.approx({k: v for k, v in alone.items() if k in res["after"]["folds"][f]})
+    group = fold_captions("coco1k5fold", S.shape[1], S.shape[0], fold)
+    assert group == fold * per and fold_captions("coco5k", S.shape[1], S.shape[0]) is None
+    with pytest.raises(VlmatchError, match="needs 20 images .5 folds of 4.; the score matrix has 10"):
+        fold_captions("coco1k5fold", 30, 10, fold)
+    by_nb = evaluate_reranked(S, "coco1k5fold", k=3, k_text=2, neighbors=text_neighbors(TT, 2, group=group),
+                              fold_images=fold)
+    assert by_nb["after"] == res["after"]
+    with pytest.raises(DataError, match="reach outside their fold"):
+        evaluate_reranked(S, "coco1k5fold", k=3, k_text=2, neighbors=text_neighbors(TT, 2), fold_images=fold)
+    # without S_TT the 5-fold path is unchanged
+    assert evaluate_reranked(S, "coco1k5fold", k=3, k_text=0, text_sims=TT, fold_images=fold)["text"] == "none"
+
+
+def test_sentence_encoder_neighbours_within_groups(tmp_path):
+    from vlmatch.encoders.hf import tiny_bert_folder
+    from vlmatch.rerank import sentence_neighbors, sentence_vectors
+
+    folder = tiny_bert_folder(tmp_path / "bert", words=("a", "dog", "red", "ball", "runs", "cat"))
+    caps = ["a dog runs", "a red dog runs", "a ball", "a red ball", "a cat", "a cat runs"]
+    V = sentence_vectors(folder, caps)
+    nb = sentence_neighbors(folder, caps, 2, group=3)
+    assert (nb == text_neighbors(V @ V.T, 2, group=3)).all() and (nb[:3] < 3).all() and (nb[3:] >= 3).all()
+
+
+@pytest.fixture(scope="module")
+def coco_like(tmp_path_factory):
+    """A toy COCO 1K test set (5 folds of 1000 images, 2 captions each) and an MTFN with an S_TT branch."""
+    import torch
+
+    from vlmatch import create_model
+    from vlmatch.data.vocab import Vocab
+
+    from .conftest import write_precomp
+
+    rng = np.random.default_rng(5)
+    n = 5000
+    words = [f"w{i}" for i in range(40)]
+    caps = [" ".join(rng.choice(words, size=4)) for _ in range(2 * n)]
+    root = write_precomp(tmp_path_factory.mktemp("coco1k"), "testall", rng.standard_normal((n, 2, 6)), caps)
+    torch.manual_seed(0)
+    vocab = Vocab.build(caps, min_count=1)
+    model = create_model("mtfn", vocab=vocab, img_dim=6, embed_dim=8, word_dim=4, rank=2, fusion_dim=4)
+    with torch.no_grad():  # a text-text branch of its own, as after the text_text stage
+        for p in [*model.tt.parameters(), *model.tt_proj.parameters()]:
+            p.add_(torch.randn_like(p))
+        model.tt_trained.fill_(1)
+    model.save(root / "mtfn")
+    return root, model.eval()
+
+
+def test_evaluate_coco_1k_rerank_with_the_models_own_s_tt(coco_like, tmp_path, capsys):
+    """`evaluate --protocol coco1k5fold --rerank` with the checkpoint's S_TT (its own, or --text-model): each
+    fold re-ranked with the neighbours the model gives among that fold's captions -- the paper's COCO 1K row."""
+    import json
+
+    import torch
+
+    from vlmatch.cli import main
+    from vlmatch.data.precomp import PrecompSplit
+
+    root, model = coco_like
+    base = ["evaluate", "--checkpoint", str(root / "mtfn"), "--data", str(root), "--split", "testall",
+            "--protocol", "coco1k5fold", "--rerank", "--k-text", "3", "--no-progress"]
+    assert main([*base, "--save-sims", str(tmp_path / "s.npy"), "--json", str(tmp_path / "own.json")]) == 0
+    assert main([*base, "--text-model", str(root / "mtfn"), "--json", str(tmp_path / "tm.json")]) == 0
+    own, tm = (json.loads((tmp_path / f).read_text())["rerank"] for f in ("own.json", "tm.json"))
+    assert own["text"] == "S_TT" and own["k"] == 7 and own["k_text"] == 3 and own["after"] == tm["after"]
+    assert "RR K=7, K'=3" in capsys.readouterr().out
+    sims = np.load(tmp_path / "s.npy")
+    split = PrecompSplit(root, "testall")
+    for f in (0, 3):  # a fold alone: S_TT of its 2000 captions only, the single-set re-ranking
+        fc = slice(2000 * f, 2000 * (f + 1))
+        tokens, lengths = model.tokenize(split.captions[fc])
+        with torch.no_grad():
+            txt = model.encode_texts(tokens, lengths)
+            tt = model.caption_scores(txt, txt).double().numpy()
+        alone = evaluate_reranked(sims[1000 * f:1000 * (f + 1), fc], "single", k=7, k_text=3, text_sims=tt)["after"]
+        assert own["after"]["folds"][f] == pytest.approx({k: alone[k] for k in own["after"]["folds"][f]})

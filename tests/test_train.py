@@ -133,3 +133,39 @@ def test_a_frozen_transformer_text_side_trains_without_a_vocabulary(small_world,
     tokens, lengths = model.tokenize(captions)
     distinct = {tuple(row[:n].tolist()) for row, n in zip(tokens, lengths.tolist(), strict=True)}
     assert len(cache) == len(distinct) > 3900  # every caption of both splits, each token sequence once
+
+
+def test_runs_made_before_a_default_changed_go_on_with_their_own_equations(small_world, tmp_path, monkeypatch):
+    """MTFN's input_norm default moved from l2 to none. A run whose config left it to the default and whose
+    checkpoint predates the option (its config.json lacks the key) resumes with l2, what it was made with;
+    a new run continuing from that checkpoint (train.init_from) must say which it means."""
+    from vlmatch.errors import ConfigError
+    from vlmatch.models import registry
+
+    def cfg(**model):
+        return load_config(None, extra={
+            "model": {"name": "mtfn", "embed_dim": 16, "word_dim": 8, "rank": 2, "fusion_dim": 8, **model},
+            "data": {"path": str(small_world), "val_max_images": 100, "min_word_count": 1},
+            "train": {"epochs": 2, "batch_size": 32, "max_steps_per_epoch": 2, "log_every": 1, "threads": 1,
+                      "checkpoint_every_steps": 1}})
+
+    old = tmp_path / "old"
+    with monkeypatch.context() as m:  # the registered default as it was when the run began
+        cls, _, description = registry._entry("mtfn")
+        m.setitem(registry._REGISTRY, "mtfn", (cls, {"input_norm": "l2"}, description))
+        c = cfg()
+        c["train"]["stop_after_steps"] = 1
+        train(c, old, progress=False)
+    made = json.loads((old / "last" / "config.json").read_text())
+    assert made["config"].pop("input_norm") == "l2"  # now as a checkpoint from before the option
+    (old / "last" / "config.json").write_text(json.dumps(made))
+    assert load_model(old / "last").cfg.input_norm == "l2"  # the loader's rule
+    train(cfg(), old, resume=True, progress=False)
+    assert load_model(old / "last").cfg.input_norm == "l2"  # resumed with its own equations
+    assert json.loads((old / "last" / "trainer_state.json").read_text())["global_step"] == 4
+    with pytest.raises(ConfigError, match=r"model.input_norm: 'l2' in .*config.json, 'none' now"):
+        train({**cfg(), "train": {**cfg()["train"], "init_from": str(old / "last")}}, tmp_path / "next", progress=False)
+    nxt = cfg(input_norm="l2")
+    nxt["train"]["init_from"] = str(old / "last")
+    train(nxt, tmp_path / "next", progress=False)
+    assert load_model(tmp_path / "next" / "last").cfg.input_norm == "l2"

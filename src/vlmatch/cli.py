@@ -217,14 +217,16 @@ def evaluate_two_stage(a) -> None:
 def run_rerank(a, sims, source, own_model=None) -> dict:
     """Re-rank ``sims`` per the parsed options, print before/after tables, return the record."""
     from .metrics import format_table
-    from .rerank import evaluate_reranked
+    from .rerank import evaluate_reranked, fold_captions
 
     text_sims, neighbors, text = None, None, "none"
     if not a.no_text and a.k_text > 0:
         if a.text_sims:
             text_sims, text = load_text_sims(a.text_sims, sims.shape[1]), a.text_sims
         elif a.text_model or own_model:
-            neighbors, text = model_neighbors(a.text_model or own_model, a, sims.shape[1], required=bool(a.text_model))
+            group = fold_captions(a.protocol, sims.shape[1], sims.shape[0])  # COCO 1K: S_TT within each fold
+            neighbors, text = model_neighbors(a.text_model or own_model, a, sims.shape[1], required=bool(a.text_model),
+                                              group=group)
     res = evaluate_reranked(sims, a.protocol, k=a.k, k_text=a.k_text, text_sims=text_sims, neighbors=neighbors,
                             source=source, progress=not a.no_progress)
     res["text_source"] = text
@@ -250,8 +252,9 @@ def load_text_sims(path, n_captions):
     return tt
 
 
-def model_neighbors(folder, a, n_captions, required=True):
-    """G(T, K') from a checkpoint's text-text branch or an offline sentence encoder, on --data/--split captions."""
+def model_neighbors(folder, a, n_captions, required=True, group=None):
+    """G(T, K') from a checkpoint's text-text branch or an offline sentence encoder, on --data/--split captions
+    (with ``group``, within each group of that many consecutive captions: a COCO 1K fold)."""
     from .data.precomp import PrecompSplit
     from .errors import DataError
     from .rerank import model_text_neighbors, sentence_neighbors
@@ -273,8 +276,10 @@ def model_neighbors(folder, a, n_captions, required=True):
             if required:
                 raise VlmatchError(f"{folder}: model {model.name} has no text-text similarity (S_TT)")
             return None, "none"
-        return model_text_neighbors(model, split, a.k_text, device=dev, progress=not a.no_progress), str(folder)
-    return sentence_neighbors(folder, split.captions, a.k_text, device=dev, progress=not a.no_progress), str(folder)
+        return model_text_neighbors(model, split, a.k_text, device=dev, progress=not a.no_progress,
+                                    group=group), str(folder)
+    return sentence_neighbors(folder, split.captions, a.k_text, device=dev, progress=not a.no_progress,
+                              group=group), str(folder)
 
 
 def _add_rerank(sub):

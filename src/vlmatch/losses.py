@@ -31,11 +31,15 @@ def hinge_triplet(scores: Tensor, margin: float = 0.2, max_violation: bool = Fal
     return cost_cap.sum() + cost_img.sum()
 
 
-def intra_pair_hinge(positive_scores: Tensor, n_levels: int, margin: float = 0.25) -> Tensor:
+def intra_pair_hinge(positive_scores: Tensor, n_levels: int, margin: float = 0.25, per_level: bool = False) -> Tensor:
     """SMAN's intra-pair term (eq. 22, read as the text states it): each positive pair's distance
     ``n_levels - d`` (the summed cosine distance of a score d = Σ_k cos) is pushed below ``margin``;
-    summed over the pairs, once image-anchored and once text-anchored (the same distance)."""
-    return 2 * (n_levels - positive_scores - margin).clamp(min=0).sum()
+    summed over the pairs, once image-anchored and once text-anchored (the same distance).
+    ``per_level``: the distance is the mean over the levels instead, ``1 - d / n_levels``."""
+    dist = n_levels - positive_scores
+    if per_level:
+        dist = dist / n_levels
+    return 2 * (dist - margin).clamp(min=0).sum()
 
 
 def caption_pair_triplet(scores: Tensor, image_ids: Tensor, margin: float = 0.2, max_violation: bool = True) -> Tensor:

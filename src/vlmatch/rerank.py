@@ -148,36 +148,60 @@ def rerank_t2i(sims: np.ndarray, k: int, neighbors: np.ndarray | None = None, ch
     return out
 
 
-def text_neighbors(text_sims, k_text: int, chunk: int = 1024, progress: bool = False) -> np.ndarray:
+def text_neighbors(text_sims, k_text: int, chunk: int = 1024, progress: bool = False,
+                   group: int | None = None) -> np.ndarray:
     """G(T, K') \\ {T} for every caption from a caption-caption matrix (rows T; may be a memmap, read in
-    row chunks): the K' highest-scored other captions of each row, ties to the lower index."""
+    row chunks): the K' highest-scored other captions of each row, ties to the lower index; with ``group``
+    among the captions of T's own group only (see :func:`neighbors_from_blocks`)."""
     n = text_sims.shape[0]
     if text_sims.ndim != 2 or text_sims.shape[1] != n:
         raise DataError("<text sims>", f"a caption-caption matrix must be square, got shape {text_sims.shape}")
-    return neighbors_from_blocks(lambda a, b: np.asarray(text_sims[a:b], dtype=np.float64), n, k_text, chunk, progress)
+    return neighbors_from_blocks(lambda r, c: np.asarray(text_sims[r, c], dtype=np.float64), n, k_text, chunk,
+                                 progress, group)
 
 
-def neighbors_from_blocks(rows_fn: Callable[[int, int], np.ndarray], n: int, k_text: int, chunk: int = 1024,
-                          progress: bool = False) -> np.ndarray:
-    """G(T, K') \\ {T} from ``rows_fn(a, b)`` = the S_TT rows a..b-1 over all n captions (never all at once)."""
-    out = np.empty((n, min(k_text, n - 1)), dtype=np.int64)
+def neighbors_from_blocks(block_fn: Callable[[slice, slice], np.ndarray], n: int, k_text: int, chunk: int = 1024,
+                          progress: bool = False, group: int | None = None) -> np.ndarray:
+    """G(T, K') \\ {T} (global caption indices) from ``block_fn(rows, cols)`` = the S_TT block of those
+    caption slices, a row chunk at a time (the n x n matrix is never held).
+
+    ``group``: the captions fall into consecutive groups of this many (COCO 1K's 5 folds: 5000 captions
+    each) and each caption's neighbours are sought in its own group only -- the S_TT of the fold's
+    captions, as when the fold is re-ranked on its own. None: one group of all n."""
+    group = n if group is None else group
+    if group < 1 or n % group:
+        raise VlmatchError(f"{n} captions do not fall into groups of {group}")
+    out = np.empty((n, min(k_text, group - 1)), dtype=np.int64)
     if out.shape[1] == 0:
         return out
-    for a in tqdm(range(0, n, chunk), desc="text neighbours", disable=not progress, leave=False):
-        rows = np.array(rows_fn(a, min(a + chunk, n)), dtype=np.float64)
+    starts = [(g, a) for g in range(0, n, group) for a in range(g, g + group, chunk)]
+    for g, a in tqdm(starts, desc="text neighbours", disable=not progress, leave=False):
+        b = min(a + chunk, g + group)
+        rows = np.array(block_fn(slice(a, b), slice(g, g + group)), dtype=np.float64)
         if not np.isfinite(rows).all():
-            raise DataError("<text sims>", f"caption-caption scores of rows {a}..{a + len(rows) - 1} hold NaN or inf")
-        rows[np.arange(len(rows)), np.arange(a, a + len(rows))] = -np.inf  # T is not among its K' others
-        out[a:a + len(rows)] = stable_topk(rows, out.shape[1])
+            raise DataError("<text sims>", f"caption-caption scores of rows {a}..{b - 1} hold NaN or inf")
+        rows[np.arange(b - a), np.arange(a - g, b - g)] = -np.inf  # T is not among its K' others
+        out[a:b] = stable_topk(rows, out.shape[1]) + g
     return out
 
 
 def neighbors_from_vectors(a: np.ndarray, b: np.ndarray, k_text: int, chunk: int = 1024,
-                           progress: bool = False) -> np.ndarray:
+                           progress: bool = False, group: int | None = None) -> np.ndarray:
     """Neighbours for S_TT(T, T') = f(⟨a_T, b_T'⟩) with f increasing (cosine of normalised sentence
     vectors, or MTFN's sigmoid of its text-text vectors): ranks by the inner product, block by block."""
     a, b = np.asarray(a, dtype=np.float32), np.asarray(b, dtype=np.float32)
-    return neighbors_from_blocks(lambda i, j: a[i:j] @ b.T, len(a), k_text, chunk, progress)
+    return neighbors_from_blocks(lambda r, c: a[r] @ b[c].T, len(a), k_text, chunk, progress, group)
+
+
+def fold_captions(protocol: str, n_captions: int, n_images: int, fold_images: int = 1000) -> int | None:
+    """The caption group S_TT neighbours must stay in under ``protocol``: a fold's captions for COCO 1K
+    (5-fold), where each fold is re-ranked alone; None (all captions) otherwise."""
+    if protocol != "coco1k5fold":
+        return None
+    if n_images != 5 * fold_images:
+        raise VlmatchError(f"protocol {protocol} needs {5 * fold_images} images (5 folds of {fold_images}); "
+                           f"the score matrix has {n_images}")
+    return fold_images * (n_captions // n_images)
 
 
 def rerank(sims: np.ndarray, k: int, k_text: int = DEFAULT_K_TEXT, text_sims=None,
@@ -201,10 +225,11 @@ def evaluate_reranked(sims: np.ndarray, protocol: str = "single", k: int | None 
         raise VlmatchError(f"re-ranking needs K >= 1 and K' >= 0, got K={k}, K'={k_text}")
     before = evaluate_protocol(sims, protocol, source=source, fold_images=fold_images)
     per = captions_per_image(sims, source)
+    group = fold_captions(protocol, sims.shape[1], sims.shape[0], fold_images)
     if text_sims is not None and neighbors is None and k_text > 0:
         if text_sims.shape != (sims.shape[1], sims.shape[1]):
             raise DataError(source, f"caption-caption matrix {text_sims.shape} does not fit {sims.shape[1]} captions")
-        neighbors = text_neighbors(text_sims, k_text, progress=progress)
+        neighbors = text_neighbors(text_sims, k_text, progress=progress, group=group)
     if protocol == "coco1k5fold":
         fi_n = fold_images
         # off-fold entries are never ranked, but the protocol checks the whole matrix is finite: zeros,
@@ -212,7 +237,7 @@ def evaluate_reranked(sims: np.ndarray, protocol: str = "single", k: int | None 
         i2t, t2i = np.zeros_like(sims), np.zeros_like(sims)
         for f in range(5):
             fi, fc = slice(f * fi_n, (f + 1) * fi_n), slice(f * fi_n * per, (f + 1) * fi_n * per)
-            nb = None if neighbors is None else fold_neighbors(text_sims, neighbors, fc, k_text)
+            nb = None if neighbors is None else fold_neighbors(neighbors, fc, source)
             a, b = rerank(np.asarray(sims[fi, fc]), k, k_text, neighbors=nb, progress=progress)
             i2t[fi, fc], t2i[fi, fc] = a, b
     else:
@@ -223,16 +248,21 @@ def evaluate_reranked(sims: np.ndarray, protocol: str = "single", k: int | None 
             "before": before, "after": after}
 
 
-def fold_neighbors(text_sims, neighbors, fc: slice, k_text: int) -> np.ndarray:
-    """Neighbours restricted to one fold's captions (re-computed from S_TT when it is given)."""
-    if text_sims is not None:
-        return text_neighbors(text_sims[fc, fc], k_text)
-    raise VlmatchError("5-fold re-ranking with S_TT needs the caption-caption matrix (or neighbours per fold)")
+def fold_neighbors(neighbors: np.ndarray, fc: slice, source="<scores>") -> np.ndarray:
+    """One fold's rows of ``neighbors``, as indices into the fold's captions. They must have been sought
+    within the fold (``group`` = the fold's captions, :func:`fold_captions`): a fold is re-ranked alone."""
+    nb = np.asarray(neighbors[fc], dtype=np.int64)
+    if nb.size and (nb.min() < fc.start or nb.max() >= fc.stop):
+        raise DataError(source, f"5-fold re-ranking: the S_TT neighbours of captions {fc.start}..{fc.stop - 1} "
+                                "reach outside their fold; find them within each fold (group=fold_captions(...))")
+    return nb - fc.start
 
 
-def model_text_neighbors(model, split, k_text: int, device="cpu", chunk: int = 1024, progress: bool = False) -> np.ndarray:
+def model_text_neighbors(model, split, k_text: int, device="cpu", chunk: int = 1024, progress: bool = False,
+                         group: int | None = None) -> np.ndarray:
     """G(T, K') \\ {T} of every caption of ``split`` from a model's learned S_TT (``model.caption_scores``,
-    e.g. MTFN's text-text branch), computed in row blocks (the n_cap x n_cap matrix is never held)."""
+    e.g. MTFN's text-text branch), computed in row blocks (the n_cap x n_cap matrix is never held); with
+    ``group``, within each group of that many consecutive captions (a COCO 1K fold)."""
     import torch
 
     from .data.loaders import caption_loader
@@ -246,8 +276,9 @@ def model_text_neighbors(model, split, k_text: int, device="cpu", chunk: int = 1
                      for b in tqdm(caption_loader(split, model, batch_size=256), desc="encode captions",
                                    disable=not progress, leave=False)]
             txt = Encoding.cat(parts)
-            return neighbors_from_blocks(lambda a, b: model.caption_scores(txt.select(slice(a, b)), txt).double().cpu().numpy(),
-                                         len(txt), k_text, chunk, progress)
+            return neighbors_from_blocks(
+                lambda r, c: model.caption_scores(txt.select(r), txt.select(c)).double().cpu().numpy(),
+                len(txt), k_text, chunk, progress, group)
     finally:
         model.train(was_training)
 
@@ -271,8 +302,9 @@ def sentence_vectors(folder, captions: list[str], device="cpu", batch_size: int 
     return np.concatenate(out)
 
 
-def sentence_neighbors(folder, captions: list[str], k_text: int, device="cpu", progress: bool = False) -> np.ndarray:
+def sentence_neighbors(folder, captions: list[str], k_text: int, device="cpu", progress: bool = False,
+                       group: int | None = None) -> np.ndarray:
     """G(T, K') \\ {T} by the cosine of an offline sentence encoder (makes T2I re-ranking with a text
-    similarity available to every model)."""
+    similarity available to every model); ``group`` as in :func:`neighbors_from_blocks`."""
     vec = sentence_vectors(folder, captions, device=device, progress=progress)
-    return neighbors_from_vectors(vec, vec, k_text, progress=progress)
+    return neighbors_from_vectors(vec, vec, k_text, progress=progress, group=group)

@@ -30,7 +30,7 @@ from .data.vocab import Vocab
 from .errors import ConfigError
 from .io import append_line, atomic_dir, read_json, write_json, write_text
 from .metrics import recall_metrics
-from .models.registry import create_model, model_class
+from .models.registry import create_model, legacy_conflicts, model_class, saved_options
 from .rundir import check_resume, prepare_fresh, recorded
 from .scoring import two_stage_scores
 
@@ -140,6 +140,12 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
         else:
             vocab = build_vocab(cfg, train_split)
         model_opts["vocab_size"] = len(vocab)
+    if ckpt is not None:  # a default may have changed since the run began: what the config leaves to it, the
+        # checkpoint made with (for the options whose default changed), so the run goes on with its own equations
+        made = saved_options(ckpt)
+        for key in model_class(cfg["model"]["name"]).legacy_options:
+            if key not in model_opts and key in made:
+                model_opts[key] = made[key]
     model_opts.setdefault("img_dim", train_split.img_dim)
     if model_opts["img_dim"] != train_split.img_dim:
         raise ConfigError(f"model.img_dim={model_opts['img_dim']} but {train_split.features_path} has "
@@ -147,6 +153,11 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
     model = create_model(cfg["model"]["name"], **model_opts)
     model.vocab = vocab
     if tc["init_from"]:
+        conflicts = legacy_conflicts(model, tc["init_from"])
+        if conflicts:
+            raise ConfigError(f"train.init_from: the checkpoint was made with other values of options whose default "
+                              f"changed: {'; '.join(conflicts)}. Set them in the config's model section (--set "
+                              f"model.KEY=VALUE) to continue from it with its own equations")
         model.load_weights(Path(tc["init_from"]) / "model.safetensors")
     kind = batch_kind(model.begin_stage(tc["stage"]))  # the model says what its stage trains on
     model.to(device)

@@ -189,11 +189,34 @@ def _lstm_states(p, xs, sfx=""):
     return out
 
 
-def _sman_attend(p, name, xs, q):
-    """eq. 5-6 (and 9-10, 13-14, 16-17): h_m = tanh(W x_m ⊙ tanh(W_q q)), α = softmax_m(w_h · h_m)."""
+def _sman_attend(p, name, xs, q, form="eq5"):
+    """eq. 5-6 (and 9-10, 13-14, 16-17): h_m = tanh(W x_m ⊙ tanh(W_q q)), α = softmax_m(w_h · h_m);
+    ``form="eq9"``: eq. 9 as printed, h_m = tanh(W x_m) ⊙ tanh(W_q q)."""
     qq = torch.tanh(_lin(p, f"{name}.query", q))
     w = p[f"{name}.logit.weight"][0]
+    if form == "eq9":
+        return _softmax([float(w @ (torch.tanh(_lin(p, f"{name}.key", x)) * qq)) for x in xs], 1.0)
     return _softmax([float(w @ torch.tanh(_lin(p, f"{name}.key", x) * qq)) for x in xs], 1.0)
+
+
+def pool_grid(feats, pool):
+    """The mean of each pool x pool block of a square raster-order grid (M, F) -> (M / pool², F), in
+    raster order of the pooled grid, one cell at a time."""
+    side = math.isqrt(len(feats))
+    out = []
+    for r in range(0, side, pool):
+        for c in range(0, side, pool):
+            out.append(sum(feats[(r + i) * side + (c + j)] for i in range(pool) for j in range(pool)) / pool ** 2)
+    return torch.stack(out)
+
+
+def sman_intra(cosines, m2, scale):
+    """eq. 22 for one positive pair from its per-level cosines (the module's reading): 2 max[0, dist - m2],
+    dist = Σ_k (1 - cos_k) (``scale="sum"``) or its mean over the K levels (``"per_level"``)."""
+    dist = sum(1.0 - c for c in cosines)
+    if scale == "per_level":
+        dist = dist / len(cosines)
+    return 2 * max(0.0, dist - m2)
 
 
 def affine_words(layer, e):
@@ -209,10 +232,11 @@ def sman_pair(model, feats, tokens, e_tokens=None) -> dict:
 
     feats: (M, F) the valid regions in raster order; tokens: the caption's L word ids. With a pretrained
     text side, ``e_tokens`` are the transformer's token vectors (L, H) and S_l = W_p E_l + b_p replaces
-    eq. 1. Returns the per-level cosines, both scores and the four attention distributions."""
+    eq. 1. With ``grid_pool``, feats is the whole input grid, pooled here first. Returns the per-level
+    cosines, both scores, the pair's intra-pair term (as a positive) and the four attention distributions."""
     c = model.cfg
     p = {k: v.detach().double() for k, v in model.state_dict().items()}
-    img = [x.double() for x in feats]
+    img = [x.double() for x in (pool_grid(feats, c.grid_pool) if c.grid_pool > 1 else feats)]
     m = len(img)
     if e_tokens is not None:
         s = affine_words(model.words.proj, e_tokens)
@@ -227,7 +251,7 @@ def sman_pair(model, feats, tokens, e_tokens=None) -> dict:
     a1v = _sman_attend(p, "att_v1", img, v0)  # eq. 5-6
     v1 = torch.tanh(_lin(p, "P1", sum(a1v[i] * img[i] for i in range(m)) / m))  # eq. 7
     t0 = sum(s) / len(s)  # eq. 8
-    a1t = _sman_attend(p, "att_t1", s, t0)  # eq. 9-10
+    a1t = _sman_attend(p, "att_t1", s, t0, c.word_attention)  # eq. 9-10
     t1 = sum(a1t[j] * s[j] for j in range(len(s)))  # eq. 11
     vs, ts, out = [v0, v1], [t0, t1], {"a1v": a1v, "a1t": a1t}
     if c.stacked:
@@ -240,6 +264,7 @@ def sman_pair(model, feats, tokens, e_tokens=None) -> dict:
     out["cos"] = [cos(a, b) for a, b in zip(vs, ts, strict=True)]  # eq. 19
     out["sum"] = sum(out["cos"])  # eq. 20
     out["concat"] = cos(torch.cat(vs), torch.cat(ts))  # the paper's inference
+    out["intra"] = sman_intra(out["cos"], c.intra_margin, c.intra_scale)  # eq. 22
     return out
 
 

@@ -147,13 +147,15 @@ def tiny_bert(tmp_path_factory):
     return tiny_bert_folder(tmp_path_factory.mktemp("tinybert"), words=("a", "dog", "red", "ball", "runs"))
 
 
-def test_mtfn_sentence_encoder_scores_equal_plain_equations_and_reload(tiny_bert, tmp_path):
+@pytest.mark.parametrize("input_norm", ["none", "l2"])
+def test_mtfn_sentence_encoder_scores_equal_plain_equations_and_reload(tiny_bert, tmp_path, input_norm):
     from vlmatch import load_model
     from vlmatch.models.registry import model_class
 
     assert model_class("mtfn_sentence").uses_vocab is False
     torch.manual_seed(0)
-    model = create_model("mtfn_sentence", img_dim=12, embed_dim=8, rank=3, fusion_dim=5, text_model=str(tiny_bert))
+    model = create_model("mtfn_sentence", img_dim=12, embed_dim=8, rank=3, fusion_dim=5, text_model=str(tiny_bert),
+                         input_norm=input_norm)
     model = model.double().eval()
     assert all(not n.startswith("sentence.") for n, _ in model.named_parameters())  # frozen, not trained or saved
     tokens, lengths = model.tokenize(["a red dog runs", "a ball", "dog"])
@@ -162,7 +164,7 @@ def test_mtfn_sentence_encoder_scores_equal_plain_equations_and_reload(tiny_bert
         got = model.score(model.encode_images(feats), model.encode_texts(tokens, lengths))
         words = model.sentence(tokens, lengths)
         t = words[1, : int(lengths[1])].mean(0)  # mean pooling of caption 1's token vectors
-        torch.testing.assert_close(model.text_features(tokens, lengths)[1], t / (t.norm() + 1e-8))
+        torch.testing.assert_close(model.text_features(tokens, lengths)[1], t / (t.norm() + 1e-8) if input_norm == "l2" else t)
     torch.testing.assert_close(got, mtfn_scores(model, feats, None, tokens, lengths), atol=1e-5, rtol=0)
     model.save(tmp_path / "m")
     again = load_model(tmp_path / "m").double()

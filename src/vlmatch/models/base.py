@@ -165,6 +165,10 @@ class MatchingModel(nn.Module):
     # encode_images checks that features end in cfg.img_dim values (one clear error instead of a bare
     # "mat1 and mat2 shapes cannot be multiplied"); a model whose input is not (..., img_dim) sets False
     checks_img_dim: ClassVar[bool] = True
+    # Options a checkpoint's config.json may lack because they were added, or their default changed, after
+    # it was written: the value such a checkpoint was trained and scored with. ``load_model`` fills a
+    # missing key from here, never from today's default, so an old checkpoint scores exactly as before.
+    legacy_options: ClassVar[dict[str, Any]] = {}
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -305,5 +305,6 @@ class MMCA(MatchingModel):
         self.text.check_record(directory)
 
 
-register("mmca", MMCA, "MMCA: self-attention + cross-attention Transformer units, pretrained BERT-family text encoder",
-         img_dim=2048, embed_dim=256)
+register("mmca", MMCA, "MMCA: self-attention + cross-attention Transformer units, pretrained BERT-family text encoder "
+                      "(default: the packaged all-MiniLM-L6-v2; the paper's BERT-base as a local folder in "
+                      "mmca_f30k / mmca_coco)", img_dim=2048, embed_dim=256)

@@ -28,17 +28,22 @@ Text-text fusion (eq. 6) has the same form with its own parameters (W_t', W^r fo
 Readings where the paper is silent (written down as the issue asks):
 
 * ``input_norm`` says what happens to ``v`` and ``t`` before W_v / W_t. The paper feeds the raw pooled
-  ResNet vector and the raw Skip-thoughts vector (``none``, the bundled configs' setting). ``l2``
-  (unit vectors, the default for backwards compatibility) makes the input scale independent of the
-  backbone, but at the default initialisation it starts the fused logit W_m f + c some 1e-4 from c:
-  four small linear maps multiply (ṽ, W^r ṽ, W^r t̃, W_m), every score sits at sigmoid(c) ± 1e-4 and
-  training crawls (Flickr8k: rsum 8 after 120 steps, chance). W_v, W_t and W_m carry a bias (``c`` is
-  W_m's), the rank-1 maps W^r do not (eq. 3 as printed).
+  ResNet vector and the raw Skip-thoughts vector: ``none``, the default and every bundled config's
+  setting. ``l2`` (unit vectors) makes the input scale independent of the backbone, but at the default
+  initialisation it starts the fused logit W_m f + c some 1e-4 from c: four small linear maps multiply
+  (ṽ, W^r ṽ, W^r t̃, W_m), every score sits at sigmoid(c) ± 1e-4 and training crawls (Flickr8k: rsum 8
+  after 120 steps, chance). ``l2`` was the default until the paper's reading replaced it: a checkpoint
+  whose config.json has no ``input_norm`` (saved before the option existed) loads with ``l2``, what it
+  was trained with (``legacy_options``). W_v, W_t and W_m carry a bias (``c`` is W_m's), the rank-1 maps
+  W^r do not (eq. 3 as printed).
 * The text-text branch shares the text *encoder* (GRU) with the image-text branch and owns everything
   after it: its projection W_t', its rank maps for both sides and W_m'. Its stage (``train.stage:
   text_text``) freezes every image-text parameter and the encoder, so S_IT does not move, and starts from
   the image-text branch: W_t' := W_t, both sides' W^r := W_t̃^r, W_m' := W_m (§4.1: "use the parameters
   of the Image-Text fusion branch to initialize the Text-Text fusion branch").
+
+Bundled configs (each ``mtfn*`` config in configs/ resolves to these options; tests/test_config.py checks it):
+    mtfn_*    input_norm: none
 
 Exact fast scoring. ``W_m f = Σ_r ⟨w_m ⊙ W_ṽ^r ṽ, W_t̃^r t̃⟩``, so with per-item vectors of size R·d_f
 ``a(I) = [w_m ⊙ W_ṽ^1 ṽ, ..., w_m ⊙ W_ṽ^R ṽ, c]`` and ``b(T) = [W_t̃^1 t̃, ..., W_t̃^R t̃, 1]`` we have
@@ -71,8 +76,8 @@ STAGES = ("image_text", "text_text")
 @dataclass
 class MTFNConfig(ModelConfig, TextSideOptions):
     rank: int = field(default=20, metadata={"min": 1})  # R
-    input_norm: str = option("l2", choices=("l2", "none"),
-                             doc="v and t before W_v / W_t: l2-normalised, or as given (the paper)")
+    input_norm: str = option("none", choices=("none", "l2"),
+                             doc="v and t before W_v / W_t: as given (the paper), or l2-normalised")
     fusion_dim: int = 1024  # d_f (d_v = d_t = embed_dim)
     bi_gru: bool = True
     num_layers: int = 1
@@ -138,6 +143,7 @@ class _Fusion(nn.Module):
 
 class MTFN(TextSide, MatchingModel):
     Config = MTFNConfig
+    legacy_options = {"input_norm": "l2"}  # the default before the paper's "none" (see the module docstring)
     sentence_encoder: bool = False  # True: a frozen local HF sentence encoder instead of the bi-GRU
 
     def __init__(self, cfg: MTFNConfig):

@@ -43,9 +43,38 @@ def _entry(name: str):
 
 def check_model_options(name: str, options: dict) -> dict:
     """Check options of model ``name`` against its Config's declared types/ranges (nothing is built)."""
+    model_config(name, options)  # also runs a __post_init__ rule
+    return check_options(_entry(name)[0].Config, options, name)
+
+
+def model_config(name: str, options: dict):
+    """The Config a model ``name`` built with ``options`` would have: registered defaults, then ``options``."""
     cls, defaults, _ = _entry(name)
-    make_config(cls.Config, defaults, options, name)  # also runs a __post_init__ rule
-    return check_options(cls.Config, options, name)
+    return make_config(cls.Config, defaults, options, name)
+
+
+def checkpoint_options(name: str, saved: dict) -> dict:
+    """The options of a saved model: its config.json's ``config``, each key it lacks taken from the model's
+    ``legacy_options`` (the value it was made with), not from today's default."""
+    return {**_entry(name)[0].legacy_options, **saved}
+
+
+def saved_options(checkpoint_dir) -> dict:
+    """The options the checkpoint in ``checkpoint_dir`` was made with (:func:`checkpoint_options` of its
+    config.json); {} when that names no registered model (loading the weights then says what is wrong)."""
+    saved = read_config_json(Path(checkpoint_dir) / "config.json")
+    if not isinstance(saved["config"], dict) or saved["name"] not in list_models():
+        return {}
+    return checkpoint_options(saved["name"], saved["config"])
+
+
+def legacy_conflicts(model: MatchingModel, checkpoint_dir) -> list[str]:
+    """The options whose default changed (``model.legacy_options``) that differ between ``model`` and the
+    checkpoint in ``checkpoint_dir`` as it was made: continuing from its weights (``train.init_from``)
+    would silently change its equations. One "model.KEY: ..." line each."""
+    made = saved_options(checkpoint_dir)
+    return [f"model.{k}: {made[k]!r} in {Path(checkpoint_dir) / 'config.json'}, {getattr(model.cfg, k)!r} now"
+            for k in type(model).legacy_options if k in made and made[k] != getattr(model.cfg, k)]
 
 
 def create_model(name: str, vocab=None, **overrides) -> MatchingModel:
@@ -96,7 +125,9 @@ def resolve_checkpoint(spec) -> Path:
 
 def load_model(checkpoint_dir, map_location="cpu") -> MatchingModel:
     """Load a model saved with ``model.save(dir)``: config.json + model.safetensors (+ vocab.json).
-    ``pretrained:NAME`` loads a trained model shipped with vlmatch (see ``vlmatch pretrained``)."""
+    ``pretrained:NAME`` loads a trained model shipped with vlmatch (see ``vlmatch pretrained``).
+
+    An option config.json lacks takes the model's ``legacy_options`` value (see :func:`checkpoint_options`)."""
     from ..data.vocab import Vocab
 
     d = resolve_checkpoint(checkpoint_dir)
@@ -113,7 +144,7 @@ def load_model(checkpoint_dir, map_location="cpu") -> MatchingModel:
     if not isinstance(cfg["config"], dict):
         raise DataError(d / "config.json", "'config' must be an object of model options")
     try:
-        opts = check_model_options(cfg["name"], cfg["config"])
+        opts = check_model_options(cfg["name"], checkpoint_options(cfg["name"], cfg["config"]))
     except ConfigError as e:
         raise DataError(d / "config.json", str(e)) from None
     header = read_header(weights)  # a file that is no safetensors at all is named as such first

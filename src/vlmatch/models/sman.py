@@ -1,7 +1,7 @@
 """SMAN: Stacked Multi-modal Attention Network (Ji, Wang, Han, Pang; IEEE Trans. Cybernetics).
 No public code: the paper's equations are the specification.
 
-Notation: grid features I_1..I_M (raster order of the 7x7 map), words w_1..w_L.
+Notation: grid features I_1..I_M (raster order of the 7x7 map, M = 49), words w_1..w_L.
 Text (eq. 1):  S_l = h^f_l + h^b_l of a bi-LSTM over the word embeddings.
 Image query (eq. 2-4):
     v_glo = tanh(P0 · (1/M) Σ_m I_m),   v_loc = (1/M) Σ_m h^loc_m,  h^loc_m = GRU(I_m, h^loc_{m-1}),
@@ -21,8 +21,21 @@ Objective (eq. 21-23): hinge triplet on d (margin m1 = train.margin, hardest neg
 Readings of the paper where it is ambiguous (or self-contradictory):
 - Eq. 1: the formula says S_l = h^f + h^b, the prose says "averaging". The formula is used
   (``word_combine="sum"``); ``"mean"`` gives the prose's reading.
-- Eq. 9 prints tanh(W_t S_l) ⊙ tanh(W_tq t0) while eq. 5, 13 and 16 print tanh(W x ⊙ tanh(W_q q)); the
-  text calls the textual attention "very similar" to the visual one, so all four use the eq. 5 form.
+- Eq. 9 prints h_l = tanh(W_t S_l) ⊙ tanh(W_tq t0) while eq. 5, 13 and 16 print tanh(W x ⊙ tanh(W_q q)).
+  ``word_attention`` chooses: ``"eq5"`` (the default) gives eq. 9 the form of the other three -- the text
+  calls the textual attention "very similar" to the visual one, and the same line misprints its own index
+  (h_{t,1} for h_{t,l}); ``"eq9"`` is eq. 9 as printed: the logit w_th · h_l is then Σ_a w_a tanh(k_la) q_a,
+  bilinear in the squashed key and query. Only eq. 9 changes (eq. 16's multi-modal word attention keeps
+  the eq. 5 form either way). Which reading trains better is pending a measurement; the default stays.
+- Grid (§III-A.1): the paper takes res5c of ResNet-152 at 448 x 448 and states I ∈ R^{7x7x2048}, M = 49;
+  at 448 px res5c is 14 x 14 (M = 196; a 7 x 7 map needs 224 px). ``grid_pool=2`` averages each 2 x 2 block
+  of a 14 x 14 grid (raster order in and out) before anything else, so the model sees the paper's 49 cells
+  computed from the 448 px input it states (and the location GRU runs 49 steps, not 196); ``grid_pool=1``
+  (the default) takes the regions as given. Regions with a mask (absent cells) cannot be pooled and are
+  refused. ``pair_attention`` spreads each pooled cell's weight evenly over its 4 input cells, so heat maps
+  and ``explain`` keep the input grid. The SMAN paper configs (``sman*_f30k``, ``sman*_coco``: ResNet-152 at
+  448 px) set ``grid_pool: 2``, the paper's stated M = 49; ``sman_f8k`` (EfficientNet-Lite0: 7 x 7 already)
+  keeps 1.
 - Eq. 7 and 15 keep the printed 1/M in front of the attention-weighted sum (a constant factor
   before P1 / P2; with masked regions M counts the valid ones).
 - Biases everywhere (the paper omits them from the notation only), except on the logit layers
@@ -33,21 +46,45 @@ Readings of the paper where it is ambiguous (or self-contradictory):
   inputs: the region features I_m and the word embeddings, during training only.
 - Eq. 22 as printed, max[0, d(v, t+) - m2], penalises a *large* similarity of the positive pair,
   which contradicts the text ("requires the absolute distance between pairwise positive samples
-  to be less than the margin m2"). Implemented: the stated intent on the distance that belongs to
-  the training score d = Σ_k cos(v_k, t_k), i.e. the summed cosine distance
-      dist(v, t) = Σ_k (1 - cos(v_k, t_k)) = K - d,          L_intra = Σ_pairs 2 · max[0, dist - m2]
+  to be less than the margin m2"). Implemented: the stated intent on a distance that belongs to
+  the training score d = Σ_k cos(v_k, t_k):
+      L_intra = Σ_pairs 2 · max[0, dist(v, t) - m2]
   (the two terms of eq. 22, image-anchored and text-anchored, are the same positive pair's
   distance, hence the 2). λ = ``intra_weight`` (1; 0 gives SMAN-inter), m2 = ``intra_margin``.
+  Which distance is the paper's own inconsistency: m2 = 0.25 is said to be "much smaller than m1"
+  (0.2), and its appendix sweeps m2 over 5 and 10. ``intra_scale`` chooses:
+    ``"sum"`` (the default): dist = Σ_k (1 - cos(v_k, t_k)) = K - d. With K = 3 and m2 = 0.25 the term
+      switches off only once d > 2.75 (a mean cosine above 0.92), so in practice it is always active:
+      a constant pull λ·2 on every positive's d rather than a hinge.
+    ``"per_level"``: dist = (K - d) / K = 1 - d/K, the mean cosine distance per level, against the same
+      m2: off once the mean cosine passes 1 - m2 = 0.75, a hinge that can be met.
+  Which reading trains better is pending a measurement; until then the default (and every config)
+  keeps ``"sum"``, the reading vlmatch has trained with.
 - Eq. 19-20 are the training score. At inference the paper compares the concatenations
-  [v0, v1, v2] and [t0, t1, t2] by cosine: ``score_mode="concat"`` gives that at evaluation (the
-  model in eval mode); in training mode ``score`` always returns d, the score the objective is
-  defined on. ``score_mode="sum"`` evaluates d itself.
+  [v0, v1, v2] and [t0, t1, t2] by cosine (§III-C.2): ``score_mode="concat"`` (the default) gives that at
+  evaluation (the model in eval mode); in training mode ``score`` always returns d, the score the
+  objective is defined on. ``score_mode="sum"`` evaluates d itself.
+- Word embeddings (eq. 1's P): the paper starts them from Xavier (§IV-A: "random initialization (Xavier
+  initialization)"), ``word_init="xavier"``, which the SMAN paper configs set. The default stays
+  ``"uniform"``, uniform(-0.1, 0.1), what every earlier run used, so existing configs (``sman_f8k`` and its
+  recorded figures) reproduce; on the toy world (tests/test_sman_learning.py, one run each) Xavier's
+  larger initial scale gave a lower rsum (127.6 against 174.5 with d, 28.7 against 68.3 with the
+  concatenation), so it is not made the default unmeasured. It sets initial weights only: the same RNG
+  draws, scaled (a seed gives every other weight unchanged).
 - "momentum 0.9" of Adadelta is read as its decay ρ = 0.9 (torch's default).
 
 ``text_encoder`` (see :mod:`vlmatch.models.text_side`): with a pretrained transformer, eq. 1's bi-LSTM
 over word embeddings is replaced by the transformer's token vectors E_l through a learned affine layer
 (H -> D): S_l = W_p E_l + b_p, with the dropout on E (where the paper puts it on the embeddings);
 ``word_combine`` is then moot. Every later equation is unchanged.
+
+Checkpoints: an option a config.json lacks is read as the model was made then (``legacy_options``):
+``score_mode="sum"`` (the default until the paper's concatenation replaced it), ``intra_scale="sum"``,
+``word_attention="eq5"``, ``grid_pool=1``; an old checkpoint scores exactly as before.
+
+Bundled configs (each ``sman*`` config in configs/ resolves to these options; tests/test_config.py checks it):
+    sman*_f30k, sman*_coco    score_mode: concat, grid_pool: 2, word_init: xavier, intra_scale: sum, word_attention: eq5
+    sman_f8k                  score_mode: sum, grid_pool: 1, word_init: uniform, intra_scale: sum, word_attention: eq5
 
 Variants (Tables I, III, IV): ``sman`` (full), ``sman_inter`` (λ = 0), ``sman_sim`` (α = 1: stacked
 intra-modal attention), ``sman_im`` (intra-modal attention only, v0 = v_glo), ``sman_im_loc``
@@ -62,13 +99,16 @@ inner product is d0 + d1. Per pair remain the gate, two D x a products for the q
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from ..errors import ConfigError
 from ..losses import hinge_triplet, intra_pair_hinge
 from .attention import masked_softmax
 from .base import EPS, ImageEncoding, MatchingModel, ModelConfig, TextEncoding, length_mask, masked_mean, option, safe_sqrt
@@ -82,11 +122,20 @@ class SMANConfig(ModelConfig, TextSideOptions):
     stacked: bool = True  # the multi-modal attention step (eq. 12-18)
     location: bool = True  # the GRU location query v_loc (eq. 3-4)
     alpha: float = option(0.9, min=0.0, max=1.0, doc="fusion ratio α of eq. 12")
-    score_mode: Literal["sum", "concat"] = "sum"  # evaluation: Σ cosines (eq. 20) | cosine of [v0,v1,v2]
+    score_mode: Literal["concat", "sum"] = "concat"  # evaluation: cosine of [v0,v1,v2] (§III-C.2) | Σ cosines (eq. 20)
     word_combine: Literal["sum", "mean"] = "sum"  # S_l = h_f + h_b (eq. 1) | the prose's averaging
     dropout: float = option(0.3, min=0.0, max=1.0, doc="dropout on region features and word embeddings")
     intra_weight: float = option(1.0, min=0.0, doc="λ of eq. 23 (0: SMAN-inter)")
     intra_margin: float = 0.25  # m2 of eq. 22
+    intra_scale: Literal["sum", "per_level"] = option(
+        "sum", doc="eq. 22's distance: 'sum' = K - d (summed over the K levels), 'per_level' = 1 - d/K (their mean)")
+    word_attention: Literal["eq5", "eq9"] = option(
+        "eq5", doc="eq. 9's hidden state: 'eq5' = tanh(W_t S_l ⊙ tanh(W_tq t0)) as eq. 5, 13, 16; "
+                   "'eq9' = tanh(W_t S_l) ⊙ tanh(W_tq t0) as printed")
+    word_init: Literal["uniform", "xavier"] = option(
+        "uniform", doc="initial word embeddings: uniform(-0.1, 0.1) or Xavier (the paper; the SMAN paper configs)")
+    grid_pool: int = option(1, min=1, doc="average-pool each P x P block of a square grid of regions first "
+                                          "(2: a 14x14 ResNet map at 448 px -> the paper's 7x7, M = 49)")
 
 
 @dataclass
@@ -115,10 +164,12 @@ class SMANTexts(TextEncoding):
 
 
 class _Attention(nn.Module):
-    """f_att of eq. 5-6: weights over items x_m given a query q (the same form for all four)."""
+    """f_att of eq. 5-6: weights over items x_m given a query q. ``form`` "eq5" (eq. 5, 13, 16):
+    h_m = tanh(W x_m ⊙ tanh(W_q q)); "eq9" (eq. 9 as printed): h_m = tanh(W x_m) ⊙ tanh(W_q q)."""
 
-    def __init__(self, in_dim: int, query_dim: int, attn_dim: int):
+    def __init__(self, in_dim: int, query_dim: int, attn_dim: int, form: str = "eq5"):
         super().__init__()
+        self.form = form
         self.key = nn.Linear(in_dim, attn_dim)  # W_v / W_t
         self.query = nn.Linear(query_dim, attn_dim)  # W_vq / W_tq
         self.logit = nn.Linear(attn_dim, 1, bias=False)  # w_vh / w_th (a bias would cancel in the softmax)
@@ -126,6 +177,8 @@ class _Attention(nn.Module):
     def weights(self, keys: Tensor, q: Tensor, mask: Tensor | None) -> Tensor:
         """keys (..., m, a) = key(x), q (..., a) = tanh(query(·)), broadcasting -> softmax_m (..., m)."""
         w = self.logit.weight[0]
+        if self.form == "eq9":
+            return masked_softmax((torch.tanh(keys) * q.unsqueeze(-2)) @ w, mask, dim=-1)
         if torch.is_grad_enabled() or q.dim() != 3:
             return masked_softmax(torch.tanh(keys * q.unsqueeze(-2)) @ w, mask, dim=-1)
         return masked_softmax(_pair_logits(keys, q, w), mask, dim=-1)
@@ -164,13 +217,19 @@ def _cos(a: Tensor, b: Tensor) -> Tensor:
 
 class SMAN(TextSide, MatchingModel):
     Config = SMANConfig
+    # what a config.json without these keys was made with: the default before the paper's "concat", and the
+    # behaviour before the other options existed (word_init is left out: it only sets initial weights)
+    legacy_options = {"score_mode": "sum", "intra_scale": "sum", "word_attention": "eq5", "grid_pool": 1}
 
     def __init__(self, cfg: SMANConfig):
         super().__init__(cfg)
-        if cfg.score_mode not in ("sum", "concat"):
-            raise ValueError(f"score_mode must be 'sum' or 'concat', not {cfg.score_mode!r}")
-        if cfg.word_combine not in ("sum", "mean"):
-            raise ValueError(f"word_combine must be 'sum' or 'mean', not {cfg.word_combine!r}")
+        for key, allowed in (("score_mode", ("concat", "sum")), ("word_combine", ("sum", "mean")),
+                             ("intra_scale", ("sum", "per_level")), ("word_attention", ("eq5", "eq9")),
+                             ("word_init", ("uniform", "xavier"))):
+            if getattr(cfg, key) not in allowed:
+                raise ValueError(f"{key} must be one of {allowed}, not {getattr(cfg, key)!r}")
+        if cfg.grid_pool < 1:
+            raise ValueError(f"grid_pool must be at least 1, not {cfg.grid_pool}")
         if not 0.0 <= cfg.alpha <= 1.0:
             raise ValueError(f"alpha must lie in [0, 1], not {cfg.alpha}")
         f, d, a = cfg.img_dim, cfg.embed_dim, cfg.attn_dim
@@ -182,13 +241,16 @@ class SMAN(TextSide, MatchingModel):
         self.P0, self.P1 = nn.Linear(f, d), nn.Linear(f, d)
         if cfg.location:
             self.gru = nn.GRU(f, d, batch_first=True)
-        self.att_v1, self.att_t1 = _Attention(f, d, a), _Attention(d, d, a)
+        self.att_v1, self.att_t1 = _Attention(f, d, a), _Attention(d, d, a, form=cfg.word_attention)
         if cfg.stacked:
             self.U_v, self.U_t = nn.Linear(d, d), nn.Linear(d, d)
             self.att_v2, self.att_t2 = _Attention(f, d, a), _Attention(d, d, a)
             self.P2 = nn.Linear(f, d)
         if self.uses_vocab:  # last, as before the text_encoder option: a seed gives the same weights
-            nn.init.uniform_(self.embed.weight, -0.1, 0.1)
+            if cfg.word_init == "xavier":
+                nn.init.xavier_uniform_(self.embed.weight)
+            else:
+                nn.init.uniform_(self.embed.weight, -0.1, 0.1)
 
     @property
     def n_levels(self) -> int:
@@ -210,7 +272,39 @@ class SMAN(TextSide, MatchingModel):
         out, _ = pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
         return out.sum(dim=1) / n.clamp(min=1)[:, None].to(out.dtype)
 
+    def _pool_grid(self, features: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        """``grid_pool`` = P > 1: the mean of each P x P block of the (side x side, raster order) grid, in
+        raster order of the pooled grid; every region must be present (a grid has no absent cells)."""
+        p = self.cfg.grid_pool
+        if p == 1:
+            return features, mask
+        if mask is not None and not bool(mask.all()):
+            raise ConfigError(f"model {self.name}: grid_pool={p} pools cells of a grid, but these features have "
+                              "absent regions (a region mask): use grid_pool=1 for region features")
+        b, m, f = features.shape
+        side = math.isqrt(m)
+        if side * side != m or side % p:
+            raise ConfigError(f"model {self.name}: grid_pool={p} needs a square grid whose side divides by {p}; "
+                              f"the features have {m} regions")
+        x = features.reshape(b, side, side, f).permute(0, 3, 1, 2)
+        return F.avg_pool2d(x, p).permute(0, 2, 3, 1).reshape(b, -1, f), None
+
+    def _unpool(self, w: Tensor) -> Tensor:
+        """Weights over the pooled cells (k,) -> over the input grid's cells, each block's weight shared
+        equally by its P x P cells (the sum is kept)."""
+        p = self.cfg.grid_pool
+        if p == 1:
+            return w
+        g = math.isqrt(w.shape[-1])
+        grid = w.reshape(g, g).repeat_interleave(p, 0).repeat_interleave(p, 1)
+        return grid.reshape(-1) / (p * p)
+
+    def n_model_regions(self, n_regions: int) -> int:
+        """Regions the model attends over for ``n_regions`` input regions (fewer with ``grid_pool``)."""
+        return n_regions // (self.cfg.grid_pool ** 2)
+
     def encode_images(self, features: Tensor, mask: Tensor | None = None) -> SMANImages:
+        features, mask = self._pool_grid(features, mask)
         x = self.drop(features)
         m = None if mask is None else mask[..., None]
         count = (torch.full(x.shape[:1], x.shape[1], dtype=x.dtype, device=x.device) if mask is None
@@ -303,7 +397,9 @@ class SMAN(TextSide, MatchingModel):
         inter = hinge_triplet(scores, train_cfg["margin"], hardest, batch["image_index"].to(scores.device))
         if not self.cfg.intra_weight:
             return inter
-        return inter + self.cfg.intra_weight * intra_pair_hinge(scores.diagonal(), self.n_levels, self.cfg.intra_margin)
+        intra = intra_pair_hinge(scores.diagonal(), self.n_levels, self.cfg.intra_margin,
+                                 per_level=self.cfg.intra_scale == "per_level")
+        return inter + self.cfg.intra_weight * intra
 
     def global_embeddings(self, img: SMANImages, txt: SMANTexts) -> tuple[Tensor, Tensor]:
         """[v0/|v0|, v1/|v1|] and [t0/|t0|, t1/|t1|]: their inner product is d0 + d1."""
@@ -314,14 +410,15 @@ class SMAN(TextSide, MatchingModel):
         """SMAN attends over regions and over words separately (never word-to-region). ``weights``
         (k, n) is the multi-modal region attention α2 (α1 without the stacked step) repeated for each
         word, axis "regions" (each column sums to 1); ``region_weights`` / ``word_weights`` hold the
-        lists {"intra": α1, "multimodal": α2} over the k regions / n words."""
+        lists {"intra": α1, "multimodal": α2} over the k regions / n words. With ``grid_pool`` the k regions
+        are the input grid's cells, each pooled cell's weight shared evenly by the cells it averages."""
         n = int(txt.lengths[0])
-        a1_v, a1_t = img.alpha1[0], txt.alpha1[0, :n]
+        a1_v, a1_t = self._unpool(img.alpha1[0]), txt.alpha1[0, :n]
         if self.pair_dependent:
             _, _, a_v, a_t = self.multimodal(img.select(slice(0, 1)), txt.select(slice(0, 1)))
-            a2_v, a2_t = a_v[0, 0], a_t[0, 0, :n]
+            a2_v, a2_t = self._unpool(a_v[0, 0]), a_t[0, 0, :n]
         elif self.cfg.stacked:
-            a2_v, a2_t = img.alpha2[0], txt.alpha2[0, :n]
+            a2_v, a2_t = self._unpool(img.alpha2[0]), txt.alpha2[0, :n]
         else:
             a2_v = a2_t = None
         shown = a1_v if a2_v is None else a2_v
@@ -340,7 +437,7 @@ class SMAN(TextSide, MatchingModel):
         Transcendentals: the gate's 2 D sigmoids, the queries' 2 a tanh, the hidden states' (k + n) a
         tanh, the softmaxes' k + n exp, v2's D tanh and 2 sqrt."""
         d, a = self.cfg.embed_dim, self.cfg.attn_dim
-        k, n = n_regions, n_words
+        k, n = self.n_model_regions(n_regions), n_words
         if not self.pair_dependent:
             return {"macs": self.n_levels * d, "transcendentals": 0}
         macs = 2 * d + 2 * d * a + 2 * (k + n) * a + (k + n) * d + 3 * d
@@ -350,8 +447,8 @@ class SMAN(TextSide, MatchingModel):
     def bytes_per_pair(self, n_regions: int, n_words: int) -> int:
         if not self.pair_dependent:
             return 8
-        d, a = self.cfg.embed_dim, self.cfg.attn_dim
-        return 4 * (2 * (n_regions + n_words) * a + 8 * d + 4 * a + 2 * (n_regions + n_words))
+        d, a, k = self.cfg.embed_dim, self.cfg.attn_dim, self.n_model_regions(n_regions)
+        return 4 * (2 * (k + n_words) * a + 8 * d + 4 * a + 2 * (k + n_words))
 
 
 _PAPER = dict(img_dim=2048, embed_dim=512, word_dim=512, attn_dim=512)
