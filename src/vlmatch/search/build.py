@@ -32,6 +32,7 @@ from ..features.extract import IMAGE_SUFFIXES, load_image
 from ..features.provenance import check_backbone, checkpoint_backbone, resolve_backbone_name
 from ..io import atomic_dir, read_json, write_json
 from ..models.base import MatchingModel
+from .checks import check_manifest, read_captions, read_items
 from .encode import Batch, Stage1Source, encode_part, fingerprint
 from .stage1 import build_faiss, write_faiss
 
@@ -63,8 +64,14 @@ def file_stat(root: Path, rel: str) -> dict:
 
 
 def file_record(root: Path, rel: str) -> dict:
-    """The table row of an indexed file: its path, size, mtime and content hash (for updates)."""
-    return {**file_stat(root, rel), "sha256": file_sha256(root / rel)}
+    """The table row of an indexed file: its path, size, mtime and content hash (for updates). A file
+    deleted since it was encoded keeps its row, marked ``"missing"``, as if deleted just after the
+    build: the service answers 404 for it and ``index update`` drops it."""
+    try:
+        return {**file_stat(root, rel), "sha256": file_sha256(root / rel)}
+    except FileNotFoundError:
+        return {"path": str((root / rel).resolve()), "rel": rel, "size": None, "mtime_ns": None, "sha256": None,
+                "missing": True}
 
 
 # --- loading models ----------------------------------------------------------------------------
@@ -260,6 +267,8 @@ def build_index(out, model_ckpt, images=None, features=None, split: str = "test"
     rank, world = D.world()
     model, model_info = load_checkpoint(model_ckpt)
     retriever, retriever_info = (None, None) if retriever_ckpt is None else load_checkpoint(retriever_ckpt)
+    # a bad caption file is refused before any encoding (the image collection is written first)
+    caption_rows = None if captions is None else read_captions(model, captions, ann, nlist)
     s1 = _stage1_source(model, retriever)
     trained = checkpoint_backbone(model_ckpt)
     manifest = {"format": FORMAT, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -332,7 +341,7 @@ def build_index(out, model_ckpt, images=None, features=None, split: str = "test"
         manifest["collections"]["images"] = write_collection(out / "images", rec["folder"], items, ann, nlist, hnsw_m)
         manifest["dims"] = {"stage1": dim, "regions": n_regions, "img_dim": model.cfg.img_dim}
     if captions is not None:
-        manifest["collections"]["captions"] = _build_captions(out, work, model, s1, captions, dtype, ann, nlist,
+        manifest["collections"]["captions"] = _build_captions(out, work, model, s1, caption_rows, dtype, ann, nlist,
                                                               hnsw_m, n_regions, batch_size, progress)
         manifest.setdefault("dims", {"stage1": s1.check(n_regions), "regions": None, "img_dim": model.cfg.img_dim})
         manifest["source"]["captions"] = str(Path(captions).resolve())
@@ -343,15 +352,12 @@ def build_index(out, model_ckpt, images=None, features=None, split: str = "test"
     return manifest
 
 
-def _build_captions(out, work, model, s1, captions_file, dtype, ann, nlist, hnsw_m, n_regions, batch_size, progress):
-    from ..data.precomp import read_caption_lines
-
-    caps = read_caption_lines(captions_file)
-    _, lengths = model.tokenize(caps)
+def _build_captions(out, work, model, s1, caption_rows, dtype, ann, nlist, hnsw_m, n_regions, batch_size, progress):
+    caps, width = caption_rows  # read_captions: the lines and their longest token count
     fp = fingerprint("captions", caps, model.name, dtype)
     folder = work / "captions"
     encode_part(folder, fp, len(caps), caption_batches(caps, batch_size), caption_encoder(model, s1, n_regions), dtype,
-                pad_to=int(lengths.max()), desc="index captions", progress=progress)
+                pad_to=width, desc="index captions", progress=progress)
     items = [{"id": i, "text": c} for i, c in enumerate(caps)]
     return write_collection(out / "captions", folder, items, ann, nlist, hnsw_m)
 
@@ -362,13 +368,14 @@ def update_index(path, skip_bad: bool = False, batch_size: int = 64, progress: b
     from ..models.registry import load_model
 
     out = Path(path)
-    manifest = read_json(out / "manifest.json", "not an index folder (no manifest.json)")
-    if manifest["source"].get("kind") != "images":
+    manifest = check_open(out)
+    kind = (manifest.get("source") or {}).get("kind")
+    if kind != "images":
         raise ConfigError(f"{out}: only an index of an image folder can be updated (this one indexes "
-                          f"{manifest['source'].get('kind')}); build it again instead")
+                          f"{kind}); build it again instead")
     root = Path(manifest["source"]["root"])
     coll = out / "images"
-    old_items = read_json(coll / "items.json")
+    old_items = read_items(coll / "items.json", "path")
     by_rel = {it["rel"]: (row, it) for row, it in enumerate(old_items)}
     rels = scan_folder(root)
     keep_rows, keep_items, todo = [], [], []
@@ -443,4 +450,4 @@ def check_open(path) -> dict:
             raise VlmatchError(f"{path}: the index build was interrupted; run the same `vlmatch index build` again "
                                "to resume it")
         raise DataError(path, "not an index folder (no manifest.json)")
-    return read_json(path / "manifest.json")
+    return check_manifest(path / "manifest.json", read_json(path / "manifest.json"))

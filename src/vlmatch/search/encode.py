@@ -114,6 +114,8 @@ def encode_part(folder, fp: str, n: int, batches: Callable[[int], Iterator[Batch
     folder = Path(folder)
     prog_path = folder / "progress.json"
     prog = read_json(prog_path) if prog_path.is_file() else None
+    if prog is not None and prog.get("complete") and not (folder / "stage1.npy").is_file():
+        prog = None  # finished, and its rows already moved into an index that was then not completed
     if prog is None or prog.get("fingerprint") != fp:
         if folder.exists():
             shutil.rmtree(folder)
