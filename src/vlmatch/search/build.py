@@ -41,6 +41,7 @@ from ..features.provenance import check_backbone, checkpoint_backbone, resolve_b
 from ..io import atomic_dir, link_tree, read_json, write_json
 from ..models.base import MatchingModel
 from ..weights import sha256_file
+from .checks import read_captions, read_items
 from .encode import Batch, Stage1Source, encode_part, fingerprint, read_meta
 from .folder import FORMAT, check_out, commit, new_collection_id, open_parts, recover, require_manifest, writer_lock
 from .stage1 import build_faiss, write_faiss
@@ -315,6 +316,8 @@ def _build(out: Path, model_ckpt, images, features, split, captions, retriever_c
            hnsw_m, skip_bad, batch_size, progress, weights, rank, world) -> dict | None:
     model, model_info = load_checkpoint(model_ckpt)
     retriever, retriever_info = (None, None) if retriever_ckpt is None else load_checkpoint(retriever_ckpt)
+    # a bad caption file is refused before any encoding (the image collection is written first)
+    caption_rows = None if captions is None else read_captions(model, captions, ann, nlist)
     s1 = _stage1_source(model, retriever)
     trained = checkpoint_backbone(model_ckpt)
     manifest = {"format": FORMAT, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -390,7 +393,7 @@ def _build(out: Path, model_ckpt, images, features, split, captions, retriever_c
         manifest["collections"]["images"] = write_collection(out / "images", rec["folder"], items, ann, nlist, hnsw_m)
         manifest["dims"] = {"stage1": dim, "regions": n_regions, "img_dim": model.cfg.img_dim}
     if captions is not None:
-        manifest["collections"]["captions"] = _build_captions(out, work, model, s1, captions, dtype, ann, nlist,
+        manifest["collections"]["captions"] = _build_captions(out, work, model, s1, caption_rows, dtype, ann, nlist,
                                                               hnsw_m, n_regions, batch_size, progress)
         manifest.setdefault("dims", {"stage1": s1.check(n_regions), "regions": None, "img_dim": model.cfg.img_dim})
         manifest["source"]["captions"] = str(Path(captions).resolve())
@@ -401,17 +404,12 @@ def _build(out: Path, model_ckpt, images, features, split, captions, retriever_c
     return commit(out, manifest)
 
 
-def _build_captions(out, work, model, s1, captions_file, dtype, ann, nlist, hnsw_m, n_regions, batch_size, progress):
-    from ..data.precomp import read_caption_lines
-
-    caps = read_caption_lines(captions_file)
-    if not caps:
-        raise DataError(captions_file, "no captions")
-    _, lengths = model.tokenize(caps)
+def _build_captions(out, work, model, s1, caption_rows, dtype, ann, nlist, hnsw_m, n_regions, batch_size, progress):
+    caps, width = caption_rows  # read_captions: the lines and their longest token count
     fp = fingerprint("captions", caps, model.name, dtype)
     folder = work / "captions"
     encode_part(folder, fp, len(caps), caption_batches(caps, batch_size), caption_encoder(model, s1, n_regions), dtype,
-                pad_to=int(lengths.max()), desc="index captions", progress=progress)
+                pad_to=width, desc="index captions", progress=progress)
     items = [{"id": i, "text": c} for i, c in enumerate(caps)]
     return write_collection(out / "captions", folder, items, ann, nlist, hnsw_m)
 
@@ -429,11 +427,12 @@ def _update(out: Path, manifest: dict, parts: dict, skip_bad, batch_size, progre
     from ..features.backbones import create_backbone
     from ..models.registry import load_model
 
-    if manifest["source"].get("kind") != "images":
+    kind = (manifest.get("source") or {}).get("kind")
+    if kind != "images":
         raise ConfigError(f"{out}: only an index of an image folder can be updated (this one indexes "
-                          f"{manifest['source'].get('kind')}); build it again instead")
+                          f"{kind}); build it again instead")
     root = Path(manifest["source"]["root"])
-    old_items = read_json(parts["images"] / "items.json")
+    old_items = read_items(parts["images"] / "items.json", "path")
     by_rel = {it["rel"]: (row, it) for row, it in enumerate(old_items)}
     rels = scan_folder(root)
     keep_rows, keep_items, todo = [], [], []

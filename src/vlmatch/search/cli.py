@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
-from ..errors import ConfigError
+from ..cli import positive_int
+from ..errors import ConfigError, DataError
+from ..io import printable
 from .stage1 import KINDS
 
 
@@ -39,15 +41,15 @@ def add_parser(sub):
     b.add_argument("--dtype", default="float16", choices=["float16", "float32"], help="stage-2 storage precision")
     b.add_argument("--ann", default="auto", choices=list(KINDS),
                    help="stage-1 index: exact inner product (flat), IVF or HNSW; auto = flat up to 50k items, HNSW above")
-    b.add_argument("--nlist", type=int, help="IVF lists (default 4 sqrt(n))")
+    b.add_argument("--nlist", type=positive_int, help="IVF lists (default 4 sqrt(n); at most the number of items)")
     b.add_argument("--skip-bad", action="store_true", help="skip unreadable images (listed in the manifest)")
-    b.add_argument("--batch-size", type=int, default=64)
+    b.add_argument("--batch-size", type=positive_int, default=64)
     b.add_argument("--no-progress", action="store_true")
     b.set_defaults(func=cmd_build)
     u = s.add_parser("update", help="add new and changed images, drop deleted ones (no re-encoding of the rest)")
     u.add_argument("index", help="index folder")
     u.add_argument("--skip-bad", action="store_true")
-    u.add_argument("--batch-size", type=int, default=64)
+    u.add_argument("--batch-size", type=positive_int, default=64)
     u.add_argument("--no-progress", action="store_true")
     u.set_defaults(func=cmd_update)
 
@@ -61,6 +63,29 @@ def add_parser(sub):
     q.add_argument("--candidates", type=int, help="stage-1 candidates re-scored by the model (default 100)")
     q.add_argument("--json", metavar="OUT", help="write the results (rank order) as JSON")
     q.set_defaults(func=cmd_search)
+
+
+def check_out_folder(path) -> None:
+    """Refuse, before any work, an index folder that cannot be created or written in (tried for real:
+    ``os.access`` says yes to root even where the file system says no, e.g. /proc)."""
+    import tempfile
+    from pathlib import Path
+
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise DataError(path, "is a file; --out names the index folder")
+    made = [p for p in (path, *path.parents) if not p.exists()]
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=path).close()
+    except OSError as e:
+        raise DataError(path, f"cannot be created or written in ({e.strerror or e})") from None
+    finally:
+        for p in made:  # leave no trace: the build creates what it needs
+            try:
+                p.rmdir()
+            except OSError:
+                break
 
 
 def cmd_build(a):
@@ -77,6 +102,7 @@ def cmd_build(a):
               + (f" --retriever pretrained:{retriever}" if retriever else ""))
         a.model = resolve_checkpoint(f"pretrained:{model}")
         a.retriever = resolve_checkpoint(f"pretrained:{retriever}") if retriever else None
+    check_out_folder(a.out)
     m = build_index(a.out, a.model, images=a.images, features=a.features, split=a.split, captions=a.captions,
                     retriever_ckpt=a.retriever, backbone=a.backbone, dtype=a.dtype, ann=a.ann, nlist=a.nlist,
                     skip_bad=a.skip_bad, batch_size=a.batch_size, progress=not a.no_progress, weights=a.weights,
@@ -99,18 +125,23 @@ def cmd_update(a):
 
 
 def format_results(results, what: str) -> str:
+    """The result table; a name with a line break, a tab or bytes that are not UTF-8 is shown escaped
+    (``\\n``, ``\\xe9``), so every result is one line."""
     lines = [f"{'rank':>4}  {'score':>8}  {'stage1':>8}  {what}"]
     for r in results:
-        lines.append(f"{r.rank:>4}  {r.score:8.4f}  {r.stage1_score:8.4f}  {r.path if what == 'file' else r.text}")
+        name = printable(str(r.path if what == 'file' else r.text), controls=True)
+        lines.append(f"{r.rank:>4}  {r.score:8.4f}  {r.stage1_score:8.4f}  {name}")
     return "\n".join(lines)
 
 
 def cmd_search(a):
-    from ..io import write_json
+    from ..io import check_writable, write_json
     from .index import Index
 
     if (a.text is None) == (a.image is None):
         raise ConfigError("search needs a query text or --image FILE (one of them)")
+    if a.json:
+        check_writable(a.json)  # before the search, not after the table
     idx = Index.open(a.index)
     if a.image is not None:
         res, what = idx.search_image(a.image, k=a.k, candidates=a.candidates), "caption"

@@ -121,6 +121,8 @@ def encode_part(folder, fp: str, n: int, batches: Callable[[int], Iterator[Batch
     prog = read_json(prog_path) if prog_path.is_file() else None
     if prog is not None and prog.get("fingerprint") == fp and not _trim_lines(meta_path, prog["written"]):
         prog = None  # rows the record counts lost their lines (a crash before they reached the disk): redo
+    if prog is not None and prog.get("complete") and not (folder / "stage1.npy").is_file():
+        prog = None  # finished, and its rows already moved into an index that was then not completed
     if prog is None or prog.get("fingerprint") != fp:
         if folder.exists():
             shutil.rmtree(folder)

@@ -213,7 +213,9 @@ def resolve(out, manifest: dict) -> dict[str, Path]:
 def read_manifest(out) -> dict:
     """The manifest of an index folder, refused when it is not sealed by this format or was edited."""
     path = Path(out) / MANIFEST
-    m = read_json(path, "not an index folder (no manifest.json)")
+    from .checks import check_manifest
+
+    m = check_manifest(path, read_json(path, "not an index folder (no manifest.json)"))  # its shape first
     if not _vlmatch_manifest(m):
         raise DataError(path, "not the manifest of a vlmatch index")
     if m.get("format") != FORMAT:

@@ -22,9 +22,9 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError, DataError, VlmatchError
-from ..io import read_json
 from ..models.base import ImageEncoding, MatchingModel, TextEncoding
 from ..scoring import score_blocks
+from .checks import COLLECTIONS, read_items
 from .encode import Stage1Source
 from .folder import manifest_stamp, open_parts
 from .stage1 import Stage1
@@ -53,7 +53,7 @@ class Collection:
 
     def __init__(self, folder: Path, info: dict, template):
         self.folder = folder
-        self.items = read_json(folder / "items.json")
+        self.items = read_items(folder / "items.json", COLLECTIONS.get(folder.name.removesuffix(".prev"), "path"))
         self.stage1 = Stage1(folder, info["stage1"])
         self.store = EncodingStore(folder / "enc", template)
         if not (len(self.items) == len(self.stage1) == len(self.store)):

@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
+import argparse
+import math
 import os
 
 from ..errors import ConfigError
+
+MAX_UPLOAD_MB = 1024.0  # the largest --max-upload-mb: the body of an upload request is held whole
+
+
+def upload_megabytes(text: str) -> float:
+    """An argparse type: a finite number of megabytes above 0, at most MAX_UPLOAD_MB."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of megabytes, got {text!r}") from None
+    if not (math.isfinite(value) and 0 < value <= MAX_UPLOAD_MB) or int(value * 2**20) < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of megabytes above 0 and at most {MAX_UPLOAD_MB:g}, "
+                                         f"got {text!r}")
+    return value
 
 
 def add_parser(sub):
@@ -18,7 +34,8 @@ def add_parser(sub):
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--workers", type=int, default=2, help="threads doing model work (default 2)")
     p.add_argument("--queue", type=int, default=16, help="requests that may wait for a worker; more get 503 (default 16)")
-    p.add_argument("--max-upload-mb", type=float, default=8.0, help="largest accepted image upload (default 8 MB)")
+    p.add_argument("--max-upload-mb", type=upload_megabytes, default=8.0,
+                   help=f"largest accepted image upload in MiB (default 8; above 0, at most {MAX_UPLOAD_MB:g})")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=cmd_serve)
 

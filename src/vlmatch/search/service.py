@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..errors import ConfigError
+
 
 class SearchBackend(Protocol):
     model_name: str
@@ -41,17 +43,33 @@ class SearchBackend(Protocol):
 
 @dataclass(frozen=True)
 class Limits:
-    """Caps on every request; the defaults suit a laptop serving one person or a small team."""
+    """Caps on every request; the defaults suit a laptop serving one person or a small team.
+
+    Request bodies are capped before they are read: ``max_body_bytes`` for every request but an
+    image upload, whose cap is ``max_upload_bytes`` plus ``max_body_bytes`` for the form around it.
+    Uploaded images are decoded only on the ``workers`` model threads, after the request was
+    admitted (a full pool answers 503 first), so at most ``workers`` decodes of at most
+    ``max_upload_pixels`` pixels each are in memory at once.
+    """
 
     max_text_chars: int = 500
     max_k: int = 100
     max_candidates: int = 1000
     max_upload_bytes: int = 8 * 1024 * 1024
     max_upload_pixels: int = 40_000_000
-    workers: int = 2  # threads doing model work
+    max_body_bytes: int = 64 * 1024  # a JSON body, a query form: far more than any valid request needs
+    workers: int = 2  # threads doing model work (and image decoding)
     queue: int = 16  # requests allowed to wait for a worker; one more is answered 503
     thumb_size: int = 256
     thumb_cache: int = 2048  # thumbnails kept in memory
+
+    def __post_init__(self):
+        for name in ("max_text_chars", "max_k", "max_candidates", "max_upload_bytes", "max_upload_pixels",
+                     "max_body_bytes", "workers", "thumb_size", "thumb_cache", "queue"):
+            value = getattr(self, name)
+            least = 0 if name == "queue" else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ConfigError(f"service limit {name} must be an integer >= {least}, not {value!r}")
 
 
 class Busy(Exception):
@@ -101,6 +119,7 @@ class IndexBackend:
 
     def __init__(self, index):
         self.index = index
+        self.root = index.root  # error messages name it "the index", never by its path
         self.model_name = index.manifest["model"]["name"]
         self.size = len(index)
         self.n_captions = len(index.captions) if index.captions is not None else 0

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError, VlmatchError
+from ..errors import ConfigError, DataError, VlmatchError
 from ..io import atomic_path
 
 AUTO_ANN_THRESHOLD = 50_000
@@ -52,6 +52,10 @@ def build_faiss(vectors: np.ndarray, kind: str = "auto", nlist: int | None = Non
     if kind == "flat":
         index, info = faiss.IndexFlatIP(d), {}
     elif kind == "ivf":
+        if nlist is not None:
+            from .checks import check_nlist
+
+            check_nlist(nlist, n, "items")
         nlist = nlist or max(1, min(n // 39, int(4 * math.sqrt(n))))  # faiss wants >= 39 points per list
         quant = faiss.IndexFlatIP(d)
         index = faiss.IndexIVFFlat(quant, d, nlist, faiss.METRIC_INNER_PRODUCT)
@@ -80,16 +84,73 @@ def write_faiss(index, path) -> None:
         faiss.write_index(index, str(tmp))
 
 
+REBUILD = "build the index again"
+
+
+def _read_vectors(path: Path) -> np.ndarray:
+    if not path.is_file():
+        raise DataError(path, "missing (incomplete index?)")
+    try:
+        vectors = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError, EOFError):
+        raise DataError(path, f"not a readable .npy array (truncated or damaged); {REBUILD}") from None
+    if vectors.ndim != 2 or vectors.dtype != np.float32:
+        raise DataError(path, f"stage-1 vectors are a 2-d float32 array, this one is {vectors.ndim}-d {vectors.dtype}; "
+                              f"{REBUILD}")
+    return vectors
+
+
+def _read_index(path: Path):
+    faiss = _faiss()
+    if not path.is_file():
+        raise DataError(path, "missing (incomplete index?)")
+    if path.stat().st_size == 0:
+        raise DataError(path, f"empty file; {REBUILD}")
+    try:
+        return faiss.read_index(str(path))
+    except (RuntimeError, MemoryError):  # faiss's C++ exceptions arrive as RuntimeError
+        raise DataError(path, f"not a readable FAISS index (truncated or damaged); {REBUILD}") from None
+
+
+def _kind_of(index) -> str | None:
+    faiss = _faiss()
+    if isinstance(index, faiss.IndexHNSW):
+        return "hnsw"
+    if isinstance(index, faiss.IndexIVF):
+        return "ivf"
+    if isinstance(index, faiss.IndexFlat):
+        return "flat"
+    return None
+
+
+def _check_index(folder: Path, info: dict, index, vectors: np.ndarray) -> dict:
+    """The manifest's stage-1 description of ``folder``, checked against the FAISS file and the vectors."""
+    faiss = _faiss()
+    path = folder / "stage1.faiss"
+    kind = _kind_of(index)
+    if kind is None or index.metric_type != faiss.METRIC_INNER_PRODUCT:
+        raise DataError(path, f"holds a {type(index).__name__} index, not one vlmatch writes (inner-product flat, IVF "
+                              f"or HNSW); {REBUILD}")
+    if info.get("kind") != kind:
+        raise DataError(path, f"holds a {kind} index but the manifest says {info.get('kind')!r}: the manifest was "
+                              f"edited or the file replaced; {REBUILD}")
+    if index.ntotal != len(vectors) or index.d != vectors.shape[1]:
+        raise DataError(path, f"holds {index.ntotal} vectors of dimension {index.d} but stage1.npy beside it holds "
+                              f"{len(vectors)} of dimension {vectors.shape[1]}; {REBUILD}")
+    if kind == "ivf":
+        info = {**info, "nlist": int(faiss.extract_index_ivf(index).nlist)}  # the file's, not an edited number
+    return info
+
+
 class Stage1:
     """Open side: FAISS search with the exact fallback when every item is asked for."""
 
     def __init__(self, folder, info: dict, params: dict | None = None):
-        faiss = _faiss()
         folder = Path(folder)
-        self.vectors = np.load(folder / "stage1.npy", mmap_mode="r")
-        self.index = faiss.read_index(str(folder / "stage1.faiss"))
-        self.info = info
-        self.set_params(params or default_search_params(info))
+        self.vectors = _read_vectors(folder / "stage1.npy")
+        self.index = _read_index(folder / "stage1.faiss")
+        self.info = _check_index(folder, info, self.index, self.vectors)
+        self.set_params(params or default_search_params(self.info))
 
     def set_params(self, params: dict) -> None:
         self.params = dict(params)

@@ -1,0 +1,238 @@
+"""The HTTP service under hostile or broken input: what a client gets wrong is a 4xx in our own words,
+a failure of the server is a 500 that says nothing internal, bodies are capped before they are read,
+and uploads are decoded only on the model workers once a request is admitted.
+
+Everything runs in-process (TestClient / httpx's ASGI transport) with small configured limits."""
+
+import asyncio
+import io
+import logging
+import threading
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from PIL import Image
+
+from vlmatch.cli import main
+from vlmatch.errors import ConfigError, DataError
+from vlmatch.search import app as app_module
+from vlmatch.search.app import INTERNAL, create_app
+from vlmatch.search.service import Limits
+
+from .fake import FakeBackend
+from .test_app import assert_error, jpeg
+
+LIMITS = dict(max_text_chars=50, max_k=20, max_candidates=50, max_upload_bytes=20_000, max_upload_pixels=1_000_000,
+              max_body_bytes=2_000)
+LEAKS = ("Error", "Traceback", "pydantic", "surrogates not allowed", "shape", "/")  # texts of exceptions and paths
+
+
+@pytest.fixture
+def backend(tmp_path):
+    images = tmp_path / "images"
+    images.mkdir()
+    return FakeBackend(images)
+
+
+def client_of(backend, **limits):
+    return TestClient(create_app(backend, Limits(**{**LIMITS, **limits})), raise_server_exceptions=False)
+
+
+@pytest.fixture
+def client(backend):
+    with client_of(backend) as c:
+        yield c
+
+
+def post_json(client, raw: bytes, path="/search"):
+    return client.post(path, content=raw, headers={"content-type": "application/json"})
+
+
+def assert_says_nothing_internal(r, status=500):
+    body = assert_error(r, status, "internal_error" if status == 500 else None)
+    for leak in LEAKS:
+        assert leak not in body["detail"], body
+    return body
+
+
+# --- text a client sends ------------------------------------------------------------------------
+
+def test_a_lone_surrogate_in_the_query_is_a_400(client):
+    r = post_json(client, b'{"text": "dog \\ud800 x"}')
+    body = assert_error(r, 400, "bad_text")
+    assert "lone surrogate" in body["detail"] and "\\ud800" in body["detail"] and "Pydantic" not in r.text
+    assert client.post("/search", json={"text": "a red square"}).status_code == 200  # and it still serves
+
+
+@pytest.mark.parametrize("raw", [b'{"text": "red", "min_score": NaN}', b'{"text": "red", "min_score": Infinity}',
+                                 b'{"text": "red", "min_score": -Infinity}'])
+def test_min_score_must_be_finite(client, raw):
+    assert "finite" in assert_error(post_json(client, raw), 400, "bad_min_score")["detail"]
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_min_score_must_be_finite_in_links(client, value):
+    assert_error(client.get("/search", params={"q": "red", "min_score": value}), 400, "bad_min_score")
+
+
+def test_deeply_nested_json_is_a_clean_4xx(backend):
+    with client_of(backend, max_body_bytes=10_000) as c:
+        r = post_json(c, b"[" * 4_000 + b"]" * 4_000)  # under the body cap, deeper than json's recursion limit
+    assert 400 <= r.status_code < 500 and set(r.json()) == {"error", "detail"}
+
+
+# --- what the index gives back -----------------------------------------------------------------
+
+def test_file_names_that_are_not_utf8_come_back_escaped(client, backend):
+    # os.fsdecode(b"caf\xe9.jpg"): how Python names a file whose name is not UTF-8
+    backend.paths[0] = backend.paths[0].with_name("caf\udce9\nx.jpg")
+    r = client.post("/search", json={"text": "a red square", "k": 3})
+    assert r.status_code == 200, r.text
+    assert r.json()["results"][0]["path"].endswith("caf\\xe9\nx.jpg")
+
+
+def test_caption_texts_are_escaped_too(client, backend):
+    backend.captions[0] = "a red square \udcff"
+    r = client.post("/search/image", data={"id": "0", "k": "1"})
+    assert r.status_code == 200 and r.json()["results"][0]["text"] == "a red square \\xff"
+
+
+def test_internal_errors_say_nothing_internal(client, backend, caplog):
+    def broken(*args):
+        raise RuntimeError("shape '[1, 49, 32]' is invalid for input of size 1234 at /srv/index/images/enc")
+
+    backend.search = broken
+    backend.explain = broken
+    with caplog.at_level(logging.ERROR, logger="vlmatch.search"):
+        body = assert_says_nothing_internal(client.post("/search", json={"text": "a red square"}))
+        assert body["detail"] == INTERNAL
+        assert_says_nothing_internal(client.get("/explain/1", params={"text": "red"}))
+    assert "shape '[1, 49, 32]'" in caplog.text  # the server's log has it all
+
+
+def test_a_damaged_index_file_is_a_500_not_the_clients_fault(client, backend):
+    def damaged(*args):
+        raise DataError("/srv/index/images/enc/regions.npy", "unreadable encoding array (mmap length is greater)")
+
+    backend.search = damaged
+    assert_says_nothing_internal(client.post("/search", json={"text": "a red square"}))
+
+
+def test_our_own_errors_name_the_index_not_its_folder(backend):
+    backend.root = backend.dir  # IndexBackend has the index folder here
+
+    def refuse(*args):
+        raise ConfigError(f"{backend.dir}: no image grid is known (built from features without a backbone)")
+
+    backend.explain_png = refuse
+    with client_of(backend) as c:
+        body = assert_error(c.get("/explain/1.png", params={"text": "red"}), 400, "bad_request")
+    assert body["detail"] == "the index: no image grid is known (built from features without a backbone)"
+
+
+def test_a_response_that_cannot_be_serialised_is_a_clean_500(client, backend):
+    backend.search = lambda *a: [{"id": 0, "path": "x.jpg"}]  # no score: the response model refuses it
+    assert_says_nothing_internal(client.post("/search", json={"text": "a red square"}))
+
+
+def test_explain_png_of_a_deleted_file_is_404(client, backend):
+    backend.paths[2].unlink()
+    assert_error(client.get("/explain/2.png", params={"text": "blue"}), 404, "file_missing")
+
+
+def test_thumbnails_of_broken_or_huge_indexed_files(backend, tmp_path):
+    backend.paths[0].write_bytes(jpeg()[:300])  # truncated
+    Image.new("RGB", (1200, 1000)).save(backend.paths[1], "PNG")  # 1.2 Mpixel PNG: no reduced decode exists
+    Image.new("RGB", (4000, 3000), (200, 10, 10)).save(backend.paths[2], "JPEG")  # JPEG: decoded at 1/8 scale
+    with client_of(backend) as c:
+        body = assert_error(c.get("/thumbs/0"), 415, "bad_image")
+        assert "PIL" not in body["detail"] and "truncated" not in body["detail"]
+        assert_error(c.get("/thumbs/1"), 415, "image_too_large")
+        r = c.get("/thumbs/2")
+        assert r.status_code == 200 and max(Image.open(io.BytesIO(r.content)).size) == 256
+
+
+# --- limits ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("bad", [dict(max_upload_bytes=0), dict(max_upload_bytes=-1), dict(workers=0), dict(queue=-1),
+                                 dict(max_body_bytes=0), dict(max_upload_pixels=float("nan")), dict(max_k=2.5)])
+def test_limits_are_checked(bad):
+    with pytest.raises(ConfigError, match="service limit"):
+        Limits(**bad)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "1e9", "many"])
+def test_serve_refuses_absurd_upload_caps(value, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["serve", "some_index", "--max-upload-mb", value])
+    assert e.value.code == 2 and "--max-upload-mb" in capsys.readouterr().err
+
+
+def test_json_bodies_are_capped_before_they_are_read(client):
+    r = client.post("/search", json={"text": "red", "pad": "x" * 3_000})
+    body = assert_error(r, 413, "body_too_large")
+    assert "2000 bytes" in body["detail"]
+    assert client.post("/search", json={"text": "red", "pad": "x" * 1_000}).status_code == 200
+
+
+def test_a_body_without_a_length_is_cut_off_at_the_cap(backend):
+    app = create_app(backend, Limits(**LIMITS))
+    pulled = []
+
+    async def chunks():
+        yield b'{"text": "red", "pad": "'
+        for i in range(1_000):  # 1 MB in all, if it were all read
+            pulled.append(i)
+            yield b"x" * 1_000
+
+    async def scenario():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+            return await c.post("/search", content=chunks(), headers={"content-type": "application/json"})
+
+    r = asyncio.run(scenario())
+    assert_error(r, 413, "body_too_large")
+    assert len(pulled) <= 3  # stopped at the 2000-byte cap, not after a megabyte
+
+
+def test_an_upload_has_its_own_cap(client):
+    small = jpeg()
+    assert len(small) < 2_000
+    assert client.post("/search/image", files={"image": ("s.jpg", small, "image/jpeg")}).status_code == 200
+    big = jpeg(size=(400, 300)) + b"\0" * 25_000  # over max_upload_bytes + the form's allowance
+    assert_error(client.post("/search/image", files={"image": ("b.jpg", big, "image/jpeg")}), 413, "body_too_large")
+    mid = jpeg(size=(400, 300)) + b"\0" * 3_000  # over the JSON cap, within the upload cap: accepted
+    assert 2_000 < len(mid) < 20_000
+    assert client.post("/search/image", files={"image": ("m.jpg", mid, "image/jpeg")}).status_code == 200
+
+
+def test_uploads_are_refused_when_busy_before_any_decoding(backend, monkeypatch):
+    decoded = []
+    real_check = app_module.check_upload
+
+    def counting_check(data, limits):
+        decoded.append(threading.current_thread().name)
+        return real_check(data, limits)
+
+    monkeypatch.setattr(app_module, "check_upload", counting_check)
+    app = create_app(backend, Limits(**{**LIMITS, "workers": 1, "queue": 0}))
+    backend.gate = threading.Event()
+
+    async def scenario():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+            held = asyncio.create_task(c.get("/search", params={"q": "red"}))
+            while app.state.pool.in_flight < 1:
+                await asyncio.sleep(0.01)
+            refused = [await c.post("/search/image", files={"image": ("x.jpg", jpeg(), "image/jpeg")})
+                       for _ in range(5)]
+            assert decoded == []  # refused before a single decode
+            backend.gate.set()
+            await held
+            ok = await c.post("/search/image", files={"image": ("x.jpg", jpeg(), "image/jpeg")})
+            return refused, ok
+
+    refused, ok = asyncio.run(scenario())
+    for r in refused:
+        assert_error(r, 503, "busy")
+    assert ok.status_code == 200
+    assert decoded == ["vlmatch-model_0"]  # the one decode ran on the model worker
