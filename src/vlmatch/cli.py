@@ -32,7 +32,7 @@ def checkpoint_arg(text: str):
     from .models.registry import resolve_checkpoint
 
     try:
-        return resolve_checkpoint(text)
+        return str(resolve_checkpoint(text))  # a string, as argparse gives every other path
     except VlmatchError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
 

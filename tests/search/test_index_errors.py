@@ -66,28 +66,32 @@ def drop_ids(items):
         del it["id"]
 
 
-TAMPERING = {  # name: (file, change, words the error must say)
-    "faiss garbage": ("images/stage1.faiss", lambda p: p.write_bytes(b"garbage" * 9), "not a readable FAISS index"),
-    "faiss empty": ("images/stage1.faiss", lambda p: p.write_bytes(b""), "stage1.faiss: empty file"),
-    "faiss missing": ("images/stage1.faiss", lambda p: p.unlink(), "stage1.faiss: missing"),
+# name: (file, change, words the error must say). The manifest's per-file SHA-256 and its seal catch most
+# damage before any reader parses a file; the readers' own checks (a FAISS file that is not one, a pickled
+# .npy, rows without ids) stay behind them for what no hash covers.
+HASHED = "content does not match the SHA-256 recorded in manifest.json"
+TAMPERING = {
+    "faiss garbage": ("images/stage1.faiss", lambda p: p.write_bytes(b"garbage" * 9), HASHED),
+    "faiss empty": ("images/stage1.faiss", lambda p: p.write_bytes(b""), HASHED),
+    "faiss missing": ("images/stage1.faiss", lambda p: p.unlink(), "stage1.faiss: file not found"),
     "faiss of the captions": ("images/stage1.faiss", lambda p: shutil.copy(p.parent.parent / "captions/stage1.faiss", p),
-                              "holds 30 vectors of dimension 16 but stage1.npy beside it holds 40"),
-    "npy truncated": ("images/stage1.npy", lambda p: p.write_bytes(p.read_bytes()[:300]), "not a readable .npy array"),
-    "npy header cut": ("images/stage1.npy", lambda p: p.write_bytes(p.read_bytes()[:100]), "not a readable .npy array"),
+                              HASHED),
+    "npy truncated": ("images/stage1.npy", lambda p: p.write_bytes(p.read_bytes()[:300]), HASHED),
+    "npy header cut": ("images/stage1.npy", lambda p: p.write_bytes(p.read_bytes()[:100]), HASHED),
     "npy pickle": ("images/stage1.npy", lambda p: np.save(p, np.array([{"a": 1}], dtype=object), allow_pickle=True),
-                   "not a readable .npy array"),
+                   HASHED),
     "manifest a list": ("manifest.json", lambda p: p.write_text("[1, 2]"), "manifest.json: an index manifest is a JSON "
                                                                            "object, this one is a list"),
     "stage1 info a list": ("manifest.json", lambda p: edit_json(p, lambda m: m["collections"]["images"].update(stage1=[])),
                            "collection 'images' lacks its 'stage1' description"),
     "kind edited to ivf": ("manifest.json", lambda p: edit_json(p, set_kind("ivf")),
-                           "holds a flat index but the manifest says 'ivf'"),
+                           "manifest.json: edited after the index was written"),
     "kind edited to hnsw": ("manifest.json", lambda p: edit_json(p, set_kind("hnsw")),
-                            "holds a flat index but the manifest says 'hnsw'"),
+                            "manifest.json: edited after the index was written"),
     "kind unknown": ("manifest.json", lambda p: edit_json(p, set_kind("lsh")), "stage-1 kind 'lsh' is not one of"),
-    "items without id": ("images/items.json", lambda p: edit_json(p, drop_ids), "items.json: row 0 has no integer 'id'"),
-    "items an object": ("images/items.json", lambda p: p.write_text("{}"), "the item table is a JSON list"),
-    "duplicate ids": ("captions/items.json", lambda p: edit_json(p, lambda it: it[1].update(id=0)), "id 0 appears twice"),
+    "items without id": ("images/items.json", lambda p: edit_json(p, drop_ids), HASHED),
+    "items an object": ("images/items.json", lambda p: p.write_text("{}"), HASHED),
+    "duplicate ids": ("captions/items.json", lambda p: edit_json(p, lambda it: it[1].update(id=0)), HASHED),
 }
 
 
@@ -103,12 +107,14 @@ def test_damaged_index_files_are_named(made, tmp_path, capsys, case):
     assert words in err and f"vlmatch: error: {idx}/" in err, err  # names the file of the index
 
 
-def test_an_ivf_index_keeps_its_own_list_count(made, tmp_path, capsys):
+def test_an_ivf_index_searches_and_its_list_count_cannot_be_edited(made, tmp_path, capsys):
     assert build_args(made, tmp_path / "ivf", "--ann", "ivf", "--nlist", "4") == 0
-    edit_json(tmp_path / "ivf/manifest.json", lambda m: m["collections"]["images"]["stage1"].pop("nlist"))
     capsys.readouterr()
-    assert main(["search", str(tmp_path / "ivf"), "red dog", "-k", "3"]) == 0  # the file's nlist, not the manifest's
+    assert main(["search", str(tmp_path / "ivf"), "red dog", "-k", "3"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 4
+    edit_json(tmp_path / "ivf/manifest.json", lambda m: m["collections"]["images"]["stage1"].pop("nlist"))
+    assert main(["search", str(tmp_path / "ivf"), "red dog", "-k", "3"]) == 2  # the seal: no KeyError 'nlist'
+    assert "manifest.json: edited after the index was written" in one_line(capsys.readouterr().err)
 
 
 @pytest.mark.parametrize("args,words", [
@@ -127,7 +133,7 @@ def test_bad_build_options(made, tmp_path, capsys, args, words):
 def test_nlist_beyond_the_captions_is_refused_before_any_encoding(made, tmp_path, capsys):
     assert build_args(made, tmp_path / "o", "--ann", "ivf", "--nlist", "35", "--captions", str(made / "caps.txt")) == 2
     assert "more IVF lists than the 30 captions" in one_line(capsys.readouterr().err)
-    assert not (tmp_path / "o").exists()
+    assert not any((tmp_path / "o" / part).exists() for part in ("build", "images", "manifest.json"))  # nothing encoded
 
 
 def test_out_folder_that_cannot_be_made(made, tmp_path, capsys):
@@ -154,7 +160,7 @@ def test_a_caption_too_long_to_index_is_named_before_any_encoding(made, tmp_path
     assert build_args(made, tmp_path / "o", "--captions", str(tmp_path / "caps.txt")) == 2
     err = one_line(capsys.readouterr().err)
     assert f"caps.txt: line 6 has 20002 tokens; captions of at most {MAX_CAPTION_TOKENS} are indexed" in err
-    assert not (tmp_path / "o").exists()  # refused before the images were encoded
+    assert not any((tmp_path / "o" / part).exists() for part in ("build", "images", "manifest.json"))  # none encoded
     lines[5] = " ".join(["dog"] * (MAX_CAPTION_TOKENS - 2))  # <start> ... <end>: exactly the cap
     (tmp_path / "caps.txt").write_text("\n".join(lines) + "\n")
     assert build_args(made, tmp_path / "o", "--captions", str(tmp_path / "caps.txt")) == 0
@@ -196,21 +202,22 @@ def test_names_that_are_not_utf8_are_indexed_and_shown_escaped(toy_ckpts, tmp_pa
     assert {os.path.exists(r["path"]) for r in found} == {True}  # the JSON keeps the real names
 
 
-def test_a_file_deleted_after_encoding_keeps_a_marked_row(toy_ckpts, tmp_path, monkeypatch):
+def test_a_file_deleted_after_encoding_keeps_the_row_of_what_was_encoded(toy_ckpts, tmp_path, monkeypatch):
+    """The row is made from the one read that was encoded (size, mtime, hash), so a file gone before the table
+    is written breaks nothing; the next update drops it."""
     photos = jpegs(tmp_path / "photos", ["a.jpg", "b.jpg", "c.jpg"])
     real_load = B.load_image
 
-    def load_then_delete(path, size):
-        out = real_load(path, size)
-        if path.name == "b.jpg":
-            path.unlink()  # gone between encoding and the table write
+    def load_then_delete(data, size):
+        out = real_load(data, size)
+        if data.path.name == "b.jpg":
+            data.path.unlink()  # gone between encoding and the table write
         return out
 
     monkeypatch.setattr(B, "load_image", load_then_delete)
     assert build(toy_ckpts, photos, tmp_path / "idx", "--skip-bad") == 0
     items = json.loads((tmp_path / "idx/images/items.json").read_text())
-    gone = [it for it in items if it["rel"] == "b.jpg"]
-    assert len(items) == 3 and gone[0]["missing"] is True and gone[0]["sha256"] is None
+    assert len(items) == 3 and all(isinstance(it["sha256"], str) for it in items)
     monkeypatch.setattr(B, "load_image", real_load)
     assert main(["index", "update", str(tmp_path / "idx"), "--no-progress"]) == 0  # the update drops it
     assert [it["rel"] for it in json.loads((tmp_path / "idx/images/items.json").read_text())] == ["a.jpg", "c.jpg"]
