@@ -16,7 +16,9 @@ from vlmatch.data.vocab import Vocab
 from vlmatch.search import build as B
 from vlmatch.search.checks import MAX_CAPTION_TOKENS
 from vlmatch.search.cli import format_results
+from vlmatch.search.folder import COLLECTION_FILES, seal
 from vlmatch.search.index import SearchResult
+from vlmatch.weights import sha256_file
 
 from ..conftest import write_precomp
 from .test_build_images import build, jpegs, tiny_backbone  # noqa: F401  (the fixture registers Tiny32)
@@ -105,6 +107,53 @@ def test_damaged_index_files_are_named(made, tmp_path, capsys, case):
     assert main(["search", str(idx), *query]) == 2
     err = one_line(capsys.readouterr().err)
     assert words in err and f"vlmatch: error: {idx}/" in err, err  # names the file of the index
+
+
+def reseal(idx):
+    """Record the index's files as they are now and seal its manifest again: damage that the index's
+    own records vouch for (as a bug, or a hand-made index, would leave)."""
+    m = json.loads((idx / "manifest.json").read_text())
+    for c, info in m["collections"].items():
+        info["files"] = {n: sha256_file(idx / c / n) for n in COLLECTION_FILES}
+    m["seal"] = seal(m)
+    (idx / "manifest.json").write_text(json.dumps(m))
+
+
+BEHIND_THE_SEAL = {  # the readers' own checks, beneath the hashes: what each says of a damage its records vouch for
+    "faiss garbage": "not a readable FAISS index",
+    "faiss empty": "stage1.faiss: empty file",
+    "faiss of the captions": "holds 30 vectors of dimension 16 but stage1.npy beside it holds 40",
+    "npy truncated": "not a readable .npy array",
+    "npy header cut": "not a readable .npy array",
+    "npy pickle": "not a readable .npy array",
+    "kind edited to ivf": "holds a flat index but the manifest says 'ivf'",
+    "kind edited to hnsw": "holds a flat index but the manifest says 'hnsw'",
+    "items without id": "items.json: row 0 has no integer 'id'",
+    "items an object": "the item table is a JSON list",
+    "duplicate ids": "id 0 appears twice",
+}
+
+
+@pytest.mark.parametrize("case", list(BEHIND_THE_SEAL))
+def test_damage_behind_a_valid_seal_is_named(made, tmp_path, capsys, case):
+    idx = tmp_path / "index"
+    shutil.copytree(made / "index", idx)
+    rel, change, _ = TAMPERING[case]
+    change(idx / rel)
+    reseal(idx)
+    query = ["red dog"] if "captions" not in rel else ["--image", str(made / "nothing.jpg")]
+    assert main(["search", str(idx), *query]) == 2
+    err = one_line(capsys.readouterr().err)
+    assert BEHIND_THE_SEAL[case] in err and f"vlmatch: error: {idx}/" in err, err
+
+
+def test_an_ivf_index_keeps_the_list_count_of_its_file(made, tmp_path, capsys):
+    assert build_args(made, tmp_path / "ivf", "--ann", "ivf", "--nlist", "4") == 0
+    edit_json(tmp_path / "ivf/manifest.json", lambda m: m["collections"]["images"]["stage1"].pop("nlist"))
+    reseal(tmp_path / "ivf")  # a manifest without nlist that its seal vouches for: no KeyError 'nlist'
+    capsys.readouterr()
+    assert main(["search", str(tmp_path / "ivf"), "red dog", "-k", "3"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 4
 
 
 def test_an_ivf_index_searches_and_its_list_count_cannot_be_edited(made, tmp_path, capsys):
