@@ -67,8 +67,8 @@ Readings of the paper where it is ambiguous (or self-contradictory):
 - Word embeddings (eq. 1's P): the paper starts them from Xavier (§IV-A: "random initialization (Xavier
   initialization)"), ``word_init="xavier"``, which the SMAN paper configs set. The default stays
   ``"uniform"``, uniform(-0.1, 0.1), what every earlier run used, so existing configs (``sman_f8k`` and its
-  recorded figures) reproduce; on the toy world (tests/test_sman_learning.py, one run each) Xavier's
-  larger initial scale gave a lower rsum (127.6 against 174.5 with d, 28.7 against 68.3 with the
+  recorded figures) reproduce; on the toy world (tests/test_sman_learning.py's run, one each, same host)
+  Xavier's larger initial scale gave a lower rsum (127.6 against 154.9 with d, 28.7 against 67.8 with the
   concatenation), so it is not made the default unmeasured. It sets initial weights only: the same RNG
   draws, scaled (a seed gives every other weight unchanged).
 - "momentum 0.9" of Adadelta is read as its decay ρ = 0.9 (torch's default).
