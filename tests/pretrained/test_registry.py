@@ -10,6 +10,7 @@ import torch
 from vlmatch import create_model, load_model, pretrained
 from vlmatch.cli import main
 from vlmatch.errors import ConfigError, DataError
+from vlmatch.weights import sha256_file
 
 
 @pytest.fixture
@@ -22,7 +23,7 @@ def shipped(tmp_path, monkeypatch):
 
     model.vocab = Vocab.build(["a dog runs", "a red ball"], min_count=1)
     model.save(weights / "tiny")
-    sha = pretrained.file_sha256(weights / "tiny" / "model.safetensors")
+    sha = sha256_file(weights / "tiny" / "model.safetensors")
     entry = {"name": "tiny", "model": "vsepp", "role": "retriever", "sha256": sha, "val_rsum": 12.5, "default": True}
     (tmp_path / "registry.json").write_text(json.dumps([entry]))
     monkeypatch.setattr(pretrained, "REGISTRY", tmp_path / "registry.json")

@@ -12,13 +12,13 @@ checkpoint folder does. A weights file whose SHA-256 is not the registry's is re
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError, DataError
 from ..models.registry import register_resolver
+from ..weights import sha256_file
 
 HERE = Path(__file__).resolve().parent
 REGISTRY = HERE / "registry.json"
@@ -75,18 +75,13 @@ def get(name: str) -> Pretrained:
     return found[name]
 
 
-def file_sha256(path: Path) -> str:
-    with open(path, "rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
-
-
 def checkpoint_dir(name: str) -> Path:
     """The checkpoint folder of shipped model ``name``, after checking its weights against the registry."""
     entry = get(name)
     weights = entry.folder / "model.safetensors"
     if not weights.is_file():
         raise DataError(weights, f"not found: the pretrained model {name!r} is not installed with this package")
-    have = file_sha256(weights)
+    have = sha256_file(weights)
     if have != entry.sha256:
         raise DataError(weights, f"SHA-256 {have[:12]}... is not the registry's {entry.sha256[:12]}... for pretrained "
                                  f"model {name!r}: the file was changed or damaged; reinstall vlmatch")
