@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import search_default
 import torch
 
 HERE = Path(__file__).resolve().parent
@@ -37,6 +38,15 @@ F8K = CACHE / "flickr8k-efficientnet-lite0"
 RESULTS = HERE / "results"
 KS = (20, 100, 256)
 BATCH = 32  # queries per batch for the throughput figure
+
+
+def host() -> str:
+    """The CPU model and its vector flags (figures differ by host: record them with every result)."""
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+    model = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), "?")
+    flags = next((ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags")), [])
+    vec = sorted(f for f in flags if f.startswith(("avx", "fma", "f16c", "amx")))
+    return f"{model}, {os.cpu_count()} cores, flags {' '.join(vec)}, torch {torch.__version__}"
 
 
 def _rss_mb() -> float:
@@ -56,17 +66,18 @@ def _recalls(ranks: np.ndarray) -> dict:
 def real(a) -> dict:
     from vlmatch.data.precomp import PrecompSplit
     from vlmatch.metrics import evaluate_protocol
-    from vlmatch.models.registry import load_model
+    from vlmatch.models.registry import load_model, resolve_checkpoint
     from vlmatch.scoring import model_scores
     from vlmatch.search import Index
     from vlmatch.search.build import build_index
 
     split = PrecompSplit(F8K, "dev")
-    out = {"model": str(a.model), "retriever": str(a.retriever), "images": split.n_images,
+    out = {"model": str(a.model), "retriever": str(a.retriever), "host": host(), "images": split.n_images,
            "captions": len(split.captions)}
     idx_dir = CACHE / "search" / "f8k_dev"
     t0 = time.time()
-    build_index(idx_dir, a.model, features=F8K, split="dev", retriever_ckpt=a.retriever,
+    build_index(idx_dir, resolve_checkpoint(a.model), features=F8K, split="dev",
+                retriever_ckpt=a.retriever and resolve_checkpoint(a.retriever),
                 captions=F8K / "dev_caps.txt", progress=False)
     out["build_s"] = time.time() - t0
     out["index_mb"] = _dir_mb(idx_dir)
@@ -268,11 +279,15 @@ def scale_one(n: int, queries: int, agree_queries: int, k: int = 49, d: int = 10
 
 # --- report --------------------------------------------------------------------------------------
 
+def _run_name(model: str) -> str:
+    return model if model.startswith("pretrained:") else Path(model).parent.name
+
+
 def render(res: dict) -> str:
     lines = ["# Two-stage search", ""]
     runs = res.get("real") or []
     for r in [runs] if isinstance(runs, dict) else runs:
-        lines += [f"## Flickr8k val ({r['images']} images, {r['captions']} captions): {Path(r['model']).parent.name}", "",
+        lines += [f"## Flickr8k val ({r['images']} images, {r['captions']} captions): {_run_name(r['model'])}", "",
                   f"Model `{r['model']}`, stage 1 from the retriever `{r['retriever']}`; index float16 (the model's "
                   f"full-precision fields, if any, float32) "
                   f"({r['index_mb']:.0f} MB, built in {r['build_s']:.0f} s). Exhaustive = the scoring engine's full "
@@ -333,6 +348,7 @@ def render(res: dict) -> str:
                       "gives the lowest total an exact query encoding could reach on this machine. Batched: 32 queries "
                       "encoded and searched together (one GRU pass, one stage-1 search, stage 2 per query), wall time / 32: "
                       "the cost per query of a server that groups concurrent requests, not a single query's latency."]
+    lines += ["", *search_default.render(res)]
     lines += ["", f"Machine: {os.cpu_count()} CPU cores (timed with the training queue paused), torch {torch.__version__}.",
               "", "Commands: " + "; ".join(f"`{c}`" for c in res.get("commands", []))]
     return "\n".join(lines) + "\n"
@@ -342,8 +358,17 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("real")
-    r.add_argument("--model", required=True)
-    r.add_argument("--retriever", required=True)
+    r.add_argument("--model")
+    r.add_argument("--retriever")
+    r.add_argument("--pair", choices=["default"], help="the shipped default pair instead of --model/--retriever")
+    db = sub.add_parser("default-build", help="index build from Flickr8k val JPEGs with the shipped default pair")
+    db.add_argument("--images", type=int, default=1000)
+    ds = sub.add_parser("default-scale", help="text query latency of the shipped default pair at scale")
+    ds.add_argument("--sizes", type=int, nargs="+", default=[100000])
+    ds.add_argument("--queries", type=int, default=200)
+    do = sub.add_parser("default-scale-one")
+    do.add_argument("--n", type=int, required=True)
+    do.add_argument("--queries", type=int, default=200)
     s = sub.add_parser("scale")
     s.add_argument("--sizes", type=int, nargs="+", default=[10000, 100000])
     s.add_argument("--queries", type=int, default=200)
@@ -359,12 +384,33 @@ def main(argv=None):
     if a.cmd == "scale-one":
         print(json.dumps(scale_one(a.n, a.queries, a.agree_queries, d=a.d)))
         return
+    if a.cmd == "default-scale-one":
+        print(json.dumps(search_default.default_scale(a.n, a.queries)))
+        return
+    if a.cmd == "real":
+        if a.pair:
+            a.model, a.retriever = search_default._pair()
+        elif not (a.model and a.retriever):
+            ap.error("real needs --model and --retriever, or --pair default")
     from vlmatch.io import write_json, write_text
 
     path = RESULTS / "search.json"
     res = json.loads(path.read_text()) if path.is_file() else {}
     cmd = "python benchmarks/search.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    if a.cmd == "real":  # one entry per model: a re-run replaces its own
+    if a.cmd.startswith("default-"):
+        pair = res.setdefault("default_pair", {})
+        pair["host"] = host()
+        if a.cmd == "default-build":
+            pair["build"] = search_default.default_build(a.images)
+        else:
+            pair["scale"] = []
+            for n in a.sizes:  # each size in its own process: its own peak RSS
+                p = subprocess.run([sys.executable, __file__, "default-scale-one", "--n", str(n),
+                                    "--queries", str(a.queries)], capture_output=True, text=True)
+                if p.returncode:
+                    sys.exit(p.stderr[-3000:])
+                pair["scale"].append(json.loads(p.stdout.strip().splitlines()[-1]))
+    elif a.cmd == "real":  # one entry per model: a re-run replaces its own
         runs = res.get("real") or []
         runs = [runs] if isinstance(runs, dict) else runs
         new = real(a)

@@ -42,12 +42,30 @@ def val_metrics(model) -> dict:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--run", required=True, help="run name under benchmarks/cache/runs/")
-    ap.add_argument("--name", required=True, help="the shipped model's name (pretrained:NAME)")
-    ap.add_argument("--role", required=True, choices=["retriever", "rescorer"])
+    ap.add_argument("--card", action="store_true", help="only rewrite the model card in README.md (and docs/)")
+    ap.add_argument("--run", help="run name under benchmarks/cache/runs/")
+    ap.add_argument("--name", help="the shipped model's name (pretrained:NAME)")
+    ap.add_argument("--role", choices=["retriever", "rescorer"])
     ap.add_argument("--default", action="store_true", help="part of the default search pair")
     ap.add_argument("--notes", default="", help="where the model is expected to be weak, etc.")
     a = ap.parse_args(argv)
+    if not a.card:
+        if not (a.run and a.name and a.role):
+            ap.error("--run, --name and --role are required (or --card)")
+        ship(a)
+    write_cards()
+
+
+def write_cards() -> None:
+    """The model card block of every file that holds its markers (README.md, the docs page), from the registry."""
+    from vlmatch.pretrained import card
+
+    for path in [HERE.parent / "README.md", *sorted((HERE.parent / "docs").rglob("*.md"))]:
+        if path.is_file() and card.BEGIN in path.read_text(encoding="utf-8"):
+            print(f"{path.relative_to(HERE.parent)}: {'rewritten' if card.update(path) else 'up to date'}")
+
+
+def ship(a) -> None:
     from safetensors.torch import load_file
     from safetensors.torch import save as safetensors_bytes
 
@@ -85,6 +103,9 @@ def main(argv=None):
         val={"float16": {k: round(v, 2) for k, v in half.items()}, "float32": {k: round(v, 2) for k, v in full.items()},
              "epochs_trained": len(record.get("val_rsum_by_epoch", [])), "best_epoch": record["metrics"].get("epoch")},
         storage="float16", notes=a.notes, default=a.default)
+    old = {e.name: e for e in pretrained.entries()}.get(a.name)
+    if old is not None and old.sha256 == entry.sha256:  # the same weights again: keep their measured search figures
+        entry = dataclasses.replace(entry, search=old.search, ms_per_query=old.ms_per_query)
     reg = [e for e in pretrained.entries() if e.name != a.name]
     if a.default:  # one default per role
         reg = [dataclasses.replace(e, default=False) if e.role == a.role else e for e in reg]

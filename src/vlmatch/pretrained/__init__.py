@@ -44,6 +44,7 @@ class Pretrained:
     val: dict = field(default_factory=dict)
     storage: str = "float16"
     ms_per_query: float | None = None
+    search: dict = field(default_factory=dict)  # figures of benchmarks/search.py with the default pair
     notes: str = ""
     default: bool = False
 

@@ -1,0 +1,173 @@
+"""Search figures of the shipped default pair (issue "Trained models that ship"), run by benchmarks/search.py:
+
+    python benchmarks/search.py default-build --images 1000     # index build from JPEGs, images/s
+    python benchmarks/search.py default-scale --sizes 100000    # text query latency at scale
+    python benchmarks/search.py real --pair default             # two-stage R@10 vs exhaustive, Flickr8k val
+
+default-build: ``build_index`` on a folder of Flickr8k val JPEGs with the default pair (decode, resize,
+  EfficientNet-Lite0 features, both models' encodings, the FAISS index, the commit): what
+  ``vlmatch index build --images DIR --out IDX`` does without --model.
+default-scale: n synthetic images (feature grids drawn near a codebook of 4096 random cells) go
+  through the pair's real image encoders into a real index (float16 store, FAISS auto: HNSW above
+  50k); each timed query is a real Flickr8k val caption through ``Index.search`` -- the text
+  transformer, each model's text side, stage 1, stage 2 re-scoring of K = 100 -- batch 1.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+HERE = Path(__file__).resolve().parent
+CACHE = HERE / "cache"
+F8K = CACHE / "flickr8k-efficientnet-lite0"
+SHARED = HERE.parent.parent / "shared" / "flickr8k"
+
+
+def _pair():
+    from vlmatch import pretrained
+
+    model, retriever = pretrained.default_pair()
+    return f"pretrained:{model}", (f"pretrained:{retriever}" if retriever else None)
+
+
+def _val_captions(n: int) -> list[str]:
+    caps = (F8K / "dev_caps.txt").read_text(encoding="utf-8").splitlines()
+    rng = np.random.default_rng(0)
+    return [caps[i] for i in rng.choice(len(caps), min(n, len(caps)), replace=False)]
+
+
+def _lat(values) -> dict:
+    v = np.asarray(values)
+    return {"p50_ms": 1e3 * float(np.percentile(v, 50)), "p99_ms": 1e3 * float(np.percentile(v, 99)),
+            "mean_ms": 1e3 * float(v.mean())}
+
+
+def default_build(n_images: int) -> dict:
+    """Index build from a folder of ``n_images`` Flickr8k val JPEGs with the default pair."""
+    from vlmatch.search.build import build_index
+
+    data = json.loads((SHARED / "dataset_flickr8k.json").read_text())
+    names = [im["filename"] for im in data["images"] if im["split"] == "val"][:n_images]
+    folder = CACHE / "search" / "default_jpegs"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    for name in names:
+        (folder / name).symlink_to((SHARED / "images" / name).resolve())
+    out = CACHE / "search" / "default_build"
+    shutil.rmtree(out, ignore_errors=True)
+    from vlmatch.models.registry import resolve_checkpoint
+
+    model, retriever = _pair()
+    t0 = time.time()
+    build_index(out, resolve_checkpoint(model), images=folder,
+                retriever_ckpt=retriever and resolve_checkpoint(retriever), progress=False)
+    secs = time.time() - t0
+    return {"model": model, "retriever": retriever, "images": len(names), "seconds": secs,
+            "images_per_s": len(names) / secs, "threads": torch.get_num_threads()}
+
+
+def _synthetic_batches(n: int, img_dim: int, k: int, batch: int, seed: int = 0):
+    from vlmatch.search.encode import Batch
+
+    rng = np.random.default_rng(seed)
+    codes = np.maximum(rng.standard_normal((4096, img_dim)).astype(np.float32), 0)  # post-ReLU-like cells
+
+    def gen(done: int):
+        for a in range(done, n, batch):
+            b = min(n, a + batch)
+            cells = codes[rng.integers(0, len(codes), (b - a, k))]
+            cells += 0.1 * rng.standard_normal(cells.shape).astype(np.float32)
+            yield Batch(b - a, list(range(a, b)), features=torch.from_numpy(cells))
+    return gen
+
+
+def default_scale(n: int, queries: int, k: int = 49, candidates: int = 100) -> dict:
+    """Text-query latency of the default pair on an index of ``n`` synthetic images (see the docstring)."""
+    import resource
+
+    from vlmatch.search import Index
+    from vlmatch.search.build import _stage1_source, image_encoder, load_checkpoint, save_checkpoint, versions, write_collection
+    from vlmatch.search.encode import encode_part
+    from vlmatch.search.folder import commit
+
+    torch.set_num_threads(2)
+    model_ckpt, retriever_ckpt = _pair()
+    from vlmatch.models.registry import resolve_checkpoint
+
+    model, rec = load_checkpoint(resolve_checkpoint(model_ckpt))
+    retriever, rrec = (load_checkpoint(resolve_checkpoint(retriever_ckpt)) if retriever_ckpt else (None, None))
+    s1 = _stage1_source(model, retriever)
+    root = CACHE / "search" / f"default_{n}"
+    shutil.rmtree(root, ignore_errors=True)
+    work = root / "build"
+    t0 = time.time()
+    prog = encode_part(work / "images", "synthetic", n, _synthetic_batches(n, model.cfg.img_dim, k, 256),
+                       image_encoder(model, s1), "float16", progress=True, desc="encode")
+    enc_secs = time.time() - t0
+    t1 = time.time()
+    coll = write_collection(root / "images", work / "images",
+                            [{"id": i, "path": f"synthetic/{i:06d}.jpg"} for i in range(prog["written"])], "auto", None, 32)
+    faiss_secs = time.time() - t1
+    save_checkpoint(root / "model", model)
+    if retriever is not None:
+        save_checkpoint(root / "retriever", retriever)
+    dim = int(np.load(work / "images" / "stage1.npy", mmap_mode="r").shape[1])
+    commit(root, {"model": rec, "retriever": rrec, "stage1": s1.describe(), "dtype": "float16", "backbone": None,
+                  "source": {"kind": "synthetic"}, "collections": {"images": coll}, "counts": {"images": n},
+                  "dims": {"stage1": dim, "regions": k, "img_dim": model.cfg.img_dim}, "versions": versions()})
+    disk_mb = sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) / 2**20
+    for f in sorted((root / "images").rglob("*")):  # a served index is hot: read it into the page cache once
+        if f.is_file():
+            with open(f, "rb") as fh:
+                while fh.read(64 << 20):
+                    pass
+    idx = Index.open(root)
+    caps = _val_captions(queries + 10)
+    for c in caps[:10]:  # warm-up
+        idx.search(c, k=10, candidates=candidates)
+    t = {"text": [], "stage1": [], "stage2": [], "total": []}
+    for c in caps[10:]:
+        t0 = time.perf_counter()
+        idx.search(c, k=10, candidates=candidates)
+        t["total"].append(time.perf_counter() - t0)
+        for part in ("text", "stage1", "stage2"):
+            t[part].append(idx.last_timings[part])
+    out = {"n": n, "k": k, "candidates": candidates, "queries": queries, "model": model_ckpt,
+           "retriever": retriever_ckpt, "encode_s": enc_secs, "faiss_s": faiss_secs, "disk_mb": disk_mb,
+           "stage1": coll["stage1"], "latency": {p: _lat(v) for p, v in t.items()},
+           "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "threads": torch.get_num_threads()}
+    shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def render(res: dict) -> list[str]:
+    d = res.get("default_pair") or {}
+    if not d:
+        return []
+    lines = ["## The shipped default pair", ""]
+    b = d.get("build")
+    if b:
+        lines += [f"Index build from JPEGs (`index build --images` without --model: {b['model']}"
+                  + (f" with stage 1 from {b['retriever']}" if b["retriever"] else "") + f"): {b['images']} Flickr8k val "
+                  f"JPEGs in {b['seconds']:.1f} s, **{b['images_per_s']:.1f} images/s** (goal >= 30).", ""]
+    sc = d.get("scale") or []
+    if sc:
+        lines += ["| images | stage 1 | disk MB | peak RSS MB | text p50/p99 ms | stage 1 p50/p99 ms | "
+                  "stage 2 (K=100) p50/p99 ms | total p50/p99 ms |", "|---|---|---|---|---|---|---|---|"]
+        for s in sc:
+            lat = s["latency"]
+            lines.append(f"| {s['n']} | {s['stage1']['kind']} | {s['disk_mb']:.0f} | {s['peak_rss_mb']:.0f} | "
+                         + " | ".join(f"{lat[p]['p50_ms']:.1f} / {lat[p]['p99_ms']:.1f}"
+                                      for p in ("text", "stage1", "stage2", "total")) + " |")
+        lines += ["", f"{sc[-1]['queries']} real Flickr8k val captions, one at a time through `Index.search` (goal at 100k: "
+                      "p50 < 20 ms, p99 < 60 ms). Images: synthetic feature grids through the pair's real image "
+                      "encoders (the latency does not depend on what the photos show)."]
+    if d.get("host"):
+        lines += ["", f"Host: {d['host']}."]
+    return lines + [""]

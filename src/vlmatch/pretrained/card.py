@@ -1,0 +1,104 @@
+"""The model card of the shipped models, generated from ``registry.json`` so that it cannot drift from it.
+
+``render()`` gives the Markdown block that the README (and the docs page on shipped models) hold between
+the markers :data:`BEGIN` and :data:`END`; ``update(path)`` rewrites that block in a file, and
+``python benchmarks/ship.py --card`` does it for every file that holds the markers. A test checks that
+the committed files hold exactly ``render()``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import DataError
+from ..io import write_text
+from . import Pretrained, entries
+
+BEGIN = "<!-- pretrained-table:begin -->"
+END = "<!-- pretrained-table:end -->"
+ROLES = {"retriever": "stage 1: one global vector per image and caption",
+         "rescorer": "stage 2: re-scores stage 1's candidates pair by pair"}
+RECALLS = {"i2t_r1": "image-to-text R@1", "i2t_r5": "R@5", "i2t_r10": "R@10",
+           "t2i_r1": "text-to-image R@1", "t2i_r5": "R@5", "t2i_r10": "R@10"}
+
+
+def _num(v, fmt: str = ".1f") -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def table(found: list[Pretrained]) -> list[str]:
+    rows = ["| name | model | role | MB | val rsum | i2t R@1 | t2i R@1 | ms / query | default |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for e in found:
+        v = e.val.get(e.storage, {})
+        rows.append(f"| `pretrained:{e.name}` | {e.model} | {e.role} | {e.megabytes:.1f} | {e.val_rsum:.1f} "
+                    f"| {_num(v.get('i2t_r1'))} | {_num(v.get('t2i_r1'))} | {_num(e.ms_per_query)} "
+                    f"| {'yes' if e.default else ''} |")
+    return rows
+
+
+def _search_lines(e: Pretrained) -> list[str]:
+    s = e.search
+    if not s:
+        return []
+    out = []
+    if "build_images_per_s" in s:
+        out.append(f"- Index build: {s['build_images_per_s']:.1f} images/s from JPEG folders "
+                   f"({s.get('build_note', 'feature extraction included')}).")
+    if "query_p50_ms" in s:
+        out.append(f"- Text query with the default pair at {s.get('n_images', 0):,} images: p50 {s['query_p50_ms']:.1f} ms, "
+                   f"p99 {s['query_p99_ms']:.1f} ms ({s.get('latency_note', 'text encoding included')}).")
+    if "two_stage_r10" in s:
+        out.append(f"- Two-stage text-to-image R@10 on Flickr8k val at K = 100: {s['two_stage_r10']:.1f} "
+                   f"(exhaustive {s['exhaustive_r10']:.1f}).")
+    if "host" in s:
+        out.append(f"- Measured on {s['host']}.")
+    return out
+
+
+def card(e: Pretrained) -> list[str]:
+    v = e.val.get(e.storage, {})
+    rec = ", ".join(f"{name} {v[k]:.1f}" for k, name in RECALLS.items() if k in v)
+    f = e.features
+    lines = [f"### `pretrained:{e.name}`", "",
+             f"- Model: `{e.model}`, {e.role} ({ROLES.get(e.role, e.role)}); weights stored in {e.storage}, "
+             f"{e.megabytes:.1f} MB, SHA-256 `{e.sha256[:16]}...`.",
+             f"- Image features: {f.get('name', '?')} at {f.get('input_size', '?')} px, a "
+             f"{f.get('grid', '?')} x {f.get('grid', '?')} grid of {f.get('dim', '?')}-d cells. Text: {e.text_encoder}.",
+             f"- Trained on: {e.data}.",
+             f"- Terms: {e.licence}.",
+             f"- Val (Flickr8k Karpathy val, 1,000 images x 5,000 captions): rsum {e.val_rsum:.1f}; {rec}"
+             + (f"; {e.val['epochs_trained']} epochs trained, best after epoch {e.val['best_epoch'] + 1}."
+                if "epochs_trained" in e.val and e.val.get("best_epoch") is not None else "."),
+             *_search_lines(e),
+             f"- Expected to be weak: {e.notes}" if e.notes else "",
+             f"- Reproduce: `{e.command}`", ""]
+    return [ln for ln in lines if ln != "" or ln is lines[-1]]
+
+
+def render(found: list[Pretrained] | None = None) -> str:
+    """The model card block (without the markers)."""
+    found = entries() if found is None else found
+    if not found:
+        return "No trained models ship with this installation.\n"
+    out = table(found) + [""]
+    for e in found:
+        out += card(e)
+    out += ["To train one on your own data, see the training guide: a config with `text_encoder: minilm`, your "
+            "images as precomputed features (`vlmatch features extract`), then `vlmatch train`; any run's `best` "
+            "folder works wherever `pretrained:NAME` does."]
+    return "\n".join(out) + "\n"
+
+
+def update(path: Path, block: str | None = None) -> bool:
+    """Rewrite the block between the markers in ``path``; True when the file changed."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    a, b = text.find(BEGIN), text.find(END)
+    if a < 0 or b < a:
+        raise DataError(path, f"holds no {BEGIN} ... {END} block for the model card")
+    new = text[:a + len(BEGIN)] + "\n" + (render() if block is None else block) + text[b:]
+    if new == text:
+        return False
+    write_text(path, new)
+    return True

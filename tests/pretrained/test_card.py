@@ -1,0 +1,55 @@
+"""The model card: generated from the registry, and what README.md and the docs hold is exactly that."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from vlmatch import pretrained
+from vlmatch.errors import DataError
+from vlmatch.pretrained import card
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_shipped_model_has_a_row_and_a_section_with_its_figures():
+    found = pretrained.entries()
+    assert found, "the package ships at least one model"
+    text = card.render(found)
+    for e in found:
+        row = next(ln for ln in text.splitlines() if ln.startswith(f"| `pretrained:{e.name}` |"))
+        assert f"| {e.val_rsum:.1f} |" in row and f"| {e.model} |" in row and f"| {e.role} |" in row
+        assert f"### `pretrained:{e.name}`" in text
+        assert e.sha256[:16] in text and e.command in text and e.notes in text
+
+
+def test_search_figures_appear_when_measured_and_not_otherwise():
+    e = pretrained.entries()[0]
+    bare = card.render([dataclasses.replace(e, search={})])
+    assert "images/s" not in bare and "p99" not in bare
+    full = card.render([dataclasses.replace(e, search={"build_images_per_s": 31.5, "query_p50_ms": 12.25,
+                                                       "query_p99_ms": 40.0, "n_images": 100000})])
+    assert "31.5 images/s" in full and "100,000 images: p50 12.2 ms, p99 40.0 ms" in full
+
+
+def test_update_rewrites_only_the_block_and_refuses_a_file_without_markers(tmp_path):
+    f = tmp_path / "page.md"
+    f.write_text(f"# title\n\nbefore\n{card.BEGIN}\nstale\n{card.END}\nafter\n")
+    assert card.update(f, "fresh\n")
+    assert f.read_text() == f"# title\n\nbefore\n{card.BEGIN}\nfresh\n{card.END}\nafter\n"
+    assert not card.update(f, "fresh\n")
+    g = tmp_path / "plain.md"
+    g.write_text("no markers\n")
+    with pytest.raises(DataError, match="plain.md.*model card"):
+        card.update(g)
+
+
+@pytest.mark.parametrize("doc", ["README.md"])
+def test_the_committed_card_is_the_registry_rendered(doc):
+    """Run `python benchmarks/ship.py --card` after changing the registry."""
+    text = (ROOT / doc).read_text(encoding="utf-8")
+    assert card.BEGIN in text and card.END in text, f"{doc} has no model card block"
+    block = text[text.index(card.BEGIN) + len(card.BEGIN):text.index(card.END)]
+    assert block == "\n" + card.render(), f"{doc}'s model card is stale: run `python benchmarks/ship.py --card`"
