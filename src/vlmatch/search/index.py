@@ -96,6 +96,7 @@ class Index:
     def open(cls, path, device="cpu") -> Index:
         """Open an index folder written by ``vlmatch index build`` (models come from inside it), every
         part checked against the manifest's records (:mod:`vlmatch.search.folder`)."""
+        from ..encoders.hf import for_queries
         from ..models.registry import load_model
 
         path = Path(path)
@@ -108,6 +109,7 @@ class Index:
                 with torch.no_grad():
                     model = load_model(parts["model"], map_location=device)
                     retriever = load_model(parts["retriever"], map_location=device) if "retriever" in parts else None
+                    for_queries(model, retriever)
                     return cls(path, manifest, model, retriever, device, parts)
             except (DataError, OSError):
                 if not tries or manifest_stamp(path) == stamp:
