@@ -7,7 +7,8 @@ This extension rewrites each docstring (the text only, at documentation time) so
 
 * a run of lines indented by 4 or more (and ``>>>`` sessions) becomes a fenced code block, alignment kept;
 * every other line keeps its line break (a Markdown hard break), so lists of readings stay one per line;
-* ``:func:`name``` and friends become code spans, and a ``<`` in prose is escaped (``<v, u>`` is no tag).
+* ``:func:`name``` and friends become code spans, and a ``<`` in prose is escaped (``<v, u>`` is no tag);
+  a line that starts with ``+`` or ``>`` continues a sentence rather than starting a list or a quote.
 
 Loaded by ``mkdocs.yml`` (``extensions: [docs/plaintext_docstrings.py]``); not part of the package.
 """
@@ -20,6 +21,7 @@ import griffe
 
 ROLE = re.compile(r":(?:func|mod|class|meth|attr|data|obj|exc):`~?([^`]+)`")
 CODE_SPAN = re.compile(r"(`+)(.+?)\1")
+RST_LITERAL = re.compile(r"``([^`]+)``")
 
 
 def _indent(line: str) -> int:
@@ -27,8 +29,13 @@ def _indent(line: str) -> int:
 
 
 def _prose(line: str) -> str:
-    """Escape ``<`` outside code spans; turn RST roles into code spans."""
+    """Escape ``<`` outside code spans; turn RST roles into code spans; a leading ``+`` or ``>`` continues
+    a sentence (``+ λ · L``, ``>= 0``), so it must not start a list or a block quote."""
     line = ROLE.sub(r"``\1``", line)
+    if line.lstrip().startswith("+ "):
+        line = line.replace("+", "\\+", 1)
+    if line.lstrip().startswith(">"):
+        line = line.replace(">", "&gt;", 1)
     out, pos = [], 0
     for m in CODE_SPAN.finditer(line):
         out.append(line[pos:m.start()].replace("<", "&lt;"))
@@ -74,10 +81,12 @@ def to_markdown(text: str) -> str:
                 i += 1
             if out:
                 out[-1] = out[-1].rstrip()
-            if out and out[-1].endswith("::"):
-                out[-1] = out[-1].rstrip()[:-1]
+            last = max((k for k, o in enumerate(out) if o.strip()), default=None)
+            if last is not None and out[last].endswith("::"):  # RST's "the block below is literal"
+                out[last] = out[last][:-1]
             dedent = min((_indent(b) for b in block if b.strip()), default=0)
-            out += ["", "```text", *[b[dedent:] for b in block], "```", ""]
+            # RST's ``literal`` markers mean nothing inside a code block: drop them there
+            out += ["", "```text", *[RST_LITERAL.sub(r"\1", b[dedent:]) for b in block], "```", ""]
             continue
         if not stripped:
             if out:
