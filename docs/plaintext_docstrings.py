@@ -6,7 +6,8 @@ as Markdown, the indented equations would flow into the paragraph before them an
 This extension rewrites each docstring (the text only, at documentation time) so that
 
 * a run of lines indented by 4 or more (and ``>>>`` sessions) becomes a fenced code block, alignment kept;
-* every other line keeps its line break (a Markdown hard break), so lists of readings stay one per line;
+* a line broken on purpose (short, or before an item or a label) keeps its break (a Markdown hard
+  break), so lists of readings stay one per line; paragraphs wrapped at the margin re-wrap;
 * ``:func:`name``` and friends become code spans, and a ``<`` in prose is escaped (``<v, u>`` is no tag);
   a line that starts with ``+`` or ``>`` continues a sentence rather than starting a list or a quote.
 
@@ -22,6 +23,8 @@ import griffe
 ROLE = re.compile(r":(?:func|mod|class|meth|attr|data|obj|exc):`~?([^`]+)`")
 CODE_SPAN = re.compile(r"(`+)(.+?)\1")
 RST_LITERAL = re.compile(r"``([^`]+)``")
+LABEL = re.compile(r"[A-Z][\w\s\-()./,']{0,40}:(\s|$)")  # "Text (eq. 1): ...", "Variants (Table 4): ..."
+WRAP_AT = 72  # a line at least this long that runs on into the next is a paragraph wrapped at the margin
 
 
 def _indent(line: str) -> int:
@@ -43,6 +46,15 @@ def _prose(line: str) -> str:
         pos = m.end()
     out.append(line[pos:].replace("<", "&lt;"))
     return "".join(out)
+
+
+def _breaks_before(line: str, nxt: str) -> bool:
+    """Whether the author broke the line on purpose (so the page keeps the break) rather than wrapping
+    a paragraph at the margin (so the browser re-wraps it): a short line, or a next line that starts an
+    item (``- ``, ``* ``, ``1. ``) or a label (``Text (eq. 1):``)."""
+    head = nxt.strip()
+    return (len(line.rstrip()) < WRAP_AT or head.startswith(("- ", "* ", "+ ")) or bool(re.match(r"\d+\.\s", head))
+            or bool(LABEL.match(head)))
 
 
 def to_markdown(text: str) -> str:
@@ -94,7 +106,7 @@ def to_markdown(text: str) -> str:
             out.append("")
         else:
             nxt = lines[i + 1] if i + 1 < len(lines) else ""
-            hard = bool(nxt.strip()) and _indent(nxt) < 4
+            hard = bool(nxt.strip()) and _indent(nxt) < 4 and _breaks_before(line, nxt)
             out.append(_prose(line.rstrip()) + ("  " if hard else ""))  # two spaces: a Markdown hard break
         i += 1
     return "\n".join(out)
