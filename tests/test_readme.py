@@ -1,6 +1,8 @@
-"""The README runs as written (a new user follows only it).
+"""The README and the documentation pages run as written (a new user follows only them).
 
-* Every ```python block is executed, in README order, each in a fresh namespace, with the working
+Every page is checked the same way: the README, then each ``docs/**/*.md`` page in path order.
+
+* Every ```python block is executed, in page order, each in a fresh namespace, with the working
   directory set to a folder where a shortened ``vlmatch quickstart`` has run (so
   ``runs/quickstart/quickstart_{vsepp,scan}/best`` exist) and the toy world as data. A snippet must
   define everything it uses and stay quick (a few training steps at most: set small values).
@@ -9,6 +11,8 @@
   is checked as if given. Each subcommand used must answer ``--help``.
 * Such a command is also run (and must exit 0) when its subcommand is cheap (``CHEAP``) and every
   input it names exists in that folder; so are the next commands the quickstart prints.
+
+A block that shows code without being runnable (a sketch, program output) is fenced ```text, not ```python.
 """
 
 from __future__ import annotations
@@ -25,21 +29,29 @@ import pytest
 
 from vlmatch.cli import build_parser, main
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+# The pages whose code is checked: the README first, then the site's pages.
+PAGES = [README, *sorted(DOCS.rglob("*.md"))]
 FENCE = re.compile(r"^([ \t]*)```(\w*)[^\n]*\n(.*?)^[ \t]*```[ \t]*$", re.M | re.S)
 # A quickstart that trains for seconds: same configs and folders as the real one, tiny models.
 FAST_QUICKSTART = ["train.epochs=1", "train.max_steps_per_epoch=2", "data.val_max_images=50",
                    "model.embed_dim=16", "model.word_dim=16"]
 # Subcommands cheap enough to run on the toy world with the fast quickstart's checkpoints.
-CHEAP = {("evaluate",), ("plot",), ("data", "check"), ("configs",), ("models",), ("vocab", "build")}
+CHEAP = {("evaluate",), ("plot",), ("data", "check"), ("configs",), ("models",), ("vocab", "build"), ("pretrained",)}
 # Namespace attributes that name inputs (a command runs only when they all exist).
 INPUT_ATTRS = ("checkpoint", "sims", "runs", "captions", "data")
 QUICKSTART_RUNS = "runs/quickstart"
 
 
-def code_blocks(lang: str) -> list[tuple[int, str]]:
-    """(first code line number, dedented code) of every fenced block of ``lang``."""
-    text = README.read_text(encoding="utf-8")
+def page_name(page: Path) -> str:
+    return page.relative_to(ROOT).as_posix()
+
+
+def code_blocks(lang: str, page: Path = README) -> list[tuple[int, str]]:
+    """(first code line number, dedented code) of every fenced block of ``lang`` in ``page``."""
+    text = page.read_text(encoding="utf-8")
     out = []
     for m in FENCE.finditer(text):
         if m.group(2) == lang:
@@ -48,10 +60,10 @@ def code_blocks(lang: str) -> list[tuple[int, str]]:
     return out
 
 
-def shell_commands() -> list[tuple[int, list[str]]]:
-    """(README line, argv after `vlmatch`) of every vlmatch command in a bash block."""
+def shell_commands(page: Path = README) -> list[tuple[int, list[str]]]:
+    """(line in ``page``, argv after `vlmatch`) of every vlmatch command in a bash block."""
     out = []
-    for first, code in code_blocks("bash"):
+    for first, code in code_blocks("bash", page):
         lines = code.splitlines()
         i = 0
         while i < len(lines):
@@ -175,44 +187,58 @@ def workdir(request, text: str) -> Path:
 
 
 # A case that uses the quickstart's runs is marked slow (the quickstart fixture and full-split evaluations).
-PY_BLOCKS = [pytest.param(n, code, id=f"README.md:{n}", marks=[pytest.mark.slow] if needs_quickstart(code) else [])
-             for n, code in code_blocks("python")]
-COMMANDS = shell_commands()
-RUNNABLE = [pytest.param(n, argv, id=f"README.md:{n} {' '.join(argv[:2])}",
+PY_BLOCKS = [pytest.param(page, n, code, id=f"{page_name(page)}:{n}",
+                          marks=[pytest.mark.slow] if needs_quickstart(code) else [])
+             for page in PAGES for n, code in code_blocks("python", page)]
+COMMANDS = [(page, n, argv) for page in PAGES for n, argv in shell_commands(page)]
+RUNNABLE = [pytest.param(page, n, argv, id=f"{page_name(page)}:{n} {' '.join(argv[:2])}",
                          marks=[pytest.mark.slow] if needs_quickstart(" ".join(argv)) else [])
-            for n, argv in COMMANDS if runnable(argv)]
+            for page, n, argv in COMMANDS if runnable(argv)]
 
 
 def test_the_readme_has_code_to_check():
-    assert len(PY_BLOCKS) >= 2 and len(COMMANDS) >= 10
+    readme_py = [p for p in PY_BLOCKS if p.values[0] == README]
+    readme_commands = [c for c in COMMANDS if c[0] == README]
+    assert len(readme_py) >= 1 and len(readme_commands) >= 6
+    assert len(PY_BLOCKS) >= 10 and len(COMMANDS) >= 40
+    # every page with code is checked: the docs pages are found, and most of them hold code
+    pages_with_code = {p.values[0] for p in PY_BLOCKS} | {c[0] for c in COMMANDS}
+    assert len(pages_with_code) >= 10, sorted(map(page_name, pages_with_code))
     # the run rule must not silently skip everything: these documented commands do run
-    ran = {subcommand_path(p.values[1]) for p in RUNNABLE}
+    ran = {subcommand_path(p.values[2]) for p in RUNNABLE}
     assert {("evaluate",), ("plot",), ("data", "check"), ("configs",)} <= ran, ran
+    # and most Python blocks run in the fast loop (only those that need the quickstart's runs are slow)
+    fast = [p for p in PY_BLOCKS if not p.marks]
+    assert len(fast) >= 8, [p.id for p in fast]
 
 
-@pytest.mark.parametrize("line,code", PY_BLOCKS)
-def test_python_block_runs_as_written(request, monkeypatch, line, code):
+@pytest.mark.parametrize("page,line,code", PY_BLOCKS)
+def test_python_block_runs_as_written(request, monkeypatch, page, line, code):
     monkeypatch.chdir(workdir(request, code))
-    compiled = compile("\n" * (line - 1) + code, str(README), "exec")  # tracebacks point at README lines
+    # tracebacks point at the page's lines; dont_inherit: the snippet runs without this file's
+    # `from __future__ import annotations`, as in a user's script (a dataclass in it needs real annotations)
+    compiled = compile("\n" * (line - 1) + code, str(page), "exec", dont_inherit=True)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*NumPy array is not writable.*")
         exec(compiled, {"__name__": "__readme__"})
 
 
-@pytest.mark.parametrize("line,argv", COMMANDS, ids=[f"README.md:{n} {' '.join(a[:2])}" for n, a in COMMANDS])
-def test_shell_command_parses_and_its_help_works(line, argv):
-    where = f"README.md:{line}"
+@pytest.mark.parametrize("page,line,argv", COMMANDS,
+                         ids=[f"{page_name(p)}:{n} {' '.join(a[:2])}" for p, n, a in COMMANDS])
+def test_shell_command_parses_and_its_help_works(page, line, argv):
+    where = f"{page_name(page)}:{line}"
     parse(argv, where)
     run([*subcommand_path(argv), "--help"], where)
 
 
-@pytest.mark.parametrize("line,argv", RUNNABLE)
-def test_cheap_shell_command_runs(request, monkeypatch, line, argv):
+@pytest.mark.parametrize("page,line,argv", RUNNABLE)
+def test_cheap_shell_command_runs(request, monkeypatch, page, line, argv):
+    where = f"{page_name(page)}:{line}"
     folder = workdir(request, " ".join(argv))
     monkeypatch.chdir(folder)
     missing = [p for p in inputs(parse(argv, "")) if not Path(p).exists()]
-    assert not missing, f"README.md:{line}: the quickstart did not write {missing}"
-    run(argv, f"README.md:{line}")
+    assert not missing, f"{where}: the quickstart did not write {missing}"
+    run(argv, where)
 
 
 @pytest.mark.slow

@@ -295,9 +295,9 @@ def _squash(t: Tensor, w: Tensor, fresh: bool) -> Tensor:
     """w · tanh(t) over the last axis; ``fresh``: t is this block's own temporary, squashed in place.
 
     Through tanh(x) = 2 σ(2x) - 1: w · tanh(t) = (2w) · σ(2t) - Σw. Same value to float rounding, and
-    on CPU aten's sigmoid runs ~10x faster than its tanh (4.1 vs 0.42 G/s on this machine's one core,
-    ``benchmarks/roofline.py`` measures both): (pairs x (k + n) x m) of them are CAAN's largest
-    elementwise work."""
+    on CPU aten's sigmoid runs about 10x faster than its tanh (``benchmarks/roofline.py`` measures both;
+    one host's figures are in benchmarks/results/host_notes.md): (pairs x (k + n) x m) of them are CAAN's
+    largest elementwise work."""
     s = t.mul_(2).sigmoid_() if fresh else torch.sigmoid(2 * t)
     return s @ (2 * w) - w.sum()
 
