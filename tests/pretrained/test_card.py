@@ -46,7 +46,7 @@ def test_update_rewrites_only_the_block_and_refuses_a_file_without_markers(tmp_p
         card.update(g)
 
 
-@pytest.mark.parametrize("doc", ["README.md"])
+@pytest.mark.parametrize("doc", ["README.md", "docs/pretrained.md"])
 def test_the_committed_card_is_the_registry_rendered(doc):
     """Run `python benchmarks/ship.py --card` after changing the registry."""
     text = (ROOT / doc).read_text(encoding="utf-8")
