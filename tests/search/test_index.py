@@ -118,3 +118,31 @@ def test_open_errors_name_the_folder(tmp_path):
     (tmp_path / "build").mkdir()
     with pytest.raises(VlmatchError, match="interrupted"):
         vlmatch.Index.open(tmp_path)
+
+
+def test_score_mean_ranks_by_the_two_model_ensemble(toy_ckpts, small_world, tmp_path):
+    """--score mean: stage 2 ranks by (model + retriever) / 2, exactly the ensemble `evaluate --checkpoint A B`
+    averages; at full candidates the ranking is the ensemble matrix's, for text->image and image->text."""
+    from vlmatch.metrics import ensemble
+
+    build_index(tmp_path / "mean", toy_ckpts["scan"], features=small_world, split="test", dtype="float32",
+                retriever_ckpt=toy_ckpts["vsepp"], progress=False, captions=small_world / "test_caps.txt", score="mean")
+    idx = vlmatch.Index.open(tmp_path / "mean")
+    assert idx.manifest["score"] == "mean"
+    split = PrecompSplit(small_world, "test")
+    sims = ensemble([model_scores(load_model(toy_ckpts[m]), split, progress=False) for m in ("scan", "vsepp")])
+    for j in (0, 7, 123):
+        res = idx.search(split.captions[j], k=len(idx), candidates=len(idx))
+        np.testing.assert_allclose([r.score for r in res], sims[[idx.images.row_of[r.id] for r in res], j], atol=1e-5)
+        assert [r.score for r in res] == sorted((r.score for r in res), reverse=True)
+        assert res[0].id == int(np.argmax(sims[:, j]))
+    res = idx.search_image(np.asarray(split.features[3], dtype=np.float32), k=5, candidates=len(idx.captions))
+    np.testing.assert_allclose([r.score for r in res], np.sort(sims[3])[::-1][:5], atol=1e-5)
+
+
+def test_score_mean_needs_a_retriever_and_a_known_name(toy_ckpts, small_world, tmp_path):
+    with pytest.raises(VlmatchError, match="--score mean .* give --retriever"):
+        build_index(tmp_path / "a", toy_ckpts["vsepp"], features=small_world, split="test", score="mean")
+    with pytest.raises(VlmatchError, match="--score 'max'"):
+        build_index(tmp_path / "b", toy_ckpts["scan"], features=small_world, split="test",
+                    retriever_ckpt=toy_ckpts["vsepp"], score="max")

@@ -44,7 +44,8 @@ class Pretrained:
     val: dict = field(default_factory=dict)
     storage: str = "float16"
     ms_per_query: float | None = None
-    search: dict = field(default_factory=dict)  # figures of benchmarks/search.py with the default pair
+    search: dict = field(default_factory=dict)
+    pair_score: str = "model"  # a re-scorer's stage-2 score in the default pair: "model", or "mean" with the retriever's  # figures of benchmarks/search.py with the default pair
     notes: str = ""
     default: bool = False
 
@@ -100,6 +101,13 @@ def default_pair() -> tuple[str, str | None]:
     if "retriever" in chosen:
         return chosen["retriever"], None
     raise ConfigError("this vlmatch ships no default model: give --model (and --retriever) checkpoints")
+
+
+def default_score() -> str:
+    """Stage 2's ranking score of the shipped default pair (``index build --score``): the default re-scorer's
+    ``pair_score`` ("mean": its score averaged with the retriever's), or "model" when no re-scorer ships."""
+    chosen = {e.role: e for e in entries() if e.default}
+    return chosen["rescorer"].pair_score if "rescorer" in chosen and "retriever" in chosen else "model"
 
 
 register_resolver(PREFIX, checkpoint_dir)

@@ -284,12 +284,18 @@ def save_checkpoint(dest: Path, model: MatchingModel) -> None:
         model.save(tmp)
 
 
+SCORES = ("model", "mean")  # stage 2's ranking score (see build_index)
+
+
 def build_index(out, model_ckpt, images=None, features=None, split: str = "test", captions=None,
                 retriever_ckpt=None, backbone: str | None = None, dtype: str = "float16", ann: str = "auto",
                 nlist: int | None = None, hnsw_m: int = 32, skip_bad: bool = False, batch_size: int = 64,
-                progress: bool = True, weights=None, overwrite: bool = False) -> dict | None:
+                progress: bool = True, weights=None, overwrite: bool = False, score: str = "model") -> dict | None:
     """Build (or resume building) an index folder; returns the manifest (None on ranks > 0).
 
+    ``score``: how stage 2 ranks the candidates: ``"model"`` (the model's own score) or ``"mean"`` (the
+    mean of the model's and the retriever's scores: the two-model ensemble that ``vlmatch evaluate
+    --checkpoint A B`` measures; needs a retriever).
     ``out`` must be new, empty or an index (or an interrupted build) of its own, and lie outside the
     image folder; ``overwrite`` lets it hold other files too, which are kept (see
     :func:`vlmatch.search.folder.check_out`). One build or update of a folder at a time."""
@@ -297,6 +303,10 @@ def build_index(out, model_ckpt, images=None, features=None, split: str = "test"
         raise ConfigError("index build needs --images DIR, --features DIR or --captions FILE")
     if images is not None and features is not None:
         raise ConfigError("index build takes --images or --features, not both")
+    if score not in SCORES:
+        raise ConfigError(f"--score {score!r}: expected one of {', '.join(SCORES)}")
+    if score == "mean" and retriever_ckpt is None:
+        raise ConfigError("--score mean averages the model's and the retriever's scores: give --retriever too")
     out = Path(out)
     D.init_from_env(torch.device("cpu"))
     rank, world = D.world()
@@ -309,11 +319,11 @@ def build_index(out, model_ckpt, images=None, features=None, split: str = "test"
             recover(out)
         D.barrier()  # the other ranks write into build/ only once rank 0 holds the folder
         return _build(out, model_ckpt, images, features, split, captions, retriever_ckpt, backbone, dtype, ann, nlist,
-                      hnsw_m, skip_bad, batch_size, progress, weights, rank, world)
+                      hnsw_m, skip_bad, batch_size, progress, weights, rank, world, score)
 
 
 def _build(out: Path, model_ckpt, images, features, split, captions, retriever_ckpt, backbone, dtype, ann, nlist,
-           hnsw_m, skip_bad, batch_size, progress, weights, rank, world) -> dict | None:
+           hnsw_m, skip_bad, batch_size, progress, weights, rank, world, score="model") -> dict | None:
     model, model_info = load_checkpoint(model_ckpt)
     retriever, retriever_info = (None, None) if retriever_ckpt is None else load_checkpoint(retriever_ckpt)
     # a bad caption file is refused before any encoding (the image collection is written first)
@@ -321,8 +331,8 @@ def _build(out: Path, model_ckpt, images, features, split, captions, retriever_c
     s1 = _stage1_source(model, retriever)
     trained = checkpoint_backbone(model_ckpt)
     manifest = {"format": FORMAT, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "model": model_info, "retriever": retriever_info, "stage1": s1.describe(), "dtype": dtype,
-                "backbone": trained, "source": {}, "collections": {}, "versions": versions()}
+                "model": model_info, "retriever": retriever_info, "stage1": s1.describe(), "score": score,
+                "dtype": dtype, "backbone": trained, "source": {}, "collections": {}, "versions": versions()}
     work = out / "build"
     bb = None
     n_regions = None

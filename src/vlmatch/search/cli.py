@@ -38,6 +38,9 @@ def add_parser(sub):
                         "are replaced)")
     b.add_argument("--backbone", help="image backbone (default: the one the model was trained on)")
     b.add_argument("--weights", help="local weights file for the backbone")
+    b.add_argument("--score", choices=["model", "mean"],
+                   help="stage 2's ranking score: the model's own (default with --model), or the mean of the model's "
+                        "and the retriever's (their ensemble; the shipped default pair's choice is in `vlmatch pretrained`)")
     b.add_argument("--dtype", default="float16", choices=["float16", "float32"], help="stage-2 storage precision")
     b.add_argument("--ann", default="auto", choices=list(KINDS),
                    help="stage-1 index: exact inner product (flat), IVF or HNSW; auto = flat up to 50k items, HNSW above")
@@ -95,18 +98,19 @@ def cmd_build(a):
         if a.retriever is not None:
             raise ConfigError("--retriever without --model: give the model too, or neither for the shipped default pair")
         from ..models.registry import resolve_checkpoint
-        from ..pretrained import default_pair
+        from ..pretrained import default_pair, default_score
 
         model, retriever = default_pair()
+        a.score = a.score or default_score()
         print(f"using the shipped default: --model pretrained:{model}"
-              + (f" --retriever pretrained:{retriever}" if retriever else ""))
+              + (f" --retriever pretrained:{retriever} --score {a.score}" if retriever else ""))
         a.model = resolve_checkpoint(f"pretrained:{model}")
         a.retriever = resolve_checkpoint(f"pretrained:{retriever}") if retriever else None
     check_out_folder(a.out)
     m = build_index(a.out, a.model, images=a.images, features=a.features, split=a.split, captions=a.captions,
                     retriever_ckpt=a.retriever, backbone=a.backbone, dtype=a.dtype, ann=a.ann, nlist=a.nlist,
                     skip_bad=a.skip_bad, batch_size=a.batch_size, progress=not a.no_progress, weights=a.weights,
-                    overwrite=a.overwrite)
+                    overwrite=a.overwrite, score=a.score or "model")
     if m is None:  # a torchrun rank other than 0
         return
     for bad in m.get("skipped", []):

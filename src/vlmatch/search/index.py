@@ -39,7 +39,7 @@ class SearchResult:
 
     rank: int
     id: int
-    score: float  # stage-2 score: the model's own
+    score: float  # stage-2 score: the model's own, or its mean with stage 1's (an index built with score "mean")
     stage1_score: float
     path: str | None = None
     text: str | None = None
@@ -90,6 +90,9 @@ class Index:
             self.captions = Collection(parts.get("captions", self.root / "captions"), colls["captions"], tmpl)
         self._backbone = None
         self.last_timings: dict[str, float] = {}
+        # stage 2's ranking score: the model's own, or the mean of it and the retriever's (= stage 1's exact
+        # inner product of the retriever's unit vectors); indexes from before the option rank by the model's
+        self.score_mode = manifest.get("score", "model")
 
     # --- opening ---------------------------------------------------------------------------
     @classmethod
@@ -188,7 +191,10 @@ class Index:
         rows, s1 = rows[order], s1[order]
         img = coll.store.take(rows).to(self.device)
         scores = score_blocks(self.model, img, [(np.arange(1), txt)], 1, max(1, len(rows)), progress=False)[:, 0]
-        return _ranked(coll, rows, scores, s1, k, "path")
+        return _ranked(coll, rows, self._fused(scores, s1), s1, k, "path")
+
+    def _fused(self, scores: np.ndarray, s1: np.ndarray) -> np.ndarray:
+        return (scores + s1) / 2 if self.score_mode == "mean" else scores
 
     # --- image -> text ---------------------------------------------------------------------
     @torch.no_grad()
@@ -221,7 +227,7 @@ class Index:
         r, s = r[order], s[order]
         txt = coll.store.take(r).to(self.device)
         scores = score_blocks(self.model, img, [(np.arange(len(r)), txt)], len(r), 1, progress=False)[0]
-        res = _ranked(coll, r, scores, s, kk, "text")
+        res = _ranked(coll, r, self._fused(scores, s), s, kk, "text")
         self.last_timings = {"image": t1 - t0, "stage1": t2 - t1, "stage2": time.perf_counter() - t2, "queries": 1}
         return res
 
