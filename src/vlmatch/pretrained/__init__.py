@@ -44,8 +44,8 @@ class Pretrained:
     val: dict = field(default_factory=dict)
     storage: str = "float16"
     ms_per_query: float | None = None
-    search: dict = field(default_factory=dict)
-    pair_score: str = "model"  # a re-scorer's stage-2 score in the default pair: "model", or "mean" with the retriever's  # figures of benchmarks/search.py with the default pair
+    search: dict = field(default_factory=dict)  # figures of benchmarks/search.py with the default pair
+    pair_score: str = "model"  # a re-scorer's stage-2 score in the default pair: "model", or "mean" with the retriever's
     notes: str = ""
     default: bool = False
 

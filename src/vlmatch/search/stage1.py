@@ -4,7 +4,8 @@
 (a graph: no training pass; ``efSearch`` 512). Graphs are weakest on unclustered vectors: on the
 search benchmark's synthetic 100k (near-isotropic means of random codes) the query's source image is
 in the top 100 for 0.47 of queries at efSearch 128 and 0.83 at 512 (exact: 1.00; timings in
-benchmarks/results/host_notes.md); trained embeddings cluster and fare better, but measure yours (``benchmarks/search.py``). ``ivf``
+benchmarks/results/host_notes.md); trained embeddings cluster and fare better, but measure yours
+(``benchmarks/search.py``). ``ivf``
 (k-means lists, ``nprobe`` of them searched per query) on request. Single queries search on one
 thread: OpenMP workers spinning on a shared, busy CPU cost more than they save. The raw
 vectors are kept beside the FAISS file (``stage1.npy``, float32) so an update or a change of
