@@ -31,13 +31,25 @@ LICENCE = ("Flickr8k is released for research purposes only (Hodosh et al. 2013)
            "trained on it, carry the same terms: research use")
 
 
-def val_metrics(model) -> dict:
+def val_scores(model):
     from vlmatch.data.precomp import PrecompSplit
-    from vlmatch.metrics import recall_metrics
     from vlmatch.scoring import model_scores
 
-    split = PrecompSplit(FEATURES, "dev")
-    return recall_metrics(model_scores(model, split, progress=False))
+    return model_scores(model, PrecompSplit(FEATURES, "dev"), progress=False)
+
+
+def val_metrics(model, sims=None) -> dict:
+    from vlmatch.metrics import recall_metrics
+
+    return recall_metrics(val_scores(model) if sims is None else sims)
+
+
+def pair_metrics(sims, retriever: str) -> dict:
+    """Val recalls of the pair's ranking with score "mean": this model's matrix averaged with the retriever's."""
+    from vlmatch import load_model
+    from vlmatch.metrics import ensemble, recall_metrics
+
+    return recall_metrics(ensemble([sims, val_scores(load_model(f"pretrained:{retriever}"))]))
 
 
 def main(argv=None):
@@ -48,6 +60,8 @@ def main(argv=None):
     ap.add_argument("--role", choices=["retriever", "rescorer"])
     ap.add_argument("--default", action="store_true", help="part of the default search pair")
     ap.add_argument("--notes", default="", help="where the model is expected to be weak, etc.")
+    ap.add_argument("--pair-score", choices=["model", "mean"], default="model",
+                    help="a re-scorer's stage-2 score in the default pair (index build --score)")
     a = ap.parse_args(argv)
     if not a.card:
         if not (a.run and a.name and a.role):
@@ -90,7 +104,8 @@ def ship(a) -> None:
     write_json(out / "config.json", cfg)
     features = json.loads((FEATURES / "features.json").read_text())
     write_json(out / "backbone.json", features["backbone"])
-    half = val_metrics(load_model(out))
+    half_sims = val_scores(load_model(out))
+    half = val_metrics(None, half_sims)
     if abs(half["rsum"] - full["rsum"]) >= 0.5:
         shutil.rmtree(out)
         sys.exit(f"float16 storage moves val rsum {full['rsum']:.2f} -> {half['rsum']:.2f}: not shipped")
@@ -102,7 +117,11 @@ def ship(a) -> None:
         data=DATA, licence=LICENCE, command=record["command"],
         val={"float16": {k: round(v, 2) for k, v in half.items()}, "float32": {k: round(v, 2) for k, v in full.items()},
              "epochs_trained": len(record.get("val_rsum_by_epoch", [])), "best_epoch": record["metrics"].get("epoch")},
-        storage="float16", notes=a.notes, default=a.default)
+        storage="float16", notes=a.notes, default=a.default, pair_score=a.pair_score)
+    retrievers = [e.name for e in pretrained.entries() if e.role == "retriever" and e.default]
+    if a.role == "rescorer" and a.pair_score == "mean" and retrievers:
+        pair = pair_metrics(half_sims, retrievers[0])
+        entry.val["pair"] = {"retriever": retrievers[0], "score": "mean", **{k: round(v, 2) for k, v in pair.items()}}
     old = {e.name: e for e in pretrained.entries()}.get(a.name)
     if old is not None and old.sha256 == entry.sha256:  # the same weights again: keep their measured search figures
         entry = dataclasses.replace(entry, search=old.search, ms_per_query=old.ms_per_query)

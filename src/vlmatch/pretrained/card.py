@@ -56,6 +56,15 @@ def _search_lines(e: Pretrained) -> list[str]:
     return out
 
 
+def _pair_lines(e: Pretrained) -> list[str]:
+    p = e.val.get("pair")
+    if not p:
+        return []
+    rec = ", ".join(f"{name} {p[k]:.1f}" for k, name in RECALLS.items() if k in p)
+    return [f"- In the default search pair, stage 2 ranks by the mean of this model's score and "
+            f"`pretrained:{p['retriever']}`'s (`index build --score {p['score']}`): val rsum {p['rsum']:.1f}; {rec}."]
+
+
 def card(e: Pretrained) -> list[str]:
     v = e.val.get(e.storage, {})
     rec = ", ".join(f"{name} {v[k]:.1f}" for k, name in RECALLS.items() if k in v)
@@ -70,6 +79,7 @@ def card(e: Pretrained) -> list[str]:
              f"- Val (Flickr8k Karpathy val, 1,000 images x 5,000 captions): rsum {e.val_rsum:.1f}; {rec}"
              + (f"; {e.val['epochs_trained']} epochs trained, best after epoch {e.val['best_epoch'] + 1}."
                 if "epochs_trained" in e.val and e.val.get("best_epoch") is not None else "."),
+             *_pair_lines(e),
              *_search_lines(e),
              f"- Expected to be weak: {e.notes}" if e.notes else "",
              f"- Reproduce: `{e.command}`", ""]
