@@ -33,8 +33,8 @@ LICENCE = ("Flickr8k is released for research purposes only (Hodosh et al. 2013)
 
 def val_metrics(model) -> dict:
     from vlmatch.data.precomp import PrecompSplit
-    from vlmatch.metrics import recall_metrics
-    from vlmatch.scoring import model_scores
+    from vlmatch.evaluation.metrics import recall_metrics
+    from vlmatch.evaluation.scoring import model_scores
 
     split = PrecompSplit(FEATURES, "dev")
     return recall_metrics(model_scores(model, split, progress=False))

@@ -2,7 +2,7 @@
 """Plain loops over MTFN-RR's re-ranking equations (eq. 8-15), one query at a time, as printed.
 
 Rankings are stable descending sorts (ties: lower index first); G(T, K') = {T} + the K' nearest other
-captions by S_TT(T, .); equal p keeps the original order (the decisions documented in vlmatch.rerank).
+captions by S_TT(T, .); equal p keeps the original order (the decisions documented in vlmatch.evaluation.rerank).
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from vlmatch import create_model, load_model
-from vlmatch.checkpoint import load_training_state, save_training_state
 from vlmatch.data.vocab import Vocab
 from vlmatch.errors import DataError
+from vlmatch.training.checkpoint import load_training_state, save_training_state
 
 
 @pytest.fixture

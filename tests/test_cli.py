@@ -10,8 +10,8 @@ from vlmatch import create_model
 from vlmatch.cli import main
 from vlmatch.data.precomp import PrecompSplit
 from vlmatch.data.vocab import Vocab
-from vlmatch.metrics import evaluate_protocol
-from vlmatch.scoring import model_scores
+from vlmatch.evaluation.metrics import evaluate_protocol
+from vlmatch.evaluation.scoring import model_scores
 
 
 @pytest.mark.slow  # scores 200 x 1000 pairs with two SCAN models three times (5-12 s)

@@ -7,11 +7,11 @@ import pytest
 
 from vlmatch import create_model
 from vlmatch.cli import main
-from vlmatch.config import load_config, validate_config
 from vlmatch.errors import ConfigError
 from vlmatch.models import registry
 from vlmatch.models.base import option
 from vlmatch.models.vse import VSE, VSEConfig
+from vlmatch.training.config import load_config, validate_config
 
 
 def test_numbers_in_any_yaml_spelling(tmp_path):
@@ -121,7 +121,7 @@ def test_a_new_models_options_are_checked_from_its_config(new_model):
 
 
 def test_every_bundled_config_is_valid():
-    from vlmatch.config import BUNDLED
+    from vlmatch.training.config import BUNDLED
 
     names = sorted(p.stem for p in BUNDLED.glob("*.yaml"))
     assert len(names) > 10
@@ -135,7 +135,7 @@ def _bundled_claims(module) -> list[tuple[list[str], dict]]:
     per indented line, e.g. ``    sman*_f30k, sman*_coco    score_mode: concat, grid_pool: 2``."""
     import re
 
-    from vlmatch.config import parse_yaml
+    from vlmatch.training.config import parse_yaml
 
     lines = module.__doc__.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("Bundled configs"))
@@ -157,8 +157,8 @@ def test_every_bundled_config_of_a_model_sets_what_its_docstring_says(module_nam
     import importlib
     from fnmatch import fnmatch
 
-    from vlmatch.config import BUNDLED
     from vlmatch.models.base import MatchingModel
+    from vlmatch.training.config import BUNDLED
 
     module = importlib.import_module(f"vlmatch.models.{module_name}")
     claims = _bundled_claims(module)

@@ -5,7 +5,7 @@ import torch
 from vlmatch import create_model
 from vlmatch.data.vocab import Vocab
 from vlmatch.errors import VlmatchError
-from vlmatch.explain import pair_attention
+from vlmatch.viz.attention import pair_attention
 
 
 @pytest.mark.parametrize("name,axis", [("scan_t2i_avg", 0), ("scan_i2t_lse", 1)])

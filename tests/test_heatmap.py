@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from vlmatch.errors import VlmatchError
-from vlmatch.explain import PairAttention
-from vlmatch.heatmap import render, word_maps
+from vlmatch.viz.attention import PairAttention
+from vlmatch.viz.heatmap import render, word_maps
 
 
 def att(weights, grid=None):

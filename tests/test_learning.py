@@ -14,8 +14,8 @@ run reaches on both kinds of code path are in .ci/run's comments."""
 import pytest
 
 from vlmatch import load_model
-from vlmatch.config import load_config
-from vlmatch.train import train
+from vlmatch.training.config import load_config
+from vlmatch.training.loop import train
 
 # Trains four models for 6 epochs each (minutes of CPU): out of the fast loop `pytest -m "not slow"`.
 pytestmark = pytest.mark.slow

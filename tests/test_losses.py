@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from vlmatch.losses import hinge_triplet
+from vlmatch.models.losses import hinge_triplet
 
 
 def plain(scores, margin, max_violation, ids=None):

@@ -7,7 +7,7 @@ import pytest
 
 from vlmatch.cli import main
 from vlmatch.errors import DataError
-from vlmatch.metrics import ensemble, evaluate_protocol, recall_metrics
+from vlmatch.evaluation.metrics import ensemble, evaluate_protocol, recall_metrics
 
 
 def plain_metrics(sims):

@@ -15,10 +15,10 @@ import torch
 
 from vlmatch import load_model
 from vlmatch.cli import main
-from vlmatch.config import load_config
 from vlmatch.data.precomp import PrecompSplit
-from vlmatch.scoring import model_scores
-from vlmatch.train import train
+from vlmatch.evaluation.scoring import model_scores
+from vlmatch.training.config import load_config
+from vlmatch.training.loop import train
 
 CHANCE_RSUM = 24.0  # 200 dev images
 

@@ -7,10 +7,10 @@ import pytest
 from PIL import Image
 
 from vlmatch.cli import main
-from vlmatch.config import load_config
 from vlmatch.errors import DataError
-from vlmatch.plot import epoch_positions, plot_runs, run_curves
-from vlmatch.train import train
+from vlmatch.training.config import load_config
+from vlmatch.training.loop import train
+from vlmatch.viz.curves import epoch_positions, plot_runs, run_curves
 
 
 def _run(world, run, epochs=2, **train_over):

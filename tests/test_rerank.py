@@ -2,8 +2,15 @@ import numpy as np
 import pytest
 
 from vlmatch.errors import DataError, VlmatchError
-from vlmatch.metrics import evaluate_protocol
-from vlmatch.rerank import evaluate_reranked, fold_captions, neighbors_from_vectors, rerank, stable_topk, text_neighbors
+from vlmatch.evaluation.metrics import evaluate_protocol
+from vlmatch.evaluation.rerank import (
+    evaluate_reranked,
+    fold_captions,
+    neighbors_from_vectors,
+    rerank,
+    stable_topk,
+    text_neighbors,
+)
 
 from .rerank_reference import loop_i2t, loop_t2i, ranking
 
@@ -118,7 +125,7 @@ def test_sentence_encoder_neighbours_are_cosine_neighbours(tmp_path):
     import torch
 
     from vlmatch.encoders.hf import HFTextEncoder, tiny_bert_folder
-    from vlmatch.rerank import sentence_neighbors
+    from vlmatch.evaluation.rerank import sentence_neighbors
 
     folder = tiny_bert_folder(tmp_path / "bert", words=("a", "dog", "red", "ball", "runs", "cat"))
     caps = ["a dog runs", "a red dog runs", "a ball", "a red ball", "a cat", "a cat runs"]
@@ -177,7 +184,7 @@ def test_5fold_rerank_with_s_tt_is_each_folds_own_rerank():
 
 def test_sentence_encoder_neighbours_within_groups(tmp_path):
     from vlmatch.encoders.hf import tiny_bert_folder
-    from vlmatch.rerank import sentence_neighbors, sentence_vectors
+    from vlmatch.evaluation.rerank import sentence_neighbors, sentence_vectors
 
     folder = tiny_bert_folder(tmp_path / "bert", words=("a", "dog", "red", "ball", "runs", "cat"))
     caps = ["a dog runs", "a red dog runs", "a ball", "a red ball", "a cat", "a cat runs"]

@@ -6,9 +6,9 @@ import pytest
 import yaml
 
 from vlmatch.cli import main
-from vlmatch.config import load_config
 from vlmatch.errors import ConfigError
-from vlmatch.train import train
+from vlmatch.training.config import load_config
+from vlmatch.training.loop import train
 
 
 def tiny(world, **train_over):

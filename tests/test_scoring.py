@@ -13,7 +13,7 @@ from vlmatch import create_model
 from vlmatch.data.loaders import encode_captions, pad_tokens
 from vlmatch.data.precomp import PrecompSplit
 from vlmatch.data.vocab import Vocab
-from vlmatch.scoring import BlockPlan, encode_all_images, model_scores, shard_rows
+from vlmatch.evaluation.scoring import BlockPlan, encode_all_images, model_scores, shard_rows
 
 ENGINE_MODELS = ["vsepp", "scan_t2i_lse", "scan_i2t_avg", "caan", "sman"]
 COMPILE_MODELS = [*ENGINE_MODELS, "mtfn", "mmca"]  # every registered family

@@ -4,11 +4,11 @@ intra-pair term), far above chance; the paper's inference score (concatenation) 
 import pytest
 
 from vlmatch import load_model
-from vlmatch.config import load_config
 from vlmatch.data.precomp import PrecompSplit
-from vlmatch.metrics import evaluate_protocol
-from vlmatch.scoring import model_scores
-from vlmatch.train import train
+from vlmatch.evaluation.metrics import evaluate_protocol
+from vlmatch.evaluation.scoring import model_scores
+from vlmatch.training.config import load_config
+from vlmatch.training.loop import train
 
 CHANCE_RSUM = 24.0  # R@1/5/10 = 1/200, 5/200, 10/200 in % in both directions
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from vlmatch import load_model
-from vlmatch.config import load_config
 from vlmatch.data.precomp import PrecompSplit
-from vlmatch.train import train, validate
+from vlmatch.training.config import load_config
+from vlmatch.training.loop import train, validate
 
 
 def _cfg(world, **train_over):
@@ -85,7 +85,7 @@ def test_adadelta_weight_decay_and_an_explicit_lr_schedule(small_world, tmp_path
     import pytest
 
     from vlmatch.errors import ConfigError
-    from vlmatch.train import lr_at
+    from vlmatch.training.loop import lr_at
 
     run = tmp_path / "ada"
     cfg = _cfg(small_world, optimizer="adadelta", weight_decay=5e-4, lr_schedule=[[0, 0.05], [1, 0.005]],

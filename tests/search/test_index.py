@@ -9,8 +9,8 @@ import vlmatch
 from vlmatch.cli import main
 from vlmatch.data.precomp import PrecompSplit
 from vlmatch.errors import VlmatchError
+from vlmatch.evaluation.scoring import model_scores
 from vlmatch.models.registry import load_model
-from vlmatch.scoring import model_scores
 from vlmatch.search.build import build_index
 
 

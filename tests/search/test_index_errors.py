@@ -12,10 +12,10 @@ import torch
 
 from vlmatch import create_model
 from vlmatch.cli import main
+from vlmatch.cli.search import format_results
 from vlmatch.data.vocab import Vocab
 from vlmatch.search import build as B
 from vlmatch.search.checks import MAX_CAPTION_TOKENS
-from vlmatch.search.cli import format_results
 from vlmatch.search.folder import COLLECTION_FILES, seal
 from vlmatch.search.index import SearchResult
 from vlmatch.weights import sha256_file

@@ -3,7 +3,7 @@
 Every model splits into a pair-independent part (``encode_images``, ``encode_texts``: run once
 per image / caption) and a pair-dependent part (``score``: a whole block of pairs at once).
 Training scores the B x B batch with ``score``; evaluation fills the full matrix block by block
-with the same ``score`` (see :mod:`vlmatch.scoring`). One code path for both.
+with the same ``score`` (see :mod:`vlmatch.evaluation.scoring`). One code path for both.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from ..errors import ConfigError, DataError, VlmatchError
 from ..io import read_json, write_bytes, write_json
-from ..validation import check_mapping, dataclass_specs, raise_problems
+from ..options import check_mapping, dataclass_specs, raise_problems
 from ..weights import describe_problems, read_header, shape_problems, verify_sha256
 
 EPS = 1e-8
@@ -239,7 +239,7 @@ class MatchingModel(nn.Module):
         ``batch`` is the collated batch (``image_index`` marks captions of the same image);
         ``hardest`` says whether the schedule is past its warm-up (hardest negatives only).
         """
-        from ..losses import hinge_triplet
+        from .losses import hinge_triplet
 
         return hinge_triplet(scores, train_cfg["margin"], hardest, batch["image_index"].to(scores.device))
 
@@ -254,8 +254,8 @@ class MatchingModel(nn.Module):
     def validation_metrics(self, split, device, progress: bool = False) -> dict | None:
         """The metrics that select the best checkpoint (default: recalls of the full val score matrix).
         Under torchrun every rank calls it and scores its share; rank 0 returns the metrics, the others None."""
-        from ..metrics import evaluate_protocol
-        from ..scoring import model_scores
+        from ..evaluation.metrics import evaluate_protocol
+        from ..evaluation.scoring import model_scores
 
         sims = model_scores(self, split, device=device, progress=progress)
         return None if sims is None else evaluate_protocol(sims, "single", source=split.captions_path)
@@ -322,7 +322,7 @@ class MatchingModel(nn.Module):
 
 
 def option(default, *, min=None, max=None, choices=None, doc: str = ""):  # noqa: A002
-    """A Config field with a declared range or allowed values (checked by :mod:`vlmatch.validation`)."""
+    """A Config field with a declared range or allowed values (checked by :mod:`vlmatch.options`)."""
     meta = {k: v for k, v in (("min", min), ("max", max), ("choices", choices)) if v is not None}
     return dataclasses.field(default=default, metadata={**meta, "doc": doc})
 

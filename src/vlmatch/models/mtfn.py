@@ -251,8 +251,8 @@ class MTFN(TextSide, MatchingModel):
         S_TT is for; the record says so under ``reranked``."""
         if self.stage != "text_text":
             return super().validation_metrics(split, device, progress)
-        from ..rerank import evaluate_reranked, model_text_neighbors
-        from ..scoring import model_scores
+        from ..evaluation.rerank import evaluate_reranked, model_text_neighbors
+        from ..evaluation.scoring import model_scores
 
         sims = model_scores(self, split, device=device, progress=progress)
         if sims is None:  # a torchrun rank other than 0: it scored its share, rank 0 re-ranks
@@ -270,7 +270,7 @@ class MTFN(TextSide, MatchingModel):
 
     def loss(self, scores: Tensor, batch: dict, train_cfg: dict, hardest: bool) -> Tensor:
         if self.stage == "text_text":
-            from ..losses import caption_pair_triplet
+            from .losses import caption_pair_triplet
 
             return caption_pair_triplet(scores, batch["image_index"].to(scores.device), train_cfg["margin"], hardest)
         return super().loss(scores, batch, train_cfg, hardest)

@@ -350,7 +350,7 @@ def _build(out: Path, model_ckpt, images, features, split, captions, retriever_c
             manifest["next_id"] = len(items)
     elif features is not None:
         from ..data.precomp import open_features, read_caption_lines
-        from ..train import data_root
+        from ..training.loop import data_root
 
         froot = data_root(features).resolve()  # "toyworld" names the bundled toy world
         feats = open_features(froot / f"{split}_ims.npy")

@@ -2,7 +2,7 @@
 
 Stage 1 ranks the whole collection by the inner product of global vectors (FAISS); stage 2
 re-scores each query's top K candidates (default 100) with the model's own ``score`` through the
-scoring engine's block code (:func:`vlmatch.scoring.score_blocks`), the function evaluation uses.
+scoring engine's block code (:func:`vlmatch.evaluation.scoring.score_blocks`), the function evaluation uses.
 The final ranking is by the stage-2 score (ties broken by row, stably); each result carries its
 stage-1 score beside it. With ``candidates >= len(index)`` every item is re-scored: the exact,
 exhaustive ranking.
@@ -22,8 +22,8 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError, DataError, VlmatchError
+from ..evaluation.scoring import score_blocks
 from ..models.base import ImageEncoding, MatchingModel, TextEncoding
-from ..scoring import score_blocks
 from .checks import COLLECTIONS, read_items
 from .encode import Stage1Source
 from .folder import manifest_stamp, open_parts
@@ -241,8 +241,8 @@ class Index:
     @torch.no_grad()
     def explain(self, item_id: int, text: str):
         """Word <-> image-position attention of image ``item_id`` and ``text`` (a
-        :class:`vlmatch.explain.PairAttention`), from the stored stage-2 encoding."""
-        from ..explain import attention_of_encodings
+        :class:`vlmatch.viz.attention.PairAttention`), from the stored stage-2 encoding."""
+        from ..viz.attention import attention_of_encodings
 
         coll = self._need("images")
         if item_id not in coll.row_of:
@@ -256,7 +256,7 @@ class Index:
 
     def explain_png(self, item_id: int, text: str) -> bytes:
         """:meth:`explain` drawn as a heat-map PNG on the indexed image file (one panel per word)."""
-        from ..heatmap import render
+        from ..viz.heatmap import render
 
         att = self.explain(item_id, text)
         if not att.grid:

@@ -20,19 +20,19 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from . import distributed as D
+from .. import distributed as D
+from ..data.loaders import batch_kind, encode_captions
+from ..data.precomp import PrecompSplit
+from ..data.resolve import resolve_data
+from ..data.vocab import Vocab
+from ..errors import ConfigError
+from ..evaluation.metrics import recall_metrics
+from ..evaluation.scoring import two_stage_scores
+from ..io import append_line, atomic_dir, read_json, write_json, write_text
+from ..models.registry import create_model, legacy_conflicts, model_class, saved_options
 from .checkpoint import latest_checkpoint, load_training_state, save_training_state
 from .config import dump, validate_config
-from .data.loaders import batch_kind, encode_captions
-from .data.precomp import PrecompSplit
-from .data.resolve import resolve_data
-from .data.vocab import Vocab
-from .errors import ConfigError
-from .io import append_line, atomic_dir, read_json, write_json, write_text
-from .metrics import recall_metrics
-from .models.registry import create_model, legacy_conflicts, model_class, saved_options
 from .rundir import check_resume, prepare_fresh, recorded
-from .scoring import two_stage_scores
 
 data_root = resolve_data  # the one resolution of data arguments (kept under its old name)
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import ConfigError, DataError
-from .explain import PairAttention
-from .io import atomic_path
+from ..errors import ConfigError, DataError
+from ..io import atomic_path
+from .attention import PairAttention
 
 
 def word_maps(att: PairAttention, size: tuple[int, int], boxes: np.ndarray | None = None) -> np.ndarray:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from .errors import ConfigError, DataError
-from .validation import Spec, check_mapping, raise_problems
+from ..errors import ConfigError, DataError
+from ..options import Spec, check_mapping, raise_problems
 
 BUNDLED = Path(__file__).parent / "configs"
 
@@ -165,7 +165,7 @@ def validate_config(cfg: dict, source: str | None = None) -> dict:
     """Check every section against its declared types and ranges and every model option against the
     model's ``Config``; returns a normalised copy (``1e3`` -> 1000 where an int is expected). All
     problems are reported together, one line each, as a :class:`ConfigError`."""
-    from .models.registry import check_model_options
+    from ..models.registry import check_model_options
 
     out, problems = {}, []
     for section in DEFAULTS:

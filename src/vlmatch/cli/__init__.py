@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from .errors import VlmatchError
+from ..errors import VlmatchError
 
 DATA_HELP = ("a precomp folder, or 'toyworld' for the bundled synthetic data (generated on first use into "
              "$VLMATCH_CACHE/toyworld, default ~/.cache/vlmatch/toyworld)")
@@ -28,8 +28,8 @@ def positive_int(text: str) -> int:
 def checkpoint_arg(text: str):
     """An argparse type: a checkpoint folder, or ``pretrained:NAME`` (a model shipped with vlmatch) resolved to
     its hash-checked folder; an unknown name or a damaged file is one argparse error line."""
-    from .errors import VlmatchError
-    from .models.registry import resolve_checkpoint
+    from ..errors import VlmatchError
+    from ..models.registry import resolve_checkpoint
 
     try:
         return str(resolve_checkpoint(text))  # a string, as argparse gives every other path
@@ -53,8 +53,8 @@ def _add_train(sub):
 
 
 def cmd_train(a):
-    from .config import load_config
-    from .train import train
+    from ..training.config import load_config
+    from ..training.loop import train
 
     if a.resume:
         if a.overwrite:
@@ -70,20 +70,20 @@ def cmd_train(a):
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 reports
         return
     if best and "rsum" in best:
-        from .metrics import format_table
+        from ..evaluation.metrics import format_table
 
         epoch = f"epoch {best['epoch'] + 1}/{cfg['train']['epochs']}" if "epoch" in best else ""
         print(f"validation ({cfg['data']['val_split']}) of the best-on-validation checkpoint, {epoch}:")
         print(format_table({cfg["model"]["name"]: best}))
-    from .plot import write_curves
+    from ..viz.curves import write_curves
 
     curves = write_curves([run_dir], run_dir / "curves.png")
     print(f"run folder: {run_dir}  (config.yaml, metrics.jsonl; best/ = best on validation, last/ = latest)")
     if curves:
         print(f"curves:     {curves}")
     if (run_dir / "best").is_dir():
-        from .data.precomp import available_splits
-        from .data.resolve import resolve_data
+        from ..data.precomp import available_splits
+        from ..data.resolve import resolve_data
 
         data = cfg["data"]["path"] or "toyworld"
         split = "test" if "test" in available_splits(resolve_data(data)) else cfg["data"]["val_split"]
@@ -140,9 +140,9 @@ def _add_rerank_options(p) -> None:
 def cmd_evaluate(a):
     import numpy as np
 
-    from . import distributed as D
-    from .io import check_writable, save_npy, write_json
-    from .metrics import ensemble, evaluate_protocol, format_table, load_sims
+    from .. import distributed as D
+    from ..evaluation.metrics import ensemble, evaluate_protocol, format_table, load_sims
+    from ..io import check_writable, save_npy, write_json
 
     if bool(a.sims) == bool(a.checkpoint):
         raise VlmatchError("evaluate needs exactly one of --sims or --checkpoint")
@@ -192,11 +192,11 @@ def cmd_evaluate(a):
 
 def evaluate_two_stage(a) -> None:
     """``evaluate --top-k K``: stage 1 by the global embeddings, stage 2 the full score on each query's top K."""
-    from .data.precomp import PrecompSplit
-    from .data.resolve import resolve_data
-    from .io import write_json
-    from .metrics import format_table
-    from .train import pick_device, validate
+    from ..data.precomp import PrecompSplit
+    from ..data.resolve import resolve_data
+    from ..evaluation.metrics import format_table
+    from ..io import write_json
+    from ..training.loop import pick_device, validate
 
     bad = [f for f, on in (("--sims", a.sims), ("--save-sims", a.save_sims), ("--rerank", a.rerank),
                            ("--compile", a.compile)) if on]
@@ -216,8 +216,8 @@ def evaluate_two_stage(a) -> None:
 
 def run_rerank(a, sims, source, own_model=None) -> dict:
     """Re-rank ``sims`` per the parsed options, print before/after tables, return the record."""
-    from .metrics import format_table
-    from .rerank import evaluate_reranked, fold_captions
+    from ..evaluation.metrics import format_table
+    from ..evaluation.rerank import evaluate_reranked, fold_captions
 
     text_sims, neighbors, text = None, None, "none"
     if not a.no_text and a.k_text > 0:
@@ -238,7 +238,7 @@ def run_rerank(a, sims, source, own_model=None) -> dict:
 def load_text_sims(path, n_captions):
     import numpy as np
 
-    from .errors import DataError
+    from ..errors import DataError
 
     try:
         tt = np.load(path, mmap_mode="r", allow_pickle=False)
@@ -267,10 +267,10 @@ def _vlmatch_config(folder: Path) -> bool:
 def model_neighbors(folder, a, n_captions, required=True, group=None):
     """G(T, K') from a checkpoint's text-text branch or an offline sentence encoder, on --data/--split captions
     (with ``group``, within each group of that many consecutive captions: a COCO 1K fold)."""
-    from .data.precomp import PrecompSplit
-    from .errors import DataError
-    from .rerank import model_text_neighbors, sentence_neighbors
-    from .train import data_root, pick_device
+    from ..data.precomp import PrecompSplit
+    from ..errors import DataError
+    from ..evaluation.rerank import model_text_neighbors, sentence_neighbors
+    from ..training.loop import data_root, pick_device
 
     folder = Path(folder)
     if not a.data:
@@ -280,7 +280,7 @@ def model_neighbors(folder, a, n_captions, required=True, group=None):
         raise DataError(split.captions_path, f"{len(split.captions)} captions, the score matrix has {n_captions}")
     dev = pick_device(a.device)
     if (folder / "model.safetensors").is_file() and _vlmatch_config(folder):
-        from .models.registry import load_model
+        from ..models.registry import load_model
 
         model = load_model(folder, map_location=dev)
         if not model.has_text_similarity():
@@ -311,8 +311,8 @@ def _add_rerank(sub):
 
 
 def cmd_rerank(a):
-    from .io import check_writable, write_json
-    from .metrics import load_sims
+    from ..evaluation.metrics import load_sims
+    from ..io import check_writable, write_json
 
     if a.json:
         check_writable(a.json)  # before any work, not after the tables
@@ -324,7 +324,7 @@ def cmd_rerank(a):
 
 def load_checkpoint(checkpoint, device):
     """A model folder for scoring: its weights, and its vocabulary when the model uses one."""
-    from .models.registry import load_model
+    from ..models.registry import load_model
 
     model = load_model(checkpoint, map_location=device)
     if model.uses_vocab and model.vocab is None:
@@ -333,16 +333,16 @@ def load_checkpoint(checkpoint, device):
 
 
 def checkpoint_scores(checkpoint, data, split, max_images, device, progress, budget=None, compile=False):
-    from . import distributed as D
-    from .data.precomp import PrecompSplit
-    from .data.resolve import resolve_data
-    from .scoring import model_scores
-    from .train import pick_device
+    from .. import distributed as D
+    from ..data.precomp import PrecompSplit
+    from ..data.resolve import resolve_data
+    from ..evaluation.scoring import model_scores
+    from ..training.loop import pick_device
 
     dev = D.setup(pick_device(device))  # joins the process group when launched by torchrun
     model = load_checkpoint(checkpoint, dev)
     sp = PrecompSplit(resolve_data(data), split, max_images=max_images)
-    from .scoring import DEFAULT_BUDGET
+    from ..evaluation.scoring import DEFAULT_BUDGET
 
     return model_scores(model, sp, device=dev, progress=progress, budget=budget or DEFAULT_BUDGET, compile=compile)
 
@@ -363,7 +363,7 @@ def _add_quickstart(sub):
 
 
 def cmd_quickstart(a):
-    from .io import check_writable
+    from ..io import check_writable
     from .quickstart import quickstart
 
     if a.json:
@@ -388,15 +388,15 @@ def _add_data(sub):
 
 
 def cmd_synth(a):
-    from .data.synth import ToyWorld, ToyWorldConfig
+    from ..data.synth import ToyWorld, ToyWorldConfig
 
     stats = ToyWorld(ToyWorldConfig(seed=a.seed, n_train=a.train, n_dev=a.dev, n_test=a.test)).write(a.out)
     print(json.dumps(stats["splits"], indent=2))
 
 
 def cmd_check(a):
-    from .data.precomp import PrecompSplit
-    from .data.resolve import resolve_data
+    from ..data.precomp import PrecompSplit
+    from ..data.resolve import resolve_data
 
     sp = PrecompSplit(resolve_data(a.data), a.split)
     sp.check_all_finite()
@@ -415,9 +415,9 @@ def _add_vocab(sub):
 
 
 def cmd_vocab(a):
-    from .data.precomp import read_caption_lines
-    from .data.vocab import Vocab
-    from .io import check_writable
+    from ..data.precomp import read_caption_lines
+    from ..data.vocab import Vocab
+    from ..io import check_writable
 
     check_writable(a.out)
     caps = [c for f in a.captions for c in read_caption_lines(f)]
@@ -437,8 +437,8 @@ def _add_plot(sub):
 
 
 def cmd_plot(a):
-    from .io import check_writable
-    from .plot import plot_runs
+    from ..io import check_writable
+    from ..viz.curves import plot_runs
 
     out = a.out or (Path(a.runs[0]) / "curves.png" if len(a.runs) == 1 else "curves.png")
     check_writable(out)
@@ -456,7 +456,7 @@ def _add_models(sub):
 
 
 def cmd_models(a):
-    from .models.registry import describe_models
+    from ..models.registry import describe_models
 
     print("\n".join(f"{n:16s} {d}" for n, d in describe_models().items()))
 
@@ -465,7 +465,7 @@ def cmd_pretrained(a):
     import dataclasses
     import json
 
-    from . import pretrained
+    from .. import pretrained
 
     found = pretrained.entries()
     if a.json:
@@ -485,7 +485,7 @@ def cmd_pretrained(a):
 
 
 def cmd_configs(a):
-    from .config import describe_configs
+    from ..training.config import describe_configs
 
     configs = describe_configs()
     width = max(map(len, configs), default=0)
@@ -493,7 +493,7 @@ def cmd_configs(a):
 
 
 def _add_serve(sub):
-    from .search.serve import add_parser
+    from .serve import add_parser
 
     add_parser(sub)
 
@@ -507,12 +507,12 @@ def build_parser() -> argparse.ArgumentParser:
                 _add_serve):
         add(sub)
     try:
-        from .features.cli import add_parser as add_features
+        from .features import add_parser as add_features
         add_features(sub)
     except ImportError:  # pragma: no cover
         pass
-    from .explain import add_parser as add_explain
-    from .search.cli import add_parser as add_search
+    from ..viz.attention import add_parser as add_explain
+    from .search import add_parser as add_search
 
     add_search(sub)
     add_explain(sub)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from ..cli import positive_int
 from ..errors import ConfigError, DataError
 from ..io import printable
-from .stage1 import KINDS
+from ..search.stage1 import KINDS
+from . import positive_int
 
 
 def add_parser(sub):
@@ -20,7 +20,7 @@ def add_parser(sub):
                                  "table and a manifest into --out. Re-running an interrupted build resumes it; a "
                                  "build killed at any point leaves the previous index whole. One build or update of "
                                  "a folder at a time. Under torchrun every rank encodes a shard and rank 0 merges them.")
-    from ..cli import checkpoint_arg
+    from . import checkpoint_arg
 
     b.add_argument("--model", type=checkpoint_arg,
                    help="checkpoint folder (model.safetensors + config.json) or pretrained:NAME (default: the shipped "
@@ -89,7 +89,7 @@ def check_out_folder(path) -> None:
 
 
 def cmd_build(a):
-    from .build import build_index
+    from ..search.build import build_index
 
     if a.model is None:  # the shipped default pair
         if a.retriever is not None:
@@ -116,7 +116,7 @@ def cmd_build(a):
 
 
 def cmd_update(a):
-    from .build import update_index
+    from ..search.build import update_index
 
     rep = update_index(a.index, skip_bad=a.skip_bad, batch_size=a.batch_size, progress=not a.no_progress)
     for bad in rep.get("skipped", []):
@@ -136,7 +136,7 @@ def format_results(results, what: str) -> str:
 
 def cmd_search(a):
     from ..io import check_writable, write_json
-    from .index import Index
+    from ..search.index import Index
 
     if (a.text is None) == (a.image is None):
         raise ConfigError("search needs a query text or --image FILE (one of them)")

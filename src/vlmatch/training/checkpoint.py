@@ -10,10 +10,10 @@ import torch
 from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 
-from .errors import DataError
-from .io import atomic_dir, complete_dir, read_json, write_bytes, write_json
-from .models.base import MatchingModel, read_config_json
-from .weights import verify_sha256
+from ..errors import DataError
+from ..io import atomic_dir, complete_dir, read_json, write_bytes, write_json
+from ..models.base import MatchingModel, read_config_json
+from ..weights import verify_sha256
 
 
 def _flatten_optimizer(opt: torch.optim.Optimizer) -> tuple[dict, dict]:

@@ -2,7 +2,7 @@
 
 Every attention model exposes one pair's weights through the protocol method
 ``model.pair_attention(img, txt)`` (a (k, n) array tying the n words to the k image positions),
-so nothing here knows which model it is talking to. :mod:`vlmatch.heatmap` draws them.
+so nothing here knows which model it is talking to. :mod:`vlmatch.viz.heatmap` draws them.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .errors import ConfigError
-from .models.base import ImageEncoding, MatchingModel
+from ..errors import ConfigError
+from ..models.base import ImageEncoding, MatchingModel
 
 
 @dataclass
@@ -68,7 +68,7 @@ def add_parser(sub):
                        description="Extract the image's features with the backbone the model was trained on, take "
                                    "the model's attention for this one pair (model.pair_attention) and draw one "
                                    "panel per word on one shared colour scale.")
-    from .cli import checkpoint_arg
+    from ..cli import checkpoint_arg
 
     p.add_argument("--model", required=True, type=checkpoint_arg,
                    help="checkpoint folder of an attention model, or pretrained:NAME")
@@ -86,13 +86,13 @@ def add_parser(sub):
 def cmd_explain(a):
     from pathlib import Path
 
-    from .errors import DataError
-    from .features.backbones import create_backbone
-    from .features.extract import load_image
-    from .features.provenance import check_backbone, checkpoint_backbone, resolve_backbone_name
+    from ..errors import DataError
+    from ..features.backbones import create_backbone
+    from ..features.extract import load_image
+    from ..features.provenance import check_backbone, checkpoint_backbone, resolve_backbone_name
+    from ..io import check_writable, write_json
+    from ..models.registry import load_model
     from .heatmap import render
-    from .io import check_writable, write_json
-    from .models.registry import load_model
 
     if not a.text.strip():
         raise ConfigError("--text is empty: give the caption whose words to explain")

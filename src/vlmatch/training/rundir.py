@@ -4,7 +4,7 @@ A fresh run refuses a folder that already holds a run (``config.yaml``, ``metric
 ``best/`` ...) unless told to ``overwrite`` it, which removes only those entries (never other files
 the user keeps there). A resumed run must be the run the checkpoint was made by: the configuration
 saved in ``last/trainer_state.json`` is compared with the one resumed with, and only options that do
-not change what is computed may differ (:data:`vlmatch.config.RESUMABLE_CHANGES`).
+not change what is computed may differ (:data:`vlmatch.training.config.RESUMABLE_CHANGES`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import json
 import shutil
 from pathlib import Path
 
+from ..errors import ConfigError
 from .config import RESUMABLE_CHANGES
-from .errors import ConfigError
 
 RUN_ENTRIES = ("config.yaml", "metrics.jsonl", "last", "last.prev", "best", "best.prev", "ranks")
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import DataError, VlmatchError
-from .io import atomic_path
+from ..errors import DataError, VlmatchError
+from ..io import atomic_path
 
 RECALLS = ("r1", "r5", "r10")
 STYLES = {"r1": "-", "r5": "--", "r10": ":"}

@@ -12,14 +12,14 @@ import shlex
 import time
 from pathlib import Path
 
-from .config import load_config
-from .data.precomp import PrecompSplit
-from .data.resolve import TOYWORLD, resolve_data, toyworld_dir
-from .io import write_json
-from .metrics import evaluate_protocol, format_table
-from .models.registry import load_model
-from .scoring import model_scores
-from .train import train
+from ..data.precomp import PrecompSplit
+from ..data.resolve import TOYWORLD, resolve_data, toyworld_dir
+from ..evaluation.metrics import evaluate_protocol, format_table
+from ..evaluation.scoring import model_scores
+from ..io import write_json
+from ..models.registry import load_model
+from ..training.config import load_config
+from ..training.loop import train
 
 DEFAULT_MODELS = ("quickstart_vsepp", "quickstart_scan")
 
@@ -51,7 +51,7 @@ def quickstart(run_dir="runs/quickstart", json_path=None, configs=None, override
     if json_path:
         write_json(json_path, {"data": "toyworld/test", "results": results, "train_seconds": timings,
                                "runs": {k: str(v) for k, v in runs.items()}})
-    from .plot import write_curves
+    from ..viz.curves import write_curves
 
     curves = write_curves(list(runs.values()), Path(run_dir) / "curves.png")
     print(where_and_next(runs, data_paths, curves, json_path))
@@ -91,7 +91,7 @@ OPTIONAL_NEXT = {
 
 
 def optional_next_commands() -> list[str]:
-    from .cli import build_parser
+    from . import build_parser
 
     have = set()
     for action in build_parser()._subparsers._group_actions:

@@ -6,7 +6,7 @@ import json
 
 
 def add_parser(sub):
-    from ..cli import positive_int
+    from . import positive_int
 
     p = sub.add_parser("features", help="image feature extraction")
     s = p.add_subparsers(dest="features_cmd", required=True)
@@ -30,7 +30,7 @@ def add_parser(sub):
 
 
 def cmd_extract(a):
-    from .extract import extract
+    from ..features.extract import extract
 
     rep = extract(a.images, a.out, a.annotations, a.backbone, a.dtype, a.batch_size, a.skip_bad,
                   a.global_features, a.weights, progress=not a.no_progress, limit=a.limit)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import DataError
+from ..errors import DataError
 
 KS = (1, 5, 10)
 PROTOCOLS = ("single", "coco1k5fold", "coco5k")

@@ -24,7 +24,7 @@ Decisions (the paper is silent; written down here and in the README):
   text-text branch, or an offline sentence encoder (:func:`neighbors_from_vectors`).
 
 The re-ranked lists are returned as score matrices (candidates lifted above every other item in the
-order p gives, the rest unchanged), so the very same protocol code (:mod:`vlmatch.metrics`) evaluates
+order p gives, the rest unchanged), so the very same protocol code (:mod:`vlmatch.evaluation.metrics`) evaluates
 them: one matrix for I2T (rows re-ranked), one for T2I (columns re-ranked).
 
 Cost on COCO 5K (5000 x 25000, K = 7): one stable sort of every image's row (the positions T2I needs,
@@ -39,7 +39,7 @@ from collections.abc import Callable
 import numpy as np
 from tqdm.auto import tqdm
 
-from .errors import DataError, VlmatchError
+from ..errors import DataError, VlmatchError
 from .metrics import captions_per_image, evaluate_protocol
 
 DEFAULT_K_TEXT = 5
@@ -265,8 +265,8 @@ def model_text_neighbors(model, split, k_text: int, device="cpu", chunk: int = 1
     ``group``, within each group of that many consecutive captions (a COCO 1K fold)."""
     import torch
 
-    from .data.loaders import caption_loader
-    from .models.base import Encoding
+    from ..data.loaders import caption_loader
+    from ..models.base import Encoding
 
     was_training = model.training
     model.eval()
@@ -289,7 +289,7 @@ def sentence_vectors(folder, captions: list[str], device="cpu", batch_size: int 
     (all-MiniLM-L6-v2's own pooling), one row per caption. Nothing is downloaded."""
     import torch
 
-    from .encoders.hf import HFTextEncoder
+    from ..encoders.hf import HFTextEncoder
 
     enc = HFTextEncoder(folder).to(device)
     out = []

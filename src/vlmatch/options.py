@@ -1,7 +1,7 @@
 """Typed checks of configuration values: one clear line per problem, before any work starts.
 
 A value is checked against a :class:`Spec` (type, range, allowed values, null allowed). Numbers must
-be numbers: ``1e-4`` is one in any YAML file or ``--set`` (see :mod:`vlmatch.config`), but a quoted
+be numbers: ``1e-4`` is one in any YAML file or ``--set`` (see :mod:`vlmatch.training.config`), but a quoted
 ``"32"`` is a string and is refused, as is ``"false"`` where a boolean is expected (booleans are
 strict: ``true``/``false`` only, never 0/1 or strings). An integral float (``1e3``) is accepted
 where an integer is expected.
