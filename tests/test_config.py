@@ -9,8 +9,8 @@ from vlmatch import create_model
 from vlmatch.cli import main
 from vlmatch.errors import ConfigError
 from vlmatch.models import registry
-from vlmatch.models.base import option
 from vlmatch.models.vse import VSE, VSEConfig
+from vlmatch.options import option
 from vlmatch.training.config import load_config, validate_config
 
 

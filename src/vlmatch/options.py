@@ -12,7 +12,7 @@ is validated without touching this module:
 * ``int``, ``float``, ``bool``, ``str``, ``X | None``, ``Literal["a", "b"]`` (allowed values),
   ``list[X]`` / ``tuple[X, ...]``;
 * ranges and allowed values from field metadata: ``field(default=..., metadata={"min": 1, "max": 8,
-  "choices": (...)})`` (or :func:`vlmatch.models.base.option`);
+  "choices": (...)})`` (or :func:`option`);
 * without metadata, integers named like sizes (``*_dim``, ``*_size``, ``*layers``, ``*heads``) must be
   at least 1, every other integer at least 0, and every float finite;
 * a ``__post_init__`` of the dataclass may raise ``ValueError`` for rules that tie several options
@@ -134,6 +134,12 @@ def raise_problems(problems: list[str], source: str | None = None) -> None:
     if len(problems) == 1:
         raise ConfigError(head + problems[0])
     raise ConfigError(f"{head}{len(problems)} problems in the config:\n  " + "\n  ".join(problems))
+
+
+def option(default, *, min=None, max=None, choices=None, doc: str = ""):  # noqa: A002
+    """A Config field with a declared range or allowed values (checked by :mod:`vlmatch.options`)."""
+    meta = {k: v for k, v in (("min", min), ("max", max), ("choices", choices)) if v is not None}
+    return dataclasses.field(default=default, metadata={**meta, "doc": doc})
 
 
 # --- specs from dataclass annotations ------------------------------------------------------------

@@ -6,7 +6,7 @@ import json
 
 
 def add_parser(sub):
-    from . import positive_int
+    from .common import positive_int
 
     p = sub.add_parser("features", help="image feature extraction")
     s = p.add_subparsers(dest="features_cmd", required=True)

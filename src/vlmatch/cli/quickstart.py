@@ -24,6 +24,30 @@ from ..training.loop import train
 DEFAULT_MODELS = ("quickstart_vsepp", "quickstart_scan")
 
 
+def add_parser(sub):
+    p = sub.add_parser("quickstart", help="toy world -> train VSE++ and SCAN -> recall table (a few minutes on CPU)",
+                       description="Generate the toy world (cached in $VLMATCH_CACHE/toyworld), train each config "
+                                   "into RUN_DIR/<config name>, print the test recalls of each run's best-on-"
+                                   "validation checkpoint, where everything was written, and what to try next.")
+    p.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    p.add_argument("--run-dir", default="runs/quickstart", help="parent of the run folders (default runs/quickstart)")
+    p.add_argument("--models", nargs="+", default=None, metavar="CONFIG",
+                   help="configs to run (default: quickstart_vsepp quickstart_scan)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override a value in every config, e.g. --set train.epochs=1 (repeatable)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_quickstart)
+
+
+def cmd_quickstart(a):
+    from ..io import check_writable
+
+    if a.json:
+        check_writable(a.json)  # before minutes of training, not after
+    quickstart(a.run_dir, a.json, a.models, a.overrides, progress=not a.no_progress)
+
+
+
 def quickstart(run_dir="runs/quickstart", json_path=None, configs=None, overrides=(), progress=True) -> dict:
     """Train each config into ``run_dir/<config name>``; returns test metrics by model name.
 
@@ -76,24 +100,9 @@ def where_and_next(runs: dict, data_paths: set, curves, json_path) -> str:
     lines += ["", "Next commands to try:",
               f"  vlmatch evaluate --checkpoint {q(str(out / 'best'))} --data {q(data)} --split test",
               f"  vlmatch plot {' '.join(q(str(o)) for o in runs.values())} --out curves.png",
-              f"  vlmatch data check --data {q(data)} --split test"]
-    lines += [f"  {cmd}" for cmd in optional_next_commands()]
-    lines.append("  vlmatch configs    # bundled configs, e.g. for Flickr30K / COCO / Flickr8k")
+              f"  vlmatch data check --data {q(data)} --split test",
+              "  vlmatch explain --help    # which image regions each word of a caption attended to",
+              "  vlmatch index --help      # index your own images for search",
+              "  vlmatch search --help     # search an index by sentence",
+              "  vlmatch configs    # bundled configs, e.g. for Flickr30K / COCO / Flickr8k"]
     return "\n".join(lines)
-
-
-# Commands other parts of vlmatch add; suggested only when this installation has them.
-OPTIONAL_NEXT = {
-    "explain": "vlmatch explain --help    # which image regions each word of a caption attended to",
-    "index": "vlmatch index --help      # index your own images for search",
-    "search": "vlmatch search --help     # search an index by sentence",
-}
-
-
-def optional_next_commands() -> list[str]:
-    from . import build_parser
-
-    have = set()
-    for action in build_parser()._subparsers._group_actions:
-        have |= set(getattr(action, "choices", None) or {})
-    return [cmd for name, cmd in OPTIONAL_NEXT.items() if name in have]

@@ -7,7 +7,7 @@ import json
 from ..errors import ConfigError, DataError
 from ..io import printable
 from ..search.stage1 import KINDS
-from . import positive_int
+from .common import positive_int
 
 
 def add_parser(sub):
@@ -20,7 +20,7 @@ def add_parser(sub):
                                  "table and a manifest into --out. Re-running an interrupted build resumes it; a "
                                  "build killed at any point leaves the previous index whole. One build or update of "
                                  "a folder at a time. Under torchrun every rank encodes a shard and rank 0 merges them.")
-    from . import checkpoint_arg
+    from .common import checkpoint_arg
 
     b.add_argument("--model", type=checkpoint_arg,
                    help="checkpoint folder (model.safetensors + config.json) or pretrained:NAME (default: the shipped "

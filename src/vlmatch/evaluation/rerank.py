@@ -308,3 +308,63 @@ def sentence_neighbors(folder, captions: list[str], k_text: int, device="cpu", p
     similarity available to every model); ``group`` as in :func:`neighbors_from_blocks`."""
     vec = sentence_vectors(folder, captions, device=device, progress=progress)
     return neighbors_from_vectors(vec, vec, k_text, progress=progress, group=group)
+
+
+# --- where S_TT comes from -----------------------------------------------------------------------
+
+def load_text_sims(path, n_captions: int) -> np.ndarray:
+    """A saved caption-caption similarity S_TT (an n_captions x n_captions .npy, memory-mapped)."""
+    try:
+        tt = np.load(path, mmap_mode="r", allow_pickle=False)
+    except FileNotFoundError:
+        raise DataError(path, "caption-caption matrix not found") from None
+    except Exception as e:
+        raise DataError(path, f"not a readable .npy array: {e}") from None
+    if not isinstance(tt, np.ndarray):  # a .npz archive
+        raise DataError(path, "a .npz archive, not one .npy caption-caption matrix: save it with numpy.save")
+    if tt.shape != (n_captions, n_captions):
+        raise DataError(path, f"caption-caption matrix has shape {tt.shape}, expected ({n_captions}, {n_captions}) "
+                              "for this score matrix")
+    return tt
+
+
+def is_vlmatch_checkpoint(folder) -> bool:
+    """Whether ``folder`` holds a vlmatch checkpoint (model.safetensors and a config.json naming a model),
+    not a Hugging Face model; an unreadable config.json is left to the loader that reports it."""
+    import json
+    from pathlib import Path
+
+    folder = Path(folder)
+    if not (folder / "model.safetensors").is_file():
+        return False
+    try:
+        cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(cfg, dict) and "name" in cfg
+
+
+def model_neighbors(folder, data, split_name: str, n_captions: int, k_text: int, max_images: int | None = None,
+                    device="auto", required: bool = True, group: int | None = None,
+                    progress: bool = False) -> tuple[np.ndarray | None, str]:
+    """G(T, K') of the captions of ``data``/``split_name`` from a checkpoint's text-text branch or an offline
+    sentence encoder in ``folder`` (with ``group``, within each group of that many consecutive captions: a
+    COCO 1K fold); returns (neighbours, their source). A checkpoint without S_TT gives (None, "none"), or
+    an error when ``required``."""
+    from ..data.precomp import PrecompSplit
+    from ..data.resolve import resolve_data
+    from ..distributed import pick_device
+    from ..models.registry import load_model
+
+    split = PrecompSplit(resolve_data(data), split_name, max_images=max_images)
+    if len(split.captions) != n_captions:
+        raise DataError(split.captions_path, f"{len(split.captions)} captions, the score matrix has {n_captions}")
+    dev = pick_device(device)
+    if is_vlmatch_checkpoint(folder):
+        model = load_model(folder, map_location=dev)
+        if not model.has_text_similarity():
+            if required:
+                raise VlmatchError(f"{folder}: model {model.name} has no text-text similarity (S_TT)")
+            return None, "none"
+        return model_text_neighbors(model, split, k_text, device=dev, progress=progress, group=group), str(folder)
+    return sentence_neighbors(folder, split.captions, k_text, device=dev, progress=progress, group=group), str(folder)

@@ -262,3 +262,17 @@ def gather_rows(part: np.ndarray, n_rows: int, block: int, device="cpu") -> np.n
             dist.recv(buf, src=src)
             out[a:a + len(buf)] = buf.cpu().numpy()
     return out
+
+
+def checkpoint_scores(checkpoint, data, split, max_images=None, device="auto", progress=False, budget=None,
+                      compile=False) -> np.ndarray | None:
+    """The full score matrix of the checkpoint folder ``checkpoint`` on ``data``/``split`` (see
+    :func:`model_scores`); launched by torchrun, this process joins the group and scores its share
+    (rank 0 gets the matrix, the others None)."""
+    from ..data.resolve import resolve_data
+    from ..models.registry import load_checkpoint
+
+    dev = D.setup(D.pick_device(device))  # joins the process group when launched by torchrun
+    model = load_checkpoint(checkpoint, map_location=dev)
+    sp = PrecompSplit(resolve_data(data), split, max_images=max_images)
+    return model_scores(model, sp, device=dev, progress=progress, budget=budget or DEFAULT_BUDGET, compile=compile)

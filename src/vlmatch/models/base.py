@@ -13,7 +13,7 @@ import functools
 import hashlib
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -116,6 +116,17 @@ class TextEncoding(Encoding):
         n = int(self.lengths.max())
         cut = {f: getattr(self, f)[:, :n] for f in self.per_word_fields if getattr(self, f) is not None}
         return dataclasses.replace(self, **cut)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What the best checkpoint is chosen by: ``"recall"``, the recalls (rsum) of the model's full val score
+    matrix, or ``"reranked"``, the recalls after MTFN-RR re-ranking with the model's own S_TT
+    (``caption_scores``) with ``k`` candidates and ``k_text`` caption neighbours."""
+
+    kind: Literal["recall", "reranked"] = "recall"
+    k: int | None = None
+    k_text: int | None = None
 
 
 @dataclass
@@ -251,14 +262,10 @@ class MatchingModel(nn.Module):
             raise ConfigError(f"model {self.name} has no training stage {stage!r}")
         return "image_caption"
 
-    def validation_metrics(self, split, device, progress: bool = False) -> dict | None:
-        """The metrics that select the best checkpoint (default: recalls of the full val score matrix).
-        Under torchrun every rank calls it and scores its share; rank 0 returns the metrics, the others None."""
-        from ..evaluation.metrics import evaluate_protocol
-        from ..evaluation.scoring import model_scores
-
-        sims = model_scores(self, split, device=device, progress=progress)
-        return None if sims is None else evaluate_protocol(sims, "single", source=split.captions_path)
+    def checkpoint_selection(self) -> Selection:
+        """How the trainer chooses this model's best checkpoint on the validation split, declared as data
+        (run by :mod:`vlmatch.evaluation.validate`); default: the recalls of the full score matrix."""
+        return Selection()
 
     def has_text_similarity(self) -> bool:
         """Whether ``caption_scores`` gives a trained caption-caption similarity."""
@@ -319,12 +326,6 @@ class MatchingModel(nn.Module):
         except Exception as e:  # safetensors raises its own error types
             raise DataError(path, f"not a readable safetensors file: {e}") from None
         self.load_state_dict(state, strict=True)
-
-
-def option(default, *, min=None, max=None, choices=None, doc: str = ""):  # noqa: A002
-    """A Config field with a declared range or allowed values (checked by :mod:`vlmatch.options`)."""
-    meta = {k: v for k, v in (("min", min), ("max", max), ("choices", choices)) if v is not None}
-    return dataclasses.field(default=default, metadata={**meta, "doc": doc})
 
 
 def check_options(cls: type, overrides: dict, model_name: str) -> dict:

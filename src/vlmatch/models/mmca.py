@@ -64,6 +64,7 @@ from torch import Tensor, nn
 
 from ..encoders.hf import HFTextEncoder
 from ..errors import ConfigError
+from ..options import option
 from .base import (
     ImageEncoding,
     MatchingModel,
@@ -72,7 +73,6 @@ from .base import (
     l2norm,
     length_mask,
     masked_mean,
-    option,
 )
 from .registry import register
 

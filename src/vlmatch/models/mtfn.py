@@ -66,7 +66,8 @@ from torch import Tensor, nn
 
 from ..encoders.text import GRUTextEncoder
 from ..errors import ConfigError
-from .base import ImageEncoding, MatchingModel, ModelConfig, TextEncoding, l2norm, masked_mean, option
+from ..options import option
+from .base import ImageEncoding, MatchingModel, ModelConfig, Selection, TextEncoding, l2norm, masked_mean
 from .registry import register
 from .text_side import TextSide, TextSideOptions
 
@@ -245,22 +246,13 @@ class MTFN(TextSide, MatchingModel):
             return "caption_pair"
         return "image_caption"
 
-    def validation_metrics(self, split, device, progress: bool = False) -> dict | None:
+    def checkpoint_selection(self) -> Selection:
         """Image-text stage: the recalls of S_IT. Text-text stage (S_IT is frozen, so its recalls cannot
         move): the recalls after re-ranking S_IT with S_TT (K = rr_k, K' = rr_k_text), which is what
-        S_TT is for; the record says so under ``reranked``."""
+        S_TT is for; the validation record says so under ``reranked``."""
         if self.stage != "text_text":
-            return super().validation_metrics(split, device, progress)
-        from ..evaluation.rerank import evaluate_reranked, model_text_neighbors
-        from ..evaluation.scoring import model_scores
-
-        sims = model_scores(self, split, device=device, progress=progress)
-        if sims is None:  # a torchrun rank other than 0: it scored its share, rank 0 re-ranks
-            return None
-        nb = model_text_neighbors(self, split, self.cfg.rr_k_text, device=device, progress=progress)
-        res = evaluate_reranked(sims, "single", k=self.cfg.rr_k, k_text=self.cfg.rr_k_text, neighbors=nb,
-                                source=split.captions_path)
-        return {**res["after"], "reranked": {"k": res["k"], "k_text": res["k_text"], "before_rsum": res["before"]["rsum"]}}
+            return Selection()
+        return Selection("reranked", k=self.cfg.rr_k, k_text=self.cfg.rr_k_text)
 
     def forward(self, x1, x2, x3, x4) -> Tensor:
         if self.stage == "text_text":  # (tokens, lengths) of the anchors, then of their partners

@@ -109,8 +109,9 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..errors import ConfigError
+from ..options import option
 from .attention import masked_softmax
-from .base import EPS, ImageEncoding, MatchingModel, ModelConfig, TextEncoding, length_mask, masked_mean, option, safe_sqrt
+from .base import EPS, ImageEncoding, MatchingModel, ModelConfig, TextEncoding, length_mask, masked_mean, safe_sqrt
 from .losses import hinge_triplet, intra_pair_hinge
 from .registry import register
 from .text_side import TextSide, TextSideOptions

@@ -34,8 +34,9 @@ DEFAULT_CANDIDATES = 100
 
 
 @dataclass
-class SearchResult:
-    """One ranked item: ``id`` (stable across updates), ``path`` (images) or ``text`` (captions)."""
+class SearchHit:
+    """One ranked item: ``id`` (stable across updates), ``path`` (images) or ``text`` (captions). (The HTTP
+    API's result row is :class:`vlmatch.search.app.SearchResult`.)"""
 
     rank: int
     id: int
@@ -46,6 +47,9 @@ class SearchResult:
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+SearchResult = SearchHit  # its name before 0.2, kept for one release
 
 
 class Collection:
@@ -145,12 +149,12 @@ class Index:
         q = self.stage1_source.text_vectors(texts, txt, self.n_regions)
         return txt, q.float().cpu().numpy()
 
-    def search(self, text: str, k: int = 10, candidates: int | None = None) -> list[SearchResult]:
+    def search(self, text: str, k: int = 10, candidates: int | None = None) -> list[SearchHit]:
         """The ``k`` best images for ``text``: top ``candidates`` by stage 1, re-ranked by the model."""
         return self.search_many([text], k, candidates)[0]
 
     @torch.no_grad()
-    def search_many(self, texts: list[str], k: int = 10, candidates: int | None = None) -> list[list[SearchResult]]:
+    def search_many(self, texts: list[str], k: int = 10, candidates: int | None = None) -> list[list[SearchHit]]:
         """:meth:`search` for several queries (text encoding and stage 1 batched)."""
         if not texts or any(not isinstance(t, str) or not t.strip() for t in texts):
             raise ConfigError("a search query must be a non-empty text")
@@ -164,7 +168,7 @@ class Index:
 
     @torch.no_grad()
     def rank_images(self, txt: TextEncoding, q: np.ndarray, k: int = 10, candidates: int | None = None
-                    ) -> list[list[SearchResult]]:
+                    ) -> list[list[SearchHit]]:
         """Two-stage ranking of encoded queries: ``txt`` (the model's text encodings, one row per
         query) and ``q`` (their stage-1 vectors, (n, d))."""
         coll = self._need("images")
@@ -204,7 +208,7 @@ class Index:
         return img, self.stage1_source.image_vectors(feats, img).float().cpu().numpy()
 
     @torch.no_grad()
-    def search_image(self, image, k: int = 10, candidates: int | None = None) -> list[SearchResult]:
+    def search_image(self, image, k: int = 10, candidates: int | None = None) -> list[SearchHit]:
         """The ``k`` best indexed captions for an image (a file path or its features)."""
         coll = self._need("captions")
         kk, cand = _sizes(k, candidates, len(coll))
@@ -303,5 +307,5 @@ def _ranked(coll: Collection, rows: np.ndarray, scores: np.ndarray, s1: np.ndarr
     out = []
     for rank, j in enumerate(order, start=1):
         it = coll.items[int(rows[j])]
-        out.append(SearchResult(rank, int(it["id"]), float(scores[j]), float(s1[j]), **{field: it[field]}))
+        out.append(SearchHit(rank, int(it["id"]), float(scores[j]), float(s1[j]), **{field: it[field]}))
     return out

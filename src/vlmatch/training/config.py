@@ -16,7 +16,7 @@ import yaml
 from ..errors import ConfigError, DataError
 from ..options import Spec, check_mapping, raise_problems
 
-BUNDLED = Path(__file__).parent / "configs"
+BUNDLED = Path(__file__).parent.parent / "configs"  # package data: vlmatch/configs
 
 DEFAULTS: dict = {
     "model": {"name": "vsepp"},  # plus any model option (embed_dim, lambda_softmax, ...)

@@ -25,22 +25,14 @@ from ..data.loaders import batch_kind, encode_captions
 from ..data.precomp import PrecompSplit
 from ..data.resolve import resolve_data
 from ..data.vocab import Vocab
+from ..distributed import pick_device
 from ..errors import ConfigError
-from ..evaluation.metrics import recall_metrics
-from ..evaluation.scoring import two_stage_scores
+from ..evaluation.validate import validate
 from ..io import append_line, atomic_dir, read_json, write_json, write_text
 from ..models.registry import create_model, legacy_conflicts, model_class, saved_options
 from .checkpoint import latest_checkpoint, load_training_state, save_training_state
 from .config import dump, validate_config
 from .rundir import check_resume, prepare_fresh, recorded
-
-data_root = resolve_data  # the one resolution of data arguments (kept under its old name)
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 def epoch_batches(n: int, batch_size: int, seed: int, epoch: int, rank: int, world_size: int) -> list[list[int]]:
@@ -80,21 +72,6 @@ def build_vocab(cfg: dict, train: PrecompSplit) -> Vocab:
     if cfg["data"]["vocab"]:
         return Vocab.load(cfg["data"]["vocab"])
     return Vocab.build(train.captions, min_count=cfg["data"]["min_word_count"])
-
-
-def validate(model, split, device, progress=False, top_k: int = 0) -> dict | None:
-    """Recall on ``split``: the model's own validation (exhaustive matrix), or with ``top_k`` two-stage
-    retrieval (rank by the model's global part, re-score each query's top K; ``scoring.two_stage_scores``).
-    Under torchrun every rank must call it: for the exhaustive matrix each rank scores its share of the
-    image blocks and rank 0 evaluates; two-stage validation runs on rank 0 alone. Rank 0 returns the
-    metrics, the others None."""
-    if top_k:
-        if D.world()[0] != 0:
-            return None
-        i2t, t2i = two_stage_scores(model, split, top_k, device=device, progress=progress)
-        return {"protocol": f"single, two-stage top {top_k}", "n_images": i2t.shape[0], "n_captions": i2t.shape[1],
-                **recall_metrics(i2t, t2i)}
-    return model.validation_metrics(split, device, progress=progress)
 
 
 def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overwrite: bool = False) -> dict:
