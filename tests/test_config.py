@@ -11,7 +11,7 @@ from vlmatch.errors import ConfigError
 from vlmatch.models import registry
 from vlmatch.models.vse import VSE, VSEConfig
 from vlmatch.options import option
-from vlmatch.training.config import load_config, validate_config
+from vlmatch.training.config import check_config, load_config
 
 
 def test_numbers_in_any_yaml_spelling(tmp_path):
@@ -112,10 +112,10 @@ def test_a_new_models_options_are_checked_from_its_config(new_model):
             create_model(new_model, **{key: value})
         assert expected in str(e.value), str(e.value)
         with pytest.raises(ConfigError) as e:  # the same through a config, before building anything
-            validate_config({**load_config(None), "model": {"name": new_model, key: value}})
+            check_config({**load_config(None), "model": {"name": new_model, key: value}})
         assert expected in str(e.value)
     with pytest.raises(ConfigError, match=r"embed_dim \(30\) must be a multiple of heads \(4\)"):
-        validate_config({**load_config(None), "model": {"name": new_model, "embed_dim": 30, "heads": 4}})
+        check_config({**load_config(None), "model": {"name": new_model, "embed_dim": 30, "heads": 4}})
     m = create_model(new_model, img_dim=4, embed_dim=8, word_dim=4, vocab_size=10, keep=0.5, temperature=5)
     assert m.cfg.temperature == 5.0 and isinstance(m.cfg.temperature, float)
 
@@ -127,7 +127,7 @@ def test_every_bundled_config_is_valid():
     assert len(names) > 10
     for name in names:
         cfg = load_config(name)
-        assert validate_config(cfg) == cfg, name  # already normalised
+        assert check_config(cfg) == cfg, name  # already normalised
 
 
 def _bundled_claims(module) -> list[tuple[list[str], dict]]:

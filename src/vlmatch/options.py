@@ -1,4 +1,4 @@
-"""Typed checks of configuration values: one clear line per problem, before any work starts.
+"""Options: typed checks of configuration values, one clear line per problem, before any work starts.
 
 A value is checked against a :class:`Spec` (type, range, allowed values, null allowed). Numbers must
 be numbers: ``1e-4`` is one in any YAML file or ``--set`` (see :mod:`vlmatch.training.config`), but a quoted
@@ -6,8 +6,9 @@ be numbers: ``1e-4`` is one in any YAML file or ``--set`` (see :mod:`vlmatch.tra
 strict: ``true``/``false`` only, never 0/1 or strings). An integral float (``1e3``) is accepted
 where an integer is expected.
 
-Model options are checked against the annotations of the model's ``Config`` dataclass, so a new model
-is validated without touching this module:
+Every option is a field of a dataclass, declared in one language: a model's ``Config`` and the ``data``
+and ``train`` sections of a run's config (:mod:`vlmatch.training.config`) alike. They are checked
+against their annotations, so a new model or option is checked without touching this module:
 
 * ``int``, ``float``, ``bool``, ``str``, ``X | None``, ``Literal["a", "b"]`` (allowed values),
   ``list[X]`` / ``tuple[X, ...]``;
@@ -136,10 +137,27 @@ def raise_problems(problems: list[str], source: str | None = None) -> None:
     raise ConfigError(f"{head}{len(problems)} problems in the config:\n  " + "\n  ".join(problems))
 
 
-def option(default, *, min=None, max=None, choices=None, doc: str = ""):  # noqa: A002
-    """A Config field with a declared range or allowed values (checked by :mod:`vlmatch.options`)."""
+def option(default, *, min=None, max=None, gt: bool = False, choices=None, resumable: bool = False,  # noqa: A002
+           doc: str = ""):
+    """A dataclass field with a declared range (``gt``: ``min`` is exclusive; on a list, every number in it)
+    or allowed values, checked by this module; ``resumable``: a run may be resumed with another value
+    (it does not change what is computed; see :mod:`vlmatch.training.rundir`)."""
     meta = {k: v for k, v in (("min", min), ("max", max), ("choices", choices)) if v is not None}
+    if gt:
+        meta["gt"] = True
+    if resumable:
+        meta["resumable"] = True
     return dataclasses.field(default=default, metadata={**meta, "doc": doc})
+
+
+def defaults(cls: type) -> dict:
+    """The default of every field of the dataclass ``cls``, in declaration order."""
+    return {f.name: f.default for f in dataclasses.fields(cls)}
+
+
+def resumable(cls: type) -> set[str]:
+    """The fields of ``cls`` declared ``resumable``."""
+    return {f.name for f in dataclasses.fields(cls) if f.metadata.get("resumable")}
 
 
 # --- specs from dataclass annotations ------------------------------------------------------------
@@ -155,10 +173,19 @@ def dataclass_specs(cls: type) -> dict[str, Spec]:
         meta = dict(f.metadata)
         if spec.kind is int and not {"min", "max"} & set(meta):
             meta.update({"min": 1, "max": 1 << 24} if _SIZE_NAME.search(f.name) else {"min": 0})
-        spec = dataclasses.replace(spec, **{k: (tuple(v) if k == "choices" else v) for k, v in meta.items()
-                                            if k in ("min", "max", "choices", "nullable", "gt")})
-        out[f.name] = spec
+        bounds = {k: (tuple(v) if k == "choices" else v) for k, v in meta.items()
+                  if k in ("min", "max", "choices", "nullable", "gt")}
+        out[f.name] = _bounded(spec, bounds)
     return out
+
+
+def _bounded(spec: Spec, bounds: dict) -> Spec:
+    """``spec`` with ``bounds``; on a list the numeric bounds hold for the numbers inside it."""
+    if spec.kind is list and spec.item is not None and {"min", "max", "gt"} & set(bounds):
+        inner = {k: v for k, v in bounds.items() if k in ("min", "max", "gt")}
+        outer = {k: v for k, v in bounds.items() if k not in inner}
+        return dataclasses.replace(spec, item=_bounded(spec.item, inner), **outer)
+    return dataclasses.replace(spec, **bounds)
 
 
 def _spec_of(tp) -> Spec:

@@ -1,5 +1,10 @@
 """Run configuration: YAML files with three sections (model, data, train), ``--set`` overrides.
 
+Every option is declared once, as a dataclass field with :func:`vlmatch.options.option` metadata (type,
+range, allowed values, whether a resumed run may change it): ``model`` options in each model's
+``Config``, the ``data`` and ``train`` sections in :class:`DataOptions` and :class:`TrainOptions` here.
+A loaded config stays a plain dict (``cfg["train"]["lr"]``); the dataclasses are its schema.
+
 Bundled configs live in ``vlmatch/configs`` (also reachable as ``configs/`` at the repo root);
 ``--config NAME`` finds them by name, ``--config path.yaml`` reads any file.
 """
@@ -9,101 +14,75 @@ from __future__ import annotations
 import copy
 import itertools
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from ..errors import ConfigError, DataError
-from ..options import Spec, check_mapping, raise_problems
+from ..options import Spec, check_mapping, dataclass_specs, defaults, option, raise_problems, resumable
 
 BUNDLED = Path(__file__).parent.parent / "configs"  # package data: vlmatch/configs
 
-DEFAULTS: dict = {
-    "model": {"name": "vsepp"},  # plus any model option (embed_dim, lambda_softmax, ...)
-    "data": {
-        "path": None,  # a precomp folder; "toyworld" = the bundled synthetic data (generated on demand)
-        "train_split": "train",
-        "val_split": "dev",
-        "val_max_images": 1000,  # SCAN's model selection on the first 1000 dev images / 5000 captions
-        "vocab": None,  # a SCAN vocab JSON; built from the training captions when absent
-        "min_word_count": 4,
-        "check_finite": True,  # scan every split for NaN/inf once at start (False: data already checked)
-    },
-    "train": {
-        "epochs": 30,
-        "batch_size": 128,  # per process under torchrun
-        "lr": 2e-4,
-        "lr_update": 15,  # lr x lr_decay every lr_update epochs
-        "lr_schedule": None,  # [[epoch, lr], ...] from epoch 0, piecewise constant; replaces lr / lr_update
-        "optimizer": "adam",  # adam | adadelta (rho 0.9)
-        "weight_decay": 0.0,  # L2 penalty of the optimizer
-        "lr_decay": 0.1,  # step-decay factor (MTFN halves: 0.5)
-        "stage": None,  # training stage of a multi-stage model (MTFN: image_text, then text_text)
-        "init_from": None,  # a checkpoint folder whose weights (and vocab) start this run (e.g. the previous stage)
-        "grad_clip": 2.0,
-        "margin": 0.2,
-        "max_violation": True,
-        "warmup_epochs": 0,  # epochs with the loss summed over all negatives before hardest negatives
-        "patience": 0,  # stop once val rsum has not improved for this many epochs (0: run all epochs)
-        "min_epochs": 0,  # ... but never before this many epochs
-        "val_every_steps": 0,  # also validate every N steps (0: only at epoch ends)
-        "val_top_k": 0,  # validate two-stage: rank by the model's global part, re-score each query's top K (0: exhaustive)
-        "checkpoint_every_steps": 0,  # also save last/ every N steps (0: only at epoch ends)
-        "log_every": 10,
-        "seed": 0,
-        "device": "auto",
-        "threads": 0,  # torch threads (0: torch's default)
-        "workers": 0,  # DataLoader workers
-        "max_steps_per_epoch": None,  # cap (smoke tests)
-        "stop_after_steps": None,  # exit abruptly after this global step (tests the resume path; never saved)
-    },
-}
+@dataclass
+class DataOptions:
+    """The ``data`` section of a run's config."""
 
-# Declared type and range of every data/train option (model options come from each model's Config).
-_POS, _NONNEG = {"min": 1}, {"min": 0}
-SPECS: dict[str, dict[str, Spec]] = {
-    "data": {
-        "path": Spec(str, nullable=True),
-        "train_split": Spec(str),
-        "val_split": Spec(str),
-        "val_max_images": Spec(int, nullable=True, **_POS),
-        "vocab": Spec(str, nullable=True),
-        "min_word_count": Spec(int, **_POS),
-        "check_finite": Spec(bool),
-    },
-    "train": {
-        "epochs": Spec(int, **_POS),
-        "batch_size": Spec(int, **_POS),
-        "lr": Spec(float, min=0, gt=True),
-        "lr_update": Spec(int, **_POS),
-        "lr_schedule": Spec(list, nullable=True, item=Spec(list, item=Spec(float, **_NONNEG))),
-        "optimizer": Spec(str, choices=("adam", "adadelta")),
-        "weight_decay": Spec(float, **_NONNEG),
-        "lr_decay": Spec(float, min=0, max=1, gt=True),
-        "stage": Spec(str, nullable=True),
-        "init_from": Spec(str, nullable=True),
-        "grad_clip": Spec(float, **_NONNEG),
-        "margin": Spec(float, **_NONNEG),
-        "max_violation": Spec(bool),
-        "warmup_epochs": Spec(int, **_NONNEG),
-        "patience": Spec(int, **_NONNEG),
-        "min_epochs": Spec(int, **_NONNEG),
-        "val_every_steps": Spec(int, **_NONNEG),
-        "val_top_k": Spec(int, **_NONNEG),
-        "checkpoint_every_steps": Spec(int, **_NONNEG),
-        "log_every": Spec(int, **_POS),
-        "seed": Spec(int, min=0, max=2**63 - 1),
-        "device": Spec(str),
-        "threads": Spec(int, **_NONNEG),
-        "workers": Spec(int, **_NONNEG),
-        "max_steps_per_epoch": Spec(int, nullable=True, **_POS),
-        "stop_after_steps": Spec(int, nullable=True, **_POS),
-    },
-}
+    path: str | None = option(None, doc="a precomp folder; 'toyworld' = the bundled synthetic data (generated on "
+                                        "demand)")
+    train_split: str = option("train")
+    val_split: str = option("dev")
+    val_max_images: int | None = option(1000, min=1, doc="SCAN's model selection on the first 1000 dev images / "
+                                                         "5000 captions")
+    vocab: str | None = option(None, doc="a SCAN vocab JSON; built from the training captions when absent")
+    min_word_count: int = option(4, min=1)
+    check_finite: bool = option(True, resumable=True, doc="scan every split for NaN/inf once at start (False: data "
+                                                          "already checked)")
+
+
+@dataclass
+class TrainOptions:
+    """The ``train`` section of a run's config. ``resumable``: a run may go on with another value."""
+
+    epochs: int = option(30, min=1, resumable=True)
+    batch_size: int = option(128, min=1, doc="per process under torchrun")
+    lr: float = option(2e-4, min=0, gt=True)
+    lr_update: int = option(15, min=1, doc="lr x lr_decay every lr_update epochs")
+    lr_schedule: list[list[float]] | None = option(
+        None, min=0, doc="[[epoch, lr], ...] from epoch 0, piecewise constant; replaces lr / lr_update")
+    optimizer: str = option("adam", choices=("adam", "adadelta"), doc="adam | adadelta (rho 0.9)")
+    weight_decay: float = option(0.0, min=0, doc="L2 penalty of the optimizer")
+    lr_decay: float = option(0.1, min=0, max=1, gt=True, doc="step-decay factor (MTFN halves: 0.5)")
+    stage: str | None = option(None, doc="training stage of a multi-stage model (MTFN: image_text, then text_text)")
+    init_from: str | None = option(None, doc="a checkpoint folder whose weights (and vocab) start this run (e.g. "
+                                             "the previous stage)")
+    grad_clip: float = option(2.0, min=0)
+    margin: float = option(0.2, min=0)
+    max_violation: bool = option(True)
+    warmup_epochs: int = option(0, min=0, doc="epochs with the loss summed over all negatives before hardest "
+                                              "negatives")
+    patience: int = option(0, min=0, resumable=True, doc="stop once val rsum has not improved for this many epochs "
+                                                         "(0: run all epochs)")
+    min_epochs: int = option(0, min=0, resumable=True, doc="... but never before this many epochs")
+    val_every_steps: int = option(0, min=0, doc="also validate every N steps (0: only at epoch ends)")
+    val_top_k: int = option(0, min=0, doc="validate two-stage: rank by the model's global part, re-score each "
+                                          "query's top K (0: exhaustive)")
+    checkpoint_every_steps: int = option(0, min=0, doc="also save last/ every N steps (0: only at epoch ends)")
+    log_every: int = option(10, min=1)
+    seed: int = option(0, min=0, max=2**63 - 1)
+    device: str = option("auto", resumable=True)
+    threads: int = option(0, min=0, resumable=True, doc="torch threads (0: torch's default)")
+    workers: int = option(0, min=0, resumable=True, doc="DataLoader workers")
+    max_steps_per_epoch: int | None = option(None, min=1, doc="cap (smoke tests)")
+    stop_after_steps: int | None = option(None, min=1, resumable=True, doc="exit abruptly after this global step "
+                                                                          "(tests the resume path; never saved)")
+
+
+# The sections of a config file: ``model`` (its name, plus any option of that model's Config), ``data``, ``train``.
+SECTIONS: dict[str, type] = {"data": DataOptions, "train": TrainOptions}
+DEFAULTS: dict = {"model": {"name": "vsepp"}, **{name: defaults(cls) for name, cls in SECTIONS.items()}}
 # Options that may differ between a run and its resumption (they do not change what is computed).
-RESUMABLE_CHANGES = {("train", "device"), ("train", "threads"), ("train", "workers"), ("train", "epochs"),
-                     ("train", "patience"), ("train", "min_epochs"),
-                     ("train", "stop_after_steps"), ("data", "check_finite")}
+RESUMABLE_CHANGES = {(name, key) for name, cls in SECTIONS.items() for key in resumable(cls)}
 
 
 class _Loader(yaml.SafeLoader):
@@ -158,10 +137,10 @@ def load_config(name_or_path: str | None = None, overrides: list[str] = (), extr
         cfg = _merge_sections(cfg, extra)
     for item in overrides:
         apply_override(cfg, item)
-    return validate_config(cfg, source=str(path) if name_or_path else None)
+    return check_config(cfg, source=str(path) if name_or_path else None)
 
 
-def validate_config(cfg: dict, source: str | None = None) -> dict:
+def check_config(cfg: dict, source: str | None = None) -> dict:
     """Check every section against its declared types and ranges and every model option against the
     model's ``Config``; returns a normalised copy (``1e3`` -> 1000 where an int is expected). All
     problems are reported together, one line each, as a :class:`ConfigError`."""
@@ -198,9 +177,8 @@ def validate_config(cfg: dict, source: str | None = None) -> dict:
 
 
 def section_specs(section: str) -> dict[str, Spec]:
-    """Declared specs, and for an option added without one, the type of its default."""
-    inferred = {k: Spec(type(v)) for k, v in DEFAULTS[section].items() if type(v) in (bool, int, float, str)}
-    return {**inferred, **SPECS.get(section, {})}
+    """The declared type and range of every option of a ``data`` or ``train`` section."""
+    return dataclass_specs(SECTIONS[section])
 
 
 def check_schedule(schedule) -> tuple[list | None, str | None]:

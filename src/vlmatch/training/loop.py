@@ -31,7 +31,7 @@ from ..evaluation.validate import validate
 from ..io import append_line, atomic_dir, read_json, write_json, write_text
 from ..models.registry import create_model, legacy_conflicts, model_class, saved_options
 from .checkpoint import latest_checkpoint, load_training_state, save_training_state
-from .config import dump, validate_config
+from .config import check_config, dump
 from .rundir import check_resume, prepare_fresh, recorded
 
 
@@ -80,7 +80,7 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
     A fresh run refuses a ``run_dir`` that holds a run unless ``overwrite``; ``resume`` continues the
     run whose checkpoint is in ``run_dir/last`` and refuses a ``cfg`` that would compute another run.
     """
-    cfg = validate_config(cfg)
+    cfg = check_config(cfg)
     tc, dc = cfg["train"], cfg["data"]
     device = pick_device(tc["device"])
     if tc["threads"]:
