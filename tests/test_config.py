@@ -177,3 +177,46 @@ def test_every_bundled_config_of_a_model_sets_what_its_docstring_says(module_nam
                 assert getattr(cfg, key) == value, f"{stem}: {key} = {getattr(cfg, key)!r}, the docstring says {value!r}"
         checked += 1
     assert checked >= 3
+
+
+# The models' own __init__ re-checks of these options are gone: the option check refuses a bad value before any
+# model is built, in one line (through create_model, a config file, --set, and a checkpoint's config.json alike).
+REFUSED = [
+    ("scan_t2i_avg", "direction", "up", "model.direction must be one of t2i, i2t; got the string 'up'"),
+    ("scan_t2i_avg", "method", "mean", "model.method must be one of attention, summax; got the string 'mean'"),
+    ("scan_t2i_avg", "raw_feature_norm", "l3", "model.raw_feature_norm must be one of softmax, l2norm, "
+                                               "clipped_l2norm, l1norm, clipped_l1norm, clipped, no_norm; got the string 'l3'"),
+    ("scan_t2i_avg", "agg", "median", "model.agg must be one of avg, lse, sum, max; got the string 'median'"),
+    ("scan_t2i_avg", "gemm_dtype", "int8", "model.gemm_dtype must be one of float32, bfloat16, float16; got the "
+                                           "string 'int8'"),
+    ("scan_t2i_avg", "feature_norm", "zscore", "model.feature_norm must be one of none, l2, batchnorm; got the string "
+                                               "'zscore'"),
+    ("caan", "intra", "both", "model.intra must be one of none, feature, semantic; got the string 'both'"),
+    ("vsepp", "text_pool", "max", "model.text_pool must be one of last, mean; got the string 'max'"),
+    ("sman", "score_mode", "max", "model.score_mode must be one of concat, sum; got the string 'max'"),
+    ("sman", "word_init", "zeros", "model.word_init must be one of uniform, xavier; got the string 'zeros'"),
+    ("sman", "grid_pool", 0, "model.grid_pool must be >= 1, got 0"),
+    ("sman", "alpha", 1.5, "model.alpha must be >= 0 and <= 1.0, got 1.5"),
+    ("mmca", "alpha", -0.5, "model.alpha must be >= 0, got -0.5"),
+    ("mtfn", "rank", 0, "model.rank must be >= 1, got 0"),
+    ("mtfn", "fusion_dim", 0, "model.fusion_dim must be >= 1 and <= 16777216, got 0"),
+]
+
+
+@pytest.mark.parametrize("name, key, value, line", REFUSED)
+def test_a_bad_option_is_refused_in_one_line_before_any_model_is_built(monkeypatch, name, key, value, line):
+    cls = registry.model_class(name)
+    monkeypatch.setattr(cls, "__init__", lambda *a, **k: pytest.fail("a model was built"))
+    with pytest.raises(ConfigError) as e:
+        create_model(name, **{key: value})
+    assert str(e.value) == line
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [f"model.name={name}", f"model.{key}={value}"])
+    assert str(e.value) == line
+
+
+def test_a_bad_option_is_one_error_line_on_the_command_line(capsys):
+    assert main(["train", "--config", "quickstart_scan", "--set", "model.agg=median"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("vlmatch: error: ") and err.count("\n") == 1
+    assert err.endswith("quickstart_scan.yaml: model.agg must be one of avg, lse, sum, max; got the string 'median'\n")

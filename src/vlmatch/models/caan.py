@@ -92,8 +92,6 @@ class CAAN(TextSide, MatchingModel):
 
     def __init__(self, cfg: CAANConfig):
         super().__init__(cfg)
-        if cfg.intra not in ("none", "feature", "semantic"):
-            raise ValueError(f"intra must be none, feature or semantic, not {cfg.intra!r}")
         d, m = cfg.embed_dim, cfg.attn_dim
         self.img_enc = RegionProjection(cfg.img_dim, d, cfg.precomp_enc_type)
         self.txt_enc = self.make_text_side(d, lambda: GRUTextEncoder(cfg.vocab_size, cfg.word_dim, d, cfg.num_layers,

@@ -149,8 +149,6 @@ class MTFN(TextSide, MatchingModel):
 
     def __init__(self, cfg: MTFNConfig):
         super().__init__(cfg)
-        if cfg.rank < 1 or cfg.fusion_dim < 1:
-            raise ConfigError(f"mtfn: rank and fusion_dim must be positive, got {cfg.rank}, {cfg.fusion_dim}")
         d = cfg.embed_dim
         if self.sentence_encoder:
             from ..encoders.hf import HFTextEncoder

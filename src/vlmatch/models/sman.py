@@ -224,15 +224,6 @@ class SMAN(TextSide, MatchingModel):
 
     def __init__(self, cfg: SMANConfig):
         super().__init__(cfg)
-        for key, allowed in (("score_mode", ("concat", "sum")), ("word_combine", ("sum", "mean")),
-                             ("intra_scale", ("sum", "per_level")), ("word_attention", ("eq5", "eq9")),
-                             ("word_init", ("uniform", "xavier"))):
-            if getattr(cfg, key) not in allowed:
-                raise ValueError(f"{key} must be one of {allowed}, not {getattr(cfg, key)!r}")
-        if cfg.grid_pool < 1:
-            raise ValueError(f"grid_pool must be at least 1, not {cfg.grid_pool}")
-        if not 0.0 <= cfg.alpha <= 1.0:
-            raise ValueError(f"alpha must lie in [0, 1], not {cfg.alpha}")
         f, d, a = cfg.img_dim, cfg.embed_dim, cfg.attn_dim
         self.drop = nn.Dropout(cfg.dropout)
         self.words = self.make_text_side(d, lambda: None, dropout=cfg.dropout)  # None: eq. 1's own layers below
