@@ -29,9 +29,12 @@ from ..weights import describe_problems, read_header, shape_problems, verify_sha
 EPS = 1e-8
 
 
-def l2norm(x: Tensor, dim: int = -1, eps: float = EPS) -> Tensor:
-    """x / (||x|| + eps), SCAN's definition."""
-    return x / (torch.linalg.vector_norm(x, dim=dim, keepdim=True) + eps)
+def l2norm(x: Tensor, dim: int = -1, eps: float = EPS, floor: bool = False) -> Tensor:
+    """x as unit vectors along ``dim``: x / (||x|| + eps), SCAN's definition (every model's); with ``floor``,
+    x / max(||x||, eps), the form of SMAN's cosines (a·b / max(||a|| ||b||, eps)), so its unit vectors give
+    exactly the cosines its score computes. The one unit-normalisation of the models."""
+    norm = torch.linalg.vector_norm(x, dim=dim, keepdim=True)
+    return x / (norm.clamp(min=eps) if floor else norm + eps)
 
 
 def safe_sqrt(x: Tensor) -> Tensor:

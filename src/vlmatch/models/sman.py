@@ -111,7 +111,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from ..errors import ConfigError
 from ..options import option
 from .attention import masked_softmax
-from .base import EPS, ImageEncoding, MatchingModel, ModelConfig, TextEncoding, length_mask, masked_mean, safe_sqrt
+from .base import EPS, ImageEncoding, MatchingModel, ModelConfig, TextEncoding, l2norm, length_mask, masked_mean, safe_sqrt
 from .losses import hinge_triplet, intra_pair_hinge
 from .registry import register
 from .text_side import TextSide, TextSideOptions
@@ -206,10 +206,6 @@ def _pair_logits(keys: Tensor, q: Tensor, w: Tensor) -> Tensor:
             h = (k_i[j:j + step] if k_i.shape[0] > 1 else k_i) * q2[i, j:j + step, None, :]
             torch.matmul(torch.sigmoid_(h), w2, out=out[i, j:j + step])
     return out.sub_(w.sum())
-
-
-def _unit(x: Tensor) -> Tensor:
-    return x / torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp(min=EPS)
 
 
 def _cos(a: Tensor, b: Tensor) -> Tensor:
@@ -346,7 +342,7 @@ class SMAN(TextSide, MatchingModel):
 
     @staticmethod
     def _finish(out, levels: list[Tensor]):
-        out.unit = torch.cat([_unit(v) for v in levels], dim=1)
+        out.unit = torch.cat([l2norm(v, floor=True) for v in levels], dim=1)
         out.flat = torch.cat(levels, dim=1)
         out.sq = (out.flat * out.flat).sum(dim=1)
         return out
