@@ -42,7 +42,7 @@ Readings where the paper is silent (written down as the issue asks):
   the image-text branch: W_t' := W_t, both sides' W^r := W_t̃^r, W_m' := W_m (§4.1: "use the parameters
   of the Image-Text fusion branch to initialize the Text-Text fusion branch").
 
-Bundled configs (each ``mtfn*`` config in configs/ resolves to these options; tests/test_config.py checks it):
+Bundled configs (each ``mtfn*`` config in configs/ resolves to these options; tests/training/test_config.py checks it):
     mtfn_*    input_norm: none
 
 Exact fast scoring. ``W_m f = Σ_r ⟨w_m ⊙ W_ṽ^r ṽ, W_t̃^r t̃⟩``, so with per-item vectors of size R·d_f

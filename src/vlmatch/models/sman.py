@@ -67,7 +67,7 @@ Readings of the paper where it is ambiguous (or self-contradictory):
 - Word embeddings (eq. 1's P): the paper starts them from Xavier (§IV-A: "random initialization (Xavier
   initialization)"), ``word_init="xavier"``, which the SMAN paper configs set. The default stays
   ``"uniform"``, uniform(-0.1, 0.1), what every earlier run used, so existing configs (``sman_f8k`` and its
-  recorded figures) reproduce; on the toy world (tests/test_sman_learning.py's run, one each, same host)
+  recorded figures) reproduce; on the toy world (tests/models/test_sman_learning.py's run, one each, same host)
   Xavier's larger initial scale gave a lower rsum (127.6 against 154.9 with d, 28.7 against 67.8 with the
   concatenation), so it is not made the default unmeasured. It sets initial weights only: the same RNG
   draws, scaled (a seed gives every other weight unchanged).
@@ -82,7 +82,7 @@ Checkpoints: an option a config.json lacks is read as the model was made then (`
 ``score_mode="sum"`` (the default until the paper's concatenation replaced it), ``intra_scale="sum"``,
 ``word_attention="eq5"``, ``grid_pool=1``; an old checkpoint scores exactly as before.
 
-Bundled configs (each ``sman*`` config in configs/ resolves to these options; tests/test_config.py checks it):
+Bundled configs (each ``sman*`` config in configs/ resolves to these options; tests/training/test_config.py checks it):
     sman*_f30k, sman*_coco    score_mode: concat, grid_pool: 2, word_init: xavier, intra_scale: sum, word_attention: eq5
     sman_f8k                  score_mode: sum, grid_pool: 1, word_init: uniform, intra_scale: sum, word_attention: eq5
 

@@ -201,7 +201,7 @@ def coco_like(tmp_path_factory):
     from vlmatch import create_model
     from vlmatch.data.vocab import Vocab
 
-    from .conftest import write_precomp
+    from ..conftest import write_precomp
 
     rng = np.random.default_rng(5)
     n = 5000

@@ -117,7 +117,7 @@ def test_a_frozen_transformer_text_side_trains_without_a_vocabulary(small_world,
     """text_encoder = a local HF folder: no vocab.json, the tokenizer kept, outputs prefilled into the cache."""
     from vlmatch.encoders.hf import tiny_bert_folder
 
-    from .models.test_mmca import toy_words
+    from ..models.test_mmca import toy_words
 
     bert = tiny_bert_folder(tmp_path / "bert", hidden=24, layers=2, heads=2, words=toy_words())
     cfg = _cfg(small_world, epochs=1, max_steps_per_epoch=3)

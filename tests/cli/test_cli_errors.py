@@ -9,7 +9,7 @@ import vlmatch.models.registry as registry
 from vlmatch.cli import build_parser, main
 from vlmatch.data.precomp import PrecompSplit
 
-from .conftest import write_precomp
+from ..conftest import write_precomp
 
 
 def _one_line(err):
@@ -108,7 +108,7 @@ def test_every_commands_help_prints(capsys):
         with pytest.raises(SystemExit) as e:
             main([*cmd, "--help"])
         assert e.value.code == 0, cmd
-    assert "train.lr=1e-4" in capsys.readouterr().out  # the example tests/test_rundir.py runs
+    assert "train.lr=1e-4" in capsys.readouterr().out  # the example tests/training/test_rundir.py runs
 
 
 @pytest.mark.parametrize("argv", [["evaluate", "--sims", "x.npy", "--max-images", "0"],
