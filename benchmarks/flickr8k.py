@@ -19,12 +19,12 @@ import sys
 import time
 from pathlib import Path
 
-from vlmatch.config import load_config
 from vlmatch.data.resolve import FLICKR8K_SOURCE
+from vlmatch.evaluation.metrics import format_table
 from vlmatch.features.extract import extract
 from vlmatch.io import write_json, write_text
-from vlmatch.metrics import format_table
-from vlmatch.train import train
+from vlmatch.training.config import load_config
+from vlmatch.training.loop import train
 
 HERE = Path(__file__).resolve().parent
 SHARED = HERE.parent.parent / "shared" / "flickr8k"

@@ -6,7 +6,7 @@
 
 Reads benchmarks/cache/runs/<run>/best, scores the Karpathy val split (1000 images, 5000 captions; the
 matrix is kept as benchmarks/cache/rerank/<run>_val_sims.npy for the next variant), re-ranks it with
-vlmatch.rerank (K = 15 as for Flickr30K, K' = 5) and writes benchmarks/results/flickr8k/<row>.json with
+vlmatch.evaluation.rerank (K = 15 as for Flickr30K, K' = 5) and writes benchmarks/results/flickr8k/<row>.json with
 the recalls after re-ranking (``metrics``) and before (``before``), then re-renders flickr8k.md. The same
 figures come from ``vlmatch evaluate --checkpoint RUN/best --data FEATS --split dev --rerank [...]``.
 """
@@ -27,10 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from flickr8k import CACHE, HERE, RUNS, load_results, render  # noqa: E402
 
 from vlmatch.data.precomp import PrecompSplit  # noqa: E402
+from vlmatch.evaluation.rerank import evaluate_reranked, model_text_neighbors  # noqa: E402
+from vlmatch.evaluation.scoring import model_scores  # noqa: E402
 from vlmatch.io import save_npy, write_json, write_text  # noqa: E402
 from vlmatch.models.registry import load_model  # noqa: E402
-from vlmatch.rerank import evaluate_reranked, model_text_neighbors  # noqa: E402
-from vlmatch.scoring import model_scores  # noqa: E402
 
 
 def val_sims(run_dir: Path, split: PrecompSplit) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Re-ranking benchmark: MTFN-RR (vlmatch.rerank) on random score matrices of the benchmark shapes.
+"""Re-ranking benchmark: MTFN-RR (vlmatch.evaluation.rerank) on random score matrices of the benchmark shapes.
 
     python benchmarks/rerank.py                    # COCO 5K (5000 x 25000, K=7) and Flickr30K (1000 x 5000, K=15)
     python benchmarks/rerank.py --shapes coco5k
@@ -31,7 +31,7 @@ def run_shape(name: str, threads: int, k_text: int) -> dict:
     import torch
 
     torch.set_num_threads(threads)
-    from vlmatch.rerank import evaluate_reranked, neighbors_from_vectors
+    from vlmatch.evaluation.rerank import evaluate_reranked, neighbors_from_vectors
 
     n_img, n_cap, k, protocol = SHAPES[name]
     rng = np.random.default_rng(0)

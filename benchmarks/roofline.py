@@ -84,7 +84,7 @@ def measure_peaks(a) -> dict:
 
 def measure_model(name: str, compiled: bool, a) -> dict:
     from vlmatch import create_model
-    from vlmatch.scoring import BlockPlan, score_blocks
+    from vlmatch.evaluation.scoring import BlockPlan, score_blocks
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)

@@ -91,8 +91,8 @@ def cell_stats(model, split: PrecompSplit, n_images: int) -> dict:
 @torch.no_grad()
 def uniform_ablation(model, features) -> dict:
     """Val rsum as trained and with λ1 = 0 (uniform attention), whole val split."""
-    from vlmatch.metrics import evaluate_protocol
-    from vlmatch.scoring import model_scores
+    from vlmatch.evaluation.metrics import evaluate_protocol
+    from vlmatch.evaluation.scoring import model_scores
 
     if not hasattr(model.cfg, "lambda_softmax"):
         sys.exit(f"--uniform: {model.name} has no softmax temperature lambda_softmax to set to 0")

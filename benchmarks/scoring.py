@@ -58,9 +58,9 @@ def _peak_mb():
 
 def run_mode(mode, a) -> dict:
     from vlmatch import create_model
+    from vlmatch.evaluation.scoring import BlockPlan, score_blocks
     from vlmatch.models.attention import cross_sim
     from vlmatch.models.base import ImageEncoding, TextEncoding
-    from vlmatch.scoring import BlockPlan, score_blocks
 
     torch.set_num_threads(a.threads)
     if mode == "official":
@@ -144,8 +144,8 @@ def _sman_inputs(model, n_img, n_cap, a):
 
 
 def run_sman(mode, a, model) -> dict:
+    from vlmatch.evaluation.scoring import score_blocks
     from vlmatch.models.attention import cross_sim
-    from vlmatch.scoring import score_blocks
 
     if mode == "pairwise":  # the plain per-pair form: score called for one (image, caption) at a time
         img, txt = _sman_inputs(model, a.official_images, a.official_captions, a)
@@ -197,9 +197,9 @@ def run_mtfn(mode, a) -> dict:
     per-item vectors (``gemm_fp32``), and eq. 2-4 one pair at a time (``pairwise``: R rank-1 products,
     W_m, sigmoid per pair) on --official-images x --official-captions."""
     from vlmatch import create_model
+    from vlmatch.evaluation.scoring import score_blocks
     from vlmatch.models.base import ImageEncoding
     from vlmatch.models.mtfn import MTFNText
-    from vlmatch.scoring import score_blocks
 
     model = create_model("mtfn", img_dim=a.d, embed_dim=a.d, fusion_dim=a.d, rank=a.rank, vocab_size=10).eval()
     g = torch.Generator().manual_seed(0)
@@ -241,8 +241,8 @@ def recall_change(a) -> dict:
     from vlmatch import load_model
     from vlmatch.data.precomp import PrecompSplit
     from vlmatch.data.resolve import resolve_data
-    from vlmatch.metrics import evaluate_protocol
-    from vlmatch.scoring import model_scores
+    from vlmatch.evaluation.metrics import evaluate_protocol
+    from vlmatch.evaluation.scoring import model_scores
 
     torch.set_num_threads(a.threads)
     model = load_model(a.recall_checkpoint)

@@ -4,7 +4,7 @@ the plain form (one pair per call) and the cross unit's compute bound, all measu
     python benchmarks/scoring_mmca.py                  # k=36 regions, n=12 tokens, d=256, 16 heads
     python benchmarks/scoring_mmca.py --threads 2 --images 64 --captions 256
 
-- engine: ``score`` on (--images x --captions) blocks sized by ``bytes_per_pair`` (vlmatch.scoring),
+- engine: ``score`` on (--images x --captions) blocks sized by ``bytes_per_pair`` (vlmatch.evaluation.scoring),
   per-item work (``encode_*``) excluded: it runs once per item, not per pair.
 - plain: the same equations one (image, caption) pair per ``score`` call (the layout of a per-pair
   loop), on --plain-pairs pairs.
@@ -56,8 +56,8 @@ def main(argv=None) -> dict:
     a = ap.parse_args(argv)
     sys.path.insert(0, str(HERE.parent / "src"))
     from vlmatch import create_model
+    from vlmatch.evaluation.scoring import BlockPlan
     from vlmatch.models.mmca import MMCAImages, MMCATexts
-    from vlmatch.scoring import BlockPlan
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)

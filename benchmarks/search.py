@@ -65,9 +65,9 @@ def _recalls(ranks: np.ndarray) -> dict:
 
 def real(a) -> dict:
     from vlmatch.data.precomp import PrecompSplit
-    from vlmatch.metrics import evaluate_protocol
+    from vlmatch.evaluation.metrics import evaluate_protocol
+    from vlmatch.evaluation.scoring import model_scores
     from vlmatch.models.registry import load_model, resolve_checkpoint
-    from vlmatch.scoring import model_scores
     from vlmatch.search import Index
     from vlmatch.search.build import build_index
 
@@ -245,7 +245,7 @@ def scale_one(n: int, queries: int, agree_queries: int, k: int = 49, d: int = 10
                         "total_floor": floor + search}.items()}
     agree = None
     if agree_queries:
-        from vlmatch.scoring import score_blocks
+        from vlmatch.evaluation.scoring import score_blocks
 
         qs = [synthetic_query(int(rng.integers(n))) for _ in range(agree_queries)]
         two = [idx.rank_images(t, q, k=10, candidates=100)[0] for t, q in qs]

@@ -92,7 +92,14 @@ def default_scale(n: int, queries: int, k: int = 49, candidates: int = 100) -> d
     import resource
 
     from vlmatch.search import Index
-    from vlmatch.search.build import _stage1_source, image_encoder, load_checkpoint, save_checkpoint, versions, write_collection
+    from vlmatch.search.build import (
+        _stage1_source,
+        image_encoder,
+        load_index_model,
+        save_checkpoint,
+        versions,
+        write_collection,
+    )
     from vlmatch.search.encode import encode_part
     from vlmatch.search.folder import commit
 
@@ -100,8 +107,8 @@ def default_scale(n: int, queries: int, k: int = 49, candidates: int = 100) -> d
     model_ckpt, retriever_ckpt = _pair()
     from vlmatch.models.registry import resolve_checkpoint
 
-    model, rec = load_checkpoint(resolve_checkpoint(model_ckpt))
-    retriever, rrec = (load_checkpoint(resolve_checkpoint(retriever_ckpt)) if retriever_ckpt else (None, None))
+    model, rec = load_index_model(resolve_checkpoint(model_ckpt))
+    retriever, rrec = (load_index_model(resolve_checkpoint(retriever_ckpt)) if retriever_ckpt else (None, None))
     s1 = _stage1_source(model, retriever)
     root = CACHE / "search" / f"default_{n}"
     shutil.rmtree(root, ignore_errors=True)

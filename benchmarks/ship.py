@@ -33,13 +33,13 @@ LICENCE = ("Flickr8k is released for research purposes only (Hodosh et al. 2013)
 
 def val_scores(model):
     from vlmatch.data.precomp import PrecompSplit
-    from vlmatch.scoring import model_scores
+    from vlmatch.evaluation.scoring import model_scores
 
     return model_scores(model, PrecompSplit(FEATURES, "dev"), progress=False)
 
 
 def val_metrics(model, sims=None) -> dict:
-    from vlmatch.metrics import recall_metrics
+    from vlmatch.evaluation.metrics import recall_metrics
 
     return recall_metrics(val_scores(model) if sims is None else sims)
 
@@ -47,7 +47,7 @@ def val_metrics(model, sims=None) -> dict:
 def pair_metrics(sims, retriever: str) -> dict:
     """Val recalls of the pair's ranking with score "mean": this model's matrix averaged with the retriever's."""
     from vlmatch import load_model
-    from vlmatch.metrics import ensemble, recall_metrics
+    from vlmatch.evaluation.metrics import ensemble, recall_metrics
 
     return recall_metrics(ensemble([sims, val_scores(load_model(f"pretrained:{retriever}"))]))
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from vlmatch.cli.quickstart import quickstart
+from vlmatch.evaluation.metrics import format_table
 from vlmatch.io import write_text
-from vlmatch.metrics import format_table
-from vlmatch.quickstart import quickstart
 
 HERE = Path(__file__).resolve().parent
 CONFIGS = ["quickstart_vsepp", "quickstart_scan", "quickstart_scan_i2t", "quickstart_caan"]

@@ -109,8 +109,8 @@ def measure(family: str, text: str, a) -> dict:
     from torch.utils.flop_counter import FlopCounterMode
 
     from vlmatch import create_model
-    from vlmatch.config import load_config
-    from vlmatch.train import make_optimizer
+    from vlmatch.training.config import load_config
+    from vlmatch.training.loop import make_optimizer
 
     torch.manual_seed(0)
     cfg = load_config(FAMILIES[family])

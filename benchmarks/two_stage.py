@@ -35,8 +35,8 @@ def main(argv=None) -> dict:
     sys.path.insert(0, str(HERE.parent / "src"))
     from vlmatch import load_model
     from vlmatch.data.precomp import PrecompSplit
-    from vlmatch.metrics import format_table, recall_metrics
-    from vlmatch.scoring import model_scores, two_stage_scores
+    from vlmatch.evaluation.metrics import format_table, recall_metrics
+    from vlmatch.evaluation.scoring import model_scores, two_stage_scores
 
     torch.set_num_threads(a.threads)
     model = load_model(a.checkpoint)

@@ -9,12 +9,12 @@ import torch
 
 import vlmatch
 from vlmatch.cli import main
-from vlmatch.config import BUNDLED, describe_configs
 from vlmatch.data.precomp import PrecompSplit
 from vlmatch.data.resolve import resolve_data
 from vlmatch.data.vocab import Vocab
 from vlmatch.errors import ConfigError
-from vlmatch.explain import pair_attention
+from vlmatch.training.config import BUNDLED, describe_configs
+from vlmatch.viz.attention import pair_attention
 
 from .conftest import write_precomp
 
@@ -89,7 +89,7 @@ def test_explain_on_memory_mapped_features_warns_nothing(small_world, tmp_path):
     """torch warns once per process, so this runs in a fresh interpreter with warnings as errors."""
     vocab = Vocab.build(PrecompSplit(small_world, "train").captions, 1)
     vlmatch.create_model("scan_t2i_avg", img_dim=32, embed_dim=8, word_dim=4, vocab=vocab).save(tmp_path / "ck")
-    code = ("import vlmatch; from vlmatch.data.precomp import PrecompSplit; from vlmatch.explain import pair_attention\n"
+    code = ("import vlmatch; from vlmatch.data.precomp import PrecompSplit; from vlmatch.viz.attention import pair_attention\n"
             f"sp = PrecompSplit({str(small_world)!r}, 'test')\n"
             "assert not sp.features[0].flags.writeable  # memory-mapped, read-only\n"
             f"pair_attention(vlmatch.load_model({str(tmp_path / 'ck')!r}), sp.features[0], sp.captions[0])\n")

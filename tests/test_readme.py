@@ -167,7 +167,7 @@ def scratch(tmp_path_factory):
 @pytest.fixture(scope="module")
 def home(tmp_path_factory):
     """A folder where a (fast) quickstart has run; the toy world in the tests' cache."""
-    from vlmatch.quickstart import quickstart
+    from vlmatch.cli.quickstart import quickstart
 
     folder = tmp_path_factory.mktemp("readme_home")
     cache = tmp_path_factory.getbasetemp() / "vlcache"  # as conftest sets VLMATCH_CACHE

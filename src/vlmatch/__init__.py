@@ -3,6 +3,6 @@
 from . import pretrained  # noqa: F401 (registers "pretrained:NAME" checkpoint names)
 from .models.registry import create_model, describe_models, list_models, load_model
 from .search.index import Index
+from .version import __version__
 
-__version__ = "0.1.0"
 __all__ = ["Index", "create_model", "list_models", "describe_models", "load_model", "__version__"]

@@ -1,4 +1,4 @@
-"""torchrun / DDP helpers. One process = plain training; WORLD_SIZE > 1 = DDP (gloo on CPU, nccl on GPU)."""
+"""Devices and torchrun / DDP helpers. One process = plain training; WORLD_SIZE > 1 = DDP (gloo on CPU, nccl on GPU)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,13 @@ import os
 
 import torch
 import torch.distributed as dist
+
+
+def pick_device(name: str) -> torch.device:
+    """``auto`` (a CUDA device when there is one, else the CPU) or a torch device name."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
 
 
 def world() -> tuple[int, int]:

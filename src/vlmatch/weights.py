@@ -14,12 +14,16 @@ from pathlib import Path
 from .errors import DataError
 
 
-def sha256_file(path, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
+def sha256_file(path) -> str:
+    """The SHA-256 of a file's bytes (hex), read in blocks: the one file-hash reader of vlmatch."""
     with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def hash_file_into(h, path) -> None:
+    """Feed the bytes of ``path`` into the running hash ``h`` (a digest over several files)."""
+    with open(path, "rb") as f:
+        hashlib.file_digest(f, lambda: h)
 
 
 def verify_sha256(path, expected: str | None, recorded_in) -> None:

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from vlmatch import create_model
-from vlmatch.losses import hinge_triplet
+from vlmatch.models.losses import hinge_triplet
 
 from .reference import caan_pair, score_matrix
 from .test_scan import VOCAB, _inputs

@@ -11,7 +11,7 @@ from vlmatch.data.synth import CATEGORIES, COLOURS, POSITIONS, SIZES, TEMPLATES
 from vlmatch.encoders import text_cache
 from vlmatch.encoders.hf import tiny_bert_folder
 from vlmatch.errors import DataError
-from vlmatch.losses import hinge_triplet
+from vlmatch.models.losses import hinge_triplet
 
 from .reference import mmca_pair
 

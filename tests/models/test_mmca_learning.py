@@ -8,11 +8,11 @@ steadily (batch 32, lr 1e-3: 128, 203, 273, 305 after epochs 1-4 on AVX2), far a
 import pytest
 
 from vlmatch import load_model
-from vlmatch.config import load_config
 from vlmatch.data.precomp import PrecompSplit
 from vlmatch.encoders.hf import tiny_bert_folder
-from vlmatch.metrics import recall_metrics
-from vlmatch.scoring import model_scores, two_stage_scores
+from vlmatch.evaluation.metrics import recall_metrics
+from vlmatch.evaluation.scoring import model_scores, two_stage_scores
+from vlmatch.training.config import load_config
 
 from .test_mmca import toy_words
 
@@ -27,7 +27,7 @@ def test_mmca_learns_and_two_stage_matches_exhaustive_at_large_k(small_world, tm
         "data": {"path": str(small_world), "val_max_images": 200},
         "train": {"epochs": 4, "batch_size": 32, "lr": 1e-3, "lr_update": 4, "log_every": 50, "threads": 2,
                   "warmup_epochs": 4, "val_top_k": 20}})
-    from vlmatch.train import train
+    from vlmatch.training.loop import train
 
     best = train(cfg, tmp_path / "run", progress=False)
     assert best["rsum"] > 4 * CHANCE_RSUM, best

@@ -6,7 +6,7 @@ from vlmatch import create_model
 from vlmatch.data.loaders import CaptionPairDataset
 from vlmatch.data.precomp import PrecompSplit
 from vlmatch.errors import ConfigError
-from vlmatch.losses import caption_pair_triplet
+from vlmatch.models.losses import caption_pair_triplet
 
 from ..conftest import write_precomp
 from .reference import mtfn_caption_scores, mtfn_scores

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from vlmatch import create_model
-from vlmatch.config import load_config
 from vlmatch.data.vocab import Vocab
 from vlmatch.errors import VlmatchError
 from vlmatch.models.base import ImageEncoding, MatchingModel, ModelConfig, TextEncoding, l2norm
 from vlmatch.models.registry import _REGISTRY, load_model, register
-from vlmatch.train import train
+from vlmatch.training.config import load_config
+from vlmatch.training.loop import train
 
 
 @dataclass

@@ -92,7 +92,7 @@ def test_gradients_reach_every_parameter(name):
     model = _model(name).float()
     feats, mask, tokens, lengths = _inputs(seed=4)
     scores = model(feats, mask, tokens, lengths)
-    from vlmatch.losses import hinge_triplet
+    from vlmatch.models.losses import hinge_triplet
     hinge_triplet(scores[:, :3], margin=0.2).backward()
     for pname, p in model.named_parameters():
         assert p.grad is not None and torch.isfinite(p.grad).all(), pname

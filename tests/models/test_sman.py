@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from vlmatch import create_model
-from vlmatch.losses import intra_pair_hinge
 from vlmatch.models import sman as sman_module
+from vlmatch.models.losses import intra_pair_hinge
 
 from .reference import sman_intra, sman_matrix, sman_pair
 from .test_scan import VOCAB

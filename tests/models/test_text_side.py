@@ -143,9 +143,9 @@ def test_scan_with_a_transformer_text_side_learns_and_reloads_its_finetuned_weig
     """The toy world with a tiny random BERT, fine-tuned (a frozen *random* transformer gives SCAN nothing to
     bind: rsum stayed at chance, ~20). Fine-tuned, SCAN t-i climbs to a plateau (54, 173, 312, 446, 486 after
     epochs 1-5 on an AVX2 host), far above the 96 asserted."""
-    from vlmatch.config import load_config
     from vlmatch.encoders.hf import tiny_bert_folder
-    from vlmatch.train import train
+    from vlmatch.training.config import load_config
+    from vlmatch.training.loop import train
 
     from .test_mmca import toy_words
 
@@ -160,8 +160,8 @@ def test_scan_with_a_transformer_text_side_learns_and_reloads_its_finetuned_weig
     model = load_model(tmp_path / "run" / "best")
     assert any(".hf.transformer." in n for n, _ in model.named_parameters())  # the fine-tuned weights came back
     from vlmatch.data.precomp import PrecompSplit
-    from vlmatch.metrics import recall_metrics
-    from vlmatch.scoring import model_scores
+    from vlmatch.evaluation.metrics import recall_metrics
+    from vlmatch.evaluation.scoring import model_scores
 
     again = recall_metrics(model_scores(model, PrecompSplit(small_world, "dev", max_images=200), progress=False))
     assert abs(again["rsum"] - best["rsum"]) < 0.5  # the reloaded checkpoint scores as the one validated

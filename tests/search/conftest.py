@@ -2,8 +2,8 @@
 
 import pytest
 
-from vlmatch.config import load_config
-from vlmatch.train import train
+from vlmatch.training.config import load_config
+from vlmatch.training.loop import train
 
 
 def _train(world, out, model_yaml: dict, steps: int = 6):

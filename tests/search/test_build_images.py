@@ -87,8 +87,8 @@ def test_shards_merge_to_the_single_process_result(toy_ckpts, tmp_path):
     from vlmatch.search.encode import Stage1Source
 
     imgs = jpegs(tmp_path / "imgs", [f"im{i}.jpg" for i in range(7)])
-    scan, _ = B.load_checkpoint(toy_ckpts["scan"])
-    vse, _ = B.load_checkpoint(toy_ckpts["vsepp"])
+    scan, _ = B.load_index_model(toy_ckpts["scan"])
+    vse, _ = B.load_index_model(toy_ckpts["vsepp"])
     enc = B.image_encoder(scan, Stage1Source(scan, vse))
     rels = B.scan_folder(imgs)
     bb = Tiny32()

@@ -9,8 +9,8 @@ import vlmatch
 from vlmatch.cli import main
 from vlmatch.data.precomp import PrecompSplit
 from vlmatch.errors import VlmatchError
+from vlmatch.evaluation.scoring import model_scores
 from vlmatch.models.registry import load_model
-from vlmatch.scoring import model_scores
 from vlmatch.search.build import build_index
 
 
@@ -123,7 +123,7 @@ def test_open_errors_name_the_folder(tmp_path):
 def test_score_mean_ranks_by_the_two_model_ensemble(toy_ckpts, small_world, tmp_path):
     """--score mean: stage 2 ranks by (model + retriever) / 2, exactly the ensemble `evaluate --checkpoint A B`
     averages; at full candidates the ranking is the ensemble matrix's, for text->image and image->text."""
-    from vlmatch.metrics import ensemble
+    from vlmatch.evaluation.metrics import ensemble
 
     build_index(tmp_path / "mean", toy_ckpts["scan"], features=small_world, split="test", dtype="float32",
                 retriever_ckpt=toy_ckpts["vsepp"], progress=False, captions=small_world / "test_caps.txt", score="mean")

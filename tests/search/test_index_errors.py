@@ -12,12 +12,12 @@ import torch
 
 from vlmatch import create_model
 from vlmatch.cli import main
+from vlmatch.cli.search import format_results
 from vlmatch.data.vocab import Vocab
 from vlmatch.search import build as B
 from vlmatch.search.checks import MAX_CAPTION_TOKENS
-from vlmatch.search.cli import format_results
 from vlmatch.search.folder import COLLECTION_FILES, seal
-from vlmatch.search.index import SearchResult
+from vlmatch.search.index import SearchHit
 from vlmatch.weights import sha256_file
 
 from ..conftest import write_precomp
@@ -231,7 +231,7 @@ def test_a_build_interrupted_after_the_images_resumes(made, tmp_path, monkeypatc
 # --- file names and files of an image folder ----------------------------------------------------
 
 def test_result_table_rows_stay_one_line():
-    rows = [SearchResult(1, 0, 0.5, 0.25, path="/p/caf\udce9.jpg"), SearchResult(2, 1, 0.4, 0.2, path="/p/a\nb\tc.jpg")]
+    rows = [SearchHit(1, 0, 0.5, 0.25, path="/p/caf\udce9.jpg"), SearchHit(2, 1, 0.4, 0.2, path="/p/a\nb\tc.jpg")]
     table = format_results(rows, "file")
     assert table.splitlines()[1:] == ["   1    0.5000    0.2500  /p/caf\\xe9.jpg", "   2    0.4000    0.2000  /p/a\\nb\\tc.jpg"]
     table.encode("utf-8")  # printable in any UTF-8 terminal

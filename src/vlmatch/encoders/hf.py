@@ -38,6 +38,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import ConfigError, DataError
+from ..weights import hash_file_into
 
 # upper bounds of a config.json's sizes: far above any real text encoder, far below what exhausts memory
 MAX_CONFIG_SIZES = {"hidden_size": 16_384, "num_hidden_layers": 256, "num_attention_heads": 512,
@@ -165,9 +166,7 @@ def _hash_cached(path: str, stamp: tuple) -> str:
     h = hashlib.sha256()
     for f in _hashed_files(Path(path)):
         h.update(f.name.encode() + b"\0")
-        with open(f, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 22), b""):  # noqa: B023 (fh is the loop's own file)
-                h.update(chunk)
+        hash_file_into(h, f)
     return h.hexdigest()
 
 

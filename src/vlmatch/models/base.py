@@ -3,7 +3,7 @@
 Every model splits into a pair-independent part (``encode_images``, ``encode_texts``: run once
 per image / caption) and a pair-dependent part (``score``: a whole block of pairs at once).
 Training scores the B x B batch with ``score``; evaluation fills the full matrix block by block
-with the same ``score`` (see :mod:`vlmatch.scoring`). One code path for both.
+with the same ``score`` (see :mod:`vlmatch.evaluation.scoring`). One code path for both.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import functools
 import hashlib
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -23,15 +23,18 @@ from torch import Tensor, nn
 
 from ..errors import ConfigError, DataError, VlmatchError
 from ..io import read_json, write_bytes, write_json
-from ..validation import check_mapping, dataclass_specs, raise_problems
+from ..options import check_mapping, dataclass_specs, raise_problems
 from ..weights import describe_problems, read_header, shape_problems, verify_sha256
 
 EPS = 1e-8
 
 
-def l2norm(x: Tensor, dim: int = -1, eps: float = EPS) -> Tensor:
-    """x / (||x|| + eps), SCAN's definition."""
-    return x / (torch.linalg.vector_norm(x, dim=dim, keepdim=True) + eps)
+def l2norm(x: Tensor, dim: int = -1, eps: float = EPS, floor: bool = False) -> Tensor:
+    """x as unit vectors along ``dim``: x / (||x|| + eps), SCAN's definition (every model's); with ``floor``,
+    x / max(||x||, eps), the form of SMAN's cosines (a·b / max(||a|| ||b||, eps)), so its unit vectors give
+    exactly the cosines its score computes. The one unit-normalisation of the models."""
+    norm = torch.linalg.vector_norm(x, dim=dim, keepdim=True)
+    return x / (norm.clamp(min=eps) if floor else norm + eps)
 
 
 def safe_sqrt(x: Tensor) -> Tensor:
@@ -116,6 +119,17 @@ class TextEncoding(Encoding):
         n = int(self.lengths.max())
         cut = {f: getattr(self, f)[:, :n] for f in self.per_word_fields if getattr(self, f) is not None}
         return dataclasses.replace(self, **cut)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What the best checkpoint is chosen by: ``"recall"``, the recalls (rsum) of the model's full val score
+    matrix, or ``"reranked"``, the recalls after MTFN-RR re-ranking with the model's own S_TT
+    (``caption_scores``) with ``k`` candidates and ``k_text`` caption neighbours."""
+
+    kind: Literal["recall", "reranked"] = "recall"
+    k: int | None = None
+    k_text: int | None = None
 
 
 @dataclass
@@ -239,7 +253,7 @@ class MatchingModel(nn.Module):
         ``batch`` is the collated batch (``image_index`` marks captions of the same image);
         ``hardest`` says whether the schedule is past its warm-up (hardest negatives only).
         """
-        from ..losses import hinge_triplet
+        from .losses import hinge_triplet
 
         return hinge_triplet(scores, train_cfg["margin"], hardest, batch["image_index"].to(scores.device))
 
@@ -251,14 +265,10 @@ class MatchingModel(nn.Module):
             raise ConfigError(f"model {self.name} has no training stage {stage!r}")
         return "image_caption"
 
-    def validation_metrics(self, split, device, progress: bool = False) -> dict | None:
-        """The metrics that select the best checkpoint (default: recalls of the full val score matrix).
-        Under torchrun every rank calls it and scores its share; rank 0 returns the metrics, the others None."""
-        from ..metrics import evaluate_protocol
-        from ..scoring import model_scores
-
-        sims = model_scores(self, split, device=device, progress=progress)
-        return None if sims is None else evaluate_protocol(sims, "single", source=split.captions_path)
+    def checkpoint_selection(self) -> Selection:
+        """How the trainer chooses this model's best checkpoint on the validation split, declared as data
+        (run by :mod:`vlmatch.evaluation.validate`); default: the recalls of the full score matrix."""
+        return Selection()
 
     def has_text_similarity(self) -> bool:
         """Whether ``caption_scores`` gives a trained caption-caption similarity."""
@@ -319,12 +329,6 @@ class MatchingModel(nn.Module):
         except Exception as e:  # safetensors raises its own error types
             raise DataError(path, f"not a readable safetensors file: {e}") from None
         self.load_state_dict(state, strict=True)
-
-
-def option(default, *, min=None, max=None, choices=None, doc: str = ""):  # noqa: A002
-    """A Config field with a declared range or allowed values (checked by :mod:`vlmatch.validation`)."""
-    meta = {k: v for k, v in (("min", min), ("max", max), ("choices", choices)) if v is not None}
-    return dataclasses.field(default=default, metadata={**meta, "doc": doc})
 
 
 def check_options(cls: type, overrides: dict, model_name: str) -> dict:

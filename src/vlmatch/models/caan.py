@@ -83,17 +83,11 @@ class CAANTexts(TextEncoding):
     full_precision_fields = ("words",)  # the U in [tanh(V K Uᵀ)]_+, as CAANImages.vk
 
 
-def _unit(x: Tensor, dim: int) -> Tensor:
-    return x / (torch.linalg.vector_norm(x, dim=dim, keepdim=True) + EPS)
-
-
 class CAAN(TextSide, MatchingModel):
     Config = CAANConfig
 
     def __init__(self, cfg: CAANConfig):
         super().__init__(cfg)
-        if cfg.intra not in ("none", "feature", "semantic"):
-            raise ValueError(f"intra must be none, feature or semantic, not {cfg.intra!r}")
         d, m = cfg.embed_dim, cfg.attn_dim
         self.img_enc = RegionProjection(cfg.img_dim, d, cfg.precomp_enc_type)
         self.txt_enc = self.make_text_side(d, lambda: GRUTextEncoder(cfg.vocab_size, cfg.word_dim, d, cfg.num_layers,
@@ -216,12 +210,12 @@ class CAAN(TextSide, MatchingModel):
                 tv = _per_caption(h_uv.permute(2, 0, 1, 3), txt.p2)
                 tu = _per_image(h_vu, img.p4).transpose(0, 1)
             if c.intra == "semantic":
-                r = _unit(h_uv, dim=3)  # rows of H^uv as unit vectors: H^v = R Rᵀ, applied as R (Rᵀ V Q1)
+                r = l2norm(h_uv, dim=3)  # rows of H^uv as unit vectors: H^v = R Rᵀ, applied as R (Rᵀ V Q1)
                 x = _per_image(r, img.p1).transpose(0, 1).reshape(nt * ni, n, -1)  # Rᵀ V Q1, (Nt*Ni, n, m)
                 r_t = r.permute(2, 0, 1, 3).reshape(nt * ni, k, n)
                 tv = torch.bmm(r_t, x).view(nt, ni, k, -1) if tv is None else tv.view(nt * ni, k, -1).baddbmm_(
                     r_t, x).view(nt, ni, k, -1)
-                cu = _unit(h_vu, dim=1).permute(2, 0, 1, 3).reshape(nt * ni, k, n)  # columns of H^vu, unit
+                cu = l2norm(h_vu, dim=1).permute(2, 0, 1, 3).reshape(nt * ni, k, n)  # columns of H^vu, unit
                 hu = torch.bmm(cu.transpose(1, 2), cu).view(nt, ni, n, n)  # H^u = Cᵀ C (n x n, formed first)
                 tu = _per_caption(hu, txt.p3) if tu is None else _per_caption(hu, txt.p3).add_(tu)
         fresh = tv is not None

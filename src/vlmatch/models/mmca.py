@@ -64,6 +64,7 @@ from torch import Tensor, nn
 
 from ..encoders.hf import HFTextEncoder
 from ..errors import ConfigError
+from ..options import option
 from .base import (
     ImageEncoding,
     MatchingModel,
@@ -72,7 +73,6 @@ from .base import (
     l2norm,
     length_mask,
     masked_mean,
-    option,
 )
 from .registry import register
 
@@ -174,8 +174,6 @@ class MMCA(MatchingModel):
         super().__init__(cfg)
         d = cfg.embed_dim
         ffn = cfg.ffn_dim or d
-        if cfg.alpha < 0:
-            raise ConfigError(f"alpha={cfg.alpha} must be >= 0")
         self.text = HFTextEncoder(cfg.text_encoder, trainable=cfg.finetune, max_length=cfg.max_tokens)
         hidden = self.text.hidden_size
         self.img_fc = nn.Linear(cfg.img_dim, d)

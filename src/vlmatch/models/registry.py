@@ -1,4 +1,7 @@
-"""Registry of named model configurations: ``create_model(name, **overrides)``."""
+"""Registry of named model configurations: ``create_model(name, **overrides)``.
+
+The registry knows no model file: each model module registers its names when it is imported, and
+``vlmatch.models`` imports them all (as timm's ``models/__init__`` does)."""
 
 from __future__ import annotations
 
@@ -20,12 +23,10 @@ def register(name: str, cls: type[MatchingModel], description: str = "", **defau
 
 
 def list_models() -> list[str]:
-    _load_builtin()
     return sorted(_REGISTRY)
 
 
 def describe_models() -> dict[str, str]:
-    _load_builtin()
     return {n: _REGISTRY[n][2] for n in sorted(_REGISTRY)}
 
 
@@ -35,7 +36,6 @@ def model_class(name: str) -> type[MatchingModel]:
 
 
 def _entry(name: str):
-    _load_builtin()
     if name not in _REGISTRY:
         raise ConfigError(f"unknown model {name!r}; registered: {', '.join(sorted(_REGISTRY))}")
     return _REGISTRY[name]
@@ -115,11 +115,6 @@ def resolve_checkpoint(spec) -> Path:
     for prefix, resolve in _RESOLVERS.items():
         if text.startswith(prefix):
             return resolve(text[len(prefix):])
-    if text.startswith("pretrained:"):  # the registry was not imported (vlmatch/__init__ imports it)
-        from importlib import import_module
-
-        import_module("vlmatch.pretrained")
-        return resolve_checkpoint(spec)
     return Path(spec)
 
 
@@ -168,6 +163,15 @@ def load_model(checkpoint_dir, map_location="cpu") -> MatchingModel:
     return model.to(map_location).eval()
 
 
+def load_checkpoint(checkpoint, map_location="cpu") -> MatchingModel:
+    """A checkpoint ready to score captions: :func:`load_model`, and its vocabulary when the model
+    tokenises with one (a folder without ``vocab.json`` is refused here, not at the first caption)."""
+    model = load_model(checkpoint, map_location=map_location)
+    if model.uses_vocab and model.vocab is None:
+        raise DataError(checkpoint, "no vocab.json beside the model")
+    return model
+
+
 def _meta_shapes(name: str, opts: dict) -> dict[str, tuple] | None:
     """Parameter shapes of a model built on the meta device (no memory); None if it cannot be."""
     import torch
@@ -177,8 +181,3 @@ def _meta_shapes(name: str, opts: dict) -> dict[str, tuple] | None:
             return {k: tuple(v.shape) for k, v in create_model(name, **opts).state_dict().items()}
     except Exception:  # a model whose construction needs real tensors: its load_weights still checks
         return None
-
-
-def _load_builtin() -> None:
-    # Importing the model modules registers their names.
-    from . import caan, mmca, mtfn, scan, sman, vse  # noqa: F401

@@ -55,7 +55,6 @@ class SCANConfig(ModelConfig, TextSideOptions):
     feature_norm: Literal["none", "l2", "batchnorm"] = "none"
 
 
-FEATURE_NORMS = ("none", "l2", "batchnorm")
 _GEMM_DTYPES = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -64,18 +63,6 @@ class SCAN(TextSide, MatchingModel):
 
     def __init__(self, cfg: SCANConfig):
         super().__init__(cfg)
-        if cfg.direction not in ("t2i", "i2t"):
-            raise ValueError(f"direction must be 't2i' or 'i2t', not {cfg.direction!r}")
-        if cfg.method not in ("attention", "summax"):
-            raise ValueError(f"method must be 'attention' or 'summax', not {cfg.method!r}")
-        if cfg.raw_feature_norm not in RAW_FEATURE_NORMS:
-            raise ValueError(f"raw_feature_norm must be one of {RAW_FEATURE_NORMS}")
-        if cfg.agg not in ("avg", "lse", "sum", "max"):
-            raise ValueError(f"agg must be avg, lse, sum or max, not {cfg.agg!r}")
-        if cfg.gemm_dtype not in _GEMM_DTYPES:
-            raise ValueError(f"gemm_dtype must be one of {sorted(_GEMM_DTYPES)}")
-        if cfg.feature_norm not in FEATURE_NORMS:
-            raise ValueError(f"feature_norm must be one of {FEATURE_NORMS}, not {cfg.feature_norm!r}")
         if cfg.feature_norm == "batchnorm":
             self.feat_bn = torch.nn.BatchNorm1d(cfg.img_dim)
         self.img_enc = RegionProjection(cfg.img_dim, cfg.embed_dim, cfg.precomp_enc_type)

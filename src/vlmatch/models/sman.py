@@ -67,7 +67,7 @@ Readings of the paper where it is ambiguous (or self-contradictory):
 - Word embeddings (eq. 1's P): the paper starts them from Xavier (§IV-A: "random initialization (Xavier
   initialization)"), ``word_init="xavier"``, which the SMAN paper configs set. The default stays
   ``"uniform"``, uniform(-0.1, 0.1), what every earlier run used, so existing configs (``sman_f8k`` and its
-  recorded figures) reproduce; on the toy world (tests/test_sman_learning.py's run, one each, same host)
+  recorded figures) reproduce; on the toy world (tests/models/test_sman_learning.py's run, one each, same host)
   Xavier's larger initial scale gave a lower rsum (127.6 against 154.9 with d, 28.7 against 67.8 with the
   concatenation), so it is not made the default unmeasured. It sets initial weights only: the same RNG
   draws, scaled (a seed gives every other weight unchanged).
@@ -82,7 +82,7 @@ Checkpoints: an option a config.json lacks is read as the model was made then (`
 ``score_mode="sum"`` (the default until the paper's concatenation replaced it), ``intra_scale="sum"``,
 ``word_attention="eq5"``, ``grid_pool=1``; an old checkpoint scores exactly as before.
 
-Bundled configs (each ``sman*`` config in configs/ resolves to these options; tests/test_config.py checks it):
+Bundled configs (each ``sman*`` config in configs/ resolves to these options; tests/training/test_config.py checks it):
     sman*_f30k, sman*_coco    score_mode: concat, grid_pool: 2, word_init: xavier, intra_scale: sum, word_attention: eq5
     sman_f8k                  score_mode: sum, grid_pool: 1, word_init: uniform, intra_scale: sum, word_attention: eq5
 
@@ -109,9 +109,10 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..errors import ConfigError
-from ..losses import hinge_triplet, intra_pair_hinge
+from ..options import option
 from .attention import masked_softmax
-from .base import EPS, ImageEncoding, MatchingModel, ModelConfig, TextEncoding, length_mask, masked_mean, option, safe_sqrt
+from .base import EPS, ImageEncoding, MatchingModel, ModelConfig, TextEncoding, l2norm, length_mask, masked_mean, safe_sqrt
+from .losses import hinge_triplet, intra_pair_hinge
 from .registry import register
 from .text_side import TextSide, TextSideOptions
 
@@ -207,10 +208,6 @@ def _pair_logits(keys: Tensor, q: Tensor, w: Tensor) -> Tensor:
     return out.sub_(w.sum())
 
 
-def _unit(x: Tensor) -> Tensor:
-    return x / torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp(min=EPS)
-
-
 def _cos(a: Tensor, b: Tensor) -> Tensor:
     return (a * b).sum(-1) / (torch.linalg.vector_norm(a, dim=-1) * torch.linalg.vector_norm(b, dim=-1)).clamp(min=EPS)
 
@@ -223,15 +220,6 @@ class SMAN(TextSide, MatchingModel):
 
     def __init__(self, cfg: SMANConfig):
         super().__init__(cfg)
-        for key, allowed in (("score_mode", ("concat", "sum")), ("word_combine", ("sum", "mean")),
-                             ("intra_scale", ("sum", "per_level")), ("word_attention", ("eq5", "eq9")),
-                             ("word_init", ("uniform", "xavier"))):
-            if getattr(cfg, key) not in allowed:
-                raise ValueError(f"{key} must be one of {allowed}, not {getattr(cfg, key)!r}")
-        if cfg.grid_pool < 1:
-            raise ValueError(f"grid_pool must be at least 1, not {cfg.grid_pool}")
-        if not 0.0 <= cfg.alpha <= 1.0:
-            raise ValueError(f"alpha must lie in [0, 1], not {cfg.alpha}")
         f, d, a = cfg.img_dim, cfg.embed_dim, cfg.attn_dim
         self.drop = nn.Dropout(cfg.dropout)
         self.words = self.make_text_side(d, lambda: None, dropout=cfg.dropout)  # None: eq. 1's own layers below
@@ -354,7 +342,7 @@ class SMAN(TextSide, MatchingModel):
 
     @staticmethod
     def _finish(out, levels: list[Tensor]):
-        out.unit = torch.cat([_unit(v) for v in levels], dim=1)
+        out.unit = torch.cat([l2norm(v, floor=True) for v in levels], dim=1)
         out.flat = torch.cat(levels, dim=1)
         out.sq = (out.flat * out.flat).sum(dim=1)
         return out

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from torch import Tensor, nn
 
-from .base import option
+from ..options import option
 
 GRU = "gru"
 

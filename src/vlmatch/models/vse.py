@@ -37,8 +37,6 @@ class VSE(TextSide, MatchingModel):
 
     def __init__(self, cfg: VSEConfig):
         super().__init__(cfg)
-        if cfg.text_pool not in ("last", "mean"):
-            raise ValueError(f"text_pool must be 'last' or 'mean', not {cfg.text_pool!r}")
         self.img_fc = RegionProjection(cfg.img_dim, cfg.embed_dim, cfg.precomp_enc_type)
         self.txt_enc = self.make_text_side(cfg.embed_dim, lambda: GRUTextEncoder(
             cfg.vocab_size, cfg.word_dim, cfg.embed_dim, cfg.num_layers, cfg.bi_gru))

@@ -1,5 +1,5 @@
 """Search your own collection: an index folder, two-stage retrieval, the Python API."""
 
-from .index import DEFAULT_CANDIDATES, Index, SearchResult
+from .index import DEFAULT_CANDIDATES, Index, SearchHit, SearchResult
 
-__all__ = ["Index", "SearchResult", "DEFAULT_CANDIDATES"]
+__all__ = ["Index", "SearchHit", "SearchResult", "DEFAULT_CANDIDATES"]

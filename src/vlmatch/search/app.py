@@ -35,9 +35,9 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .. import __version__
 from ..errors import DataError, VlmatchError
 from ..io import printable
+from ..version import __version__
 from .service import Busy, Limits, ModelPool, SearchBackend
 
 log = logging.getLogger("vlmatch.search")

@@ -100,15 +100,14 @@ def image_row(root: Path, rel: str, item_id: int, meta: dict) -> dict:
 
 # --- loading models ----------------------------------------------------------------------------
 
-def load_checkpoint(path) -> tuple[MatchingModel, dict]:
-    from ..models.registry import load_model
+def load_index_model(path) -> tuple[MatchingModel, dict]:
+    """The checkpoint an index is built with, and what the manifest records of it."""
+    from ..models.registry import load_checkpoint
 
     path = Path(path)
     if not (path / "model.safetensors").is_file():
         raise DataError(path, "not a checkpoint folder (no model.safetensors)")
-    model = load_model(path).eval()
-    if model.uses_vocab and model.vocab is None:
-        raise DataError(path, "no vocab.json beside the model")
+    model = load_checkpoint(path)
     return model, {"name": model.name, "checkpoint": str(path.resolve()),
                    "sha256": sha256_file(path / "model.safetensors"), "config": model.config_dict()["config"]}
 
@@ -272,7 +271,7 @@ def write_collection(dest: Path, folder: Path, items: list[dict], ann: str, nlis
 def versions() -> dict:
     import faiss
 
-    from .. import __version__
+    from ..version import __version__
 
     return {"vlmatch": __version__, "torch": torch.__version__, "numpy": np.__version__, "faiss": faiss.__version__,
             "python": platform.python_version()}
@@ -324,8 +323,8 @@ def build_index(out, model_ckpt, images=None, features=None, split: str = "test"
 
 def _build(out: Path, model_ckpt, images, features, split, captions, retriever_ckpt, backbone, dtype, ann, nlist,
            hnsw_m, skip_bad, batch_size, progress, weights, rank, world, score="model") -> dict | None:
-    model, model_info = load_checkpoint(model_ckpt)
-    retriever, retriever_info = (None, None) if retriever_ckpt is None else load_checkpoint(retriever_ckpt)
+    model, model_info = load_index_model(model_ckpt)
+    retriever, retriever_info = (None, None) if retriever_ckpt is None else load_index_model(retriever_ckpt)
     # a bad caption file is refused before any encoding (the image collection is written first)
     caption_rows = None if captions is None else read_captions(model, captions, ann, nlist)
     s1 = _stage1_source(model, retriever)
@@ -360,9 +359,9 @@ def _build(out: Path, model_ckpt, images, features, split, captions, retriever_c
             manifest["next_id"] = len(items)
     elif features is not None:
         from ..data.precomp import open_features, read_caption_lines
-        from ..train import data_root
+        from ..data.resolve import resolve_data
 
-        froot = data_root(features).resolve()  # "toyworld" names the bundled toy world
+        froot = resolve_data(features).resolve()  # "toyworld" names the bundled toy world
         feats = open_features(froot / f"{split}_ims.npy")
         fj = froot / "features.json"
         used = read_json(fj).get("backbone") if fj.is_file() else None

@@ -2,7 +2,7 @@
 
 Stage 1 ranks the whole collection by the inner product of global vectors (FAISS); stage 2
 re-scores each query's top K candidates (default 100) with the model's own ``score`` through the
-scoring engine's block code (:func:`vlmatch.scoring.score_blocks`), the function evaluation uses.
+scoring engine's block code (:func:`vlmatch.evaluation.scoring.score_blocks`), the function evaluation uses.
 The final ranking is by the stage-2 score (ties broken by row, stably); each result carries its
 stage-1 score beside it. With ``candidates >= len(index)`` every item is re-scored: the exact,
 exhaustive ranking.
@@ -22,8 +22,8 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError, DataError, VlmatchError
+from ..evaluation.scoring import score_blocks
 from ..models.base import ImageEncoding, MatchingModel, TextEncoding
-from ..scoring import score_blocks
 from .checks import COLLECTIONS, read_items
 from .encode import Stage1Source
 from .folder import manifest_stamp, open_parts
@@ -34,8 +34,9 @@ DEFAULT_CANDIDATES = 100
 
 
 @dataclass
-class SearchResult:
-    """One ranked item: ``id`` (stable across updates), ``path`` (images) or ``text`` (captions)."""
+class SearchHit:
+    """One ranked item: ``id`` (stable across updates), ``path`` (images) or ``text`` (captions). (The HTTP
+    API's result row is :class:`vlmatch.search.app.SearchResult`.)"""
 
     rank: int
     id: int
@@ -46,6 +47,9 @@ class SearchResult:
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+SearchResult = SearchHit  # its name before 0.2, kept for one release
 
 
 class Collection:
@@ -150,12 +154,12 @@ class Index:
         q = self.stage1_source.text_vectors(texts, txt, self.n_regions)
         return txt, q.float().cpu().numpy()
 
-    def search(self, text: str, k: int = 10, candidates: int | None = None) -> list[SearchResult]:
+    def search(self, text: str, k: int = 10, candidates: int | None = None) -> list[SearchHit]:
         """The ``k`` best images for ``text``: top ``candidates`` by stage 1, re-ranked by the model."""
         return self.search_many([text], k, candidates)[0]
 
     @torch.no_grad()
-    def search_many(self, texts: list[str], k: int = 10, candidates: int | None = None) -> list[list[SearchResult]]:
+    def search_many(self, texts: list[str], k: int = 10, candidates: int | None = None) -> list[list[SearchHit]]:
         """:meth:`search` for several queries (text encoding and stage 1 batched)."""
         if not texts or any(not isinstance(t, str) or not t.strip() for t in texts):
             raise ConfigError("a search query must be a non-empty text")
@@ -169,7 +173,7 @@ class Index:
 
     @torch.no_grad()
     def rank_images(self, txt: TextEncoding, q: np.ndarray, k: int = 10, candidates: int | None = None
-                    ) -> list[list[SearchResult]]:
+                    ) -> list[list[SearchHit]]:
         """Two-stage ranking of encoded queries: ``txt`` (the model's text encodings, one row per
         query) and ``q`` (their stage-1 vectors, (n, d))."""
         coll = self._need("images")
@@ -212,7 +216,7 @@ class Index:
         return img, self.stage1_source.image_vectors(feats, img).float().cpu().numpy()
 
     @torch.no_grad()
-    def search_image(self, image, k: int = 10, candidates: int | None = None) -> list[SearchResult]:
+    def search_image(self, image, k: int = 10, candidates: int | None = None) -> list[SearchHit]:
         """The ``k`` best indexed captions for an image (a file path or its features)."""
         coll = self._need("captions")
         kk, cand = _sizes(k, candidates, len(coll))
@@ -249,8 +253,8 @@ class Index:
     @torch.no_grad()
     def explain(self, item_id: int, text: str):
         """Word <-> image-position attention of image ``item_id`` and ``text`` (a
-        :class:`vlmatch.explain.PairAttention`), from the stored stage-2 encoding."""
-        from ..explain import attention_of_encodings
+        :class:`vlmatch.viz.attention.PairAttention`), from the stored stage-2 encoding."""
+        from ..viz.attention import attention_of_encodings
 
         coll = self._need("images")
         if item_id not in coll.row_of:
@@ -264,7 +268,7 @@ class Index:
 
     def explain_png(self, item_id: int, text: str) -> bytes:
         """:meth:`explain` drawn as a heat-map PNG on the indexed image file (one panel per word)."""
-        from ..heatmap import render
+        from ..viz.heatmap import render
 
         att = self.explain(item_id, text)
         if not att.grid:
@@ -311,5 +315,5 @@ def _ranked(coll: Collection, rows: np.ndarray, scores: np.ndarray, s1: np.ndarr
     out = []
     for rank, j in enumerate(order, start=1):
         it = coll.items[int(rows[j])]
-        out.append(SearchResult(rank, int(it["id"]), float(scores[j]), float(s1[j]), **{field: it[field]}))
+        out.append(SearchHit(rank, int(it["id"]), float(scores[j]), float(s1[j]), **{field: it[field]}))
     return out

@@ -1,0 +1,62 @@
+"""``vlmatch explain``: a heat map of which image parts each word of a caption attends to."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError, DataError
+from .common import checkpoint_arg
+
+
+def add_parser(sub):
+    p = sub.add_parser("explain", help="heat map of which image parts each word of a caption attends to",
+                       description="Extract the image's features with the backbone the model was trained on, take "
+                                   "the model's attention for this one pair (model.pair_attention) and draw one "
+                                   "panel per word on one shared colour scale.")
+    p.add_argument("--model", required=True, type=checkpoint_arg,
+                   help="checkpoint folder of an attention model, or pretrained:NAME")
+    p.add_argument("--image", required=True, help="image file")
+    p.add_argument("--text", required=True, help="the caption")
+    p.add_argument("--out", required=True, help="PNG to write")
+    p.add_argument("--json", metavar="OUT", help="also write the raw weights as JSON")
+    p.add_argument("--backbone", help="image backbone (default: the one the model was trained on)")
+    p.add_argument("--weights", help="local weights file for the backbone")
+    p.add_argument("--boxes", metavar="FILE.npy", help="(k, 4) region boxes x1 y1 x2 y2 in image pixels "
+                                                      "(region features); default: the backbone's grid")
+    p.set_defaults(func=cmd_explain)
+
+
+def cmd_explain(a):
+    from pathlib import Path
+
+    from ..features.backbones import create_backbone
+    from ..features.extract import load_image
+    from ..features.provenance import check_backbone, checkpoint_backbone, resolve_backbone_name
+    from ..io import check_writable, write_json
+    from ..models.registry import load_model
+    from ..viz.attention import pair_attention
+    from ..viz.heatmap import render
+
+    if not a.text.strip():
+        raise ConfigError("--text is empty: give the caption whose words to explain")
+    for out in (a.out, a.json):  # before any work, not after it
+        if out:
+            check_writable(out)
+    boxes = None
+    if a.boxes is not None:
+        try:
+            boxes = np.load(a.boxes, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as e:
+            raise DataError(a.boxes, f"not a readable .npy array ({type(e).__name__})") from None
+    model = load_model(a.model)
+    bb = create_backbone(resolve_backbone_name(a.model, a.backbone), a.weights)
+    check_backbone(checkpoint_backbone(a.model), bb.describe(), model.cfg.img_dim, a.model)
+    with torch.inference_mode():
+        feats = bb(bb.preprocess([load_image(Path(a.image), bb.info.input_size)]))[0].clone()
+    att = pair_attention(model, feats.numpy(), a.text)
+    att.grid, att.image = bb.info.grid, str(a.image)
+    render(att, a.image, a.out, boxes=boxes)
+    if a.json:
+        write_json(a.json, {"model": str(a.model), "text": a.text, **att.to_dict()})
+    print(f"{a.out}: {len(att.words)} words, score {att.score:.4f}")

@@ -1,0 +1,37 @@
+"""``vlmatch features extract``."""
+
+from __future__ import annotations
+
+import json
+
+
+def add_parser(sub):
+    from .common import positive_int
+
+    p = sub.add_parser("features", help="image feature extraction")
+    s = p.add_subparsers(dest="features_cmd", required=True)
+    e = s.add_parser("extract", help="extract grid features for a folder of images",
+                     description="With --annotations (Karpathy JSON) writes the precomp layout per split "
+                                 "({split}_ims.npy, {split}_caps.txt, {split}_ids.txt); without, a gallery "
+                                 "(ims.npy, ids.txt). Resumes an interrupted run.")
+    e.add_argument("--images", required=True, help="folder of images")
+    e.add_argument("--annotations", help="dataset_{flickr8k,flickr30k,coco}.json")
+    e.add_argument("--backbone", default="efficientnet-lite0", choices=["efficientnet-lite0", "resnet152"])
+    e.add_argument("--weights", help="local weights file for the backbone")
+    e.add_argument("--out", required=True)
+    e.add_argument("--dtype", default="float32", choices=["float32", "float16"])
+    e.add_argument("--batch-size", type=positive_int, default=32)
+    e.add_argument("--skip-bad", action="store_true", help="skip unreadable images (and their captions), listed "
+                                                           "in features.json")
+    e.add_argument("--global-features", action="store_true", help="also write one pooled vector per image")
+    e.add_argument("--limit", type=positive_int, help="only the first N images of each split")
+    e.add_argument("--no-progress", action="store_true")
+    e.set_defaults(func=cmd_extract)
+
+
+def cmd_extract(a):
+    from ..features.extract import extract
+
+    rep = extract(a.images, a.out, a.annotations, a.backbone, a.dtype, a.batch_size, a.skip_bad,
+                  a.global_features, a.weights, progress=not a.no_progress, limit=a.limit)
+    print(json.dumps({k: v for k, v in rep["splits"].items()}, indent=2))

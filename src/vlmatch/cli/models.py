@@ -1,0 +1,50 @@
+"""``vlmatch models``, ``vlmatch configs`` and ``vlmatch pretrained``: what this installation offers."""
+
+from __future__ import annotations
+
+
+def add_parser(sub):
+    p = sub.add_parser("models", help="list registered models")
+    p.set_defaults(func=cmd_models)
+    c = sub.add_parser("configs", help="list bundled configs")
+    c.set_defaults(func=cmd_configs)
+    t = sub.add_parser("pretrained", help="list the trained models shipped with vlmatch (--model pretrained:NAME)")
+    t.add_argument("--json", action="store_true", help="print the registry entries as a JSON list")
+    t.set_defaults(func=cmd_pretrained)
+
+
+def cmd_models(a):
+    from ..models.registry import describe_models
+
+    print("\n".join(f"{n:16s} {d}" for n, d in describe_models().items()))
+
+
+def cmd_pretrained(a):
+    import dataclasses
+    import json
+
+    from .. import pretrained
+
+    found = pretrained.entries()
+    if a.json:
+        print(json.dumps([{**dataclasses.asdict(e), "megabytes": round(e.megabytes, 2)} for e in found], indent=1))
+        return
+    if not found:
+        print("no pretrained models are shipped with this installation")
+        return
+    rows = [("name", "model", "role", "MB", "val rsum", "ms/query", "text encoder", "default")]
+    rows += [(e.name, e.model, e.role, f"{e.megabytes:.1f}", f"{e.val_rsum:.1f}",
+              "-" if e.ms_per_query is None else f"{e.ms_per_query:.1f}", e.text_encoder, "yes" if e.default else "")
+             for e in found]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    print("\nuse one with --model pretrained:NAME, or in Python vlmatch.load_model('pretrained:NAME')")
+
+
+def cmd_configs(a):
+    from ..training.config import describe_configs
+
+    configs = describe_configs()
+    width = max(map(len, configs), default=0)
+    print("\n".join(f"{name:{width}s}  {desc}" for name, desc in configs.items()))

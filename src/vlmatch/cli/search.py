@@ -1,0 +1,158 @@
+"""``vlmatch index build|update`` and ``vlmatch search``."""
+
+from __future__ import annotations
+
+import json
+
+from ..errors import ConfigError, DataError
+from ..io import printable
+from ..search.stage1 import KINDS
+from .common import positive_int
+
+
+def add_parser(sub):
+    p = sub.add_parser("index", help="build or update a search index of images (and captions)")
+    s = p.add_subparsers(dest="index_cmd", required=True)
+    b = s.add_parser("build", help="encode a collection once into an index folder",
+                     description="Extract features with the backbone the model was trained on (--images) or read "
+                                 "a precomp split (--features, --split), encode every image once, and write the "
+                                 "stage-1 vectors (FAISS), the stage-2 encodings (memory-mapped), the id -> path "
+                                 "table and a manifest into --out. Re-running an interrupted build resumes it; a "
+                                 "build killed at any point leaves the previous index whole. One build or update of "
+                                 "a folder at a time. Under torchrun every rank encodes a shard and rank 0 merges them.")
+    from .common import checkpoint_arg
+
+    b.add_argument("--model", type=checkpoint_arg,
+                   help="checkpoint folder (model.safetensors + config.json) or pretrained:NAME (default: the shipped "
+                        "default pair, see `vlmatch pretrained`)")
+    b.add_argument("--images", help="folder of images (searched recursively)")
+    b.add_argument("--features", help="precomp feature folder ({split}_ims.npy) instead of --images")
+    b.add_argument("--split", default="test", help="split of --features (default test)")
+    b.add_argument("--captions", help="caption file (one per line) to index for image -> text search")
+    b.add_argument("--retriever", type=checkpoint_arg,
+                   help="checkpoint of a companion stage-1 model (e.g. VSE++ on the same features), "
+                        "needed when the model has no global part")
+    b.add_argument("--out", required=True, help="index folder: new, empty or an index (rebuilt); outside --images")
+    b.add_argument("--overwrite", action="store_true",
+                   help="build into an --out that holds other files too (they are kept; only an index's own entries "
+                        "are replaced)")
+    b.add_argument("--backbone", help="image backbone (default: the one the model was trained on)")
+    b.add_argument("--weights", help="local weights file for the backbone")
+    b.add_argument("--score", choices=["model", "mean"],
+                   help="stage 2's ranking score: the model's own (default with --model), or the mean of the model's "
+                        "and the retriever's (their ensemble; the shipped default pair's choice is in `vlmatch pretrained`)")
+    b.add_argument("--dtype", default="float16", choices=["float16", "float32"], help="stage-2 storage precision")
+    b.add_argument("--ann", default="auto", choices=list(KINDS),
+                   help="stage-1 index: exact inner product (flat), IVF or HNSW; auto = flat up to 50k items, HNSW above")
+    b.add_argument("--nlist", type=positive_int, help="IVF lists (default 4 sqrt(n); at most the number of items)")
+    b.add_argument("--skip-bad", action="store_true", help="skip unreadable images (listed in the manifest)")
+    b.add_argument("--batch-size", type=positive_int, default=64)
+    b.add_argument("--no-progress", action="store_true")
+    b.set_defaults(func=cmd_build)
+    u = s.add_parser("update", help="add new and changed images, drop deleted ones (no re-encoding of the rest)")
+    u.add_argument("index", help="index folder")
+    u.add_argument("--skip-bad", action="store_true")
+    u.add_argument("--batch-size", type=positive_int, default=64)
+    u.add_argument("--no-progress", action="store_true")
+    u.set_defaults(func=cmd_update)
+
+    q = sub.add_parser("search", help="search an index by text (or by image against indexed captions)",
+                       description="Stage 1 picks --candidates items by global vectors; stage 2 re-scores them "
+                                   "with the model. --candidates >= the index size gives the exhaustive ranking.")
+    q.add_argument("index", help="index folder")
+    q.add_argument("text", nargs="?", help="the query sentence")
+    q.add_argument("--image", help="an image file: search the indexed captions instead")
+    q.add_argument("-k", type=int, default=10, help="results to show (default 10)")
+    q.add_argument("--candidates", type=int, help="stage-1 candidates re-scored by the model (default 100)")
+    q.add_argument("--json", metavar="OUT", help="write the results (rank order) as JSON")
+    q.set_defaults(func=cmd_search)
+
+
+def check_out_folder(path) -> None:
+    """Refuse, before any work, an index folder that cannot be created or written in (tried for real:
+    ``os.access`` says yes to root even where the file system says no, e.g. /proc)."""
+    import tempfile
+    from pathlib import Path
+
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise DataError(path, "is a file; --out names the index folder")
+    made = [p for p in (path, *path.parents) if not p.exists()]
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=path).close()
+    except OSError as e:
+        raise DataError(path, f"cannot be created or written in ({e.strerror or e})") from None
+    finally:
+        for p in made:  # leave no trace: the build creates what it needs
+            try:
+                p.rmdir()
+            except OSError:
+                break
+
+
+def cmd_build(a):
+    from ..search.build import build_index
+
+    if a.model is None:  # the shipped default pair
+        if a.retriever is not None:
+            raise ConfigError("--retriever without --model: give the model too, or neither for the shipped default pair")
+        from ..models.registry import resolve_checkpoint
+        from ..pretrained import default_pair, default_score
+
+        model, retriever = default_pair()
+        a.score = a.score or default_score()
+        print(f"using the shipped default: --model pretrained:{model}"
+              + (f" --retriever pretrained:{retriever} --score {a.score}" if retriever else ""))
+        a.model = resolve_checkpoint(f"pretrained:{model}")
+        a.retriever = resolve_checkpoint(f"pretrained:{retriever}") if retriever else None
+    check_out_folder(a.out)
+    m = build_index(a.out, a.model, images=a.images, features=a.features, split=a.split, captions=a.captions,
+                    retriever_ckpt=a.retriever, backbone=a.backbone, dtype=a.dtype, ann=a.ann, nlist=a.nlist,
+                    skip_bad=a.skip_bad, batch_size=a.batch_size, progress=not a.no_progress, weights=a.weights,
+                    overwrite=a.overwrite, score=a.score or "model")
+    if m is None:  # a torchrun rank other than 0
+        return
+    for bad in m.get("skipped", []):
+        print(f"skipped {bad['key']}: {bad['error']}")
+    print(json.dumps({"index": a.out, "counts": m["counts"], "stage1": m["stage1"],
+                      "ann": {k: v["stage1"]["kind"] for k, v in m["collections"].items()}}, indent=2))
+
+
+def cmd_update(a):
+    from ..search.build import update_index
+
+    rep = update_index(a.index, skip_bad=a.skip_bad, batch_size=a.batch_size, progress=not a.no_progress)
+    for bad in rep.get("skipped", []):
+        print(f"skipped {bad['key']}: {bad['error']}")
+    print(json.dumps({k: v for k, v in rep.items() if k != "skipped"}))
+
+
+def format_results(results, what: str) -> str:
+    """The result table; a name with a line break, a tab or bytes that are not UTF-8 is shown escaped
+    (``\\n``, ``\\xe9``), so every result is one line."""
+    lines = [f"{'rank':>4}  {'score':>8}  {'stage1':>8}  {what}"]
+    for r in results:
+        name = printable(str(r.path if what == 'file' else r.text), controls=True)
+        lines.append(f"{r.rank:>4}  {r.score:8.4f}  {r.stage1_score:8.4f}  {name}")
+    return "\n".join(lines)
+
+
+def cmd_search(a):
+    from ..io import check_writable, write_json
+    from ..search.index import Index
+
+    if (a.text is None) == (a.image is None):
+        raise ConfigError("search needs a query text or --image FILE (one of them)")
+    if a.json:
+        check_writable(a.json)  # before the search, not after the table
+    idx = Index.open(a.index)
+    if a.image is not None:
+        res, what = idx.search_image(a.image, k=a.k, candidates=a.candidates), "caption"
+    else:
+        res, what = idx.search(a.text, k=a.k, candidates=a.candidates), "file"
+    print(format_results(res, what))
+    if a.json:
+        write_json(a.json, {"query": a.text if a.image is None else {"image": a.image}, "index": a.index,
+                            "candidates": a.candidates, "timings_s": idx.last_timings,
+                            "results": [r.to_dict() for r in res]})

@@ -1,0 +1,167 @@
+"""Retrieval metrics and evaluation protocols on a score matrix ``sims`` (n_images x n_captions).
+
+Caption j belongs to image ``j // per`` with ``per = n_captions / n_images`` (5 for Flickr/COCO).
+
+* image -> text: the rank of the best-scored ground-truth caption of each image;
+* text -> image: the rank of each caption's image;
+* R@K = % of queries with rank < K; medr = floor(median rank) + 1; meanr = mean rank + 1;
+  rsum = sum of the six recalls.
+
+Ties are counted against the ground truth: the rank of a ground truth is the number of wrong
+items scored greater than *or equal to* it. A constant score matrix therefore gets the worst
+ranks, not the best; no stable-sort accident can favour the ground truth.
+
+Protocols: ``single`` (the whole matrix, e.g. Flickr30K 1K, Flickr8k, COCO 5K), ``coco5k`` (the
+whole 5000 x 25000 ``testall`` matrix), ``coco1k5fold`` (mean over 5 folds of 1000 images:
+images [i*1000:(i+1)*1000] and captions [i*5000:(i+1)*5000]). The 5-fold rsum is the mean of the
+fold rsums, which is also the sum of the mean recalls (the official SCAN summary prints a wrong one).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DataError
+
+KS = (1, 5, 10)
+PROTOCOLS = ("single", "coco1k5fold", "coco5k")
+METRIC_KEYS = ("rsum", "i2t_r1", "i2t_r5", "i2t_r10", "i2t_medr", "i2t_meanr",
+               "t2i_r1", "t2i_r5", "t2i_r10", "t2i_medr", "t2i_meanr")
+
+
+def captions_per_image(sims: np.ndarray, source="<scores>") -> int:
+    if sims.ndim != 2:
+        raise DataError(source, f"score matrix must be 2-D (n_images, n_captions), got shape {sims.shape}")
+    n_img, n_cap = sims.shape
+    if n_img == 0 or n_cap == 0 or n_cap % n_img:
+        raise DataError(source, f"score matrix shape {sims.shape}: the caption count must be a positive "
+                                f"multiple of the image count")
+    if not np.isfinite(sims).all():
+        raise DataError(source, "score matrix holds NaN or inf")
+    return n_cap // n_img
+
+
+def i2t_ranks(sims: np.ndarray, chunk: int = 1024) -> np.ndarray:
+    """0-based rank of the best ground-truth caption of each image (ties count against it)."""
+    per = captions_per_image(sims)
+    n_img = sims.shape[0]
+    ranks = np.empty(n_img, dtype=np.int64)
+    for a in range(0, n_img, chunk):
+        b = min(a + chunk, n_img)
+        block = sims[a:b]
+        rows = np.arange(b - a)
+        gt_cols = (np.arange(a, b) * per)[:, None] + np.arange(per)[None]
+        best = block[rows[:, None], gt_cols].max(axis=1)
+        ahead = (block >= best[:, None]).sum(axis=1)
+        ahead -= (block[rows[:, None], gt_cols] >= best[:, None]).sum(axis=1)  # drop the gt captions
+        ranks[a:b] = ahead
+    return ranks
+
+
+def t2i_ranks(sims: np.ndarray, chunk: int = 4096) -> np.ndarray:
+    """0-based rank of each caption's image (ties count against it)."""
+    per = captions_per_image(sims)
+    n_cap = sims.shape[1]
+    ranks = np.empty(n_cap, dtype=np.int64)
+    for a in range(0, n_cap, chunk):
+        b = min(a + chunk, n_cap)
+        block = sims[:, a:b]
+        gt = block[np.arange(a, b) // per, np.arange(b - a)]
+        ranks[a:b] = (block >= gt[None]).sum(axis=0) - 1
+    return ranks
+
+
+def _summary(ranks: np.ndarray) -> dict:
+    out = {f"r{k}": 100.0 * float(np.mean(ranks < k)) for k in KS}
+    out["medr"] = float(np.floor(np.median(ranks)) + 1)
+    out["meanr"] = float(ranks.mean() + 1)
+    return out
+
+
+def recall_metrics(sims: np.ndarray, t2i_sims: np.ndarray | None = None) -> dict:
+    """All eleven numbers for one score matrix (``t2i_sims``, if given, is ranked for text -> image
+    instead of ``sims``: e.g. a re-ranking that reorders rows and columns differently)."""
+    sims = np.asarray(sims)
+    i2t = _summary(i2t_ranks(sims))
+    t2i = _summary(t2i_ranks(sims if t2i_sims is None else np.asarray(t2i_sims)))
+    out = {"rsum": sum(i2t[f"r{k}"] + t2i[f"r{k}"] for k in KS)}
+    out.update({f"i2t_{k}": v for k, v in i2t.items()})
+    out.update({f"t2i_{k}": v for k, v in t2i.items()})
+    return out
+
+
+def evaluate_protocol(sims: np.ndarray, protocol: str = "single", source="<scores>",
+                      fold_images: int = 1000, t2i_sims: np.ndarray | None = None) -> dict:
+    """Metrics under a protocol; 5-fold returns the mean plus each fold under ``folds``.
+
+    ``t2i_sims`` (same shape) is ranked for text -> image instead of ``sims`` when given."""
+    if protocol not in PROTOCOLS:
+        raise DataError(source, f"unknown protocol {protocol!r}; choose from {PROTOCOLS}")
+    sims = np.asarray(sims)
+    per = captions_per_image(sims, source)
+    n_img = sims.shape[0]
+    if t2i_sims is not None and np.shape(t2i_sims) != sims.shape:
+        raise DataError(source, f"text -> image matrix {np.shape(t2i_sims)} differs from {sims.shape}")
+    if protocol == "single":
+        return {"protocol": protocol, "n_images": n_img, "n_captions": sims.shape[1],
+                **recall_metrics(sims, t2i_sims)}
+    if n_img != 5 * fold_images:
+        raise DataError(source, f"protocol {protocol} needs {5 * fold_images} images (COCO testall), "
+                                f"the score matrix has {n_img} x {sims.shape[1]}")
+    if protocol == "coco5k":
+        return {"protocol": protocol, "n_images": n_img, "n_captions": sims.shape[1],
+                **recall_metrics(sims, t2i_sims)}
+    folds = []
+    for i in range(5):
+        fi = slice(i * fold_images, (i + 1) * fold_images)
+        fc = slice(i * fold_images * per, (i + 1) * fold_images * per)
+        folds.append(recall_metrics(sims[fi, fc], None if t2i_sims is None else t2i_sims[fi, fc]))
+    mean = {k: float(np.mean([f[k] for f in folds])) for k in METRIC_KEYS}
+    return {"protocol": protocol, "n_images": n_img, "n_captions": sims.shape[1], **mean, "folds": folds}
+
+
+def format_table(results: dict[str, dict]) -> str:
+    """The field's usual table: one row per model/run, rsum then i2t and t2i R@1/5/10 medr meanr."""
+    head = ("", "rsum", "R@1", "R@5", "R@10", "medr", "meanr", "R@1", "R@5", "R@10", "medr", "meanr")
+    name_w = max([len(n) for n in results] + [5])
+    lines = [f"{'':<{name_w}}  {'':>7}  {'image -> text':^38}  {'text -> image':^38}",
+             f"{head[0]:<{name_w}}  {head[1]:>7}  " + "  ".join(f"{h:>6}" for h in head[2:7]) + "  "
+             + "  ".join(f"{h:>6}" for h in head[7:])]
+    for name, m in results.items():
+        cells = [m[f"i2t_{k}"] for k in ("r1", "r5", "r10", "medr", "meanr")]
+        cells2 = [m[f"t2i_{k}"] for k in ("r1", "r5", "r10", "medr", "meanr")]
+        lines.append(f"{name:<{name_w}}  {m['rsum']:7.1f}  " + "  ".join(f"{c:6.1f}" for c in cells) + "  "
+                     + "  ".join(f"{c:6.1f}" for c in cells2))
+    return "\n".join(lines)
+
+
+def load_sims(path) -> np.ndarray:
+    """Load a saved score matrix (.npy), with a clear error naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(path, "score matrix file not found")
+    try:
+        sims = np.load(path, allow_pickle=False)
+    except Exception as e:
+        raise DataError(path, f"not a readable .npy array: {e}") from None
+    if not isinstance(sims, np.ndarray):  # np.load opens a .npz archive as a dict of arrays
+        names = list(sims.files)
+        sims.close()
+        raise DataError(path, f"a .npz archive of {len(names)} array(s) {names[:5]}, not one .npy score matrix: "
+                              "save the matrix with numpy.save")
+    if sims.dtype.kind not in "fiu":  # strings, structured records, complex numbers, booleans, ...
+        raise DataError(path, f"a score matrix holds real numbers; this one holds dtype {sims.dtype}")
+    captions_per_image(sims, path)
+    return sims.astype(np.float64, copy=False) if sims.dtype.kind != "f" else sims
+
+
+def ensemble(matrices: list[np.ndarray], sources: list = None) -> np.ndarray:
+    """Average several score matrices of the same shape (SCAN's t-i + i-t ensembles)."""
+    shapes = {m.shape for m in matrices}
+    if len(shapes) != 1:
+        names = sources or [f"#{i}" for i in range(len(matrices))]
+        detail = ", ".join(f"{n}: {m.shape}" for n, m in zip(names, matrices, strict=False))
+        raise DataError(names[0], f"score matrices to ensemble differ in shape ({detail})")
+    return np.mean(np.stack([np.asarray(m, dtype=np.float64) for m in matrices]), axis=0)

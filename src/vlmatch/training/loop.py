@@ -1,0 +1,261 @@
+"""The training loop: Adam, step decay, gradient clipping, validation, checkpoints, exact resume, DDP.
+
+Data order is a pure function of (seed, epoch): a permutation drawn from a generator seeded with
+both, so a resumed run replays the same batches from the saved step. With torchrun each rank
+takes every world_size-th item of that permutation; hardest negatives are mined within each
+rank's own batch (as in the official single-GPU code with the per-rank batch size), and DDP
+averages the gradients.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
+
+from .. import distributed as D
+from ..data.loaders import batch_kind, encode_captions
+from ..data.precomp import PrecompSplit
+from ..data.resolve import resolve_data
+from ..data.vocab import Vocab
+from ..distributed import pick_device
+from ..errors import ConfigError
+from ..evaluation.validate import validate
+from ..io import append_line, atomic_dir, read_json, write_json, write_text
+from ..models.registry import create_model, legacy_conflicts, model_class, saved_options
+from .checkpoint import latest_checkpoint, load_training_state, save_training_state
+from .config import check_config, dump
+from .rundir import check_resume, prepare_fresh, recorded
+
+
+def epoch_batches(n: int, batch_size: int, seed: int, epoch: int, rank: int, world_size: int) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    perm = torch.randperm(n, generator=g).tolist()
+    per_rank = len(perm) // world_size  # equal step counts on every rank
+    mine = perm[rank * per_rank:(rank + 1) * per_rank] if world_size > 1 else perm
+    return [mine[i:i + batch_size] for i in range(0, len(mine), batch_size)]
+
+
+def make_optimizer(params, tc: dict) -> torch.optim.Optimizer:
+    """``train.optimizer``: adam, or adadelta with decay ρ = 0.9 (SMAN's "Adadelta, momentum 0.9");
+    ``train.weight_decay`` is an L2 penalty added to the gradients (torch's ``weight_decay``)."""
+    if tc["optimizer"] == "adadelta":
+        return torch.optim.Adadelta(params, lr=lr_at(tc, 0), rho=0.9, weight_decay=tc["weight_decay"])
+    return torch.optim.Adam(params, lr=lr_at(tc, 0), weight_decay=tc["weight_decay"])
+
+
+def lr_at(tc: dict, epoch: int) -> float:
+    """The learning rate of ``epoch``: ``train.lr_schedule`` [[epoch, lr], ...] (piecewise constant,
+    each lr from its epoch on) when given, else ``train.lr`` x ``train.lr_decay`` (default 0.1; MTFN: 0.5)
+    every ``train.lr_update`` epochs."""
+    if tc.get("lr_schedule"):
+        return float([lr for start, lr in tc["lr_schedule"] if start <= epoch][-1])
+    return tc["lr"] * (tc.get("lr_decay", 0.1) ** (epoch // tc["lr_update"]))
+
+
+def weights_digest(model) -> str:
+    h = hashlib.sha256()
+    for k, v in sorted(model.state_dict().items()):
+        h.update(k.encode())
+        h.update(v.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def build_vocab(cfg: dict, train: PrecompSplit) -> Vocab:
+    if cfg["data"]["vocab"]:
+        return Vocab.load(cfg["data"]["vocab"])
+    return Vocab.build(train.captions, min_count=cfg["data"]["min_word_count"])
+
+
+def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overwrite: bool = False) -> dict:
+    """Train per ``cfg`` into ``run_dir``; returns the best validation metrics.
+
+    A fresh run refuses a ``run_dir`` that holds a run unless ``overwrite``; ``resume`` continues the
+    run whose checkpoint is in ``run_dir/last`` and refuses a ``cfg`` that would compute another run.
+    """
+    cfg = check_config(cfg)
+    tc, dc = cfg["train"], cfg["data"]
+    device = pick_device(tc["device"])
+    if tc["threads"]:
+        torch.set_num_threads(int(tc["threads"]))
+    device = D.setup(device)
+    rank, world_size = D.world()
+    distributed = world_size > 1
+    is_main = rank == 0
+    run_dir = Path(run_dir)
+    torch.manual_seed(tc["seed"])
+    ckpt = latest_checkpoint(run_dir) if resume else None
+    if resume and ckpt is None:
+        raise ConfigError(f"--resume {run_dir}: no last/ checkpoint in it")
+    if resume:
+        check_resume(read_json(ckpt / "trainer_state.json").get("config"), cfg, run_dir)
+    if not resume and is_main:
+        prepare_fresh(run_dir, overwrite)
+
+    root = resolve_data(dc["path"])
+    train_split = PrecompSplit(root, dc["train_split"])
+    val_split = PrecompSplit(root, dc["val_split"], max_images=dc["val_max_images"])
+    if dc["check_finite"]:  # once, up front, rather than when a bad batch comes up
+        for sp in (train_split, val_split):
+            sp.check_all_finite(progress=progress and is_main)
+    model_opts = {k: v for k, v in cfg["model"].items() if k != "name"}
+    vocab = None
+    if model_class(cfg["model"]["name"]).needs_vocab(cfg["model"]):
+        # a resumed run keeps the vocabulary it was trained with
+        init_vocab = Path(tc["init_from"]) / "vocab.json" if tc["init_from"] else None
+        if ckpt is not None:
+            vocab = Vocab.load(ckpt / "vocab.json")
+        elif init_vocab is not None and init_vocab.is_file():  # the previous stage's vocabulary
+            vocab = Vocab.load(init_vocab)
+        else:
+            vocab = build_vocab(cfg, train_split)
+        model_opts["vocab_size"] = len(vocab)
+    if ckpt is not None:  # a default may have changed since the run began: what the config leaves to it, the
+        # checkpoint made with (for the options whose default changed), so the run goes on with its own equations
+        made = saved_options(ckpt)
+        for key in model_class(cfg["model"]["name"]).legacy_options:
+            if key not in model_opts and key in made:
+                model_opts[key] = made[key]
+    model_opts.setdefault("img_dim", train_split.img_dim)
+    if model_opts["img_dim"] != train_split.img_dim:
+        raise ConfigError(f"model.img_dim={model_opts['img_dim']} but {train_split.features_path} has "
+                          f"{train_split.img_dim}-d features")
+    model = create_model(cfg["model"]["name"], **model_opts)
+    model.vocab = vocab
+    if tc["init_from"]:
+        conflicts = legacy_conflicts(model, tc["init_from"])
+        if conflicts:
+            raise ConfigError(f"train.init_from: the checkpoint was made with other values of options whose default "
+                              f"changed: {'; '.join(conflicts)}. Set them in the config's model section (--set "
+                              f"model.KEY=VALUE) to continue from it with its own equations")
+        model.load_weights(Path(tc["init_from"]) / "model.safetensors")
+    kind = batch_kind(model.begin_stage(tc["stage"]))  # the model says what its stage trains on
+    model.to(device)
+    optimizer = make_optimizer([p for p in model.parameters() if p.requires_grad], tc)  # a stage may freeze some
+
+    state = {"epoch": 0, "step_in_epoch": 0, "global_step": 0, "best_rsum": -1.0, "best_epoch": None, "elapsed": 0.0}
+    metrics_path = run_dir / "metrics.jsonl"
+    if resume:
+        state = load_training_state(ckpt, model, optimizer)
+        if is_main:
+            _truncate_log(metrics_path, state["global_step"])
+    state["config"] = recorded(cfg)  # saved in every checkpoint; a resume is checked against it
+    if is_main:
+        write_text(run_dir / "config.yaml", dump(state["config"]))
+    D.barrier()
+
+    net = DistributedDataParallel(model) if distributed else model
+    dataset = kind.dataset(train_split, model)  # the model tokenises its own captions
+    # a frozen cached text encoder runs once per caption of both splits, here, in large batches
+    model.prepare_captions(dataset.tokens, progress=progress and is_main)
+    model.prepare_captions(encode_captions(val_split, model), progress=progress and is_main)
+    t_start = time.time() - state.get("elapsed", 0.0)  # the log's "time" runs on across a resume
+    for epoch in range(state["epoch"], tc["epochs"]):
+        lr = lr_at(tc, epoch)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        batches = epoch_batches(len(dataset), tc["batch_size"], tc["seed"], epoch, rank, world_size)
+        if tc["max_steps_per_epoch"]:
+            batches = batches[: tc["max_steps_per_epoch"]]
+        start = state["step_in_epoch"]
+        if hasattr(dataset, "set_epoch"):  # e.g. caption pairs drawn afresh each epoch
+            dataset.set_epoch(tc["seed"], epoch)
+        loader = DataLoader(dataset, batch_sampler=batches[start:], collate_fn=kind.collate,
+                            num_workers=tc["workers"])
+        hardest = tc["max_violation"] and epoch >= tc["warmup_epochs"]
+        # on screen epochs count from 1 ("epoch 1/7" is the first); metrics.jsonl keeps the 0-based index
+        bar = tqdm(loader, total=len(batches), initial=start, desc=f"epoch {epoch + 1}/{tc['epochs']}",
+                   disable=not (progress and is_main), leave=False)
+        model.train()
+        for step, batch in enumerate(bar, start=start):
+            scores = net(*kind.inputs(batch, device))
+            loss = model.loss(scores, batch, tc, hardest)  # the model's own objective (default: hinge triplet)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if tc["grad_clip"] and tc["grad_clip"] > 0:
+                torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], tc["grad_clip"])
+            optimizer.step()
+            state["global_step"] += 1
+            state["step_in_epoch"] = step + 1
+            gs = state["global_step"]
+            if is_main and (gs % tc["log_every"] == 0 or step == len(batches) - 1):
+                bar.set_postfix(loss=f"{loss.item():.3f}")
+                append_line(metrics_path, json.dumps({"type": "train", "epoch": epoch, "step": step + 1,
+                                                      "global_step": gs, "loss": loss.item(), "lr": lr,
+                                                      "hardest": hardest, "time": time.time() - t_start}))
+            if tc["val_every_steps"] and gs % tc["val_every_steps"] == 0 and step + 1 < len(batches):
+                _validate_and_keep(model, val_split, device, state, run_dir, metrics_path, epoch, is_main, progress,
+                                   tc["epochs"], tc["val_top_k"])
+            if tc["checkpoint_every_steps"] and gs % tc["checkpoint_every_steps"] == 0 and step + 1 < len(batches):
+                if is_main:
+                    state["elapsed"] = time.time() - t_start
+                    save_training_state(run_dir / "last", model, optimizer, state)
+                D.barrier()
+            if tc["stop_after_steps"] and gs >= tc["stop_after_steps"]:
+                bar.close()
+                D.shutdown()
+                return {"stopped_at": gs}
+        bar.close()
+        state["epoch"], state["step_in_epoch"] = epoch + 1, 0
+        best_before = state["best_rsum"]
+        _validate_and_keep(model, val_split, device, state, run_dir, metrics_path, epoch, is_main, progress,
+                           tc["epochs"], tc["val_top_k"])
+        # epochs since val rsum last improved (every rank knows the broadcast best, so all stop together)
+        state["stale_epochs"] = 0 if state["best_rsum"] > best_before else state.get("stale_epochs", 0) + 1
+        if is_main:
+            state["elapsed"] = time.time() - t_start
+            save_training_state(run_dir / "last", model, optimizer, state)
+        D.barrier()
+        if tc["patience"] and epoch + 1 >= tc["min_epochs"] and state["stale_epochs"] >= tc["patience"]:
+            if is_main:
+                print(f"[stop] val rsum has not improved for {state['stale_epochs']} epochs (train.patience="
+                      f"{tc['patience']}): stopping after epoch {epoch + 1}/{tc['epochs']}", file=sys.stderr)
+            break
+
+    if distributed:
+        write_json(run_dir / "ranks" / f"rank{rank}.json", {"rank": rank, "weights_sha256": weights_digest(model)})
+    D.barrier()
+    D.shutdown()
+    best = run_dir / "best" / "metrics.json"
+    return json.loads(best.read_text()) if best.is_file() else {}
+
+
+def _validate_and_keep(model, val_split, device, state, run_dir, metrics_path, epoch, is_main, progress,
+                       epochs=None, top_k=0):
+    t0 = time.perf_counter()
+    m = validate(model, val_split, device, progress=progress and is_main, top_k=top_k)  # every rank scores its share
+    if is_main:
+        append_line(metrics_path, json.dumps({"type": "val", "epoch": epoch, "global_step": state["global_step"],
+                                              "seconds": time.perf_counter() - t0,
+                                              **{k: v for k, v in m.items() if k != "protocol"}}))
+        if m["rsum"] > state["best_rsum"]:
+            state["best_rsum"], state["best_epoch"] = m["rsum"], epoch
+            with atomic_dir(run_dir / "best") as tmp:
+                model.save(tmp)
+                write_json(tmp / "metrics.json", {**m, "epoch": epoch, "global_step": state["global_step"]})
+        # on screen epochs count from 1 ("epoch 1/7" is the first), as on the progress bar;
+        # metrics.jsonl and best/metrics.json keep the 0-based index ("epoch": 0)
+        print(f"[val] epoch {epoch + 1}/{epochs} step {state['global_step']}: rsum {m['rsum']:.1f} "
+              f"(i2t R@1 {m['i2t_r1']:.1f}, t2i R@1 {m['t2i_r1']:.1f})", file=sys.stderr)
+    D.barrier()
+    # every rank must know the best so far (it is saved in every rank's trainer state)
+    if D.world()[1] > 1:
+        t = torch.tensor([state["best_rsum"]], dtype=torch.float64,
+                         device=device if torch.distributed.get_backend() == "nccl" else "cpu")
+        torch.distributed.broadcast(t, 0)
+        state["best_rsum"] = float(t.item())
+
+
+def _truncate_log(path: Path, global_step: int) -> None:
+    """Drop log lines written after the checkpoint we resume from."""
+    if not path.exists():
+        return
+    keep = [ln for ln in path.read_text().splitlines() if ln and json.loads(ln).get("global_step", 0) <= global_step]
+    write_text(path, "".join(line + "\n" for line in keep))

@@ -1,0 +1,152 @@
+"""Every command ends bad input with one line and a non-zero exit, never a traceback (--debug shows it)."""
+
+import argparse
+
+import numpy as np
+import pytest
+
+import vlmatch.models.registry as registry
+from vlmatch.cli import build_parser, main
+from vlmatch.data.precomp import PrecompSplit
+
+from ..conftest import write_precomp
+
+
+def _one_line(err):
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_ctrl_c_and_foreign_exceptions_are_one_line(monkeypatch, capsys):
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(registry, "describe_models", interrupted)
+    assert main(["models"]) == 130
+    assert _one_line(capsys.readouterr().err) == "vlmatch: interrupted\n"
+
+    def foreign():
+        raise ZeroDivisionError("float division by zero\nsecond line")
+
+    monkeypatch.setattr(registry, "describe_models", foreign)
+    assert main(["models"]) == 1
+    err = _one_line(capsys.readouterr().err)
+    assert err.startswith("vlmatch: error: ZeroDivisionError: float division by zero (unexpected; run with --debug")
+    with pytest.raises(ZeroDivisionError):
+        main(["models", "--debug"])
+
+
+@pytest.mark.parametrize("array", [np.array([["a", "b"]] * 2), np.zeros((2, 2), dtype=[("x", "f4")]),
+                                   np.ones((2, 2), dtype=complex), np.ones((2, 2), dtype=bool)])
+def test_sims_that_are_not_real_numbers(tmp_path, capsys, array):
+    np.save(tmp_path / "s.npy", array)
+    assert main(["evaluate", "--sims", str(tmp_path / "s.npy")]) == 2
+    assert "s.npy: a score matrix holds real numbers; this one holds dtype" in _one_line(capsys.readouterr().err)
+
+
+def test_save_sims_keeps_large_scores_and_checks_the_path_first(tmp_path, capsys):
+    sims = np.eye(3) * 1e300 + 1.0
+    np.save(tmp_path / "s.npy", sims)
+    assert main(["evaluate", "--sims", str(tmp_path / "s.npy"), "--save-sims", str(tmp_path / "out.npy")]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), sims)  # not inf (float32 overflow)
+    assert main(["evaluate", "--sims", str(tmp_path / "out.npy")]) == 0
+    capsys.readouterr()
+    (tmp_path / "file").write_text("x")
+    assert main(["evaluate", "--sims", str(tmp_path / "s.npy"), "--save-sims", str(tmp_path / "file" / "o.npy")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "o.npy: cannot be created: " in _one_line(err)  # refused before the table
+
+
+def _tiny_precomp(root, nan_in=None):
+    rng = np.random.default_rng(0)
+    words = ["red", "blue", "cat", "dog", "big", "small"]
+    for split, n in (("train", 40), ("dev", 10)):
+        feats = rng.standard_normal((n, 3, 8)).astype(np.float32)
+        if split == nan_in:
+            feats[n - 3, 1, 2] = np.nan
+        caps = [" ".join(rng.choice(words, 4)) for _ in range(n * 5)]
+        write_precomp(root, split, feats, caps)
+    return root
+
+
+def _train(root, tmp_path, *sets):
+    return main(["train", "--config", "quickstart_vsepp", "--run-dir", str(tmp_path / "run"), "--no-progress",
+                 "--set", f"data.path={root}", "--set", "data.min_word_count=1", "--set", "train.epochs=1",
+                 "--set", "train.batch_size=20", "--set", "train.threads=1", *[x for s in sets for x in ("--set", s)]])
+
+
+@pytest.mark.parametrize("split", ["train", "dev"])
+def test_nan_features_are_found_at_start(tmp_path, capsys, split):
+    root = _tiny_precomp(tmp_path / "d", nan_in=split)
+    assert _train(root, tmp_path) == 2
+    err = _one_line(capsys.readouterr().err)
+    assert f"{split}_ims.npy: image {37 if split == 'train' else 7} has NaN or inf features (found by the check" in err
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()  # before a single step
+
+
+def test_a_data_error_inside_a_dataloader_worker_is_one_line(tmp_path, capsys):
+    root = _tiny_precomp(tmp_path / "d", nan_in="train")
+    assert PrecompSplit(root, "train").n_images == 40
+    # the check at start skipped (data.check_finite=false): the worker meets the bad image itself
+    assert _train(root, tmp_path, "data.check_finite=false", "train.workers=1") == 2
+    err = _one_line(capsys.readouterr().err)
+    assert err.startswith("vlmatch: error: ") and "train_ims.npy: image 37 has NaN or inf features" in err
+
+
+def _commands(parser, prefix=()):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield (*prefix, name)
+                yield from _commands(sub, (*prefix, name))
+
+
+def test_every_commands_help_prints(capsys):
+    cmds = list(_commands(build_parser()))
+    assert ("train",) in cmds and ("features", "extract") in cmds
+    for cmd in cmds:
+        with pytest.raises(SystemExit) as e:
+            main([*cmd, "--help"])
+        assert e.value.code == 0, cmd
+    assert "train.lr=1e-4" in capsys.readouterr().out  # the example tests/training/test_rundir.py runs
+
+
+@pytest.mark.parametrize("argv", [["evaluate", "--sims", "x.npy", "--max-images", "0"],
+                                  ["features", "extract", "--images", "i", "--out", "o", "--batch-size", "-4"],
+                                  ["data", "synth", "--out", "o", "--train", "0"]])
+def test_counts_must_be_positive(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and "expected an integer >= 1" in capsys.readouterr().err
+
+
+def test_npz_archives_are_named_not_unexpected(tmp_path, capsys):
+    np.savez(tmp_path / "s.npz", sims=np.eye(4), other=np.eye(2))
+    np.save(tmp_path / "s.npy", np.random.default_rng(0).random((4, 20)))
+    assert main(["rerank", "--sims", str(tmp_path / "s.npz"), "--no-progress"]) == 2
+    assert "s.npz: a .npz archive of 2 array(s)" in _one_line(capsys.readouterr().err)
+    assert main(["evaluate", "--sims", str(tmp_path / "s.npz")]) == 2
+    assert "not one .npy score matrix" in _one_line(capsys.readouterr().err)
+    assert main(["rerank", "--sims", str(tmp_path / "s.npy"), "--text-sims", str(tmp_path / "s.npz"), "--no-progress"]) == 2
+    assert "s.npz: a .npz archive" in _one_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("argv", [["rerank", "--sims", "S", "--json", "DIR", "--no-progress"],
+                                  ["vocab", "build", "--captions", "CAPS", "--min-count", "1", "--out", "DIR"],
+                                  ["explain", "--model", "nowhere", "--image", "x.jpg", "--text", "a dog", "--out", "DIR"],
+                                  ["explain", "--model", "nowhere", "--image", "x.jpg", "--text", "a dog", "--out",
+                                   "o.png", "--json", "DIR"]])
+def test_outputs_that_are_folders_are_refused_before_any_work(tmp_path, capsys, argv):
+    np.save(tmp_path / "s.npy", np.random.default_rng(0).random((4, 20)))
+    (tmp_path / "caps.txt").write_text("a red dog\n")
+    (tmp_path / "dir").mkdir()
+    subst = {"S": str(tmp_path / "s.npy"), "DIR": str(tmp_path / "dir"), "CAPS": str(tmp_path / "caps.txt")}
+    assert main([subst.get(x, x) for x in argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and f"{tmp_path / 'dir'}: is a folder; give a file name" in _one_line(err)
+
+
+@pytest.mark.parametrize("text", ["", "   "])
+def test_explain_refuses_an_empty_caption(text, capsys):
+    assert main(["explain", "--model", "nowhere", "--image", "x.jpg", "--text", text, "--out", "o.png"]) == 2
+    assert "--text is empty" in _one_line(capsys.readouterr().err)

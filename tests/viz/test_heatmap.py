@@ -1,0 +1,43 @@
+"""Heat maps: grid placement, box shading, one shared colour scale, PNG output."""
+
+import numpy as np
+import pytest
+
+from vlmatch.errors import VlmatchError
+from vlmatch.viz.attention import PairAttention
+from vlmatch.viz.heatmap import render, word_maps
+
+
+def att(weights, grid=None):
+    w = np.asarray(weights, dtype=np.float32)
+    return PairAttention([f"w{j}" for j in range(w.shape[1])], w, "regions", 0.5, grid=grid)
+
+
+def test_grid_weights_land_on_their_cell():
+    w = np.zeros((4, 2))
+    w[1, 0] = 1.0  # word 0 -> row 0, column 1 (top right)
+    w[2, 1] = 1.0  # word 1 -> row 1, column 0 (bottom left)
+    maps = word_maps(att(w, grid=2), (40, 20))  # W=40, H=20
+    assert maps.shape == (2, 20, 40)
+    assert maps[0, :10, 20:].mean() > 3 * maps[0, 10:, :20].mean()
+    assert maps[1, 10:, :20].mean() > 3 * maps[1, :10, 20:].mean()
+    with pytest.raises(VlmatchError, match="not a square grid"):
+        word_maps(att(np.ones((3, 2))), (8, 8))
+
+
+def test_boxes_are_shaded_by_their_weight():
+    w = np.array([[0.2, 0.9], [0.8, 0.1]])
+    boxes = np.array([[0, 0, 10, 10], [5, 5, 20, 20]])
+    maps = word_maps(att(w), (20, 20), boxes)
+    assert maps[0, 2, 2] == pytest.approx(0.2) and maps[0, 15, 15] == pytest.approx(0.8)
+    assert maps[0, 7, 7] == pytest.approx(0.8)  # overlap keeps the larger weight
+    assert maps[1, 2, 2] == pytest.approx(0.9) and maps[1, 19, 0] == 0.0
+
+
+def test_render_writes_a_png_with_one_panel_per_word(tmp_path):
+    rgb = np.random.default_rng(0).integers(0, 255, (30, 40, 3), dtype=np.uint8)
+    a = att(np.random.default_rng(1).dirichlet(np.ones(4), size=3).T, grid=2)
+    png = render(a, rgb)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    out = render(a, rgb, tmp_path / "h.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
