@@ -21,6 +21,9 @@ def test_index_build_without_model_uses_the_shipped_default_and_search_ranks_the
     assert f"--model pretrained:{model}" in capsys.readouterr().out
     manifest = json.loads((tmp_path / "idx" / "manifest.json").read_text())
     assert manifest["counts"]["images"] == 4 and manifest["model"]["name"] == pretrained.get(model).model
+    assert manifest["score"] == pretrained.default_score()
+    if retriever is not None:
+        assert manifest["retriever"]["name"] == pretrained.get(retriever).model
     assert main(["search", str(tmp_path / "idx"), "a green field", "-k", "4", "--json", str(tmp_path / "r.json")]) == 0
     results = json.loads((tmp_path / "r.json").read_text())
     hits = results["results"]
@@ -29,3 +32,19 @@ def test_index_build_without_model_uses_the_shipped_default_and_search_ranks_the
     assert hits[0]["path"].endswith("green.jpg") and hits[0]["score"] > hits[1]["score"] + 0.02, hits
     index = Index.open(tmp_path / "idx")
     assert len(index.search("a green field", k=4)) == 4
+
+
+def test_explain_without_model_draws_the_shipped_rescorers_attention(tmp_path, capsys):
+    """`vlmatch explain --image F --text T` with no --model: the heat maps of the default re-scorer, the
+    model whose attention the search page shows."""
+    model, retriever = pretrained.default_pair()
+    assert retriever is not None and pretrained.get(model).role == "rescorer"
+    img = tmp_path / "dog.jpg"
+    Image.new("RGB", (200, 150), (120, 90, 40)).save(img, "JPEG")
+    assert main(["explain", "--image", str(img), "--text", "a brown dog", "--out", str(tmp_path / "h.png"),
+                 "--json", str(tmp_path / "h.json")]) == 0
+    assert f"--model pretrained:{model}" in capsys.readouterr().out
+    att = json.loads((tmp_path / "h.json").read_text())
+    assert (tmp_path / "h.png").stat().st_size > 1000
+    weights = att["weights"]  # (image positions, words): the 7 x 7 grid of the shipped backbone
+    assert "dog" in att["words"] and len(weights) == 49 and {len(w) for w in weights} == {len(att["words"])}

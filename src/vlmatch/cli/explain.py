@@ -14,8 +14,9 @@ def add_parser(sub):
                        description="Extract the image's features with the backbone the model was trained on, take "
                                    "the model's attention for this one pair (model.pair_attention) and draw one "
                                    "panel per word on one shared colour scale.")
-    p.add_argument("--model", required=True, type=checkpoint_arg,
-                   help="checkpoint folder of an attention model, or pretrained:NAME")
+    p.add_argument("--model", type=checkpoint_arg,
+                   help="checkpoint folder of an attention model, or pretrained:NAME (default: the shipped default "
+                        "re-scorer, see `vlmatch pretrained`)")
     p.add_argument("--image", required=True, help="image file")
     p.add_argument("--text", required=True, help="the caption")
     p.add_argument("--out", required=True, help="PNG to write")
@@ -49,6 +50,8 @@ def cmd_explain(a):
             boxes = np.load(a.boxes, allow_pickle=False)
         except (OSError, ValueError, EOFError) as e:
             raise DataError(a.boxes, f"not a readable .npy array ({type(e).__name__})") from None
+    if a.model is None:
+        a.model = default_attention_model()
     model = load_model(a.model)
     bb = create_backbone(resolve_backbone_name(a.model, a.backbone), a.weights)
     check_backbone(checkpoint_backbone(a.model), bb.describe(), model.cfg.img_dim, a.model)
@@ -60,3 +63,17 @@ def cmd_explain(a):
     if a.json:
         write_json(a.json, {"model": str(a.model), "text": a.text, **att.to_dict()})
     print(f"{a.out}: {len(att.words)} words, score {att.score:.4f}")
+
+
+def default_attention_model():
+    """The shipped default re-scorer's checkpoint folder (the model whose attention the search page shows)."""
+    from ..errors import ConfigError
+    from ..models.registry import resolve_checkpoint
+    from ..pretrained import default_pair
+
+    model, retriever = default_pair()
+    if retriever is None:  # no re-scorer ships: the retriever alone has no word-to-region attention
+        raise ConfigError("the shipped default model has no attention to draw: give --model, an attention model's "
+                          "checkpoint folder")
+    print(f"using the shipped default: --model pretrained:{model}")
+    return resolve_checkpoint(f"pretrained:{model}")
