@@ -51,7 +51,6 @@ def source_hint(p) -> str:
     return ""
 
 
-FLICKR8K_SOURCE = ("Flickr8k is not shipped with vlmatch: this project's machines have it in ../shared/flickr8k "
-                   "(images/ + dataset_flickr8k.json, beside the repository); elsewhere request the images from "
-                   "the dataset's authors (Hodosh, Young, Hockenmaier 2013) and take Karpathy's "
-                   "dataset_flickr8k.json split file, then run `vlmatch features extract`")
+FLICKR8K_SOURCE = ("Flickr8k is not shipped with vlmatch: request the images from the dataset's authors "
+                   "(Hodosh, Young, Hockenmaier 2013), take Karpathy's dataset_flickr8k.json split file, put both "
+                   "in one folder (images/ + dataset_flickr8k.json), then run `vlmatch features extract`")
