@@ -38,9 +38,18 @@ class Backbone(nn.Module):
         x = torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).float()
         return self._normalise(x)
 
+    # Images per forward pass on a CPU. A convolutional backbone's elementwise layers (batch norm, ReLU6,
+    # padding) are memory-bound: a few images' activations stay in the CPU caches, a batch of 64 does not
+    # (EfficientNet-Lite0 at 224 on 2 cores: ~19 images/s at 64 per pass, 40-60 at 4; see
+    # benchmarks/results/search.md). Each image's features do not depend on the others in its batch.
+    cpu_micro_batch = 4
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Normalised batch -> regions (B, grid*grid, dim)."""
-        fmap = self.feature_map(x)
+        if x.device.type == "cpu" and len(x) > self.cpu_micro_batch:
+            fmap = torch.cat([self.feature_map(c) for c in x.split(self.cpu_micro_batch)])
+        else:
+            fmap = self.feature_map(x)
         return fmap.flatten(2).transpose(1, 2)
 
     def describe(self) -> dict:
