@@ -6,6 +6,7 @@ import json
 
 from ..errors import ConfigError, DataError
 from ..io import printable
+from ..search.build import SCORES
 from ..search.stage1 import KINDS
 from .common import positive_int
 
@@ -38,7 +39,7 @@ def add_parser(sub):
                         "are replaced)")
     b.add_argument("--backbone", help="image backbone (default: the one the model was trained on)")
     b.add_argument("--weights", help="local weights file for the backbone")
-    b.add_argument("--score", choices=["model", "mean"],
+    b.add_argument("--score", choices=SCORES,
                    help="stage 2's ranking score: the model's own (default with --model), or the mean of the model's "
                         "and the retriever's (their ensemble; the shipped default pair's choice is in `vlmatch pretrained`)")
     b.add_argument("--dtype", default="float16", choices=["float16", "float32"], help="stage-2 storage precision")

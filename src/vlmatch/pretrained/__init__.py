@@ -90,23 +90,28 @@ def checkpoint_dir(name: str) -> Path:
     return entry.folder
 
 
+def _defaults() -> dict[str, Pretrained]:
+    """The default entry of each role (the registry marks at most one per role)."""
+    return {e.role: e for e in entries() if e.default}
+
+
 def default_pair() -> tuple[str, str | None]:
     """(model, retriever) of the shipped default search pair: the default re-scorer with the default retriever
     as its stage 1; while no re-scorer ships, the default retriever alone (its own stage 1 and 2), retriever None."""
-    chosen = {e.role: e.name for e in entries() if e.default}
+    chosen = _defaults()
     if "rescorer" in chosen:
         if "retriever" not in chosen:
             raise ConfigError("the shipped default re-scorer has no default retriever: give --model and --retriever")
-        return chosen["rescorer"], chosen["retriever"]
+        return chosen["rescorer"].name, chosen["retriever"].name
     if "retriever" in chosen:
-        return chosen["retriever"], None
+        return chosen["retriever"].name, None
     raise ConfigError("this vlmatch ships no default model: give --model (and --retriever) checkpoints")
 
 
 def default_score() -> str:
     """Stage 2's ranking score of the shipped default pair (``index build --score``): the default re-scorer's
     ``pair_score`` ("mean": its score averaged with the retriever's), or "model" when no re-scorer ships."""
-    chosen = {e.role: e for e in entries() if e.default}
+    chosen = _defaults()
     return chosen["rescorer"].pair_score if "rescorer" in chosen and "retriever" in chosen else "model"
 
 

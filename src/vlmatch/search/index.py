@@ -3,8 +3,9 @@
 Stage 1 ranks the whole collection by the inner product of global vectors (FAISS); stage 2
 re-scores each query's top K candidates (default 100) with the model's own ``score`` through the
 scoring engine's block code (:func:`vlmatch.evaluation.scoring.score_blocks`), the function evaluation uses.
-The final ranking is by the stage-2 score (ties broken by row, stably); each result carries its
-stage-1 score beside it. With ``candidates >= len(index)`` every item is re-scored: the exact,
+The final ranking is by the stage-2 score (ties broken by row, stably) -- for an index built with
+``score="mean"`` the mean of the model's score and the retriever's (stage 1's) -- and each result carries
+its stage-1 score beside it. With ``candidates >= len(index)`` every item is re-scored: the exact,
 exhaustive ranking.
 
     idx = vlmatch.Index.open("my_index")
