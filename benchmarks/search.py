@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import search_default
 import torch
+from hostinfo import cpu_flags, cpu_model
 
 HERE = Path(__file__).resolve().parent
 CACHE = HERE / "cache"
@@ -42,11 +43,7 @@ BATCH = 32  # queries per batch for the throughput figure
 
 def host() -> str:
     """The CPU model and its vector flags (figures differ by host: record them with every result)."""
-    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
-    model = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), "?")
-    flags = next((ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags")), [])
-    vec = sorted(f for f in flags if f.startswith(("avx", "fma", "f16c", "amx")))
-    return f"{model}, {os.cpu_count()} cores, flags {' '.join(vec)}, torch {torch.__version__}"
+    return f"{cpu_model()}, {os.cpu_count()} cores, flags {' '.join(cpu_flags())}, torch {torch.__version__}"
 
 
 def _rss_mb() -> float:
@@ -245,7 +242,7 @@ def scale_one(n: int, queries: int, agree_queries: int, k: int = 49, d: int = 10
         idx.encode_queries([caption] * BATCH)
         idx.rank_images(btxt, bq, k=10, candidates=100)
         per_query.append((time.perf_counter() - t0) / BATCH)
-    lat = {s: {"p50_ms": 1e3 * float(np.percentile(v, 50)), "p99_ms": 1e3 * float(np.percentile(v, 99))}
+    lat = {s: search_default.latency(v)
            for s, v in {**times, "search": search, "total": total, "text_floor": floor,
                         "total_floor": floor + search}.items()}
     agree = None

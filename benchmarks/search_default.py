@@ -42,7 +42,8 @@ def _val_captions(n: int) -> list[str]:
     return [caps[i] for i in rng.choice(len(caps), min(n, len(caps)), replace=False)]
 
 
-def _lat(values) -> dict:
+def latency(values) -> dict:
+    """p50 / p99 / mean in ms of per-query seconds."""
     v = np.asarray(values)
     return {"p50_ms": 1e3 * float(np.percentile(v, 50)), "p99_ms": 1e3 * float(np.percentile(v, 99)),
             "mean_ms": 1e3 * float(v.mean())}
@@ -147,7 +148,7 @@ def default_scale(n: int, queries: int, k: int = 49, candidates: int = 100) -> d
             t[part].append(idx.last_timings[part])
     out = {"n": n, "k": k, "candidates": candidates, "queries": queries, "model": model_ckpt,
            "retriever": retriever_ckpt, "encode_s": enc_secs, "faiss_s": faiss_secs, "disk_mb": disk_mb,
-           "stage1": coll["stage1"], "latency": {p: _lat(v) for p, v in t.items()},
+           "stage1": coll["stage1"], "latency": {p: latency(v) for p, v in t.items()},
            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "threads": torch.get_num_threads()}
     shutil.rmtree(root, ignore_errors=True)
     return out

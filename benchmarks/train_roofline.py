@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -35,6 +34,7 @@ import time
 from pathlib import Path
 
 import torch
+from hostinfo import cpu_flags, cpu_model
 
 HERE = Path(__file__).resolve().parent
 SHARED = HERE.parent.parent / "shared" / "flickr8k"
@@ -44,26 +44,6 @@ TRAIN_CAPTIONS = 30000
 FAMILIES = {"vsepp": "vsepp_f8k", "scan_t2i": "scan_t2i_avg_f8k", "scan_i2t": "scan_i2t_avg_f8k",
             "caan": "caan_f8k", "sman": "sman_f8k", "mtfn": "mtfn_f8k", "mmca": "mmca_f8k"}
 TRANSFORMER_ONLY = {"mmca"}  # its text side is a transformer whatever the option says
-
-
-def cpu_flags() -> list[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return []
-    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
-    keep = ("avx", "fma", "amx", "sse4_2", "f16c")
-    return sorted({f for f in line.split(":")[-1].split() if f.startswith(keep)})
-
-
-def cpu_model() -> str:
-    try:
-        for ln in Path("/proc/cpuinfo").read_text().splitlines():
-            if ln.startswith("model name"):
-                return ln.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _timed(fn, seconds: float) -> float:
