@@ -55,6 +55,9 @@ def pair_metrics(sims, retriever: str) -> dict:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--card", action="store_true", help="only rewrite the model card in README.md (and docs/)")
+    ap.add_argument("--search-figures", action="store_true",
+                    help="copy the default pair's figures from benchmarks/results/search.json into the default "
+                         "entries of the registry, then rewrite the model card")
     ap.add_argument("--run", help="run name under benchmarks/cache/runs/")
     ap.add_argument("--name", help="the shipped model's name (pretrained:NAME)")
     ap.add_argument("--role", choices=["retriever", "rescorer"])
@@ -63,11 +66,39 @@ def main(argv=None):
     ap.add_argument("--pair-score", choices=["model", "mean"], default="model",
                     help="a re-scorer's stage-2 score in the default pair (index build --score)")
     a = ap.parse_args(argv)
-    if not a.card:
+    if a.search_figures:
+        search_figures()
+    elif not a.card:
         if not (a.run and a.name and a.role):
             ap.error("--run, --name and --role are required (or --card)")
         ship(a)
     write_cards()
+
+
+def search_figures() -> None:
+    """The default pair's measured search figures (benchmarks/search.py default-build, default-scale and
+    real --pair default) on the registry's default entries: ``search`` and ``ms_per_query`` (total p50)."""
+    from vlmatch import pretrained
+    from vlmatch.io import write_json
+
+    res = json.loads((HERE / "results" / "search.json").read_text())
+    pair = res["default_pair"]
+    real = next(r for r in res["real"] if r["model"].startswith("pretrained:") and r.get("score") == "mean")
+    if " 2 cores" not in pair["host"] or "avx2" not in pair["host"] or "avx512" in pair["host"]:
+        sys.exit(f"the figures were measured on {pair['host']}: say so in the host line below before copying them")
+    build, scale = pair["build"], pair["scale"][-1]
+    total = scale["latency"]["total"]
+    figures = {"build_images_per_s": round(build["images_per_s"], 1),
+               "build_note": "Flickr8k val JPEGs, feature extraction and both models' encodings included",
+               "query_p50_ms": round(total["p50_ms"], 1), "query_p99_ms": round(total["p99_ms"], 1),
+               "n_images": scale["n"],
+               "latency_note": "text encoding, stage 1 (HNSW) and stage 2 (K = 100) included, batch 1",
+               "two_stage_r10": round(real["two_stage_t2i"]["100"]["r10"], 2),
+               "exhaustive_r10": round(real["exhaustive"]["t2i"]["r10"], 2),
+               "host": "two x86 cores with AVX2, torch 2.13.0 (host flags and commands in benchmarks/results/search.md)"}
+    reg = [dataclasses.replace(e, search=figures, ms_per_query=figures["query_p50_ms"]) if e.default else e
+           for e in pretrained.entries()]
+    write_json(PRETRAINED / "registry.json", [dataclasses.asdict(e) for e in reg])
 
 
 def write_cards() -> None:
