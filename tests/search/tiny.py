@@ -73,9 +73,21 @@ def build_args(model, images, out, *extra, retriever=None) -> list[str]:
             "--out", str(out), "--backbone", "tiny32", "--no-progress", "--batch-size", "2", *extra]
 
 
+class Scores(dict):
+    """Path -> score; equal to another when the paths are the same and every score agrees within 1e-5:
+    an image encoded in another batch (an update's two new images, a full build's nine) lands elsewhere
+    in the last bits on CPUs whose GEMM kernels block by the batch size (AVX-512 oneDNN)."""
+
+    def __eq__(self, other):
+        return (isinstance(other, dict) and self.keys() == other.keys()
+                and all(abs(v - other[k]) <= 1e-5 for k, v in self.items()))
+
+    __hash__ = None
+
+
 def exhaustive(index_dir, q="a red dog"):
     idx = vlmatch.Index.open(index_dir)
-    return {r.path: r.score for r in idx.search(q, k=len(idx), candidates=len(idx))}
+    return Scores({r.path: r.score for r in idx.search(q, k=len(idx), candidates=len(idx))})
 
 
 def child(args: list[str], kill_at: str | None = None, gate: Path | None = None) -> subprocess.Popen:
