@@ -45,6 +45,27 @@ def test_scan_score_equals_loop_reference(direction, agg, norm):
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("agg", ["avg", "lse"])
+def test_one_query_against_many_regions_equals_loop_reference(agg):
+    """t-i with fewer words than regions (one query re-scoring its candidates) forms each attended
+    vector a_j itself instead of going through the per-image Gram matrix (the path the test above
+    takes, with 5 regions against 24 words): the same scores."""
+    model = _model(f"scan_t2i_{agg}", agg=agg)
+    feats, _, tokens, lengths = _inputs(seed=3, n_img=4, k=20)
+    mask = torch.ones(4, 20, dtype=torch.bool)
+    mask[2, 11:] = False
+    with torch.no_grad():
+        img = model.encode_images(feats.double(), mask)
+        one = model.encode_texts(tokens[:1], lengths[:1])  # 6 words against 20 regions: a_j directly
+        batch = model.encode_texts(tokens, lengths)
+        got_one, got_batch = model.score(img, one), model.score(img, batch)
+    c = model.cfg
+    want = score_matrix(lambda v, e: scan_pair(v, e, "t2i", c.raw_feature_norm, c.lambda_softmax, agg, c.lambda_lse),
+                        img, batch)
+    torch.testing.assert_close(got_one, want[:, :1], atol=1e-10, rtol=0)
+    torch.testing.assert_close(got_batch, want, atol=1e-10, rtol=0)
+
+
 @pytest.mark.parametrize("direction", ["t2i", "i2t"])
 def test_summax_equals_loop_reference(direction):
     model = _model(f"summax_{direction}")

@@ -141,9 +141,14 @@ class SCAN(TextSide, MatchingModel):
         alpha = self._alpha(s, rmask, wmask)
         if c.direction == "t2i":
             dot = torch.linalg.vecdot(alpha, s, dim=1)  # e_j . a_j, (Ni, Nt, L), fused multiply-sum
-            gram = v @ v.transpose(1, 2)  # (Ni, k, k)
-            g_alpha = torch.bmm(gram, alpha.reshape(ni, k, nt * n_words)).view(ni, k, nt, n_words)
-            a_norm = safe_sqrt(torch.linalg.vecdot(alpha, g_alpha, dim=1))  # ||a_j||, (Ni, Nt, L)
+            q, d = nt * n_words, v.shape[2]
+            if q * (k + 1) * d < k * k * d + q * k * (k + 1):  # few words (one query's re-scoring): a_j itself
+                a = torch.bmm(alpha.reshape(ni, k, q).transpose(1, 2), v)  # (Ni, Nt*L, D)
+                a_norm = safe_sqrt((a * a).sum(dim=2)).view(ni, nt, n_words)
+            else:  # a batch: ||a_j||^2 = alpha_j^T G alpha_j with the per-image Gram G, shared by all words
+                gram = v @ v.transpose(1, 2)  # (Ni, k, k)
+                g_alpha = torch.bmm(gram, alpha.reshape(ni, k, q)).view(ni, k, nt, n_words)
+                a_norm = safe_sqrt(torch.linalg.vecdot(alpha, g_alpha, dim=1))  # ||a_j||, (Ni, Nt, L)
             f_norm = e.norm(dim=2)[None]  # ||e_j||, (1, Nt, L)
             rel = dot / (f_norm * a_norm).clamp(min=EPS)
             return pool(rel, None if wmask is None else wmask[0], dim=2, how=c.agg, lambda_lse=c.lambda_lse)
