@@ -147,7 +147,7 @@ def cmd_search(a):
         raise ConfigError("search needs a query text or --image FILE (one of them)")
     if a.json:
         check_writable(a.json)  # before the search, not after the table
-    idx = Index.open(a.index)
+    idx = Index.open(a.index, lean_queries=False)  # one query: the lean forward would cost more than it saves
     if a.image is not None:
         res, what = idx.search_image(a.image, k=a.k, candidates=a.candidates), "caption"
     else:

@@ -233,20 +233,32 @@ MEMO_SIZE = 16
 _MEMO: OrderedDict = OrderedDict()
 
 
-def for_queries(*models: nn.Module) -> None:
+# Lean query forwards (encoders/bert_lean.py) by folder hash, dtype and device; None: not supported.
+_LEAN: dict = {}
+
+
+def for_queries(*models: nn.Module, lean: bool = True) -> None:
     """Encode texts of ``models`` without the on-disk output cache: queries are not training captions,
     so they are neither written to disk (where they would pile up, one entry per query ever asked) nor
-    looked up there; the frozen encoders of one folder share the in-memory memo instead."""
+    looked up there; the frozen encoders of one folder share the in-memory memo instead. ``lean``: run
+    the transformer through the lean inference forward of :mod:`vlmatch.encoders.bert_lean` where it
+    reproduces the model (half the time of the Hugging Face forward for a one-sentence query), built
+    here (about half a second, once per folder), so that no query pays for it."""
     for m in models:
         for mod in m.modules() if m is not None else ():
             if isinstance(mod, HFTextEncoder):
                 mod.disk_cache = False
+                mod.lean = lean
+                mod.query_hash = mod.hash()  # the folder's hash once, not its files' stat on every query
+                if lean:
+                    mod.lean_forward()
 
 
 class HFTextEncoder(nn.Module):
     """Tokenizer + pretrained transformer of one local folder; token vectors out (see module doc)."""
 
     disk_cache = True  # False: frozen outputs through the in-memory memo (see for_queries)
+    lean = False  # True: the memo runs the lean inference forward where it reproduces the model
 
     def __init__(self, path: str | os.PathLike | None = None, trainable: bool = False, max_length: int = 64):
         super().__init__()
@@ -317,18 +329,39 @@ class HFTextEncoder(nn.Module):
 
     def _memo(self, tokens: Tensor, lengths: Tensor) -> Tensor:
         p = next(self.model.parameters())
-        key = (self.hash(), self.max_length, p.dtype, p.device, tuple(tokens.shape),
+        key = (self.query_hash if self.lean else self.hash(), self.max_length, p.dtype, p.device, tuple(tokens.shape),
                tokens.cpu().numpy().tobytes(), lengths.cpu().numpy().tobytes())
         out = _MEMO.get(key)
         if out is None:
             with torch.no_grad():
-                out = self(tokens, lengths)
+                out = self._lean_forward(tokens, lengths) if self.lean else self(tokens, lengths)
             _MEMO[key] = out
             while len(_MEMO) > MEMO_SIZE:
                 _MEMO.popitem(last=False)
         else:
             _MEMO.move_to_end(key)
         return out.clone()
+
+    def lean_forward(self):
+        """The lean TorchScript BERT of this folder (:mod:`vlmatch.encoders.bert_lean`), shared by every
+        encoder of the folder: built and checked against the model on first use; ``None`` where it does
+        not reproduce the model (the model's own forward is used then)."""
+        p = next(self.model.parameters())
+        key = (self.query_hash if self.lean else self.hash(), self.max_length, p.dtype, p.device)
+        if key not in _LEAN:
+            from .bert_lean import lean_forward
+
+            probe, _ = self.tokenize(["a dog runs across the grass"])
+            _LEAN[key] = lean_forward(self.model, probe.to(p.device))
+        return _LEAN[key]
+
+    def _lean_forward(self, tokens: Tensor, lengths: Tensor) -> Tensor:
+        lean = self.lean_forward()
+        if lean is None:
+            return self(tokens, lengths)
+        mask = torch.arange(tokens.shape[1], device=tokens.device)[None, :] < lengths[:, None].to(tokens.device)
+        out = lean(tokens, mask)
+        return out * mask[..., None].to(out.dtype)
 
     def prefill(self, token_lists: list[list[int]], progress: bool = False) -> int:
         """Put every caption of ``token_lists`` into the output cache (see text_cache.prefill)."""

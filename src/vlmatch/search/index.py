@@ -101,9 +101,11 @@ class Index:
 
     # --- opening ---------------------------------------------------------------------------
     @classmethod
-    def open(cls, path, device="cpu") -> Index:
+    def open(cls, path, device="cpu", lean_queries: bool = True) -> Index:
         """Open an index folder written by ``vlmatch index build`` (models come from inside it), every
-        part checked against the manifest's records (:mod:`vlmatch.search.folder`)."""
+        part checked against the manifest's records (:mod:`vlmatch.search.folder`). ``lean_queries``:
+        prepare the lean transformer forward for text queries (:func:`vlmatch.encoders.hf.for_queries`:
+        about half a second here, half the text time of every query after); ``False`` for one query."""
         from ..encoders.hf import for_queries
         from ..models.registry import load_model
 
@@ -117,7 +119,7 @@ class Index:
                 with torch.no_grad():
                     model = load_model(parts["model"], map_location=device)
                     retriever = load_model(parts["retriever"], map_location=device) if "retriever" in parts else None
-                    for_queries(model, retriever)
+                    for_queries(model, retriever, lean=lean_queries)
                     return cls(path, manifest, model, retriever, device, parts)
             except (DataError, OSError):
                 if not tries or manifest_stamp(path) == stamp:
