@@ -371,9 +371,12 @@ def main(argv=None):
     ds = sub.add_parser("default-scale", help="text query latency of the shipped default pair at scale")
     ds.add_argument("--sizes", type=int, nargs="+", default=[100000])
     ds.add_argument("--queries", type=int, default=200)
+    ds.add_argument("--keep", action="store_true", help="keep the index in benchmarks/cache/search/ and time one "
+                    "an earlier --keep run left there (same pair) instead of building it again")
     do = sub.add_parser("default-scale-one")
     do.add_argument("--n", type=int, required=True)
     do.add_argument("--queries", type=int, default=200)
+    do.add_argument("--keep", action="store_true")
     s = sub.add_parser("scale")
     s.add_argument("--sizes", type=int, nargs="+", default=[10000, 100000])
     s.add_argument("--queries", type=int, default=200)
@@ -390,7 +393,7 @@ def main(argv=None):
         print(json.dumps(scale_one(a.n, a.queries, a.agree_queries, d=a.d)))
         return
     if a.cmd == "default-scale-one":
-        print(json.dumps(search_default.default_scale(a.n, a.queries)))
+        print(json.dumps(search_default.default_scale(a.n, a.queries, keep=a.keep)))
         return
     if a.cmd == "real":
         if a.pair:
@@ -414,7 +417,8 @@ def main(argv=None):
             pair["scale"] = []
             for n in a.sizes:  # each size in its own process: its own peak RSS
                 p = subprocess.run([sys.executable, __file__, "default-scale-one", "--n", str(n),
-                                    "--queries", str(a.queries)], capture_output=True, text=True)
+                                    "--queries", str(a.queries)] + (["--keep"] if a.keep else []),
+                                   capture_output=True, text=True)
                 if p.returncode:
                     sys.exit(p.stderr[-3000:])
                 pair["scale"].append(json.loads(p.stdout.strip().splitlines()[-1]))

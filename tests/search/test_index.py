@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 import vlmatch
 from vlmatch.cli import main
@@ -110,6 +111,20 @@ def test_a_model_with_a_global_part_needs_no_retriever(toy_ckpts, small_world, t
     res = idx.search("a yellow kite", k=3)
     # VSE++'s score is its stage-1 inner product: the columns agree up to the float16 store
     assert all(r.score == pytest.approx(r.stage1_score, abs=2e-3) for r in res)
+
+
+def test_a_faiss_search_leaves_torch_its_threads(toy_ckpts, small_world, tmp_path):
+    """FAISS and torch share one OpenMP runtime: the one-thread FAISS call of a single query must not
+    leave the next query's text encoder and stage 2 on one thread."""
+    build_index(tmp_path / "v", toy_ckpts["vsepp"], features=small_world, split="dev", progress=False, ann="hnsw")
+    idx = vlmatch.Index.open(tmp_path / "v")
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        idx.search("a yellow kite", k=3, candidates=5)  # fewer candidates than images: the HNSW index answers
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_open_errors_name_the_folder(tmp_path):

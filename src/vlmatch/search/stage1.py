@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from ..errors import ConfigError, DataError, VlmatchError
 from ..io import atomic_path
@@ -177,5 +178,11 @@ class Stage1:
             rows = np.argsort(-scores, axis=1, kind="stable")
             return np.take_along_axis(scores, rows, axis=1), rows
         faiss = _faiss()
+        # FAISS and torch share one OpenMP runtime: setting FAISS's thread count sets torch's too, so it
+        # is put back afterwards (else every query after the first ran its text and stage 2 on one thread)
+        torch_threads = torch.get_num_threads()
         faiss.omp_set_num_threads(1 if len(q) < 8 else max(1, os.cpu_count() or 1))
-        return self.index.search(q, k)
+        try:
+            return self.index.search(q, k)
+        finally:
+            torch.set_num_threads(torch_threads)
