@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -84,8 +85,11 @@ def search_figures() -> None:
     res = json.loads((HERE / "results" / "search.json").read_text())
     pair = res["default_pair"]
     real = next(r for r in res["real"] if r["model"].startswith("pretrained:") and r.get("score") == "mean")
-    if " 2 cores" not in pair["host"] or "avx2" not in pair["host"] or "avx512" in pair["host"]:
-        sys.exit(f"the figures were measured on {pair['host']}: say so in the host line below before copying them")
+    cores = re.search(r"(\d+) cores", pair["host"])
+    isa = "AVX-512" if "avx512f" in pair["host"] else "AVX2" if "avx2" in pair["host"] else None
+    if not (cores and isa):
+        sys.exit(f"the figures were measured on {pair['host']}: say how in the host line below before copying them")
+    torch_version = re.search(r"torch ([0-9.]+)", pair["host"])
     build, scale = pair["build"], pair["scale"][-1]
     total = scale["latency"]["total"]
     figures = {"build_images_per_s": round(build["images_per_s"], 1),
@@ -95,7 +99,8 @@ def search_figures() -> None:
                "latency_note": "text encoding, stage 1 (HNSW) and stage 2 (K = 100) included, batch 1",
                "two_stage_r10": round(real["two_stage_t2i"]["100"]["r10"], 2),
                "exhaustive_r10": round(real["exhaustive"]["t2i"]["r10"], 2),
-               "host": "two x86 cores with AVX2, torch 2.13.0 (host flags and commands in benchmarks/results/search.md)"}
+               "host": f"{cores.group(1)} x86 cores with {isa}, torch {torch_version.group(1) if torch_version else '?'} "
+                       "(host flags and commands in benchmarks/results/search.md)"}
     reg = [dataclasses.replace(e, search=figures, ms_per_query=figures["query_p50_ms"]) if e.default else e
            for e in pretrained.entries()]
     write_json(PRETRAINED / "registry.json", [dataclasses.asdict(e) for e in reg])
