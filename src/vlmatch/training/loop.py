@@ -156,6 +156,8 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
     # a frozen cached text encoder runs once per caption of both splits, here, in large batches
     model.prepare_captions(dataset.tokens, progress=progress and is_main)
     model.prepare_captions(encode_captions(val_split, model), progress=progress and is_main)
+    # train.compile: the pair score through torch.compile, shapes dynamic (every batch has its own caption length)
+    compiled = torch.compile(model.score, dynamic=True) if tc["compile"] else None
     t_start = time.time() - state.get("elapsed", 0.0)  # the log's "time" runs on across a resume
     for epoch in range(state["epoch"], tc["epochs"]):
         lr = lr_at(tc, epoch)
@@ -174,6 +176,8 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
         bar = tqdm(loader, total=len(batches), initial=start, desc=f"epoch {epoch + 1}/{tc['epochs']}",
                    disable=not (progress and is_main), leave=False)
         model.train()
+        if compiled is not None:
+            model.score = compiled  # the training steps' score; _validate_and_keep scores eagerly
         for step, batch in enumerate(bar, start=start):
             scores = net(*kind.inputs(batch, device))
             loss = model.loss(scores, batch, tc, hardest)  # the model's own objective (default: hinge triplet)
@@ -230,7 +234,12 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
 def _validate_and_keep(model, val_split, device, state, run_dir, metrics_path, epoch, is_main, progress,
                        epochs=None, top_k=0):
     t0 = time.perf_counter()
-    m = validate(model, val_split, device, progress=progress and is_main, top_k=top_k)  # every rank scores its share
+    compiled = model.__dict__.pop("score", None)  # train.compile: validation scores with the eager score
+    try:
+        m = validate(model, val_split, device, progress=progress and is_main, top_k=top_k)  # every rank scores its share
+    finally:
+        if compiled is not None:
+            model.score = compiled
     if is_main:
         append_line(metrics_path, json.dumps({"type": "val", "epoch": epoch, "global_step": state["global_step"],
                                               "seconds": time.perf_counter() - t0,
