@@ -83,12 +83,15 @@ def render(results: dict) -> str:
     runs = results.get("runs", {})
     lines.append(format_table({k: v["metrics"] for k, v in runs.items()}))
     lines += ["```", "", "Train min/epoch: median time per training step x steps per epoch (validation excluded).", "",
-              "| run | epochs (best) | val rsum after each epoch | train min/epoch | command |",
+              "| run | epochs (best after) | val rsum after each epoch | train min/epoch | command |",
               "|---|---|---|---|---|"]
     for k, v in runs.items():
+        if "ensemble_of" in v:  # no training of its own: in the ensembles table below
+            continue
         hist = " → ".join(f"{x:.1f}" for x in v.get("val_rsum_by_epoch", [])) or "-"
         trained = len(v.get("val_rsum_by_epoch", [])) or v["epochs"]
-        lines.append(f"| {k} | {trained} ({v['metrics'].get('epoch')}) | {hist} | {v['minutes_per_epoch']:.1f} | "
+        best = v["metrics"].get("epoch")
+        lines.append(f"| {k} | {trained} ({'-' if best is None else best + 1}) | {hist} | {v['minutes_per_epoch']:.1f} | "
                      f"`{v['command']}` |")
     lines += convergence_table(runs)
     notes = [f"- {k}: {v['note']}" for k, v in runs.items() if v.get("note")]
@@ -116,16 +119,58 @@ def convergence_table(runs: dict) -> list[str]:
     lines = ["", "## Seed systems at convergence", "",
              "Trained until val rsum had not improved for `train.patience` epochs (at least `train.min_epochs`); "
              "the GRU column is the best run of the same model with the paper's GRU text side (fewer epochs).", "",
-             "| run | model | text encoder | epochs trained (best) | val rsum | i2t R@1 | t2i R@1 | GRU row: run, epochs, rsum "
-             "| train min/epoch |", "|---|---|---|---|---|---|---|---|---|"]
+             "| run | model | text encoder | epochs trained (best after) | val rsum | i2t R@1 | t2i R@1 "
+             "| GRU row: run, epochs, rsum | train min/epoch |", "|---|---|---|---|---|---|---|---|---|"]
     for k, v in conv.items():
         name, m = v["config"]["model"]["name"], v["metrics"]
         g = gru.get(name)
         other = "-"
         if g:
             other = f"{g[0]}, {len(g[1].get('val_rsum_by_epoch', [])) or g[1]['epochs']}, {g[1]['metrics']['rsum']:.1f}"
-        lines.append(f"| {k} | {name} | {_text_encoder(v)} | {len(v.get('val_rsum_by_epoch', []))} ({m.get('epoch')}) | "
+        lines.append(f"| {k} | {name} | {_text_encoder(v)} | {len(v.get('val_rsum_by_epoch', []))} ({m['epoch'] + 1}) | "
                      f"{m['rsum']:.1f} | {m['i2t_r1']:.1f} | {m['t2i_r1']:.1f} | {other} | {v['minutes_per_epoch']:.2f} |")
+    return lines + noise_lines(conv) + ensemble_table(runs)
+
+
+def _setting(run: dict) -> str:
+    """A run's configuration less what only changes its noise: the seed, the thread count, the data path."""
+    cfg = json.loads(json.dumps(run["config"]))
+    for key in ("seed", "threads"):
+        cfg["train"].pop(key, None)
+    cfg["data"].pop("path", None)
+    return json.dumps(cfg, sort_keys=True)
+
+
+def noise_lines(conv: dict) -> list[str]:
+    """Runs of one setting that differ only in seed, thread count or host: their spread is the noise."""
+    groups: dict[str, list[str]] = {}
+    for k, v in conv.items():
+        groups.setdefault(_setting(v), []).append(k)
+    rows = [g for g in groups.values() if len(g) > 1]
+    if not rows:
+        return []
+    lines = ["", "Run-to-run noise (the same setting again: another seed, or the same command on another host):", ""]
+    for g in rows:
+        vals = [conv[k]["metrics"]["rsum"] for k in g]
+        lines.append(f"- {', '.join(f'{k} {x:.1f}' for k, x in zip(g, vals, strict=True))}: "
+                     f"spread {max(vals) - min(vals):.1f} val rsum")
+    return lines
+
+
+def ensemble_table(runs: dict) -> list[str]:
+    """Records of benchmarks/flickr8k_ensemble.py: the mean of the members' val score matrices."""
+    ens = {k: v for k, v in runs.items() if "ensemble_of" in v}
+    if not ens:
+        return []
+    lines = ["", "## Ensembles (mean of the members' val score matrices)", "",
+             "| ensemble | members (val rsum) | val rsum | i2t R@1 | t2i R@1 | gain over the best member | command |",
+             "|---|---|---|---|---|---|---|"]
+    for k, v in ens.items():
+        m, mem = v["metrics"], v["members"]
+        best = max(x["rsum"] for x in mem.values())
+        names = ", ".join(f"{n} ({x['rsum']:.1f})" for n, x in mem.items())
+        lines.append(f"| {k} | {names} | {m['rsum']:.1f} | "
+                     f"{m['i2t_r1']:.1f} | {m['t2i_r1']:.1f} | {m['rsum'] - best:+.1f} | `{v['command']}` |")
     return lines
 
 
