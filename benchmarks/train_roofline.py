@@ -18,7 +18,9 @@ multiply-adds = the encoders' (every matrix product of encode_images + encode_te
 layers' included, counted by torch's FlopCounterMode) + B^2 x the model's own ``pair_flops`` (its
 equations' count). Transcendentals = B^2 x the pair count + the recurrent gates' sigmoid / tanh
 (counted from the layers' sizes).
-Minutes per epoch = ms per step x 235 steps (30,000 captions / batch 128; MMCA: its own batch).
+Minutes per epoch = ms per step x steps per epoch (30,000 captions / the config's batch).
+``--compile`` also times every step as ``train.compile: true`` runs it (torch.compile of the model's pair
+score, shapes dynamic); the first step, which compiles, is reported apart (``compile_s``).
 Results: benchmarks/results/train_roofline.{json,md}, with this host's CPU flags.
 """
 
@@ -85,7 +87,7 @@ def recurrent_transcendentals(model, n_words: int, batch: int) -> int:
     return trans
 
 
-def measure(family: str, text: str, a) -> dict:
+def measure(family: str, text: str, a, compiled: bool = False) -> dict:
     from torch.utils.flop_counter import FlopCounterMode
 
     from vlmatch import create_model
@@ -127,7 +129,13 @@ def measure(family: str, text: str, a) -> dict:
         torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], tc["grad_clip"])
         optimizer.step()
 
-    step()  # warm-up
+    if compiled:  # what train.compile does: the pair score through torch.compile, shapes dynamic
+        from vlmatch.training.loop import compiled_score
+
+        model.score = fn = compiled_score(model)
+    t0 = time.perf_counter()
+    step()  # warm-up (compiled: the compilation)
+    warmup_s = time.perf_counter() - t0
     times = []
     t_end = time.perf_counter() + a.seconds
     while time.perf_counter() < t_end or len(times) < 3:
@@ -135,6 +143,7 @@ def measure(family: str, text: str, a) -> dict:
         step()
         times.append(time.perf_counter() - t0)
     ms = 1e3 * statistics.median(times)
+    model.__dict__.pop("score", None)  # count the eager graph's products
     with torch.no_grad(), FlopCounterMode(display=False) as fc:
         model.encode_images(feats, None)
         model.encode_texts(tokens, lengths)
@@ -144,6 +153,8 @@ def measure(family: str, text: str, a) -> dict:
     macs = enc_macs + b * b * pair["macs"]
     trans = rnn_trans + b * b * pair["transcendentals"]
     return {"family": family, "text": "minilm" if family in TRANSFORMER_ONLY else text, "model": cfg["model"]["name"],
+            "compiled": compiled, "compile_s": warmup_s if compiled else None,
+            "compile_failed": bool(compiled and fn.failed),
             "batch": b, "words_mean": float(lengths.float().mean()), "ms_per_step": ms,
             "ms_min": 1e3 * min(times), "ms_max": 1e3 * max(times), "steps_timed": len(times),
             "forward_macs": macs, "encoder_macs": enc_macs, "pair_macs": b * b * pair["macs"],
@@ -157,6 +168,8 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seconds", type=float, default=8.0, help="time each family's steps at least this long")
     ap.add_argument("--vocab", type=int, default=3000, help="word vocabulary of the gru text side")
+    ap.add_argument("--compile", action="store_true", help="also time each step with train.compile (torch.compile "
+                    "of the model's score; the first step, which compiles, is left out)")
     ap.add_argument("--note", default="")
     ap.add_argument("--out", default=str(HERE / "results" / "train_roofline"))
     a = ap.parse_args(argv)
@@ -170,14 +183,16 @@ def main(argv=None):
         for text in a.text:
             if fam in TRANSFORMER_ONLY and text == "gru":
                 continue
-            r = measure(fam, text, a)
-            r["bound_ms"] = 1e3 * (3 * 2 * r["forward_macs"] / pk["gemm_flops"]
-                                   + r["transcendentals"] / pk["transcendentals_per_s"])
-            r["ratio"] = r["ms_per_step"] / r["bound_ms"]
-            r["minutes_per_epoch"] = r["ms_per_step"] * -(-TRAIN_CAPTIONS // r["batch"]) / 60000
-            rows.append(r)
-            print(f"{fam:9s} {r['text']:6s} B={r['batch']:3d}  {r['ms_per_step']:8.1f} ms/step  bound {r['bound_ms']:7.1f} "
-                  f"({r['ratio']:.1f}x)  {r['minutes_per_epoch']:.2f} min/epoch", flush=True)
+            for compiled in (False, True) if a.compile else (False,):
+                r = measure(fam, text, a, compiled)
+                r["bound_ms"] = 1e3 * (3 * 2 * r["forward_macs"] / pk["gemm_flops"]
+                                       + r["transcendentals"] / pk["transcendentals_per_s"])
+                r["ratio"] = r["ms_per_step"] / r["bound_ms"]
+                r["minutes_per_epoch"] = r["ms_per_step"] * -(-TRAIN_CAPTIONS // r["batch"]) / 60000
+                rows.append(r)
+                print(f"{fam:9s} {r['text']:6s} {'compiled' if compiled else 'eager':8s} B={r['batch']:3d}  "
+                      f"{r['ms_per_step']:8.1f} ms/step  bound {r['bound_ms']:7.1f} ({r['ratio']:.1f}x)  "
+                      f"{r['minutes_per_epoch']:.2f} min/epoch", flush=True)
     report = {"threads": a.threads, "peaks": pk, "rows": rows, "torch": torch.__version__, "cpu": cpu_model(),
               "cpu_flags": cpu_flags(), "note": a.note,
               "command": "python benchmarks/train_roofline.py " + " ".join(argv if argv is not None else sys.argv[1:])}
@@ -199,10 +214,13 @@ def render(r: dict) -> str:
              "(the training path); `gru` runs the paper's recurrent encoder.", ""]
     if r.get("note"):
         lines += [r["note"], ""]
-    lines += ["| family | text | batch | ms / step (min-max) | encoder MMACs | pair MMACs | bound ms | step / bound "
-              "| min / epoch |", "|---|---|---|---|---|---|---|---|---|"]
+    lines += ["| family | text | train.compile | batch | ms / step (min-max) | encoder MMACs | pair MMACs | bound ms "
+              "| step / bound | min / epoch |", "|---|---|---|---|---|---|---|---|---|---|"]
     for x in r["rows"]:
-        lines.append(f"| {x['family']} (`{x['model']}`) | {x['text']} | {x['batch']} | {x['ms_per_step']:.1f} "
+        how = "no"
+        if x.get("compiled"):
+            how = "failed: ran eagerly" if x.get("compile_failed") else f"yes ({x['compile_s']:.0f} s to compile)"
+        lines.append(f"| {x['family']} (`{x['model']}`) | {x['text']} | {how} | {x['batch']} | {x['ms_per_step']:.1f} "
                      f"({x['ms_min']:.0f}-{x['ms_max']:.0f}) | {x['encoder_macs'] / 1e6:,.0f} | {x['pair_macs'] / 1e6:,.0f} "
                      f"| {x['bound_ms']:.1f} | {x['ratio']:.1f}x | {x['minutes_per_epoch']:.2f} |")
     lines += ["", f"Command: `{r['command']}`", ""]

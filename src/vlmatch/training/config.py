@@ -72,9 +72,9 @@ class TrainOptions:
     seed: int = option(0, min=0, max=2**63 - 1)
     device: str = option("auto", resumable=True)
     threads: int = option(0, min=0, resumable=True, doc="torch threads (0: torch's default)")
-    compile: bool = option(False, resumable=True, doc="train through torch.compile of the model's score (fuses the "
-                                                      "attention's elementwise chains: CAAN about 2x per step on a "
-                                                      "CPU; about a minute to compile; validation stays eager)")
+    compile: bool = option(False, resumable=True, doc="run the model's score through torch.compile, in training steps "
+                                                      "and validation (fuses the attention's elementwise chains: CAAN "
+                                                      "about 2x per step on a CPU; a minute or two to compile)")
     workers: int = option(0, min=0, resumable=True, doc="DataLoader workers")
     max_steps_per_epoch: int | None = option(None, min=1, doc="cap (smoke tests)")
     stop_after_steps: int | None = option(None, min=1, resumable=True, doc="exit abruptly after this global step "

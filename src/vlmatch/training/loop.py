@@ -156,8 +156,7 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
     # a frozen cached text encoder runs once per caption of both splits, here, in large batches
     model.prepare_captions(dataset.tokens, progress=progress and is_main)
     model.prepare_captions(encode_captions(val_split, model), progress=progress and is_main)
-    # train.compile: the pair score through torch.compile, shapes dynamic (every batch has its own caption length)
-    compiled = torch.compile(model.score, dynamic=True) if tc["compile"] else None
+    compiled = compiled_score(model) if tc["compile"] else None
     t_start = time.time() - state.get("elapsed", 0.0)  # the log's "time" runs on across a resume
     for epoch in range(state["epoch"], tc["epochs"]):
         lr = lr_at(tc, epoch)
@@ -231,12 +230,36 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
     return json.loads(best.read_text()) if best.is_file() else {}
 
 
+def compiled_score(model):
+    """``train.compile``: the model's pair score through torch.compile with dynamic shapes (every batch has
+    its own caption length). Where Inductor cannot compile a model's graph (it fails on the first call),
+    the score falls back to eager for the rest of the run, with a one-line note."""
+    eager = model.score
+    compiled = torch.compile(eager, dynamic=True)
+    failed = []
+
+    def score(img, txt):
+        if not failed:
+            try:
+                return compiled(img, txt)
+            except Exception as e:  # noqa: BLE001 -- torch's compiler errors have no common public base
+                failed.append(e)
+                print(f"vlmatch: note: train.compile: torch.compile failed for {type(model).__name__} "
+                      f"({type(e).__name__}: {str(e).splitlines()[0][:120]}); training on eagerly", file=sys.stderr)
+        return eager(img, txt)
+
+    score.failed = failed
+    return score
+
+
 def _validate_and_keep(model, val_split, device, state, run_dir, metrics_path, epoch, is_main, progress,
                        epochs=None, top_k=0):
     t0 = time.perf_counter()
-    compiled = model.__dict__.pop("score", None)  # train.compile: validation scores with the eager score
+    # train.compile: validation scores through the engine's own compiled path (fixed block shapes, no grad)
+    compiled = model.__dict__.pop("score", None)
     try:
-        m = validate(model, val_split, device, progress=progress and is_main, top_k=top_k)  # every rank scores its share
+        m = validate(model, val_split, device, progress=progress and is_main, top_k=top_k,  # every rank scores its share
+                     compile=compiled is not None)
     finally:
         if compiled is not None:
             model.score = compiled
