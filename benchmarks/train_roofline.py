@@ -15,7 +15,8 @@ does), so a step reads them with one gather, exactly the training path.
 Bound = (3 x forward multiply-adds x 2 FLOP) / GEMM peak + forward transcendentals / transcendental rate,
 both peaks measured in this run with the step's thread count (see benchmarks/roofline.py). Forward
 multiply-adds = the encoders' (every matrix product of encode_images + encode_texts, the recurrent
-layers' included, counted by torch's FlopCounterMode) + B^2 x the model's own ``pair_flops`` (its
+layers' included, counted by torch's FlopCounterMode) + the model's own ``batch_score_flops`` (B^2 x
+``pair_flops`` unless training needs another form of the equations, as MTFN's rank fusion does; its
 equations' count). Transcendentals = B^2 x the pair count + the recurrent gates' sigmoid / tanh
 (counted from the layers' sizes).
 Minutes per epoch = ms per step x steps per epoch (30,000 captions / the config's batch).
@@ -149,15 +150,15 @@ def measure(family: str, text: str, a, compiled: bool = False) -> dict:
         model.encode_texts(tokens, lengths)
     enc_macs = fc.get_total_flops() // 2
     rnn_trans = recurrent_transcendentals(model, int(lengths.float().mean().round()), b)
-    pair = model.pair_flops(49, int(lengths.float().mean().round())) or {"macs": 0, "transcendentals": 0}
-    macs = enc_macs + b * b * pair["macs"]
-    trans = rnn_trans + b * b * pair["transcendentals"]
+    pair = model.batch_score_flops(b, 49, int(lengths.float().mean().round())) or {"macs": 0, "transcendentals": 0}
+    macs = enc_macs + pair["macs"]
+    trans = rnn_trans + pair["transcendentals"]
     return {"family": family, "text": "minilm" if family in TRANSFORMER_ONLY else text, "model": cfg["model"]["name"],
             "compiled": compiled, "compile_s": warmup_s if compiled else None,
             "compile_failed": bool(compiled and fn.failed),
             "batch": b, "words_mean": float(lengths.float().mean()), "ms_per_step": ms,
             "ms_min": 1e3 * min(times), "ms_max": 1e3 * max(times), "steps_timed": len(times),
-            "forward_macs": macs, "encoder_macs": enc_macs, "pair_macs": b * b * pair["macs"],
+            "forward_macs": macs, "encoder_macs": enc_macs, "pair_macs": pair["macs"],
             "transcendentals": trans, "sizes": {k: opts[k] for k in ("embed_dim", "attn_dim") if k in opts}}
 
 

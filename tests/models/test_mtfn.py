@@ -170,3 +170,18 @@ def test_mtfn_sentence_encoder_scores_equal_plain_equations_and_reload(tiny_bert
     again = load_model(tmp_path / "m").double()
     with torch.no_grad():
         torch.testing.assert_close(again.score(again.encode_images(feats), again.encode_texts(tokens, lengths)), got)
+
+
+def test_batch_score_flops_counts_what_a_training_score_multiplies():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model = _model()
+    feats, mask, tokens, lengths = _inputs(seed=5)
+    n = min(len(feats), len(tokens))  # a training batch: as many images as captions
+    img = model.encode_images(feats[:n].double(), None if mask is None else mask[:n])
+    txt = model.encode_texts(tokens[:n], lengths[:n])
+    with torch.enable_grad(), FlopCounterMode(display=False) as fc:
+        model.score(img, txt)
+    want = model.batch_score_flops(len(img.embedding), feats.shape[1], int(lengths.max()))
+    assert fc.get_total_flops() // 2 == want["macs"]
+    assert want["macs"] > len(img.embedding) ** 2 * model.pair_flops(feats.shape[1], 4)["macs"]  # not the folded count

@@ -274,3 +274,9 @@ def test_word_init_uniform_as_before_and_xavier_as_the_paper():
         assert w.abs().max() <= b and w.abs().max() > 0.99 * b and w.std() == pytest.approx(b / 3 ** 0.5, rel=0.02)
     a, b = xavier.state_dict(), uniform.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a if k != "embed.weight")
+
+
+def test_batch_score_flops_default_is_the_pair_count_per_pair_of_the_batch():
+    m = create_model("sman", img_dim=16, vocab_size=10)
+    pair = m.pair_flops(49, 12)
+    assert m.batch_score_flops(5, 49, 12) == {k: 25 * v for k, v in pair.items()}

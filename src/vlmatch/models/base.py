@@ -222,6 +222,14 @@ class MatchingModel(nn.Module):
         None means the model has not declared it."""
         return None
 
+    def batch_score_flops(self, batch: int, n_regions: int, n_words: int) -> dict[str, int] | None:
+        """The unavoidable work of ``score`` on a training batch (``batch`` images x ``batch`` captions), in
+        the form training must compute it, same keys as ``pair_flops``. Default: batch² x ``pair_flops``.
+        A model whose inference count relies on a folding that training cannot use (MTFN's rank
+        fusion) says what a differentiable step has to do instead; the training roofline reads this."""
+        pair = self.pair_flops(n_regions, n_words)
+        return None if pair is None else {k: batch * batch * v for k, v in pair.items()}
+
     def bytes_per_pair(self, n_regions: int, n_words: int) -> int:
         """Working memory ``score`` needs per (image, caption) pair; sizes the engine's blocks."""
         return 64

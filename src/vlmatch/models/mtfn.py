@@ -270,6 +270,15 @@ class MTFN(TextSide, MatchingModel):
         and one sigmoid (eq. 2-4 as printed: R·d_f·(d_v + d_t + 1) multiply-adds per pair)."""
         return {"macs": self.cfg.embed_dim + 1, "transcendentals": 1}
 
+    def batch_score_flops(self, batch: int, n_regions: int, n_words: int) -> dict[str, int]:
+        """Training cannot use the folded G (forming it with gradients costs R·d_f·d_v·d_t): a step makes the
+        rank vectors of every item (R·d_f·d for each of the B images and B captions, both sides projected
+        to d) and their (R·d_f + 1) inner products for every pair, with B² sigmoids."""
+        c = self.cfg
+        width = c.rank * c.fusion_dim
+        macs = 2 * batch * width * c.embed_dim + batch * batch * (width + 1)
+        return {"macs": macs, "transcendentals": batch * batch}
+
 
 class MTFNSentence(MTFN):
     """MTFN with a frozen pretrained sentence encoder (a local Hugging Face folder) as the text side."""
