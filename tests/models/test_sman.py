@@ -280,3 +280,24 @@ def test_batch_score_flops_default_is_the_pair_count_per_pair_of_the_batch():
     m = create_model("sman", img_dim=16, vocab_size=10)
     pair = m.pair_flops(49, 12)
     assert m.batch_score_flops(5, 49, 12) == {k: 25 * v for k, v in pair.items()}
+
+
+@pytest.mark.parametrize("chunk", [None, 1])
+@pytest.mark.parametrize("side", ["image", "text"])
+def test_pair_logits_value_and_gradients_equal_autograd_on_the_plain_form(side, chunk, monkeypatch):
+    if chunk:  # pieces down to one caption each
+        monkeypatch.setattr(sman_module, "_CHUNK_ELEMENTS", chunk)
+    g = torch.Generator().manual_seed(0)
+    ni, nt, m, a = 3, 4, 5, 6
+    shape = (ni, 1, m, a) if side == "image" else (1, nt, m, a)
+    keys = torch.randn(shape, generator=g, dtype=torch.float64, requires_grad=True)
+    q = torch.randn(ni, nt, a, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(a, generator=g, dtype=torch.float64, requires_grad=True)
+    upstream = torch.randn(ni, nt, m, generator=g, dtype=torch.float64)
+    got = sman_module.pair_logits(keys, q, w)
+    want = torch.tanh(keys * q.unsqueeze(-2)) @ w
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    for x, y in zip(torch.autograd.grad(got, (keys, q, w), upstream),
+                    torch.autograd.grad(want, (keys, q, w), upstream), strict=True):
+        torch.testing.assert_close(x, y, rtol=0, atol=1e-12)
+    assert torch.autograd.gradcheck(sman_module.pair_logits, (keys, q, w))

@@ -180,9 +180,9 @@ class _Attention(nn.Module):
         w = self.logit.weight[0]
         if self.form == "eq9":
             return masked_softmax((torch.tanh(keys) * q.unsqueeze(-2)) @ w, mask, dim=-1)
-        if torch.is_grad_enabled() or q.dim() != 3:
+        if q.dim() != 3:  # one query per item (eq. 5, 9)
             return masked_softmax(torch.tanh(keys * q.unsqueeze(-2)) @ w, mask, dim=-1)
-        return masked_softmax(_pair_logits(keys, q, w), mask, dim=-1)
+        return masked_softmax(pair_logits(keys, q, w), mask, dim=-1)  # a query per pair (eq. 13, 16)
 
     def forward(self, x: Tensor, query: Tensor, mask: Tensor | None) -> Tensor:
         return self.weights(self.key(x), torch.tanh(self.query(query)), mask)
@@ -191,21 +191,67 @@ class _Attention(nn.Module):
 _CHUNK_ELEMENTS = 1 << 18  # 1 MiB of float32 hidden states per piece: they stay in cache
 
 
-def _pair_logits(keys: Tensor, q: Tensor, w: Tensor) -> Tensor:
-    """w · tanh(keys ⊙ q) for a block of pairs without autograd: keys (Ni, 1, m, a) or (1, Nt, m, a),
-    q (Ni, Nt, a) -> (Ni, Nt, m). The (pairs x m x a) hidden states are the bulk of SMAN's pair work;
-    made, squashed and reduced in cache-sized pieces they cost a few passes over cache, not memory."""
+def _pieces(keys: Tensor, q: Tensor):
+    """Cache-sized pieces of the pair block: (i, captions j0:j1, keys of the piece (c or 1, m, a), q (c, 1, a))."""
     ni, nt, a = q.shape
     m = keys.shape[-2]
-    out = q.new_empty(ni, nt, m)
     step = max(1, _CHUNK_ELEMENTS // (m * a))
-    q2, w2 = 2 * q, 2 * w  # tanh(x) = 2 σ(2x) - 1, and aten's sigmoid is ~10x faster than its tanh on CPU
     for i in range(ni):
         k_i = keys[i if keys.shape[0] > 1 else 0]  # (Nt, m, a) or (1, m, a)
         for j in range(0, nt, step):
-            h = (k_i[j:j + step] if k_i.shape[0] > 1 else k_i) * q2[i, j:j + step, None, :]
-            torch.matmul(torch.sigmoid_(h), w2, out=out[i, j:j + step])
-    return out.sub_(w.sum())
+            yield i, j, j + step, (k_i[j:j + step] if k_i.shape[0] > 1 else k_i), q[i, j:j + step, None, :]
+
+
+def _tanh_of(kk: Tensor, qq: Tensor) -> Tensor:
+    """tanh(kk ⊙ qq) as 2 σ(2 kk ⊙ qq) - 1, a fresh tensor: aten's sigmoid is ~10x faster than its tanh on CPU."""
+    return torch.sigmoid_(kk * (2 * qq)).mul_(2).sub_(1)
+
+
+class _PairLogits(torch.autograd.Function):
+    """w · tanh(keys ⊙ q) for every pair of a block: keys (Ni, 1, m, a) or (1, Nt, m, a), q (Ni, Nt, a)
+    -> (Ni, Nt, m). The (pairs x m x a) hidden states are the bulk of SMAN's pair work: made, squashed
+    and reduced in cache-sized pieces they cost a few passes over cache, not memory, and the backward
+    pass makes them again piece by piece instead of keeping them (with t = tanh(keys ⊙ q) and the
+    incoming gradient G (pairs x m): dw = Σ G t, S = G w (1 - t²), dq = Σ_m S keys, dkeys = Σ S q over
+    the pairs that share them)."""
+
+    @staticmethod
+    def forward(ctx, keys: Tensor, q: Tensor, w: Tensor) -> Tensor:
+        ctx.save_for_backward(keys, q, w)
+        ni, nt, _ = q.shape
+        out = q.new_empty(ni, nt, keys.shape[-2])
+        for i, j0, j1, kk, qq in _pieces(keys, q):
+            torch.matmul(_tanh_of(kk, qq), w, out=out[i, j0:j1])
+        return out
+
+    @staticmethod
+    def backward(ctx, g: Tensor):
+        keys, q, w = ctx.saved_tensors
+        g = g.contiguous()
+        dq = torch.empty_like(q) if ctx.needs_input_grad[1] else None
+        dk = torch.zeros_like(keys) if ctx.needs_input_grad[0] else None
+        dw = torch.zeros_like(w)
+        per_image = keys.shape[0] > 1  # image keys, shared by the captions of a piece
+        for i, j0, j1, kk, qq in _pieces(keys, q):
+            t = _tanh_of(kk, qq)  # (c, m, a)
+            gg = g[i, j0:j1]  # (c, m)
+            dw.addmv_(t.reshape(-1, t.shape[-1]).T, gg.reshape(-1))
+            sv = t.mul_(t).neg_().add_(1).mul_(gg[..., None]).mul_(w)  # G w (1 - t²)
+            if dq is not None:
+                torch.sum(sv * kk, dim=1, out=dq[i, j0:j1])
+            if dk is not None:
+                if per_image:
+                    dk[i, 0].add_((sv * qq).sum(0))
+                else:
+                    dk[0, j0:j1].addcmul_(sv, qq)
+        return dk, dq, dw
+
+
+@torch.compiler.disable
+def pair_logits(keys: Tensor, q: Tensor, w: Tensor) -> Tensor:
+    """w · tanh(keys ⊙ q) for every pair of a block (see ``_PairLogits``); a Python loop over pieces, which
+    ``torch.compile`` leaves to eager."""
+    return _PairLogits.apply(keys, q, w)
 
 
 def _cos(a: Tensor, b: Tensor) -> Tensor:
