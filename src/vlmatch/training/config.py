@@ -73,8 +73,9 @@ class TrainOptions:
     device: str = option("auto", resumable=True)
     threads: int = option(0, min=0, resumable=True, doc="torch threads (0: torch's default)")
     compile: bool = option(False, resumable=True, doc="run the model's score through torch.compile, in training steps "
-                                                      "and validation (fuses the attention's elementwise chains: CAAN "
-                                                      "about 2x per step on a CPU; a minute or two to compile)")
+                                                      "and validation (fuses the attention's elementwise chains: SCAN "
+                                                      "about 1.45x per step on a CPU, CAAN 1.15x; up to a minute to "
+                                                      "compile)")
     workers: int = option(0, min=0, resumable=True, doc="DataLoader workers")
     max_steps_per_epoch: int | None = option(None, min=1, doc="cap (smoke tests)")
     stop_after_steps: int | None = option(None, min=1, resumable=True, doc="exit abruptly after this global step "
