@@ -91,6 +91,31 @@ def test_folded_matrix_follows_weight_updates():
     torch.testing.assert_close(after, want)
 
 
+def test_folded_matrix_follows_the_training_loops_optimizer_between_validations():
+    """The trainer's Adam (torch's fused kernel) updates the weights without moving their version counters;
+    the eval() that starts every evaluation drops the cached G, so validation scores the updated weights."""
+    from vlmatch.training.loop import make_optimizer
+
+    model = _model().float()
+    _, _, tokens, lengths = _inputs(seed=6)
+    feats = torch.randn(2, 5, 12)
+    with torch.no_grad():
+        before = model.score(model.encode_images(feats), model.encode_texts(tokens, lengths))
+    model.train()
+    opt = make_optimizer(list(model.it.parameters()), {"optimizer": "adam", "lr": 0.1, "lr_update": 10,
+                                                       "weight_decay": 0.0})
+    for p in model.it.parameters():
+        p.grad = torch.ones_like(p)
+    opt.step()
+    model.eval()
+    with torch.no_grad():
+        after = model.score(model.encode_images(feats), model.encode_texts(tokens, lengths))
+    with torch.enable_grad():
+        want = model.score(model.encode_images(feats), model.encode_texts(tokens, lengths)).detach()
+    assert not torch.allclose(before, after)
+    torch.testing.assert_close(after, want)
+
+
 def test_text_text_stage_starts_from_image_text_branch_and_freezes_it():
     model = _model().float()
     assert model.begin_stage(None) == "image_caption"

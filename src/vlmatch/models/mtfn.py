@@ -111,8 +111,16 @@ class _Fusion(nn.Module):
         c = self.out.bias.expand(len(x), 1)
         return torch.cat([a, c], dim=1), torch.cat([b, b.new_ones(len(y), 1)], dim=1)
 
+    def train(self, mode: bool = True):
+        """Switching between training and evaluation drops the cached G as well: an optimizer that updates
+        in place without bumping the parameters' version counters (torch's fused Adam) would otherwise leave
+        it stale, and every evaluation (``model_scores``, validation) starts with ``eval()``."""
+        self._folded = None
+        return super().train(mode)
+
     def folded(self) -> Tensor:
-        """G (d_x, d_y) = Σ_r A_rᵀ diag(w_m) B_r, cached until a parameter changes."""
+        """G (d_x, d_y) = Σ_r A_rᵀ diag(w_m) B_r, cached until a parameter changes (its version counter moves,
+        or the module switches between train and eval)."""
         params = (self.a.weight, self.b.weight, self.out.weight)
         key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params)
         if self._folded is None or self._folded[0] != key:
