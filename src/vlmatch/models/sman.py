@@ -94,7 +94,9 @@ Fast form: everything but the multi-modal step is pair-independent and computed 
 ``encode_*`` -- v0, v1, t0, t1, W_v2 I_m, P2 I_m / M, W_t2 S_l, v̂, t̂ and the unit vectors whose
 inner product is d0 + d1. Per pair remain the gate, two D x a products for the queries, the
 (k + n) x a tanh of the attention hidden states, two weighted sums and three dot products. With
-α = 1 the gate is pair-independent too, and so is the whole score (one GEMM).
+α = 1 the gate is pair-independent too, and so is the whole score (one GEMM). The (pairs x (k + n) x a)
+hidden states are made in cache-sized pieces, in training too: the backward pass makes each piece
+again instead of keeping them (``pair_logits``; value and gradients tested against autograd's plain form).
 """
 
 from __future__ import annotations
