@@ -204,8 +204,8 @@ class CAAN(TextSide, MatchingModel):
                 hp = hp * rmask[:, :, None, None].to(hp.dtype)
             if wmask is not None:
                 hp = hp * wmask[None, None].to(hp.dtype)
-            h_uv = hp / (torch.linalg.vector_norm(hp, dim=1, keepdim=True) + EPS)  # over regions
-            h_vu = hp / (torch.linalg.vector_norm(hp, dim=3, keepdim=True) + EPS)  # over words
+            h_uv = l2norm(hp, dim=1)  # over regions
+            h_vu = l2norm(hp, dim=3)  # over words
             if c.inter:  # Σ_j H^uv_ij Q2ᵀu_j per caption;  Σ_i H^vu_ij Q4ᵀv_i per image
                 tv = _per_caption(h_uv.permute(2, 0, 1, 3), txt.p2)
                 tu = _per_image(h_vu, img.p4).transpose(0, 1)
