@@ -2,6 +2,7 @@
 
     python benchmarks/flickr8k.py --config vsepp_f8k
     python benchmarks/flickr8k.py --config vsepp_f8k --name vsepp_f8k_2ep_lr --set train.epochs=2 --set train.lr=1.0e-3
+    python benchmarks/flickr8k.py --config vsepp_f8k --name vsepp_f8k_2ep_lr --set train.epochs=2 --set train.lr=1.0e-3 --resume
 
 Features go to benchmarks/cache/ (gitignored). Results (val = Karpathy val split, 1000 images,
 5000 captions; the test split is held back) go to benchmarks/results/flickr8k/<run name>.json, one
@@ -193,6 +194,12 @@ def main(argv=None):
     ap.add_argument("--extract-only", action="store_true")
     ap.add_argument("--rerender", action="store_true", help="recompute min/epoch of every run and rewrite the report")
     ap.add_argument("--note", help="a remark stored with this run's row (e.g. the CPU was shared)")
+    ap.add_argument("--stopped", action="store_true",
+                    help="record the run of this name as it stands, without training: for a run stopped before its "
+                         "schedule ended (its best val so far; the row says where it stopped)")
+    ap.add_argument("--resume", action="store_true",
+                    help="continue the run of this name from its last checkpoint (same command otherwise), e.g. after "
+                         "a stop; without it a run of the same name is replaced")
     a = ap.parse_args(argv)
     shared = Path(a.shared)
     if not (shared / "dataset_flickr8k.json").is_file():
@@ -218,13 +225,22 @@ def main(argv=None):
         cfg["data"]["path"] = str(CACHE)
         name = a.name or Path(a.config).stem
         run_dir = HERE / "cache" / "runs" / name
-        best = train(cfg, run_dir, overwrite=True)  # a rerun under the same name replaces that run
+        if (a.resume or a.stopped) and not (run_dir / "last").is_dir():
+            sys.exit(f"{run_dir}: no run to {'resume' if a.resume else 'record'} (no last/ checkpoint)")
+        stopped = {}
+        if a.stopped:  # the best validation so far, as train() would have returned it
+            vals = run_records(run_dir, "val")
+            best = {"protocol": "single", **{k: v for k, v in max(vals, key=lambda r: r["rsum"]).items()
+                                             if k not in ("type", "seconds")}}
+            stopped = {"stopped_after_epoch": max(r["epoch"] for r in vals) + 1}
+        else:  # a rerun under the same name replaces that run, unless it resumes it
+            best = train(cfg, run_dir, resume=True) if a.resume else train(cfg, run_dir, overwrite=True)
         minutes = epoch_minutes(run_dir, steps_per_epoch(cfg))
         cmd = ("python benchmarks/flickr8k.py --config " + a.config + (f" --name {a.name}" if a.name else "")
                + "".join(f" --set {shlex.quote(o)}" for o in a.overrides))
         results["runs"][name] = {"metrics": best, "epochs": cfg["train"]["epochs"], "minutes_per_epoch": minutes,
                                  "val_rsum_by_epoch": val_history(run_dir),
-                                 "command": cmd, "config": cfg, "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                                 "command": cmd, "config": cfg, "finished": time.strftime("%Y-%m-%dT%H:%M:%S"), **stopped,
                                  **({"note": a.note} if a.note else {})}
         changed = [name]
     for name in changed:
