@@ -128,7 +128,8 @@ def convergence_table(runs: dict) -> list[str]:
         other = "-"
         if g:
             other = f"{g[0]}, {len(g[1].get('val_rsum_by_epoch', [])) or g[1]['epochs']}, {g[1]['metrics']['rsum']:.1f}"
-        lines.append(f"| {k} | {name} | {_text_encoder(v)} | {len(v.get('val_rsum_by_epoch', []))} ({m['epoch'] + 1}) | "
+        stop = ", stopped by hand" if v.get("stopped_after_epoch") else ""  # before the patience rule ended it
+        lines.append(f"| {k} | {name} | {_text_encoder(v)} | {len(v.get('val_rsum_by_epoch', []))} ({m['epoch'] + 1}){stop} | "
                      f"{m['rsum']:.1f} | {m['i2t_r1']:.1f} | {m['t2i_r1']:.1f} | {other} | {v['minutes_per_epoch']:.2f} |")
     return lines + noise_lines(conv) + ensemble_table(runs)
 
