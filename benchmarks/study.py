@@ -1,0 +1,112 @@
+"""The Flickr8k convergence study (issues 22 and 23) as a queue: the runs still to make, in order.
+
+    python benchmarks/study.py list          # every planned run, done or not
+    python benchmarks/study.py next          # the command of the first run without a result
+    python benchmarks/study.py run [--max N] # make the missing runs one after another (one training at a time)
+
+A run is done when benchmarks/results/flickr8k/<name>.json exists (benchmarks/flickr8k.py writes it when the
+run ends). Run folders live under benchmarks/cache/ and may be gone on another machine; results are in git.
+Every run trains at one thread, so the other core stays free for work beside it; a run cut off by a stop
+continues with ``benchmarks/flickr8k.py ... --resume`` on the same machine (``run`` passes it when the run
+folder has a last/ checkpoint), or starts again on another.
+
+The plan is data (``PLAN``): a family's sweep first (2 x 120 steps per learning rate), then its runs to
+convergence at the config's learning rate -- set the config to the sweep's winner before they run (``next``
+prints the sweep's figures beside the command so the choice is in front of whoever starts it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RUNS = HERE / "results" / "flickr8k"
+CACHE_RUNS = HERE / "cache" / "runs"
+SWEEP = ["--set", "train.epochs=2", "--set", "train.max_steps_per_epoch=120", "--set", "train.patience=0",
+         "--set", "train.min_epochs=0"]
+ONE_THREAD = ["--set", "train.threads=1"]
+
+
+def _sweep(config: str, family: str, lrs: list[str], extra: list[str] = ()) -> list[tuple[str, list[str], str]]:
+    return [(f"s22_{family}_lr{lr.replace('.0e-', 'e')}",
+             ["--config", config, *extra, "--set", "train.lr_schedule=null", "--set", f"train.lr={lr}", *SWEEP],
+             f"#22 {family} learning-rate sweep: 2 x 120 steps (warm-up epoch, then hardest negatives)") for lr in lrs]
+
+
+# (name, flickr8k.py arguments without --name, note)
+PLAN: list[tuple[str, list[str], str]] = [
+    ("c22_scan_t2i_rerun", ["--config", "scan_t2i_avg_minilm_f8k"],
+     "#25 reproduction: the recorded command of the shipped re-scorer (scan-t2i-minilm-f8k, 281.3) re-run on another host"),
+    ("c22_vsepp_minilm_d512_b64", ["--config", "vsepp_minilm_f8k", "--set", "model.embed_dim=512", "--set",
+                                   "train.batch_size=64", "--set", "train.lr=5.0e-4", "--set", "train.lr_update=2"],
+     "#22 evidence: VSE++ at SCAN's budget setting (D 512, batch 64), otherwise the shipped VSE++'s command"),
+    *_sweep("caan_minilm_f8k", "caan", ["5.0e-4", "1.0e-3", "2.0e-4"]),
+    ("c22_caan", ["--config", "caan_minilm_f8k"], "#22: CAAN (IA + SA) to convergence"),
+    ("c22_caan_baseline", ["--config", "caan_minilm_f8k", "--set", "model.name=caan_baseline"],
+     "#22: CAAN's baseline (mean pooling) at CAAN's setting: the paper's ablation claim CAAN > baseline"),
+    ("c23_caan_inner", ["--config", "caan_minilm_f8k", "--set", "model.norm_output=false"],
+     "#23 item 3: CAAN with the paper's inner product S = <v, u> instead of the cosine, at c22_caan's setting"),
+    *_sweep("sman_f8k", "sman", ["2.0e-4", "5.0e-4", "1.0e-3"], ["--set", "model.text_encoder=minilm"]),
+    *_sweep("mtfn_f8k", "mtfn", ["2.0e-4", "5.0e-4", "1.0e-3"], ["--set", "model.text_encoder=minilm"]),
+    *_sweep("mmca_f8k", "mmca", ["2.0e-4", "5.0e-4"]),  # validated two-stage (the config's val_top_k)
+]
+
+
+def done(name: str) -> bool:
+    return (RUNS / f"{name}.json").is_file()
+
+
+def command(name: str, args: list[str], note: str, resume: bool = False) -> list[str]:
+    return [sys.executable, str(HERE / "flickr8k.py"), *args, "--name", name, *ONE_THREAD, "--note", note,
+            *(["--resume"] if resume else [])]
+
+
+def sweep_figures(name: str) -> str:
+    """The best val rsum of every finished run of the same sweep (s22_<family>_lr*), for choosing the lr."""
+    family = name.split("_lr")[0]
+    rows = []
+    for f in sorted(RUNS.glob(f"{family}_lr*.json")):
+        rows.append(f"{f.stem}: {json.loads(f.read_text())['metrics']['rsum']:.1f}")
+    return ", ".join(rows)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=["list", "next", "run"])
+    ap.add_argument("--max", type=int, default=0, help="run: stop after this many runs (0: all missing)")
+    a = ap.parse_args(argv)
+    missing = [(n, args, note) for n, args, note in PLAN if not done(n)]
+    if a.what == "list":
+        for n, args, _ in PLAN:
+            print(f"{'done ' if done(n) else 'to do'}  {n:28s} {' '.join(args)}")
+        return 0
+    if a.what == "next":
+        if not missing:
+            print("every planned run has a result")
+            return 0
+        n, args, note = missing[0]
+        sweeps = {m.split("_lr")[0] for m, _, _ in PLAN if m.startswith("s22_")}
+        print(shlex.join(command(n, args, note)))
+        for s in sorted(sweeps):
+            if sweep_figures(s):
+                print(f"  sweep so far: {sweep_figures(s)}")
+        return 0
+    for i, (n, args, note) in enumerate(missing):
+        if a.max and i >= a.max:
+            break
+        resume = (CACHE_RUNS / n / "last").is_dir()
+        cmd = command(n, args, note, resume)
+        print(f"study: {'resuming' if resume else 'starting'} {n}: {shlex.join(cmd)}", flush=True)
+        if subprocess.run(cmd).returncode != 0:
+            print(f"study: {n} failed; stopping", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

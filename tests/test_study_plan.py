@@ -1,0 +1,52 @@
+"""benchmarks/study.py: every planned run of the convergence study resolves to a valid config, so a
+session that starts the queue does not find a typo an hour in."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from vlmatch.training.config import load_config
+
+STUDY = Path(__file__).resolve().parents[1] / "benchmarks" / "study.py"
+
+
+def _study():
+    spec = importlib.util.spec_from_file_location("study", STUDY)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _config_and_overrides(args):
+    it = iter(args)
+    config, overrides = None, []
+    for flag in it:
+        value = next(it)
+        if flag == "--config":
+            config = value
+        else:
+            assert flag == "--set", f"unexpected flag {flag}"
+            overrides.append(value)
+    return config, overrides
+
+
+@pytest.mark.parametrize("entry", _study().PLAN, ids=lambda e: e[0])
+def test_every_planned_run_resolves(entry):
+    name, args, note = entry
+    config, overrides = _config_and_overrides(args)
+    cfg = load_config(config, overrides + ["train.threads=1"])
+    assert note and cfg["model"]["name"]
+    if name.startswith("s22_"):  # a sweep point: short, at its own learning rate
+        assert cfg["train"]["max_steps_per_epoch"] == 120 and cfg["train"]["lr_schedule"] is None
+
+
+def test_names_are_unique_and_next_skips_finished_runs(tmp_path, monkeypatch, capsys):
+    study = _study()
+    names = [n for n, _, _ in study.PLAN]
+    assert len(names) == len(set(names))
+    monkeypatch.setattr(study, "RUNS", tmp_path)
+    (tmp_path / f"{names[0]}.json").write_text("{}")
+    assert study.main(["next"]) == 0
+    out = capsys.readouterr().out
+    assert f"--name {names[1]}" in out and f"--name {names[0]} " not in out
