@@ -135,9 +135,10 @@ def convergence_table(runs: dict) -> list[str]:
 
 
 def _setting(run: dict) -> str:
-    """A run's configuration less what only changes its noise: the seed, the thread count, the data path."""
+    """A run's configuration less what only changes its noise: the seed, the thread count, train.compile (float
+    rounding only; runs recorded before the option existed lack the key), the data path."""
     cfg = json.loads(json.dumps(run["config"]))
-    for key in ("seed", "threads"):
+    for key in ("seed", "threads", "compile"):
         cfg["train"].pop(key, None)
     cfg["data"].pop("path", None)
     return json.dumps(cfg, sort_keys=True)
