@@ -284,11 +284,12 @@ def test_batch_score_flops_default_is_the_pair_count_per_pair_of_the_batch():
 
 @pytest.mark.parametrize("chunk", [None, 1])
 @pytest.mark.parametrize("side", ["image", "text"])
-def test_pair_logits_value_and_gradients_equal_autograd_on_the_plain_form(side, chunk, monkeypatch):
+@pytest.mark.parametrize(("ni", "nt"), [(3, 4), (1, 4), (3, 1), (1, 1)])  # a batch's last, one-item block
+def test_pair_logits_value_and_gradients_equal_autograd_on_the_plain_form(side, ni, nt, chunk, monkeypatch):
     if chunk:  # pieces down to one caption each
         monkeypatch.setattr(sman_module, "_CHUNK_ELEMENTS", chunk)
     g = torch.Generator().manual_seed(0)
-    ni, nt, m, a = 3, 4, 5, 6
+    m, a = 5, 6
     shape = (ni, 1, m, a) if side == "image" else (1, nt, m, a)
     keys = torch.randn(shape, generator=g, dtype=torch.float64, requires_grad=True)
     q = torch.randn(ni, nt, a, generator=g, dtype=torch.float64, requires_grad=True)

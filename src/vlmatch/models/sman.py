@@ -233,7 +233,6 @@ class _PairLogits(torch.autograd.Function):
         dq = torch.empty_like(q) if ctx.needs_input_grad[1] else None
         dk = torch.zeros_like(keys) if ctx.needs_input_grad[0] else None
         dw = torch.zeros_like(w)
-        per_image = keys.shape[0] > 1  # image keys, shared by the captions of a piece
         for i, j0, j1, kk, qq in _pieces(keys, q):
             t = _tanh_of(kk, qq)  # (c, m, a)
             gg = g[i, j0:j1]  # (c, m)
@@ -241,11 +240,12 @@ class _PairLogits(torch.autograd.Function):
             sv = t.mul_(t).neg_().add_(1).mul_(gg[..., None]).mul_(w)  # G w (1 - t²)
             if dq is not None:
                 torch.sum(sv * kk, dim=1, out=dq[i, j0:j1])
-            if dk is not None:
-                if per_image:
-                    dk[i, 0].add_((sv * qq).sum(0))
+            if dk is not None:  # into the keys this piece read: its captions' own, or one row shared by them
+                ki = i if keys.shape[0] > 1 else 0
+                if keys.shape[1] > 1:
+                    dk[ki, j0:j1].addcmul_(sv, qq)
                 else:
-                    dk[0, j0:j1].addcmul_(sv, qq)
+                    dk[ki, 0].add_((sv * qq).sum(0))
         return dk, dq, dw
 
 
