@@ -33,8 +33,8 @@ def l2norm(x: Tensor, dim: int = -1, eps: float = EPS, floor: bool = False) -> T
     """x as unit vectors along ``dim``: x / (||x|| + eps), SCAN's definition (every model's); with ``floor``,
     x / max(||x||, eps), the form of SMAN's cosines (a·b / max(||a|| ||b||, eps)), so its unit vectors give
     exactly the cosines its score computes. The one unit-normalisation of the models."""
-    if not floor and x.requires_grad and torch.is_grad_enabled():
-        return _Unit.apply(x, dim, eps)
+    if not floor and x.requires_grad and torch.is_grad_enabled() and not torch.compiler.is_compiling():
+        return _Unit.apply(x, dim, eps)  # (under torch.compile, Inductor fuses the plain chain itself)
     norm = torch.linalg.vector_norm(x, dim=dim, keepdim=True)
     return x / (norm.clamp(min=eps) if floor else norm + eps)
 
