@@ -92,9 +92,8 @@ def main(argv=None) -> int:
         n, args, note = missing[0]
         sweeps = {m.split("_lr")[0] for m, _, _ in PLAN if m.startswith("s22_")}
         print(shlex.join(command(n, args, note)))
-        for s in sorted(sweeps):
-            if sweep_figures(s):
-                print(f"  sweep so far: {sweep_figures(s)}")
+        for figures in filter(None, map(sweep_figures, sorted(sweeps))):
+            print(f"  sweep so far: {figures}")
         return 0
     for i, (n, args, note) in enumerate(missing):
         if a.max and i >= a.max:
