@@ -62,3 +62,32 @@ def test_a_graph_inductor_cannot_compile_trains_on_eagerly(monkeypatch, capsys):
     torch.testing.assert_close(score(img, txt), model.score(img, txt))
     err = capsys.readouterr().err
     assert err.count("torch.compile failed") == 1 and "training on eagerly" in err and len(score.failed) == 1
+
+
+def test_compiled_scores_that_are_not_finite_fall_back_to_eager(monkeypatch, capsys):
+    """Compiled code that gives NaN where the eager score is finite (CAAN did with a kernel Inductor's cache
+    held from a process built for AVX-512, run with ATEN_CPU_CAPABILITY=avx2) must not poison the weights: that batch and the rest of the run are scored eagerly, with a one-line note. A
+    model whose own scores are non-finite is not the compiler's fault: those pass through unchanged."""
+    from vlmatch import create_model
+    from vlmatch.training.loop import compiled_score
+
+    def nan_compiler(fn, **kw):
+        def call(*a):
+            return fn(*a) * float("nan")
+        return call
+
+    monkeypatch.setattr(torch, "compile", nan_compiler)
+    torch.manual_seed(0)
+    model = create_model("vsepp", img_dim=12, embed_dim=8, word_dim=7, vocab_size=30)
+    img = model.encode_images(torch.randn(3, 5, 12))
+    txt = model.encode_texts(torch.tensor([[1, 2, 3], [4, 5, 0]]), torch.tensor([3, 2]))
+    score = compiled_score(model)
+    torch.testing.assert_close(score(img, txt), model.score(img, txt))
+    torch.testing.assert_close(score(img, txt), model.score(img, txt))
+    err = capsys.readouterr().err
+    assert err.count("torch.compile failed") == 1 and "non-finite" in err and len(score.failed) == 1
+
+    bad = create_model("vsepp", img_dim=12, embed_dim=8, word_dim=7, vocab_size=30)
+    monkeypatch.setattr(bad, "score", lambda i, t: torch.full((3, 2), float("nan")))
+    score = compiled_score(bad)
+    assert torch.isnan(score(img, txt)).all() and not score.failed

@@ -240,20 +240,34 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
 
 def compiled_score(model):
     """``train.compile``: the model's pair score through torch.compile with dynamic shapes (every batch has
-    its own caption length). Where Inductor cannot compile a model's graph (it fails on the first call),
-    the score falls back to eager for the rest of the run, with a one-line note."""
+    its own caption length). Where Inductor cannot compile a model's graph (it fails on the first call), or
+    where its code gives non-finite scores for a batch the eager score keeps finite (a wrong kernel: one
+    built for another instruction set and found in Inductor's on-disk cache gave CAAN NaN scores), the score
+    falls back to eager for the rest of the run, with a one-line note, instead of training on NaN. The check
+    costs one pass over the batch's (images x captions) scores."""
     eager = model.score
     compiled = torch.compile(eager, dynamic=True)
     failed = []
 
+    def fall_back(e: Exception) -> None:
+        failed.append(e)
+        print(f"vlmatch: note: train.compile: torch.compile failed for {type(model).__name__} "
+              f"({type(e).__name__}: {str(e).splitlines()[0][:120]}); training on eagerly", file=sys.stderr)
+
     def score(img, txt):
         if not failed:
             try:
-                return compiled(img, txt)
+                out = compiled(img, txt)
             except Exception as e:  # noqa: BLE001 -- torch's compiler errors have no common public base
-                failed.append(e)
-                print(f"vlmatch: note: train.compile: torch.compile failed for {type(model).__name__} "
-                      f"({type(e).__name__}: {str(e).splitlines()[0][:120]}); training on eagerly", file=sys.stderr)
+                fall_back(e)
+            else:
+                if bool(torch.isfinite(out).all()):
+                    return out
+                ref = eager(img, txt)
+                if not bool(torch.isfinite(ref).all()):
+                    return out  # the model itself gives non-finite scores: not the compiler's doing
+                fall_back(FloatingPointError("compiled scores are non-finite where the eager ones are finite"))
+                return ref
         return eager(img, txt)
 
     score.failed = failed
