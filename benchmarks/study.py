@@ -49,10 +49,11 @@ PLAN: list[tuple[str, list[str], str]] = [
     ("c22_caan", ["--config", "caan_minilm_f8k"], "#22: CAAN (IA + SA) to convergence"),
     ("c22_caan_baseline", ["--config", "caan_minilm_f8k", "--set", "model.name=caan_baseline"],
      "#22: CAAN's baseline (mean pooling) at CAAN's setting: the paper's ablation claim CAAN > baseline"),
-    ("c23_caan_inner", ["--config", "caan_minilm_f8k", "--set", "model.norm_output=false"],
-     "#23 item 3: CAAN with the paper's inner product S = <v, u> instead of the cosine, at c22_caan's setting"),
     *_sweep("sman_f8k", "sman", ["2.0e-4", "5.0e-4", "1.0e-3"], ["--set", "model.text_encoder=minilm"]),
     *_sweep("mtfn_f8k", "mtfn", ["2.0e-4", "5.0e-4", "1.0e-3"], ["--set", "model.text_encoder=minilm"]),
+    # after the short sweeps: a run of an hour or more is better started at the beginning of a stop
+    ("c23_caan_inner", ["--config", "caan_minilm_f8k", "--set", "model.norm_output=false"],
+     "#23 item 3: CAAN with the paper's inner product S = <v, u> instead of the cosine, at c22_caan's setting"),
     *_sweep("mmca_f8k", "mmca", ["2.0e-4", "5.0e-4"]),  # validated two-stage (the config's val_top_k)
 ]
 
