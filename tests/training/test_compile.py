@@ -65,9 +65,10 @@ def test_a_graph_inductor_cannot_compile_trains_on_eagerly(monkeypatch, capsys):
 
 
 def test_compiled_scores_that_are_not_finite_fall_back_to_eager(monkeypatch, capsys):
-    """Compiled code that gives NaN where the eager score is finite (CAAN did with a kernel Inductor's cache
-    held from a process built for AVX-512, run with ATEN_CPU_CAPABILITY=avx2) must not poison the weights: that batch and the rest of the run are scored eagerly, with a one-line note. A
-    model whose own scores are non-finite is not the compiler's fault: those pass through unchanged."""
+    """Compiled code that gives NaN where the eager score is finite must not poison the weights (CAAN got
+    such code from Inductor's cache: kernels of an AVX-512 process, run with ATEN_CPU_CAPABILITY=avx2):
+    that batch and the rest of the run are scored eagerly, with a one-line note. A model whose own scores
+    are non-finite is not the compiler's fault: those pass through unchanged."""
     from vlmatch import create_model
     from vlmatch.training.loop import compiled_score
 

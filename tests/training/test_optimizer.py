@@ -56,3 +56,51 @@ def test_an_optimizer_state_saved_by_the_plain_loop_resumes_in_the_fused_one():
     opt.step()
     for p, q in zip(new, old, strict=True):
         assert torch.allclose(p, q, rtol=0, atol=1e-6)
+
+
+class _WithTransformer(torch.nn.Module):
+    """A model with a layer of its own and a (fake, tiny) fine-tuned pretrained text encoder."""
+
+    def __init__(self):
+        super().__init__()
+        from vlmatch.encoders.hf import HFTextEncoder
+
+        self.head = torch.nn.Linear(4, 3)
+        self.text = HFTextEncoder.__new__(HFTextEncoder)  # no folder needed: only its parameters matter here
+        torch.nn.Module.__init__(self.text)
+        self.text.layer = torch.nn.Linear(3, 3)
+
+
+def test_the_pretrained_transformer_trains_at_its_own_scale_of_the_epochs_lr():
+    from vlmatch.training.loop import lr_at, param_groups, set_lr
+
+    model = _WithTransformer()
+    tc = {"optimizer": "adam", "lr": 1e-3, "lr_update": 2, "lr_decay": 0.1, "weight_decay": 0.0,
+          "pretrained_lr_scale": 0.02}
+    groups = param_groups(model, tc)
+    assert [len(g["params"]) for g in groups] == [2, 2]
+    assert {id(p) for p in groups[1]["params"]} == {id(p) for p in model.text.parameters()}
+    opt = make_optimizer(groups, tc)
+    for epoch, lr in ((0, 1e-3), (2, 1e-4)):
+        set_lr(opt, lr_at(tc, epoch))
+        assert [g["lr"] for g in opt.param_groups] == pytest.approx([lr, lr * 0.02])
+    # one Adam step moves each parameter by about its group's lr (Adam's first step is lr * sign(grad))
+    with torch.no_grad():  # from zero, so float32's spacing is far below the moves compared
+        for p in model.parameters():
+            p.zero_()
+            p.grad = torch.ones_like(p)
+    opt.step()
+    head_move = model.head.weight.abs().max().item()
+    text_move = model.text.layer.weight.abs().max().item()
+    assert head_move == pytest.approx(1e-4, rel=1e-3) and text_move == pytest.approx(2e-6, rel=1e-3)
+
+
+def test_without_a_scale_or_a_trained_transformer_there_is_one_group_as_before():
+    from vlmatch.training.loop import param_groups
+
+    tc = {"pretrained_lr_scale": 1.0}
+    assert len(param_groups(_WithTransformer(), tc)) == 1
+    frozen = _WithTransformer()
+    frozen.text.requires_grad_(False)
+    groups = param_groups(frozen, {"pretrained_lr_scale": 0.1})
+    assert len(groups) == 1 and len(groups[0]["params"]) == 2

@@ -50,6 +50,10 @@ class TrainOptions:
     lr_update: int = option(15, min=1, doc="lr x lr_decay every lr_update epochs")
     lr_schedule: list[list[float]] | None = option(
         None, min=0, doc="[[epoch, lr], ...] from epoch 0, piecewise constant; replaces lr / lr_update")
+    pretrained_lr_scale: float = option(
+        1.0, min=0, gt=True, doc="lr of a fine-tuned pretrained transformer (a model's finetune: true) as a multiple "
+                                 "of the lr of the rest (BERT-family encoders fine-tune at ~1e-5, layers on top at "
+                                 "~1e-3)")
     optimizer: str = option("adam", choices=("adam", "adadelta"), doc="adam | adadelta (rho 0.9)")
     weight_decay: float = option(0.0, min=0, doc="L2 penalty of the optimizer")
     lr_decay: float = option(0.1, min=0, max=1, gt=True, doc="step-decay factor (MTFN halves: 0.5)")

@@ -26,6 +26,7 @@ from ..data.precomp import PrecompSplit
 from ..data.resolve import resolve_data
 from ..data.vocab import Vocab
 from ..distributed import pick_device
+from ..encoders.hf import HFTextEncoder
 from ..errors import ConfigError
 from ..evaluation.validate import validate
 from ..io import append_line, atomic_dir, read_json, write_json, write_text
@@ -41,6 +42,26 @@ def epoch_batches(n: int, batch_size: int, seed: int, epoch: int, rank: int, wor
     per_rank = len(perm) // world_size  # equal step counts on every rank
     mine = perm[rank * per_rank:(rank + 1) * per_rank] if world_size > 1 else perm
     return [mine[i:i + batch_size] for i in range(0, len(mine), batch_size)]
+
+
+def param_groups(model: torch.nn.Module, tc: dict) -> list[dict]:
+    """The trained parameters (a stage may freeze some) as the optimizer's groups: one, or with
+    ``train.pretrained_lr_scale`` != 1 two, the second the fine-tuned pretrained transformers' (every
+    trainable parameter inside an ``HFTextEncoder``) with ``lr_scale`` (the epoch's lr times it)."""
+    trained = [p for p in model.parameters() if p.requires_grad]
+    scale = float(tc.get("pretrained_lr_scale", 1.0))
+    pretrained = {id(p) for m in model.modules() if isinstance(m, HFTextEncoder) for p in m.parameters()}
+    inner = [p for p in trained if id(p) in pretrained]
+    if scale == 1.0 or not inner:  # (one group: the optimizer states of earlier runs resume unchanged)
+        return [{"params": trained, "lr_scale": 1.0}]
+    return [{"params": [p for p in trained if id(p) not in pretrained], "lr_scale": 1.0},
+            {"params": inner, "lr_scale": scale}]
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """The epoch's lr on every group, times the group's ``lr_scale``."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr * group.get("lr_scale", 1.0)
 
 
 def make_optimizer(params, tc: dict) -> torch.optim.Optimizer:
@@ -146,7 +167,7 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
         model.load_weights(Path(tc["init_from"]) / "model.safetensors")
     kind = batch_kind(model.begin_stage(tc["stage"]))  # the model says what its stage trains on
     model.to(device)
-    optimizer = make_optimizer([p for p in model.parameters() if p.requires_grad], tc)  # a stage may freeze some
+    optimizer = make_optimizer(param_groups(model, tc), tc)
 
     state = {"epoch": 0, "step_in_epoch": 0, "global_step": 0, "best_rsum": -1.0, "best_epoch": None, "elapsed": 0.0}
     metrics_path = run_dir / "metrics.jsonl"
@@ -168,8 +189,7 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
     t_start = time.time() - state.get("elapsed", 0.0)  # the log's "time" runs on across a resume
     for epoch in range(state["epoch"], tc["epochs"]):
         lr = lr_at(tc, epoch)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
+        set_lr(optimizer, lr)
         batches = epoch_batches(len(dataset), tc["batch_size"], tc["seed"], epoch, rank, world_size)
         if tc["max_steps_per_epoch"]:
             batches = batches[: tc["max_steps_per_epoch"]]
