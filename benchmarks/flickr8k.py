@@ -131,7 +131,7 @@ def convergence_table(runs: dict) -> list[str]:
         stop = ", stopped by hand" if v.get("stopped_after_epoch") else ""  # before the patience rule ended it
         lines.append(f"| {k} | {name} | {_text_encoder(v)} | {len(v.get('val_rsum_by_epoch', []))} ({m['epoch'] + 1}){stop} | "
                      f"{m['rsum']:.1f} | {m['i2t_r1']:.1f} | {m['t2i_r1']:.1f} | {other} | {v['minutes_per_epoch']:.2f} |")
-    return lines + noise_lines(conv) + ensemble_table(runs)
+    return lines + noise_lines(conv) + ensemble_table(runs) + claims_table(runs, noise(conv))
 
 
 def _setting(run: dict) -> str:
@@ -144,12 +144,24 @@ def _setting(run: dict) -> str:
     return json.dumps(cfg, sort_keys=True)
 
 
-def noise_lines(conv: dict) -> list[str]:
-    """Runs of one setting that differ only in seed, thread count or host: their spread is the noise."""
+def _repeats(conv: dict) -> list[list[str]]:
+    """Groups of runs of one setting that differ only in seed, thread count or host."""
     groups: dict[str, list[str]] = {}
     for k, v in conv.items():
         groups.setdefault(_setting(v), []).append(k)
-    rows = [g for g in groups.values() if len(g) > 1]
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def noise(conv: dict) -> float | None:
+    """The study's run-to-run noise: the largest spread of val rsum among repeats of one setting."""
+    spreads = [max(conv[k]["metrics"]["rsum"] for k in g) - min(conv[k]["metrics"]["rsum"] for k in g)
+               for g in _repeats(conv)]
+    return max(spreads) if spreads else None
+
+
+def noise_lines(conv: dict) -> list[str]:
+    """Runs of one setting that differ only in seed, thread count or host: their spread is the noise."""
+    rows = _repeats(conv)
     if not rows:
         return []
     lines = ["", "Run-to-run noise (the same setting again: another seed, or the same command on another host):", ""]
@@ -174,6 +186,46 @@ def ensemble_table(runs: dict) -> list[str]:
         names = ", ".join(f"{n} ({x['rsum']:.1f})" for n, x in mem.items())
         lines.append(f"| {k} | {names} | {m['rsum']:.1f} | "
                      f"{m['i2t_r1']:.1f} | {m['t2i_r1']:.1f} | {m['rsum'] - best:+.1f} | `{v['command']}` |")
+    return lines
+
+
+# Each paper's ablation claim (issue 22) and each reading of issue 23, as (question, the run the paper says
+# wins, the run it beats): both at the same budget (the same config and stopping rule, one option apart).
+CLAIMS = [
+    ("SCAN: the t-i + i-t ensemble beats each alone (its better member)", "c22_scan_ensemble", "c22_scan_i2t"),
+    ("CAAN: full (IA + SA) beats its baseline (mean pooling)", "c22_caan", "c22_caan_baseline"),
+    ("SMAN: full beats SMAN-IM", "c22_sman", "c22_sman_im"),
+    ("MTFN: + RR (its own S_TT) beats MTFN", "c22_mtfn_rr", "c22_mtfn"),
+    ("MMCA: alpha = 0.2 beats alpha = 0", "c22_mmca", "c22_mmca_a0"),
+    ("#23 item 3: CAAN's S as a cosine (the code's reading) beats the paper's inner product", "c22_caan",
+     "c23_caan_inner"),
+]
+
+
+def verdict(diff: float, noise_figure: float | None) -> str:
+    if noise_figure is None:
+        return "no noise figure yet"
+    if diff > noise_figure:
+        return "holds"
+    return "reversed" if diff < -noise_figure else "within the noise"
+
+
+def claims_table(runs: dict, noise_figure: float | None) -> list[str]:
+    """The claims of ``CLAIMS`` with their two runs' val rsum, the difference and what it says against the
+    study's noise; a claim whose runs are not both recorded says which is missing."""
+    lines = ["", "## Ablation claims and readings at equal budget", "",
+             f"Each claim's difference against the study's run-to-run noise (the largest spread above: "
+             f"{'none yet' if noise_figure is None else f'{noise_figure:.1f}'} val rsum): a larger gain and the claim "
+             "holds (reproduced), a larger loss and it is reversed; within the noise these runs do not decide it.", "",
+             "| claim | run (val rsum) | against (val rsum) | difference | verdict |", "|---|---|---|---|---|"]
+    for question, win, lose in CLAIMS:
+        a, b = runs.get(win), runs.get(lose)
+        if a is None or b is None:
+            missing = ", ".join(n for n, r in ((win, a), (lose, b)) if r is None)
+            lines.append(f"| {question} | {win} | {lose} | - | to run: {missing} |")
+            continue
+        x, y = a["metrics"]["rsum"], b["metrics"]["rsum"]
+        lines.append(f"| {question} | {win} ({x:.1f}) | {lose} ({y:.1f}) | {x - y:+.1f} | {verdict(x - y, noise_figure)} |")
     return lines
 
 

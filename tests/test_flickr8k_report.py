@@ -1,0 +1,45 @@
+"""benchmarks/flickr8k.py's report: the noise figure comes from repeats of one setting, and each ablation
+claim is judged against it (a difference inside the noise decides nothing)."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "flickr8k.py"
+
+
+@pytest.fixture(scope="module")
+def report():
+    spec = importlib.util.spec_from_file_location("flickr8k_report", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _run(rsum, seed=0, threads=1, lr=1e-3, patience=3):
+    return {"metrics": {"rsum": rsum, "i2t_r1": 0.0, "t2i_r1": 0.0, "epoch": 0}, "epochs": 10, "minutes_per_epoch": 1.0,
+            "config": {"model": {"name": "caan"}, "data": {"path": "x"},
+                       "train": {"lr": lr, "seed": seed, "threads": threads, "patience": patience}}}
+
+
+def test_the_noise_is_the_largest_spread_among_repeats_of_one_setting(report):
+    runs = {"a": _run(290.0), "a_s1": _run(293.0, seed=1), "a_2t": _run(291.0, threads=2),
+            "b": _run(280.0, lr=5e-4), "b_s1": _run(281.0, lr=5e-4, seed=1), "c": _run(250.0, lr=2e-4)}
+    assert report.noise(runs) == pytest.approx(3.0)
+    assert report.noise({"c": _run(250.0)}) is None
+
+
+@pytest.mark.parametrize("diff, expected", [(3.1, "holds"), (2.9, "within the noise"), (-2.9, "within the noise"),
+                                            (-3.1, "reversed")])
+def test_a_claim_holds_only_beyond_the_noise(report, diff, expected):
+    assert report.verdict(diff, 3.0) == expected
+
+
+def test_the_claims_table_gives_each_claims_runs_or_says_which_are_missing(report):
+    runs = {"c22_caan": _run(290.0), "c22_caan_baseline": _run(270.0), "c23_caan_inner": _run(289.0)}
+    table = "\n".join(report.claims_table(runs, 2.5))
+    assert "| c22_caan (290.0) | c22_caan_baseline (270.0) | +20.0 | holds |" in table
+    assert "| c22_caan (290.0) | c23_caan_inner (289.0) | +1.0 | within the noise |" in table
+    assert "to run: c22_sman, c22_sman_im" in table
+    assert "2.5 val rsum" in table
