@@ -199,6 +199,10 @@ CLAIMS = [
     ("MMCA: alpha = 0.2 beats alpha = 0", "c22_mmca", "c22_mmca_a0"),
     ("#23 item 3: CAAN's S as a cosine (the code's reading) beats the paper's inner product", "c22_caan",
      "c23_caan_inner"),
+    ("#23 item 4: SMAN's eq. 22 on the summed distance (the code's reading) beats the per-level one", "c22_sman",
+     "c23_sman_per_level"),
+    ("#23 item 5: SMAN's word attention in eq. 5's form (the code's reading) beats eq. 9 as printed", "c22_sman",
+     "c23_sman_eq9"),
 ]
 
 

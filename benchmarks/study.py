@@ -62,6 +62,15 @@ PLAN: list[tuple[str, list[str], str]] = [
     ("c23_caan_inner", ["--config", "caan_minilm_f8k", "--set", "model.norm_output=false"],
      "#23 item 3: CAAN with the paper's inner product S = <v, u> instead of the cosine, at c22_caan's setting"),
     *_sweep("mmca_f8k", "mmca", ["2.0e-4", "5.0e-4"]),  # validated two-stage (the config's val_top_k)
+    # SMAN at convergence (set sman_minilm_f8k's lr to the sweep's winner first), its ablation, and issue 23's
+    # two readings of SMAN at the same setting, one option apart
+    ("c22_sman", ["--config", "sman_minilm_f8k"], "#22: SMAN (full) to convergence"),
+    ("c22_sman_im", ["--config", "sman_minilm_f8k", "--set", "model.name=sman_im"],
+     "#22: SMAN-IM (intra-modal attention only) at c22_sman's setting: the paper's claim SMAN > SMAN-IM"),
+    ("c23_sman_per_level", ["--config", "sman_minilm_f8k", "--set", "model.intra_scale=per_level"],
+     "#23 item 4: SMAN's eq. 22 hinge on the mean per-level distance instead of the summed one, at c22_sman's setting"),
+    ("c23_sman_eq9", ["--config", "sman_minilm_f8k", "--set", "model.word_attention=eq9"],
+     "#23 item 5: SMAN's word attention as eq. 9 prints it, at c22_sman's setting"),
 ]
 
 

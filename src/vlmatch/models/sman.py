@@ -84,7 +84,7 @@ Checkpoints: an option a config.json lacks is read as the model was made then (`
 
 Bundled configs (each ``sman*`` config in configs/ resolves to these options; tests/training/test_config.py checks it):
     sman*_f30k, sman*_coco    score_mode: concat, grid_pool: 2, word_init: xavier, intra_scale: sum, word_attention: eq5
-    sman_f8k                  score_mode: sum, grid_pool: 1, word_init: uniform, intra_scale: sum, word_attention: eq5
+    sman*_f8k                 score_mode: sum, grid_pool: 1, word_init: uniform, intra_scale: sum, word_attention: eq5
 
 Variants (Tables I, III, IV): ``sman`` (full), ``sman_inter`` (λ = 0), ``sman_sim`` (α = 1: stacked
 intra-modal attention), ``sman_im`` (intra-modal attention only, v0 = v_glo), ``sman_im_loc``
