@@ -211,3 +211,40 @@ def test_16_bit_images_are_scaled_not_saturated(tmp_path):
     px = load_image(tmp_path / "deep.png", 16)
     np.testing.assert_allclose(px[..., 0], np.rint(grey / 257.0), atol=1)
     assert px[..., 0].min() == 0 and 120 < px[..., 0].mean() < 135  # a mid-grey on average, not white
+
+
+def test_an_input_size_chooses_the_grid_and_is_recorded(tmp_path):
+    """EfficientNet-Lite0 at 64 px: a 2 x 2 grid; features.json records the size, and the backbone rebuilt
+    from that record (as search and explain rebuild it for a model trained on those features) is the same."""
+    pytest.importorskip("efficientnet_lite_pytorch")
+    from vlmatch.features.backbones import backbone_for
+
+    make_images(tmp_path / "im", 2)
+    rep = extract(tmp_path / "im", tmp_path / "out", backbone="efficientnet-lite0", progress=False, input_size=64)
+    assert np.load(tmp_path / "out" / "ims.npy").shape == (2, 4, 1280)
+    assert rep["backbone"]["input_size"] == 64 and rep["backbone"]["grid"] == 2 and rep["regions"] == 4
+    again = backbone_for(json.loads((tmp_path / "out" / "features.json").read_text())["backbone"])
+    assert again.describe() == rep["backbone"]
+    assert backbone_for({"name": "efficientnet-lite0"}).info.input_size == 224  # records from before sizes
+
+
+@pytest.mark.parametrize("size", [100, 0, 16])
+def test_an_input_size_off_the_stride_is_one_clear_error(size):
+    from vlmatch.errors import VlmatchError
+    from vlmatch.features.backbones import create_backbone
+
+    with pytest.raises(VlmatchError, match=f"input size {size} is not a positive multiple of 32"):
+        create_backbone("efficientnet-lite0", input_size=size)
+
+
+def test_a_checkpoint_trained_at_another_size_is_fed_that_size(tmp_path):
+    from vlmatch.features.provenance import resolve_backbone
+
+    ck = tmp_path / "best"
+    ck.mkdir()
+    (ck / "backbone.json").write_text(json.dumps({"name": "efficientnet-lite0", "input_size": 448, "grid": 14,
+                                                  "dim": 1280, "normalisation": "(pixel - 127) / 128"}))
+    assert resolve_backbone(ck, None) == {"name": "efficientnet-lite0", "input_size": 448}
+    assert resolve_backbone(ck, "efficientnet-lite0") == {"name": "efficientnet-lite0", "input_size": 448}
+    with pytest.raises(DataError, match="trained on efficientnet-lite0"):
+        resolve_backbone(ck, "resnet152")

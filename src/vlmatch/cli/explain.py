@@ -31,9 +31,9 @@ def add_parser(sub):
 def cmd_explain(a):
     from pathlib import Path
 
-    from ..features.backbones import create_backbone
+    from ..features.backbones import backbone_for
     from ..features.extract import load_image
-    from ..features.provenance import check_backbone, checkpoint_backbone, resolve_backbone_name
+    from ..features.provenance import check_backbone, checkpoint_backbone, resolve_backbone
     from ..io import check_writable, write_json
     from ..models.registry import load_model
     from ..viz.attention import pair_attention
@@ -53,7 +53,7 @@ def cmd_explain(a):
     if a.model is None:
         a.model = default_attention_model()
     model = load_model(a.model)
-    bb = create_backbone(resolve_backbone_name(a.model, a.backbone), a.weights)
+    bb = backbone_for(resolve_backbone(a.model, a.backbone), a.weights)
     check_backbone(checkpoint_backbone(a.model), bb.describe(), model.cfg.img_dim, a.model)
     with torch.inference_mode():
         feats = bb(bb.preprocess([load_image(Path(a.image), bb.info.input_size)]))[0].clone()

@@ -18,6 +18,9 @@ def add_parser(sub):
     e.add_argument("--annotations", help="dataset_{flickr8k,flickr30k,coco}.json")
     e.add_argument("--backbone", default="efficientnet-lite0", choices=["efficientnet-lite0", "resnet152"])
     e.add_argument("--weights", help="local weights file for the backbone")
+    e.add_argument("--input-size", type=positive_int, help="square input size in pixels, a multiple of 32 (default "
+                                                           "the backbone's own: 224 for efficientnet-lite0, 448 for "
+                                                           "resnet152); the grid is input-size / 32 cells a side")
     e.add_argument("--out", required=True)
     e.add_argument("--dtype", default="float32", choices=["float32", "float16"])
     e.add_argument("--batch-size", type=positive_int, default=32)
@@ -33,5 +36,5 @@ def cmd_extract(a):
     from ..features.extract import extract
 
     rep = extract(a.images, a.out, a.annotations, a.backbone, a.dtype, a.batch_size, a.skip_bad,
-                  a.global_features, a.weights, progress=not a.no_progress, limit=a.limit)
+                  a.global_features, a.weights, progress=not a.no_progress, limit=a.limit, input_size=a.input_size)
     print(json.dumps({k: v for k, v in rep["splits"].items()}, indent=2))

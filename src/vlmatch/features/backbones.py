@@ -8,10 +8,16 @@
 ``resnet152`` (SMAN's setting): torchvision's ResNet-152, res5c output, 448 x 448 input -> a
 14 x 14 grid of 2048-d features, ImageNet mean/std. Needs torchvision and its weights (extra
 ``vlmatch[resnet]``, or ``weights=PATH`` to a local state dict); never used in CI.
+
+Both are fully convolutional with a stride of 32: ``input_size`` (a multiple of 32) chooses another
+square input and so another grid, input_size / 32 cells a side (EfficientNet-Lite0 at 448: 14 x 14). The
+size is part of the backbone's description, so a model trained on one grid is fed that grid again
+(:func:`backbone_for`).
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -56,9 +62,18 @@ class Backbone(nn.Module):
         return asdict(self.info)
 
 
+def _grid(name: str, input_size: int) -> int:
+    """Cells a side of a stride-32 backbone's grid at ``input_size``."""
+    if input_size < 32 or input_size % 32:
+        raise VlmatchError(f"backbone {name}: input size {input_size} is not a positive multiple of 32 (the grid's "
+                           "stride)")
+    return input_size // 32
+
+
 class EfficientNetLite0(Backbone):
-    def __init__(self, weights: str | None = None):
+    def __init__(self, weights: str | None = None, input_size: int = 224):
         super().__init__()
+        grid = _grid("efficientnet-lite0", input_size)
         try:
             from efficientnet_lite_pytorch import EfficientNet
         except ImportError:
@@ -75,7 +90,7 @@ class EfficientNetLite0(Backbone):
         state = torch.load(weights, map_location="cpu", weights_only=True)  # safe loader, no pickle code
         self.net.load_state_dict(state)
         self.net.eval()
-        self.info = BackboneInfo("efficientnet-lite0", 224, 7, 1280, "(pixel - 127) / 128")
+        self.info = BackboneInfo("efficientnet-lite0", input_size, grid, 1280, "(pixel - 127) / 128")
 
     def _normalise(self, x):
         return (x - 127.0) / 128.0
@@ -87,6 +102,7 @@ class EfficientNetLite0(Backbone):
 class ResNet152(Backbone):
     def __init__(self, weights: str | None = None, input_size: int = 448):
         super().__init__()
+        grid = _grid("resnet152", input_size)
         try:
             import torchvision
         except ImportError:
@@ -101,7 +117,7 @@ class ResNet152(Backbone):
         except Exception as e:
             raise VlmatchError(f"resnet152 weights unavailable ({e}); download them once or pass weights=PATH") from None
         self.body = nn.Sequential(*list(net.children())[:-2]).eval()
-        self.info = BackboneInfo("resnet152", input_size, input_size // 32, 2048, "ImageNet mean/std")
+        self.info = BackboneInfo("resnet152", input_size, grid, 2048, "ImageNet mean/std")
         self.register_buffer("mean", torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1) * 255)
         self.register_buffer("std", torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1) * 255)
 
@@ -115,7 +131,22 @@ class ResNet152(Backbone):
 BACKBONES = {"efficientnet-lite0": EfficientNetLite0, "resnet152": ResNet152}
 
 
-def create_backbone(name: str, weights: str | None = None) -> Backbone:
+def create_backbone(name: str, weights: str | None = None, input_size: int | None = None) -> Backbone:
+    """Backbone ``name`` at its own input size, or at ``input_size`` (a multiple of 32)."""
     if name not in BACKBONES:
         raise VlmatchError(f"unknown backbone {name!r}; available: {', '.join(BACKBONES)}")
-    return BACKBONES[name](weights=weights)
+    cls = BACKBONES[name]
+    if input_size is None:
+        return cls(weights=weights)
+    if "input_size" in inspect.signature(cls).parameters:
+        return cls(weights=weights, input_size=input_size)
+    bb = cls(weights=weights)  # a backbone of one size only
+    if bb.info.input_size != input_size:
+        raise VlmatchError(f"backbone {name} takes {bb.info.input_size} px input only, not {input_size}")
+    return bb
+
+
+def backbone_for(described: dict, weights: str | None = None) -> Backbone:
+    """The backbone a ``features.json`` / ``backbone.json`` entry describes, at the input size it records
+    (descriptions written before sizes were a choice carry the backbone's own size)."""
+    return create_backbone(described["name"], weights, described.get("input_size"))

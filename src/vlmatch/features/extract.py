@@ -211,12 +211,14 @@ def run_job(job: Job, images_dir: Path, out: Path, backbone: Backbone, dtype: st
 
 def extract(images_dir, out, annotations=None, backbone: str | Backbone = "efficientnet-lite0", dtype="float32",
             batch_size: int = 32, skip_bad: bool = False, global_features: bool = False, weights=None,
-            progress: bool = True, limit: int | None = None) -> dict:
-    """Extract features for every image; returns (and writes) the ``features.json`` description."""
+            progress: bool = True, limit: int | None = None, input_size: int | None = None) -> dict:
+    """Extract features for every image; returns (and writes) the ``features.json`` description.
+    ``input_size``: the square size images are resized to (a multiple of 32; default the backbone's own),
+    which sets the grid (input_size / 32 cells a side)."""
     if dtype not in ("float32", "float16"):
         raise VlmatchError(f"dtype must be float32 or float16, not {dtype!r}")
     images_dir, out = Path(images_dir), Path(out)
-    bb = backbone if isinstance(backbone, Backbone) else create_backbone(backbone, weights)
+    bb = backbone if isinstance(backbone, Backbone) else create_backbone(backbone, weights, input_size)
     jobs = plan_jobs(images_dir, annotations)
     if limit:  # keep the first images of each split (smoke tests, quick looks)
         for j in jobs:

@@ -54,14 +54,16 @@ def check_backbone(trained: dict | None, used: dict, img_dim: int, where) -> Non
                                f"img_dim={img_dim}")
 
 
-def resolve_backbone_name(checkpoint, override: str | None) -> str:
-    """The backbone to extract features with for ``checkpoint`` (``override`` must agree with it)."""
+def resolve_backbone(checkpoint, override: str | None) -> dict:
+    """The backbone to extract features with for ``checkpoint`` (``override`` must agree with it), as a
+    description for ``features.backbones.backbone_for``: its name, and the input size it was trained at
+    where that is known."""
     trained = checkpoint_backbone(checkpoint)
     if override is None:
         if trained is None:
             raise ConfigError(f"{checkpoint}: cannot tell which image backbone this model was trained on (no "
                               "backbone.json, no features.json behind its run's config.yaml); pass --backbone NAME")
-        return trained["name"]
+        return {"name": trained["name"], "input_size": trained.get("input_size")}
     if trained is not None and trained["name"] != override:
         raise DataError(checkpoint, f"--backbone {override} but the model was trained on {trained['name']} features")
-    return override
+    return {"name": override, "input_size": None if trained is None else trained.get("input_size")}

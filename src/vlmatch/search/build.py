@@ -37,7 +37,7 @@ import torch
 from .. import distributed as D
 from ..errors import ConfigError, DataError
 from ..features.extract import IMAGE_SUFFIXES, load_image
-from ..features.provenance import check_backbone, checkpoint_backbone, resolve_backbone_name
+from ..features.provenance import check_backbone, checkpoint_backbone, resolve_backbone
 from ..io import atomic_dir, link_tree, read_json, write_json
 from ..models.base import MatchingModel
 from ..weights import sha256_file
@@ -336,11 +336,11 @@ def _build(out: Path, model_ckpt, images, features, split, captions, retriever_c
     bb = None
     n_regions = None
     if images is not None:
-        from ..features.backbones import create_backbone
+        from ..features.backbones import backbone_for
 
         root = Path(images).resolve()
         rels = scan_folder(root)
-        bb = create_backbone(resolve_backbone_name(model_ckpt, backbone), weights)
+        bb = backbone_for(resolve_backbone(model_ckpt, backbone), weights)
         check_backbone(trained, bb.describe(), model.cfg.img_dim, root)
         manifest["backbone"] = bb.describe()
         n_regions = bb.info.grid ** 2
@@ -433,7 +433,7 @@ def update_index(path, skip_bad: bool = False, batch_size: int = 64, progress: b
 
 
 def _update(out: Path, manifest: dict, parts: dict, skip_bad, batch_size, progress, weights) -> dict:
-    from ..features.backbones import create_backbone
+    from ..features.backbones import backbone_for
     from ..models.registry import load_model
 
     kind = (manifest.get("source") or {}).get("kind")
@@ -466,7 +466,7 @@ def _update(out: Path, manifest: dict, parts: dict, skip_bad, batch_size, progre
     model = load_model(parts["model"]).eval()
     retriever = load_model(parts["retriever"]).eval() if "retriever" in parts else None
     s1 = _stage1_source(model, retriever)
-    bb = create_backbone(manifest["backbone"]["name"], weights)
+    bb = backbone_for(manifest["backbone"], weights)
     dtype = manifest["dtype"]
     work = out / "build" / "update"
     rec = {"keys": [], "meta": [], "bad": [], "folder": None}

@@ -241,13 +241,13 @@ class Index:
     def image_features(self, image) -> torch.Tensor:
         """Grid features (1, k, dim) of an image (path, bytes, PIL image or uint8 array) with the
         backbone the index was built with."""
-        from ..features.backbones import create_backbone
+        from ..features.backbones import backbone_for
 
         bb_info = self.manifest.get("backbone")
         if not bb_info:
             raise ConfigError(f"{self.root} was built from features without a known backbone; pass features, not an image")
         if self._backbone is None:
-            self._backbone = create_backbone(bb_info["name"])
+            self._backbone = backbone_for(bb_info)
         bb = self._backbone
         with torch.inference_mode():
             return bb(bb.preprocess([_pixels(image, bb.info.input_size)])).clone()
