@@ -35,12 +35,18 @@ RUNS = RESULTS / "flickr8k"
 EXTRACTION = "_extraction.json"
 
 
-def ensure_features(shared: Path) -> dict:
-    meta = CACHE / "features.json"
-    if meta.is_file() and (CACHE / "dev_ims.npy").is_file() and (CACHE / "train_ims.npy").is_file():
+def features_dir(input_size: int = 224) -> Path:
+    """The feature cache of EfficientNet-Lite0 at ``input_size`` px (224, its own size: the study's 7 x 7 grid)."""
+    return CACHE if input_size == 224 else CACHE.with_name(f"{CACHE.name}-{input_size}")
+
+
+def ensure_features(shared: Path, input_size: int = 224) -> dict:
+    out = features_dir(input_size)
+    meta = out / "features.json"
+    if meta.is_file() and (out / "dev_ims.npy").is_file() and (out / "train_ims.npy").is_file():
         return json.loads(meta.read_text())
-    return extract(shared / "images", CACHE, shared / "dataset_flickr8k.json", "efficientnet-lite0",
-                   dtype="float16", batch_size=32)
+    return extract(shared / "images", out, shared / "dataset_flickr8k.json", "efficientnet-lite0",
+                   dtype="float16", batch_size=32, input_size=input_size)
 
 
 TRAIN_CAPTIONS = 30000  # Karpathy train split of Flickr8k: 6000 images x 5 captions
@@ -136,11 +142,12 @@ def convergence_table(runs: dict) -> list[str]:
 
 def _setting(run: dict) -> str:
     """A run's configuration less what only changes its noise: the seed, the thread count, train.compile (float
-    rounding only; runs recorded before the option existed lack the key), the data path."""
+    rounding only; runs recorded before the option existed lack the key), the folder the features were in
+    (only its name tells the features apart: the 224 px and the 448 px caches)."""
     cfg = json.loads(json.dumps(run["config"]))
     for key in ("seed", "threads", "compile"):
         cfg["train"].pop(key, None)
-    cfg["data"].pop("path", None)
+    cfg["data"]["path"] = Path(cfg["data"].get("path") or "").name
     return json.dumps(cfg, sort_keys=True)
 
 
@@ -203,6 +210,8 @@ CLAIMS = [
      "c23_sman_per_level"),
     ("#23 item 5: SMAN's word attention in eq. 5's form (the code's reading) beats eq. 9 as printed", "c22_sman",
      "c23_sman_eq9"),
+    ("#23 item 6: SMAN on the 14 x 14 grid of a 448 px input beats that grid pooled to the paper's stated 7 x 7",
+     "c23_sman_448_grid14", "c23_sman_448_grid7"),
 ]
 
 
@@ -250,6 +259,8 @@ def main(argv=None):
     ap.add_argument("--name", help="row name (default: config name)")
     ap.add_argument("--shared", default=str(SHARED))
     ap.add_argument("--extract-only", action="store_true")
+    ap.add_argument("--input-size", type=int, default=224,
+                    help="EfficientNet-Lite0 input size, a multiple of 32 (448: a 14 x 14 grid); default 224 (7 x 7)")
     ap.add_argument("--rerender", action="store_true", help="recompute min/epoch of every run and rewrite the report")
     ap.add_argument("--note", help="a remark stored with this run's row (e.g. the CPU was shared)")
     ap.add_argument("--stopped", action="store_true",
@@ -263,8 +274,9 @@ def main(argv=None):
     if not (shared / "dataset_flickr8k.json").is_file():
         sys.exit(f"{shared}: no dataset_flickr8k.json (pass --shared DIR); {FLICKR8K_SOURCE}")
     results = load_results()
-    feats = ensure_features(shared)
-    if feats["splits"]["train"].get("images_per_second") and (a.extract_only or not results.get("extraction")):
+    feats = ensure_features(shared, a.input_size)
+    if a.input_size == 224 and feats["splits"]["train"].get("images_per_second") and (
+            a.extract_only or not results.get("extraction")):
         results["extraction"] = {"images_per_second": (feats["splits"]["train"]["images"] + feats["splits"]["dev"]["images"])
                                  / (feats["splits"]["train"]["seconds"] + feats["splits"]["dev"]["seconds"]),
                                  "images": feats["splits"]["train"]["images"] + feats["splits"]["dev"]["images"]}
@@ -280,7 +292,7 @@ def main(argv=None):
         changed = list(results["runs"])
     elif not a.extract_only:
         cfg = load_config(a.config, a.overrides, extra=None)
-        cfg["data"]["path"] = str(CACHE)
+        cfg["data"]["path"] = str(features_dir(a.input_size))
         name = a.name or Path(a.config).stem
         run_dir = HERE / "cache" / "runs" / name
         if (a.resume or a.stopped) and not (run_dir / "last").is_dir():
@@ -295,6 +307,7 @@ def main(argv=None):
             best = train(cfg, run_dir, resume=True) if a.resume else train(cfg, run_dir, overwrite=True)
         minutes = epoch_minutes(run_dir, steps_per_epoch(cfg))
         cmd = ("python benchmarks/flickr8k.py --config " + a.config + (f" --name {a.name}" if a.name else "")
+               + (f" --input-size {a.input_size}" if a.input_size != 224 else "")
                + "".join(f" --set {shlex.quote(o)}" for o in a.overrides))
         results["runs"][name] = {"metrics": best, "epochs": cfg["train"]["epochs"], "minutes_per_epoch": minutes,
                                  "val_rsum_by_epoch": val_history(run_dir),

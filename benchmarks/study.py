@@ -71,6 +71,14 @@ PLAN: list[tuple[str, list[str], str]] = [
      "#23 item 4: SMAN's eq. 22 hinge on the mean per-level distance instead of the summed one, at c22_sman's setting"),
     ("c23_sman_eq9", ["--config", "sman_minilm_f8k", "--set", "model.word_attention=eq9"],
      "#23 item 5: SMAN's word attention as eq. 9 prints it, at c22_sman's setting"),
+    # issue 23 item 6, the grid: EfficientNet-Lite0 at the paper's 448 px (14 x 14 = 196 cells), as is and
+    # pooled 2 x 2 to the paper's stated 7 x 7; a fixed budget of 4 epochs each (196 cells cost ~4x per pair)
+    *[(f"c23_sman_448_{tag}", ["--config", "sman_minilm_f8k", "--input-size", "448", "--set", f"model.grid_pool={p}",
+                               "--set", "train.epochs=4", "--set", "train.patience=0", "--set", "train.min_epochs=0"],
+       f"#23 item 6: SMAN on Lite0 features at 448 px, {what}; 4 epochs (the lr drops after the fourth, so none at "
+       "the lower rate), the same for both")
+      for tag, p, what in (("grid7", 2, "each 2 x 2 block averaged: the paper's stated 7 x 7 grid (M = 49)"),
+                           ("grid14", 1, "the whole 14 x 14 grid (M = 196), what a 448 px res5c gives"))],
 ]
 
 

@@ -25,6 +25,8 @@ def _config_and_overrides(args):
         value = next(it)
         if flag == "--config":
             config = value
+        elif flag == "--input-size":
+            assert int(value) % 32 == 0, value
         else:
             assert flag == "--set", f"unexpected flag {flag}"
             overrides.append(value)
