@@ -22,6 +22,7 @@ import json
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -107,6 +108,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["list", "next", "run"])
     ap.add_argument("--max", type=int, default=0, help="run: stop after this many runs (0: all missing)")
+    ap.add_argument("--start-before", metavar="HH:MM",
+                    help="run: start no run at or after this local time (a stop's end: a run cut off by it may have "
+                         "to start again on another machine)")
     a = ap.parse_args(argv)
     missing = [(n, args, note) for n, args, note in PLAN if not done(n)]
     if a.what == "list":
@@ -125,6 +129,9 @@ def main(argv=None) -> int:
         return 0
     for i, (n, args, note) in enumerate(missing):
         if a.max and i >= a.max:
+            break
+        if a.start_before and time.strftime("%H:%M") >= a.start_before:
+            print(f"study: it is past {a.start_before}: {n} and the runs after it are left for later", flush=True)
             break
         resume = (CACHE_RUNS / n / "last").is_dir()
         cmd = command(n, args, note, resume)

@@ -52,3 +52,13 @@ def test_names_are_unique_and_next_skips_finished_runs(tmp_path, monkeypatch, ca
     assert study.main(["next"]) == 0
     out = capsys.readouterr().out
     assert f"--name {names[1]}" in out and f"--name {names[0]} " not in out
+
+
+def test_run_starts_nothing_past_its_start_before_time(tmp_path, monkeypatch, capsys):
+    study = _study()
+    monkeypatch.setattr(study, "RUNS", tmp_path)
+    started = []
+    monkeypatch.setattr(study.subprocess, "run", lambda cmd: started.append(cmd))
+    monkeypatch.setattr(study.time, "strftime", lambda fmt: "17:05")
+    assert study.main(["run", "--start-before", "17:00"]) == 0
+    assert not started and "past 17:00" in capsys.readouterr().out
