@@ -53,6 +53,10 @@ PLAN: list[tuple[str, list[str], str]] = [
     ("c22_vsepp_minilm_d256_b64", ["--config", "vsepp_minilm_f8k", "--set", "model.embed_dim=256", "--set",
                                    "train.batch_size=64", "--set", "train.lr=5.0e-4", "--set", "train.lr_update=2"],
      "#22 evidence: VSE++ at CAAN's budget setting (D 256, batch 64), otherwise the shipped VSE++'s command"),
+    ("c22_vsepp_minilm_448", ["--config", "vsepp_minilm_f8k", "--input-size", "448", "--set", "train.lr=5.0e-4",
+                              "--set", "train.lr_update=2"],
+     "#22: the shipped VSE++'s command on Lite0 features of 448 px images (14 x 14 grid, mean-pooled): does the "
+     "backbone's view at twice its training resolution help the global model"),
     *_sweep("sman_f8k", "sman", ["2.0e-4", "5.0e-4", "1.0e-3"], ["--set", "model.text_encoder=minilm"]),
     *_sweep("mtfn_f8k", "mtfn", ["2.0e-4", "5.0e-4", "1.0e-3"], ["--set", "model.text_encoder=minilm"]),
     # VSE++ with MiniLM fine-tuned (the route to the issue's 330: the frozen text side overfits by epoch 3);
