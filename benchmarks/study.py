@@ -31,6 +31,7 @@ CACHE_RUNS = HERE / "cache" / "runs"
 SWEEP = ["--set", "train.epochs=2", "--set", "train.max_steps_per_epoch=120", "--set", "train.patience=0",
          "--set", "train.min_epochs=0"]
 ONE_THREAD = ["--set", "train.threads=1"]
+RERANK = "flickr8k_rerank.py"  # an entry whose arguments start with it re-ranks trained runs (no training)
 
 
 def _sweep(config: str, family: str, lrs: list[str], extra: list[str] = ()) -> list[tuple[str, list[str], str]]:
@@ -72,6 +73,15 @@ PLAN: list[tuple[str, list[str], str]] = [
       for x, scale in (("10", "0.1"), ("30", "0.0333"))],
     *_sweep("sman_f8k", "sman", ["2.0e-4", "5.0e-4", "1.0e-3"], ["--set", "model.text_encoder=minilm"]),
     *_sweep("mtfn_f8k", "mtfn", ["2.0e-4", "5.0e-4", "1.0e-3"], ["--set", "model.text_encoder=minilm"]),
+    # MTFN at convergence (set mtfn_minilm_f8k's lr to the sweep's winner first), its text-text branch from that
+    # run's best (eq. 6-7, S_IT frozen), and MTFN-RR with its own S_TT against MTFN alone
+    ("c22_mtfn", ["--config", "mtfn_minilm_f8k"], "#22: MTFN (image-text fusion) to convergence"),
+    ("c22_mtfn_tt", ["--config", "mtfn_minilm_f8k", "--set", "train.stage=text_text", "--set",
+                     "train.init_from=benchmarks/cache/runs/c22_mtfn/best", "--set", "train.epochs=2", "--set",
+                     "train.patience=0", "--set", "train.min_epochs=0"],
+     "#22: MTFN's text-text branch, 2 epochs from c22_mtfn's best (S_IT frozen); its val figures are after RR"),
+    ("c22_mtfn_rr", [RERANK, "--run", "c22_mtfn", "--text-run", "c22_mtfn_tt"],
+     "#22: MTFN-RR with its own S_TT (K = 15, K' = 5) of c22_mtfn's val matrix: the paper's claim MTFN-RR > MTFN"),
     # after the short sweeps: a run of an hour or more is better started at the beginning of a stop
     ("c23_caan_inner", ["--config", "caan_minilm_f8k", "--set", "model.norm_output=false"],
      "#23 item 3: CAAN with the paper's inner product S = <v, u> instead of the cosine, at c22_caan's setting"),
@@ -106,6 +116,8 @@ def done(name: str) -> bool:
 
 
 def command(name: str, args: list[str], note: str, resume: bool = False) -> list[str]:
+    if args and args[0] == RERANK:  # its row records its own note (what was re-ranked with what)
+        return [sys.executable, str(HERE / RERANK), *args[1:], "--name", name, "--threads", "1"]
     return [sys.executable, str(HERE / "flickr8k.py"), *args, "--name", name, *ONE_THREAD, "--note", note,
             *(["--resume"] if resume else [])]
 
