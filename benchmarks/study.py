@@ -101,6 +101,7 @@ PLAN: list[tuple[str, list[str], str]] = [
     *_sweep("mmca_f8k", "mmca", ["2.0e-4", "5.0e-4"]),  # validated two-stage (the config's val_top_k)
     # SMAN at convergence (set sman_minilm_f8k's lr to the sweep's winner first), its ablation, and issue 23's
     # two readings of SMAN at the same setting, one option apart
+    *_sweep("sman_f8k", "sman", ["2.0e-3"], ["--set", "model.text_encoder=minilm"]),  # the sweep rose to 1e-3
     ("c22_sman", ["--config", "sman_minilm_f8k"], "#22: SMAN (full) to convergence"),
     ("c22_sman_im", ["--config", "sman_minilm_f8k", "--set", "model.name=sman_im"],
      "#22: SMAN-IM (intra-modal attention only) at c22_sman's setting: the paper's claim SMAN > SMAN-IM"),
