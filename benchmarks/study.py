@@ -144,11 +144,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["list", "next", "run"])
     ap.add_argument("--max", type=int, default=0, help="run: stop after this many runs (0: all missing)")
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="run: only these planned runs (in the plan's order)")
     ap.add_argument("--start-before", metavar="HH:MM",
                     help="run: start no run at or after this local time (a stop's end: a run cut off by it may have "
                          "to start again on another machine)")
     a = ap.parse_args(argv)
-    missing = [(n, args, note) for n, args, note in PLAN if not done(n)]
+    missing = [(n, args, note) for n, args, note in PLAN if not done(n) and (not a.only or n in a.only)]
     if a.what == "list":
         for n, args, _ in PLAN:
             print(f"{'done ' if done(n) else 'to do'}  {n:28s} {' '.join(args)}")
