@@ -109,7 +109,14 @@ def render(results: dict) -> str:
 
 def _text_encoder(run: dict) -> str:
     m = run.get("config", {}).get("model", {})
-    return "transformer (MiniLM)" if m.get("name") == "mmca" else str(m.get("text_encoder", "gru"))
+    name = "transformer (MiniLM)" if m.get("name") == "mmca" else str(m.get("text_encoder", "gru"))
+    return name + (", fine-tuned" if m.get("finetune") else "")
+
+
+def _model(run: dict) -> str:
+    """The model's name, with the features' input size where it is not the study's 224 px."""
+    size = Path(run.get("config", {}).get("data", {}).get("path") or "").name.rpartition("-")[2]
+    return run["config"]["model"]["name"] + (f" ({size} px)" if size.isdigit() else "")
 
 
 def convergence_table(runs: dict) -> list[str]:
@@ -135,7 +142,8 @@ def convergence_table(runs: dict) -> list[str]:
         if g:
             other = f"{g[0]}, {len(g[1].get('val_rsum_by_epoch', [])) or g[1]['epochs']}, {g[1]['metrics']['rsum']:.1f}"
         stop = ", stopped by hand" if v.get("stopped_after_epoch") else ""  # before the patience rule ended it
-        lines.append(f"| {k} | {name} | {_text_encoder(v)} | {len(v.get('val_rsum_by_epoch', []))} ({m['epoch'] + 1}){stop} | "
+        trained = len(v.get("val_rsum_by_epoch", []))
+        lines.append(f"| {k} | {_model(v)} | {_text_encoder(v)} | {trained} ({m['epoch'] + 1}){stop} | "
                      f"{m['rsum']:.1f} | {m['i2t_r1']:.1f} | {m['t2i_r1']:.1f} | {other} | {v['minutes_per_epoch']:.2f} |")
     return lines + noise_lines(conv) + ensemble_table(runs) + claims_table(runs, noise(conv))
 

@@ -43,3 +43,11 @@ def test_the_claims_table_gives_each_claims_runs_or_says_which_are_missing(repor
     assert "| c22_caan (290.0) | c23_caan_inner (289.0) | +1.0 | within the noise |" in table
     assert "to run: c22_sman, c22_sman_im" in table
     assert "2.5 val rsum" in table
+
+
+def test_rows_say_the_features_size_and_a_fine_tuned_text_side(report):
+    run = _run(300.0)
+    assert report._model(run) == "caan" and report._text_encoder(run) == "gru"
+    run["config"]["data"]["path"] = "/x/benchmarks/cache/flickr8k-efficientnet-lite0-448"
+    run["config"]["model"].update(text_encoder="minilm", finetune=True)
+    assert report._model(run) == "caan (448 px)" and report._text_encoder(run) == "minilm, fine-tuned"
