@@ -1,24 +1,17 @@
 """benchmarks/scan_attention.py: each model's attention read as distributions, and the uniform form of
 SCAN's and CAAN's attention that the --uniform ablation scores with."""
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
+from tests.benchmark_scripts import load_script
 from vlmatch import create_model
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "scan_attention.py"
 
 
 @pytest.fixture(scope="module")
 def report():
-    spec = importlib.util.spec_from_file_location("attention_report", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("scan_attention", "attention_report")
 
 
 def test_caan_gives_one_distribution_over_regions_and_one_over_words(report):

@@ -1,20 +1,14 @@
 """benchmarks/flickr8k.py's report: the noise figure comes from repeats of one setting, and each ablation
 claim is judged against it (a difference inside the noise decides nothing)."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "flickr8k.py"
+from tests.benchmark_scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def report():
-    spec = importlib.util.spec_from_file_location("flickr8k_report", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("flickr8k", "flickr8k_report")
 
 
 def _run(rsum, seed=0, threads=1, lr=1e-3, patience=3):

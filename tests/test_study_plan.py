@@ -1,21 +1,14 @@
 """benchmarks/study.py: every planned run of the convergence study resolves to a valid config, so a
 session that starts the queue does not find a typo an hour in."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
+from tests.benchmark_scripts import load_script
 from vlmatch.training.config import load_config
-
-STUDY = Path(__file__).resolve().parents[1] / "benchmarks" / "study.py"
 
 
 def _study():
-    spec = importlib.util.spec_from_file_location("study", STUDY)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("study")
 
 
 def _config_and_overrides(args):
