@@ -71,7 +71,8 @@ PLAN: list[tuple[str, list[str], str]] = [
        f"#22 VSE++ on the 448 px grid with MiniLM fine-tuned at {scale} x the lr: 2 x 120 steps, beside "
        "s22_vsepp448_lr5e4 (frozen)")
       for x, scale in (("10", "0.1"), ("30", "0.0333"), ("3", "0.3"))],
-    # to convergence at the sweep's best scale (0.3: 298.2, 0.1: 296.4, 0.033: 287.3; frozen 286.7); VSE++'s decay every 3 epochs instead of 2, so the ten epochs the rule asks for are not spent at
+    # to convergence at the sweep's best scale (0.3: 298.2, 0.1: 296.4, 0.033: 287.3; frozen 286.7); VSE++'s
+    # decay every 3 epochs instead of 2, so the ten epochs the rule asks for are not spent at
     # lr 5e-7 (each costs ~9 min at one thread)
     ("c22_vsepp448_ft", ["--config", "vsepp_minilm_f8k", "--input-size", "448", "--set", "model.finetune=true",
                          "--set", "train.pretrained_lr_scale=0.3", "--set", "train.lr=5.0e-4", "--set",
