@@ -40,27 +40,30 @@ def _sweep(config: str, family: str, lrs: list[str], extra: list[str] = ()) -> l
              f"#22 {family} learning-rate sweep: 2 x 120 steps (warm-up epoch, then hardest negatives)") for lr in lrs]
 
 
+def _vsepp(name: str, extra: list[str], note: str) -> tuple[str, list[str], str]:
+    """The shipped VSE++'s command (vsepp_minilm_f8k at lr 5e-4, / 10 every 2 epochs) with ``extra`` on top."""
+    return (name, ["--config", "vsepp_minilm_f8k", *extra, "--set", "train.lr=5.0e-4", "--set", "train.lr_update=2"],
+            note)
+
+
 # (name, flickr8k.py arguments without --name, note)
 PLAN: list[tuple[str, list[str], str]] = [
     ("c22_scan_t2i_rerun", ["--config", "scan_t2i_avg_minilm_f8k"],
      "#25 reproduction: the recorded command of the shipped re-scorer (scan-t2i-minilm-f8k, 281.3) re-run on another host"),
-    ("c22_vsepp_minilm_d512_b64", ["--config", "vsepp_minilm_f8k", "--set", "model.embed_dim=512", "--set",
-                                   "train.batch_size=64", "--set", "train.lr=5.0e-4", "--set", "train.lr_update=2"],
-     "#22 evidence: VSE++ at SCAN's budget setting (D 512, batch 64), otherwise the shipped VSE++'s command"),
+    _vsepp("c22_vsepp_minilm_d512_b64", ["--set", "model.embed_dim=512", "--set", "train.batch_size=64"],
+           "#22 evidence: VSE++ at SCAN's budget setting (D 512, batch 64), otherwise the shipped VSE++'s command"),
     *_sweep("caan_minilm_f8k", "caan", ["5.0e-4", "1.0e-3", "2.0e-4"]),
     ("c22_caan", ["--config", "caan_minilm_f8k"], "#22: CAAN (IA + SA) to convergence"),
     ("c22_caan_baseline", ["--config", "caan_minilm_f8k", "--set", "model.name=caan_baseline"],
      "#22: CAAN's baseline (mean pooling) at CAAN's setting: the paper's ablation claim CAAN > baseline"),
-    ("c22_vsepp_minilm_d256_b64", ["--config", "vsepp_minilm_f8k", "--set", "model.embed_dim=256", "--set",
-                                   "train.batch_size=64", "--set", "train.lr=5.0e-4", "--set", "train.lr_update=2"],
-     "#22 evidence: VSE++ at CAAN's budget setting (D 256, batch 64), otherwise the shipped VSE++'s command"),
-    ("c22_vsepp_minilm_448", ["--config", "vsepp_minilm_f8k", "--input-size", "448", "--set", "train.lr=5.0e-4",
-                              "--set", "train.lr_update=2"],
-     "#22: the shipped VSE++'s command on Lite0 features of 448 px images (14 x 14 grid, mean-pooled): does the "
-     "backbone's view at twice its training resolution help the global model"),
-    # VSE++ on the 448 px grid (c22_vsepp_minilm_448: 309.0 against 297.0 at 224 px) with MiniLM fine-tuned: the
+    _vsepp("c22_vsepp_minilm_d256_b64", ["--set", "model.embed_dim=256", "--set", "train.batch_size=64"],
+           "#22 evidence: VSE++ at CAAN's budget setting (D 256, batch 64), otherwise the shipped VSE++'s command"),
+    _vsepp("c22_vsepp_minilm_448", ["--input-size", "448"],
+           "#22: the shipped VSE++'s command on Lite0 features of 448 px images (14 x 14 grid, mean-pooled): does the "
+           "backbone's view at twice its training resolution help the global model"),
+    # VSE++ on the 448 px grid (c22_vsepp_minilm_448: 309.1 against 297.0 at 224 px) with MiniLM fine-tuned: the
     # route to the issue's 330. A frozen sweep point at 448 px first, then the head at that lr and MiniLM at a
-    # tenth and at a thirtieth of it
+    # tenth, a thirtieth and three tenths of it
     ("s22_vsepp448_lr5e4", ["--config", "vsepp_minilm_f8k", "--input-size", "448", "--set", "train.lr_schedule=null",
                             "--set", "train.lr=5.0e-4", *SWEEP],
      "#22 VSE++ sweep on the 448 px grid, frozen MiniLM: 2 x 120 steps at lr 5e-4 (the frozen point of the "
@@ -81,7 +84,7 @@ PLAN: list[tuple[str, list[str], str]] = [
      "run"),
     *_sweep("sman_f8k", "sman", ["2.0e-4", "5.0e-4", "1.0e-3"], ["--set", "model.text_encoder=minilm"]),
     *_sweep("mtfn_f8k", "mtfn", ["2.0e-4", "5.0e-4", "1.0e-3"], ["--set", "model.text_encoder=minilm"]),
-    # MTFN at convergence (set mtfn_minilm_f8k's lr to the sweep's winner first), its text-text branch from that
+    # MTFN at convergence (mtfn_minilm_f8k at the sweep's winner, 5e-4), its text-text branch from that
     # run's best (eq. 6-7, S_IT frozen), and MTFN-RR with its own S_TT against MTFN alone
     ("c22_mtfn", ["--config", "mtfn_minilm_f8k"], "#22: MTFN (image-text fusion) to convergence"),
     ("c22_mtfn_tt", ["--config", "mtfn_minilm_f8k", "--set", "train.stage=text_text", "--set",
@@ -99,8 +102,8 @@ PLAN: list[tuple[str, list[str], str]] = [
                                  "train.lr_schedule=null", "--set", "train.lr=5.0e-4", "--set", "train.lr_update=2"],
      "#22: CAAN's baseline with the shipped VSE++'s schedule (lr 5e-4, / 10 every 2 epochs) instead of 1e-3 / 1e-4"),
     *_sweep("mmca_f8k", "mmca", ["2.0e-4", "5.0e-4"]),  # validated two-stage (the config's val_top_k)
-    # SMAN at convergence (set sman_minilm_f8k's lr to the sweep's winner first), its ablation, and issue 23's
-    # two readings of SMAN at the same setting, one option apart
+    # SMAN at convergence (sman_minilm_f8k at the sweep's winner so far, 1e-3: switch to 2e-3 if its point wins),
+    # its ablation, and issue 23's two readings of SMAN at the same setting, one option apart
     *_sweep("sman_f8k", "sman", ["2.0e-3"], ["--set", "model.text_encoder=minilm"]),  # the sweep rose to 1e-3
     ("c22_sman", ["--config", "sman_minilm_f8k"], "#22: SMAN (full) to convergence"),
     ("c22_sman_im", ["--config", "sman_minilm_f8k", "--set", "model.name=sman_im"],
