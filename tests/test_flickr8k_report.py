@@ -51,3 +51,9 @@ def test_rows_say_the_features_size_and_a_fine_tuned_text_side(report):
     run["config"]["data"]["path"] = "/x/benchmarks/cache/flickr8k-efficientnet-lite0-448"
     run["config"]["model"].update(text_encoder="minilm", finetune=True)
     assert report._model(run) == "caan (448 px)" and report._text_encoder(run) == "minilm, fine-tuned"
+    run["config"]["data"]["path"] = "/x/benchmarks/cache/flickr8k-efficientnet-lite2-448"
+    assert report._model(run) == "caan (lite2, 448 px)"
+    run["config"]["data"]["path"] = "/x/benchmarks/cache/flickr8k-efficientnet-lite2"
+    assert report._model(run) == "caan (lite2)"
+    assert report.features_dir(448, "efficientnet-lite2").name == "flickr8k-efficientnet-lite2-448"
+    assert report.features_dir().name == "flickr8k-efficientnet-lite0"

@@ -10,7 +10,7 @@ from PIL import Image
 from vlmatch.data.karpathy import read_karpathy
 from vlmatch.data.precomp import PrecompSplit
 from vlmatch.errors import DataError
-from vlmatch.features.backbones import Backbone, BackboneInfo
+from vlmatch.features.backbones import Backbone, BackboneInfo, create_backbone
 from vlmatch.features.extract import extract
 
 
@@ -131,6 +131,26 @@ def test_efficientnet_lite0_gives_a_7x7_grid_of_1280(tmp_path):
     extract(tmp_path / "im", tmp_path / "e", None, "efficientnet-lite0", progress=False)
     arr = np.load(tmp_path / "e" / "ims.npy")
     assert arr.shape == (2, 49, 1280) and np.isfinite(arr).all() and arr.std() > 0
+
+
+@pytest.mark.parametrize("variant", [1, 2])
+def test_the_larger_lite_backbones_load_their_weights_and_keep_the_stride(tmp_path, variant):
+    lite = pytest.importorskip("efficientnet_lite_pytorch")
+    torch.manual_seed(0)
+    weights = tmp_path / "w.pth"  # the packaged weights are an optional extra: a random state of the same layout
+    torch.save(lite.EfficientNet.from_name(f"efficientnet-lite{variant}").state_dict(), weights)
+    bb = create_backbone(f"efficientnet-lite{variant}", weights=str(weights), input_size=64)
+    assert bb.describe() == {"name": f"efficientnet-lite{variant}", "input_size": 64, "grid": 2, "dim": 1280,
+                             "normalisation": "(pixel - 127) / 128"}
+    with torch.no_grad():
+        assert bb(torch.zeros(1, 3, 64, 64)).shape == (1, 4, 1280)
+
+
+def test_the_cli_offers_every_backbone():
+    from vlmatch.cli.features import BACKBONE_NAMES
+    from vlmatch.features.backbones import BACKBONES
+
+    assert BACKBONE_NAMES == sorted(BACKBONES)
 
 
 def test_a_split_is_complete_only_once_its_ids_and_captions_are_written(tmp_path, monkeypatch):

