@@ -93,11 +93,9 @@ def main(argv=None):
               f"{v['peak_rss_mb']:.0f} MB, rsum {v['rsum_before']:.1f} -> {v['rsum_after']:.1f}", flush=True)
     report = {"shapes": out, "threads": a.threads, "cpu": platform.processor() or platform.machine(),
               "numpy": np.__version__, "command": "python benchmarks/rerank.py " + " ".join(argv or sys.argv[1:])}
-    from vlmatch.io import write_json, write_text
+    from reporting import write_report
 
-    write_json(Path(a.out).with_suffix(".json"), report)
-    write_text(Path(a.out).with_suffix(".md"), render(report))
-    print(f"wrote {a.out}.json and .md")
+    write_report(a.out, report, render)
 
 
 if __name__ == "__main__":

@@ -156,11 +156,9 @@ def main(argv=None):
     report = {"shape": {"k": a.k, "L": a.L}, "threads": a.threads, "peaks": peaks, "models": rows,
               "torch": torch.__version__, "cpu": platform.processor() or platform.machine(), "note": a.note,
               "command": "python benchmarks/roofline.py " + " ".join(argv if argv is not None else sys.argv[1:])}
-    from vlmatch.io import write_json, write_text
+    from reporting import write_report
 
-    write_json(Path(a.out).with_suffix(".json"), report)
-    write_text(Path(a.out).with_suffix(".md"), render(report))
-    print(f"wrote {a.out}.json and .md")
+    write_report(a.out, report, render)
 
 
 def render(r: dict) -> str:

@@ -116,11 +116,9 @@ def main(argv=None):
               "img_dim": a.img_dim}, "runs": res, "bit_identical_to_1x1": same, "note": a.note,
               "torch": torch.__version__, "command": "python benchmarks/shard_eval.py " + " ".join(
                   argv if argv is not None else sys.argv[1:])}
-    from vlmatch.io import write_json, write_text
+    from reporting import write_report
 
-    write_json(Path(a.out).with_suffix(".json"), report)
-    write_text(Path(a.out).with_suffix(".md"), render(report))
-    print(f"wrote {a.out}.json and .md")
+    write_report(a.out, report, render)
 
 
 def render(r: dict) -> str:
