@@ -34,14 +34,14 @@ def test_a_claim_holds_only_beyond_the_noise(report, diff, expected):
 def test_the_claims_table_gives_each_claims_runs_or_says_which_are_missing(report):
     runs = {"c22_caan": _run(290.0, history=[250.0, 280.0, 270.0, 275.0, 290.0]), "c22_caan_baseline": _run(270.0),
             "c23_caan_inner": _run(279.0, history=[260.0, 270.0, 279.0, 275.0]),
-            "c22_sman": _run(300.0, history=[200.0, 300.0]), "c23_sman_per_level": _run(310.0, history=[310.0] * 4)}
+            "c23_sman_sum": _run(300.0, history=[200.0, 300.0]), "c23_sman_per_level": _run(310.0, history=[310.0] * 4)}
     table = "\n".join(report.claims_table(runs, 2.5))
     assert "| each to convergence | c22_caan (290.0) | c22_caan_baseline (270.0) | +20.0 | holds |" in table
     # at equal budget: c22_caan's best within its first 4 epochs (280.0), not its best of all (290.0)
     assert "| first 4 epochs | c22_caan (280.0) | c23_caan_inner (279.0) | +1.0 | within the noise |" in table
     assert "to run: c22_mmca, c22_mmca_a0" in table
     # a run that has not trained as far as the budget counts as missing
-    assert "| c22_sman | c23_sman_per_level | - | to run: c22_sman |" in table
+    assert "| c23_sman_sum | c23_sman_per_level | - | to run: c23_sman_sum |" in table
     assert "2.5 val rsum" in table
 
 
