@@ -150,7 +150,7 @@ def _bundled_claims(module) -> list[tuple[list[str], dict]]:
     return claims
 
 
-@pytest.mark.parametrize("module_name", ["mtfn", "sman"])
+@pytest.mark.parametrize("module_name", ["caan", "mtfn", "sman"])
 def test_every_bundled_config_of_a_model_sets_what_its_docstring_says(module_name):
     """Each bundled config of the module's models resolves (registered defaults + its YAML) to the options
     its docstring's "Bundled configs" block states, and no such config is left out of the block."""
