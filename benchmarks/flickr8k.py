@@ -169,10 +169,12 @@ def _setting(run: dict) -> str:
 
 
 def _repeats(conv: dict) -> list[list[str]]:
-    """Groups of runs of one setting that differ only in seed, thread count or host."""
+    """Groups of runs of one setting that differ only in seed, thread count or host. A re-ranked row carries the
+    config of the run it re-ranked but is another method on it, not a repeat of it."""
     groups: dict[str, list[str]] = {}
     for k, v in conv.items():
-        groups.setdefault(_setting(v), []).append(k)
+        if "rerank" not in v:
+            groups.setdefault(_setting(v), []).append(k)
     return [g for g in groups.values() if len(g) > 1]
 
 

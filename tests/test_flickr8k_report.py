@@ -23,6 +23,9 @@ def test_the_noise_is_the_largest_spread_among_repeats_of_one_setting(report):
             "b": _run(280.0, lr=5e-4), "b_s1": _run(281.0, lr=5e-4, seed=1), "c": _run(250.0, lr=2e-4)}
     assert report.noise(runs) == pytest.approx(3.0)
     assert report.noise({"c": _run(250.0)}) is None
+    # a re-ranked row shares its base run's config, but it is no repeat of it
+    runs["a_rr"] = {**_run(330.0), "rerank": {"k": 15}}
+    assert report.noise(runs) == pytest.approx(3.0)
 
 
 @pytest.mark.parametrize("diff, expected", [(3.1, "holds"), (2.9, "within the noise"), (-2.9, "within the noise"),
