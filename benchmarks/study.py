@@ -6,8 +6,8 @@
 
 A run is done when benchmarks/results/flickr8k/<name>.json exists (benchmarks/flickr8k.py writes it when the
 run ends). Run folders live under benchmarks/cache/ and may be gone on another machine; results are in git.
-Every run trains at one thread (``--threads`` to change it), so the other core stays free for work beside it;
-a run cut off by a stop
+Every run trains at one thread (``--threads`` to change it), so the other core stays free for work beside it; a
+run cut off by a stop
 continues with ``benchmarks/flickr8k.py ... --resume`` on the same machine (``run`` passes it when the run
 folder has a last/ checkpoint), or starts again on another.
 
@@ -31,7 +31,13 @@ RUNS = HERE / "results" / "flickr8k"
 CACHE_RUNS = HERE / "cache" / "runs"
 SWEEP = ["--set", "train.epochs=2", "--set", "train.max_steps_per_epoch=120", "--set", "train.patience=0",
          "--set", "train.min_epochs=0"]
-FOUR_EPOCHS = ["--set", "train.epochs=4", "--set", "train.patience=0", "--set", "train.min_epochs=0"]
+
+
+def fixed_epochs(n: int) -> list[str]:
+    """A fixed budget of ``n`` epochs: no early stop, no minimum."""
+    return ["--set", f"train.epochs={n}", "--set", "train.patience=0", "--set", "train.min_epochs=0"]
+
+
 SMAN_CONSTANT_LR = ["--set", "train.lr_schedule=[[0, 1.0e-3]]"]
 RERANK = "flickr8k_rerank.py"  # an entry whose arguments start with it re-ranks trained runs (no training)
 
@@ -107,7 +113,7 @@ PLAN: list[tuple[str, list[str], str]] = [
                       "train.lr_schedule=[[0, 1.0e-3], [4, 1.0e-4]]"],
      "#23 items 4 and 5's reference: SMAN with eq. 22 on the summed distance and eq. 9 in eq. 5's form; stopped "
      "after 5 epochs"),
-    *[(name, [*args, *SMAN_CONSTANT_LR, *FOUR_EPOCHS], note) for name, args, note in (
+    *[(name, [*args, *SMAN_CONSTANT_LR, *fixed_epochs(4)], note) for name, args, note in (
         ("c23_sman_per_level", ["--config", "sman_minilm_f8k", "--set", "model.intra_scale=per_level"],
          "#23 item 4: SMAN's eq. 22 hinge on the mean per-level distance instead of the summed one, at c22_sman's "
          "setting, 4 epochs"),
@@ -116,7 +122,7 @@ PLAN: list[tuple[str, list[str], str]] = [
          "#23 item 5: SMAN's word attention as eq. 9 prints it, at c22_sman's setting, 4 epochs"))],
     # SMAN at convergence (sman_minilm_f8k: eq. 22 per level, lr / 10 every 2 epochs) and its ablation below
     ("c22_sman", ["--config", "sman_minilm_f8k"], "#22: SMAN (full) to convergence"),
-    ("c23_caan_inner", ["--config", "caan_minilm_f8k", "--set", "model.norm_output=false", *FOUR_EPOCHS],
+    ("c23_caan_inner", ["--config", "caan_minilm_f8k", "--set", "model.norm_output=false", *fixed_epochs(4)],
      "#23 item 3: CAAN with the paper's inner product S = <v, u> instead of the cosine, at c22_caan's setting, "
      "4 epochs"),
     # issue 23 item 6, the grid: EfficientNet-Lite0 at the paper's 448 px (14 x 14 = 196 cells), as is and
@@ -124,7 +130,7 @@ PLAN: list[tuple[str, list[str], str]] = [
     # and 5 (where SMAN peaked after its second epoch); 196 cells cost ~4x per pair (~11 min per epoch at two
     # threads)
     *[(f"c23_sman_448_{tag}", ["--config", "sman_minilm_f8k", "--input-size", "448", "--set", f"model.grid_pool={p}",
-                               *SMAN_CONSTANT_LR, "--set", "train.epochs=3", *FOUR_EPOCHS[2:]],
+                               *SMAN_CONSTANT_LR, *fixed_epochs(3)],
        f"#23 item 6: SMAN on Lite0 features at 448 px, {what}; 3 epochs at lr 1e-3, the same for both")
       for tag, p, what in (("grid7", 2, "each 2 x 2 block averaged: the paper's stated 7 x 7 grid (M = 49)"),
                            ("grid14", 1, "the whole 14 x 14 grid (M = 196), what a 448 px res5c gives"))],
