@@ -90,6 +90,10 @@ PLAN: list[tuple[str, list[str], str]] = [
                          "train.lr_update=3"],
      "#22: VSE++ on the 448 px grid with MiniLM fine-tuned at 0.3 x the lr, to convergence: the best single model's "
      "run"),
+    # the image side's capacity: EfficientNet-Lite2 (vlmatch[vision-large]) at 448 px for the shipped VSE++'s command,
+    # against c22_vsepp_minilm_448's Lite0 (309.1); the features take ~15 min to extract at two threads
+    _vsepp("c22_vsepp_minilm_lite2_448", ["--backbone", "efficientnet-lite2", "--input-size", "448"],
+           "#22: the shipped VSE++'s command on EfficientNet-Lite2 features at 448 px (Lite0: c22_vsepp_minilm_448)"),
     *_sweep("sman_f8k", "sman", ["2.0e-4", "5.0e-4", "1.0e-3"], ["--set", "model.text_encoder=minilm"]),
     *_sweep("mtfn_f8k", "mtfn", ["2.0e-4", "5.0e-4", "1.0e-3"], ["--set", "model.text_encoder=minilm"]),
     # MTFN at convergence (mtfn_minilm_f8k at the sweep's winner, 5e-4), its text-text branch from that

@@ -22,6 +22,9 @@ equations' count). Transcendentals = B^2 x the pair count + the recurrent gates'
 Minutes per epoch = ms per step x steps per epoch (30,000 captions / the config's batch).
 ``--compile`` also times every step as ``train.compile: true`` runs it (torch.compile of the model's pair
 score, shapes dynamic); the first step, which compiles, is reported apart (``compile_s``).
+Memory: steps run as training runs them, with freed memory kept for the next step
+(``train.reuse_freed_memory``, vlmatch.training.allocator); ``--system-allocator`` measures glibc's default
+instead (large blocks mapped and unmapped every step), into ``train_roofline_system_allocator.{json,md}``.
 Results: benchmarks/results/train_roofline.{json,md}, with this host's CPU flags.
 """
 
@@ -171,10 +174,19 @@ def main(argv=None):
     ap.add_argument("--vocab", type=int, default=3000, help="word vocabulary of the gru text side")
     ap.add_argument("--compile", action="store_true", help="also time each step with train.compile (torch.compile "
                     "of the model's score; the first step, which compiles, is left out)")
+    ap.add_argument("--system-allocator", action="store_true",
+                    help="leave glibc's allocator as it is (large blocks mapped and unmapped every step) instead of "
+                         "keeping freed memory for the next step as training does (train.reuse_freed_memory)")
     ap.add_argument("--note", default="")
-    ap.add_argument("--out", default=str(HERE / "results" / "train_roofline"))
+    ap.add_argument("--out", help="results path without suffix (default: benchmarks/results/train_roofline, "
+                                  "or train_roofline_system_allocator with --system-allocator)")
     a = ap.parse_args(argv)
+    a.out = a.out or str(HERE / "results" / ("train_roofline_system_allocator" if a.system_allocator
+                                             else "train_roofline"))
     torch.set_num_threads(a.threads)
+    from vlmatch.training.allocator import keep_freed_memory
+
+    allocator = "system" if a.system_allocator else ("reuse" if keep_freed_memory() else "system (not glibc)")
     os.environ.setdefault("VLMATCH_CACHE", tempfile.mkdtemp(prefix="vlmatch-roofline-"))
     pk = peaks(2.0)
     print(f"GEMM {pk['gemm_flops'] / 1e9:.1f} GFLOP/s, transcendentals {pk['transcendentals_per_s'] / 1e9:.2f} G/s "
@@ -194,12 +206,16 @@ def main(argv=None):
                 print(f"{fam:9s} {r['text']:6s} {'compiled' if compiled else 'eager':8s} B={r['batch']:3d}  "
                       f"{r['ms_per_step']:8.1f} ms/step  bound {r['bound_ms']:7.1f} ({r['ratio']:.1f}x)  "
                       f"{r['minutes_per_epoch']:.2f} min/epoch", flush=True)
-    report = {"threads": a.threads, "peaks": pk, "rows": rows, "torch": torch.__version__, "cpu": cpu_model(),
-              "cpu_flags": cpu_flags(), "note": a.note,
+    report = {"threads": a.threads, "allocator": allocator, "peaks": pk, "rows": rows, "torch": torch.__version__,
+              "cpu": cpu_model(), "cpu_flags": cpu_flags(), "note": a.note,
               "command": "python benchmarks/train_roofline.py " + " ".join(argv if argv is not None else sys.argv[1:])}
     from reporting import write_report
 
     write_report(a.out, report, render)
+
+
+ALLOCATOR = {"reuse": "Memory as training runs it: freed memory kept for the next step (`train.reuse_freed_memory`).",
+             "system": "Memory: glibc's default (large blocks mapped and unmapped every step; `--system-allocator`)."}
 
 
 def render(r: dict) -> str:
@@ -210,7 +226,8 @@ def render(r: dict) -> str:
              f"{p['transcendentals_per_s'] / 1e9:.2f} G/s. Bound = 3 x forward MACs x 2 / GEMM peak + forward "
              "transcendentals / their rate (see the script's docstring for what is counted). A step = encode, "
              "score the B x B batch, loss, backward, clipping, optimizer. `minilm` reads its cached token vectors "
-             "(the training path); `gru` runs the paper's recurrent encoder.", ""]
+             "(the training path); `gru` runs the paper's recurrent encoder.", "",
+             ALLOCATOR.get(r.get("allocator", "system"), r.get("allocator", "")), ""]
     if r.get("note"):
         lines += [r["note"], ""]
     lines += ["| family | text | train.compile | batch | ms / step (min-max) | encoder MMACs | pair MMACs | bound ms "

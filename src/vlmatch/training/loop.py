@@ -31,6 +31,7 @@ from ..errors import ConfigError
 from ..evaluation.validate import validate
 from ..io import append_line, atomic_dir, read_json, write_json, write_text
 from ..models.registry import create_model, legacy_conflicts, model_class, saved_options
+from .allocator import keep_freed_memory
 from .checkpoint import latest_checkpoint, load_training_state, save_training_state
 from .config import check_config, dump
 from .rundir import check_resume, prepare_fresh, recorded
@@ -114,6 +115,8 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
     device = pick_device(tc["device"])
     if tc["threads"]:
         torch.set_num_threads(int(tc["threads"]))
+    if tc["reuse_freed_memory"]:
+        keep_freed_memory()
     device = D.setup(device)
     rank, world_size = D.world()
     distributed = world_size > 1
