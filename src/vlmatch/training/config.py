@@ -82,7 +82,7 @@ class TrainOptions:
                                                                  "steps up to 1.5x faster on a CPU")
     compile: bool = option(False, resumable=True, doc="run the model's score through torch.compile, in training steps "
                                                       "and validation (fuses the attention's elementwise chains: SCAN "
-                                                      "about 1.45x per step on a CPU, CAAN 1.15x; up to a minute to "
+                                                      "and CAAN about 1.07x per step on a CPU; up to a minute to "
                                                       "compile)")
     workers: int = option(0, min=0, resumable=True, doc="DataLoader workers")
     max_steps_per_epoch: int | None = option(None, min=1, doc="cap (smoke tests)")
