@@ -100,6 +100,9 @@ PLAN: list[tuple[str, list[str], str]] = [
     _vsepp("c22_vsepp_lite2_448_ft", ["--backbone", "efficientnet-lite2", "--input-size", "448", "--set",
                                       "model.finetune=true", "--set", "train.pretrained_lr_scale=0.3", *fixed_epochs(6)],
            "#22: c22_vsepp_minilm_lite2_448 with MiniLM fine-tuned at 0.3 x the lr, 6 epochs: the best single model's run"),
+    _vsepp("c22_vsepp_minilm_lite2_448_s1", ["--backbone", "efficientnet-lite2", "--input-size", "448", "--set",
+                                             "train.seed=1"],
+           "#22: c22_vsepp_minilm_lite2_448's command with seed 1: run-to-run noise of the best frozen configuration"),
     *_sweep("sman_f8k", "sman", ["2.0e-4", "5.0e-4", "1.0e-3"], ["--set", "model.text_encoder=minilm"]),
     *_sweep("mtfn_f8k", "mtfn", ["2.0e-4", "5.0e-4", "1.0e-3"], ["--set", "model.text_encoder=minilm"]),
     # MTFN at convergence (mtfn_minilm_f8k at the sweep's winner, 5e-4), its text-text branch from that

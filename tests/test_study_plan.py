@@ -4,6 +4,7 @@ session that starts the queue does not find a typo an hour in."""
 import pytest
 
 from tests.benchmark_scripts import load_script
+from vlmatch.features.backbones import BACKBONES
 from vlmatch.training.config import load_config
 
 
@@ -20,6 +21,8 @@ def _config_and_overrides(args):
             config = value
         elif flag == "--input-size":
             assert int(value) % 32 == 0, value
+        elif flag == "--backbone":
+            assert value in BACKBONES, value
         else:
             assert flag == "--set", f"unexpected flag {flag}"
             overrides.append(value)
