@@ -159,10 +159,11 @@ def convergence_table(runs: dict) -> list[str]:
 
 def _setting(run: dict) -> str:
     """A run's configuration less what only changes its noise: the seed, the thread count, train.compile (float
-    rounding only; runs recorded before the option existed lack the key), the folder the features were in
-    (only its name tells the features apart: the 224 px and the 448 px caches)."""
+    rounding only; runs recorded before the option existed lack the key), train.reuse_freed_memory (where the
+    allocator puts memory: nothing computed changes), the folder the features were in (only its name tells the
+    features apart: the 224 px and the 448 px caches)."""
     cfg = json.loads(json.dumps(run["config"]))
-    for key in ("seed", "threads", "compile"):
+    for key in ("seed", "threads", "compile", "reuse_freed_memory"):
         cfg["train"].pop(key, None)
     cfg["data"]["path"] = Path(cfg["data"].get("path") or "").name
     return json.dumps(cfg, sort_keys=True)

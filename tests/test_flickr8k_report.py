@@ -26,6 +26,11 @@ def test_the_noise_is_the_largest_spread_among_repeats_of_one_setting(report):
     # a re-ranked row shares its base run's config, but it is no repeat of it
     runs["a_rr"] = {**_run(330.0), "rerank": {"k": 15}}
     assert report.noise(runs) == pytest.approx(3.0)
+    # where the allocator put memory changes nothing computed: a run recorded with the option is a repeat
+    # of one recorded before it existed
+    runs["a_mem"] = _run(295.0, seed=2)
+    runs["a_mem"]["config"]["train"]["reuse_freed_memory"] = True
+    assert report.noise(runs) == pytest.approx(5.0)
 
 
 @pytest.mark.parametrize("diff, expected", [(3.1, "holds"), (2.9, "within the noise"), (-2.9, "within the noise"),
