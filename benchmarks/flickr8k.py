@@ -223,7 +223,7 @@ def ensemble_table(runs: dict) -> list[str]:
 CLAIMS = [
     ("SCAN: the t-i + i-t ensemble beats each alone (its better member)", "c22_scan_ensemble", "c22_scan_i2t", None),
     ("CAAN: full (IA + SA) beats its baseline (mean pooling)", "c22_caan", "c22_caan_baseline", None),
-    ("SMAN: full beats SMAN-IM", "c22_sman", "c22_sman_im", None),
+    ("SMAN: full beats SMAN-IM", "c22_sman", "c22_sman_im", 6),
     ("MTFN: + RR (its own S_TT) beats MTFN", "c22_mtfn_rr", "c22_mtfn", None),
     ("MMCA: alpha = 0.2 beats alpha = 0", "c22_mmca", "c22_mmca_a0", None),
     ("#23 item 3: CAAN's S as a cosine (the code's reading) beats the paper's inner product", "c22_caan",
