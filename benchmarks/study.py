@@ -7,9 +7,8 @@
 A run is done when benchmarks/results/flickr8k/<name>.json exists (benchmarks/flickr8k.py writes it when the
 run ends). Run folders live under benchmarks/cache/ and may be gone on another machine; results are in git.
 Every run trains at one thread (``--threads`` to change it), so the other core stays free for work beside it; a
-run cut off by a stop
-continues with ``benchmarks/flickr8k.py ... --resume`` on the same machine (``run`` passes it when the run
-folder has a last/ checkpoint), or starts again on another.
+run cut off by a stop continues with ``benchmarks/flickr8k.py ... --resume`` on the same machine (``run`` passes
+it when the run folder has a last/ checkpoint), or starts again on another.
 
 The plan is data (``PLAN``): a family's sweep first (2 x 120 steps per learning rate), then its runs to
 convergence at the config's learning rate -- set the config to the sweep's winner before they run (``next``
