@@ -225,7 +225,7 @@ CLAIMS = [
     ("CAAN: full (IA + SA) beats its baseline (mean pooling)", "c22_caan", "c22_caan_baseline", None),
     ("SMAN: full beats SMAN-IM", "c22_sman", "c22_sman_im", 6),
     ("MTFN: + RR (its own S_TT) beats MTFN", "c22_mtfn_rr", "c22_mtfn", None),
-    ("MMCA: alpha = 0.2 beats alpha = 0", "c22_mmca", "c22_mmca_a0", None),
+    ("MMCA: alpha = 0.2 beats alpha = 0", "c22_mmca_decay", "c22_mmca_a0_decay", 6),
     ("#23 item 3: CAAN's S as a cosine (the code's reading) beats the paper's inner product", "c22_caan",
      "c23_caan_inner", 4),
     ("#23 item 4: SMAN's eq. 22 on the summed distance (vlmatch's first reading) beats the per-level one",

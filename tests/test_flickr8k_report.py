@@ -47,7 +47,7 @@ def test_the_claims_table_gives_each_claims_runs_or_says_which_are_missing(repor
     assert "| each to convergence | c22_caan (290.0) | c22_caan_baseline (270.0) | +20.0 | holds |" in table
     # at equal budget: c22_caan's best within its first 4 epochs (280.0), not its best of all (290.0)
     assert "| first 4 epochs | c22_caan (280.0) | c23_caan_inner (279.0) | +1.0 | within the noise |" in table
-    assert "to run: c22_mmca, c22_mmca_a0" in table
+    assert "to run: c22_mmca_decay, c22_mmca_a0_decay" in table
     # a run that has not trained as far as the budget counts as missing
     assert "| c23_sman_sum | c23_sman_per_level | - | to run: c23_sman_sum |" in table
     assert "2.5 val rsum" in table
