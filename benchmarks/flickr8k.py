@@ -128,10 +128,16 @@ def _model(run: dict) -> str:
     return run["config"]["model"]["name"] + (f" ({', '.join(shown)})" if shown else "")
 
 
+FIXED_BUDGET_PREFIX = "c22_"  # benchmarks/study.py names the convergence study's runs c22_<what>
+
+
 def convergence_table(runs: dict) -> list[str]:
-    """The seed systems trained to convergence (runs with train.patience), each beside the best run of the
-    same model with the paper's GRU text side, where one exists."""
-    conv = {k: v for k, v in runs.items() if v.get("config", {}).get("train", {}).get("patience")}
+    """The seed systems trained to convergence (runs with train.patience, and the study's fixed-budget runs,
+    named ``c22_``, each of which says in its note why that budget), each beside the best run of the same model
+    with the paper's GRU text side, where one exists. A later stage of a multi-stage model (MTFN's text-text
+    branch) is not a system of its own: its figures are in the row that uses it."""
+    conv = {k: v for k, v in runs.items() if "config" in v and v["config"].get("train", {}).get("stage") is None
+            and (v["config"].get("train", {}).get("patience") or k.startswith(FIXED_BUDGET_PREFIX))}
     if not conv:
         return []
     gru: dict[str, tuple[str, dict]] = {}
@@ -140,8 +146,9 @@ def convergence_table(runs: dict) -> list[str]:
         if _text_encoder(v) == "gru" and (name not in gru or v["metrics"]["rsum"] > gru[name][1]["metrics"]["rsum"]):
             gru[name] = (k, v)
     lines = ["", "## Seed systems at convergence", "",
-             "Trained until val rsum had not improved for `train.patience` epochs (at least `train.min_epochs`); "
-             "the GRU column is the best run of the same model with the paper's GRU text side (fewer epochs).", "",
+             "Trained until val rsum had not improved for `train.patience` epochs (at least `train.min_epochs`), or "
+             "for a fixed number of epochs (\"fixed\": benchmarks/study.py says why at each such run); the GRU "
+             "column is the best run of the same model with the paper's GRU text side (fewer epochs).", "",
              "| run | model | text encoder | epochs trained (best after) | val rsum | i2t R@1 | t2i R@1 "
              "| GRU row: run, epochs, rsum | train min/epoch |", "|---|---|---|---|---|---|---|---|---|"]
     for k, v in conv.items():
@@ -151,6 +158,7 @@ def convergence_table(runs: dict) -> list[str]:
         if g:
             other = f"{g[0]}, {len(g[1].get('val_rsum_by_epoch', [])) or g[1]['epochs']}, {g[1]['metrics']['rsum']:.1f}"
         stop = ", stopped by hand" if v.get("stopped_after_epoch") else ""  # before the patience rule ended it
+        stop += "" if v["config"]["train"].get("patience") else ", fixed"
         trained = len(v.get("val_rsum_by_epoch", []))
         lines.append(f"| {k} | {_model(v)} | {_text_encoder(v)} | {trained} ({m['epoch'] + 1}){stop} | "
                      f"{m['rsum']:.1f} | {m['i2t_r1']:.1f} | {m['t2i_r1']:.1f} | {other} | {v['minutes_per_epoch']:.2f} |")

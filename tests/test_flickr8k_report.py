@@ -65,3 +65,15 @@ def test_rows_say_the_features_size_and_a_fine_tuned_text_side(report):
     assert report._model(run) == "caan (lite2)"
     assert report.features_dir(448, "efficientnet-lite2").name == "flickr8k-efficientnet-lite2-448"
     assert report.features_dir().name == "flickr8k-efficientnet-lite0"
+
+
+def test_the_convergence_table_holds_the_studys_fixed_budget_runs_but_not_a_later_stage(report):
+    runs = {"c22_a": _run(290.0), "c22_fixed": _run(300.0, patience=0), "c22_fixed_s1": _run(296.0, seed=1, patience=0),
+            "s22_sweep": _run(200.0, patience=0), "c22_tt": _run(250.0, patience=0)}
+    runs["c22_tt"]["config"]["train"]["stage"] = "text_text"
+    table = "\n".join(report.convergence_table(runs))
+    assert "| c22_a | caan | gru | 1 (1) | 290.0 |" in table
+    assert "| c22_fixed | caan | gru | 1 (1), fixed | 300.0 |" in table
+    assert "s22_sweep |" not in table and "c22_tt |" not in table
+    # the fixed-budget run and its second seed are a repeat: their spread is the noise figure
+    assert "c22_fixed 300.0, c22_fixed_s1 296.0: spread 4.0 val rsum" in table
