@@ -198,6 +198,10 @@ PLAN: list[tuple[str, list[str], str]] = [
     # sizes (D = d_f = 1024; the config: 512), otherwise c22_mtfn's command
     ("c22_mtfn_d1024", ["--config", "mtfn_minilm_f8k", "--set", "model.embed_dim=1024", "--set", "model.fusion_dim=1024"],
      "#22 evidence: MTFN at the paper's sizes (D = d_f = 1024), otherwise c22_mtfn's command"),
+    # two sweeps that rose to their largest point, 1e-3 (CAAN 239.4 against 227.8 at 5e-4; SCAN t-i 241.3 against
+    # 233.7), each with its point beyond, as SMAN's and MMCA's have: does the peak lie past the rate they trained at
+    *_sweep("caan_minilm_f8k", "caan", ["2.0e-3"]),
+    *_sweep("scan_t2i_avg_minilm_f8k", "scan_t2i", ["2.0e-3"]),
 ]
 
 
