@@ -232,7 +232,7 @@ CLAIMS = [
     ("SCAN: the t-i + i-t ensemble beats each alone (its better member)", "c22_scan_ensemble", "c22_scan_i2t", None),
     ("CAAN: full (IA + SA) beats its baseline (mean pooling)", "c22_caan", "c22_caan_baseline", None),
     ("CAAN, both with the shipped VSE++'s schedule (lr 5e-4, a tenth every 2 epochs)", "c22_caan_decay",
-     "c22_caan_baseline_decay", 6),
+     "c22_caan_baseline_decay", None),
     ("SMAN: full beats SMAN-IM", "c22_sman", "c22_sman_im", 6),
     ("MTFN: + RR (its own S_TT) beats MTFN", "c22_mtfn_rr", "c22_mtfn", None),
     ("MMCA: alpha = 0.2 beats alpha = 0", "c22_mmca_decay", "c22_mmca_a0_decay", 6),
