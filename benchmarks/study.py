@@ -202,6 +202,10 @@ PLAN: list[tuple[str, list[str], str]] = [
     # 233.7), each with its point beyond, as SMAN's and MMCA's have: does the peak lie past the rate they trained at
     *_sweep("caan_minilm_f8k", "caan", ["2.0e-3"]),
     *_sweep("scan_t2i_avg_minilm_f8k", "scan_t2i", ["2.0e-3"]),
+    # c22_scan_i2t was stopped by hand after 15 epochs, still creeping up, and its run folder is gone with its
+    # machine: its command again, to the stopping rule
+    ("c22_scan_i2t_rerun", ["--config", "scan_i2t_avg_minilm_f8k"],
+     "#22: c22_scan_i2t's command again, to the stopping rule (the first run was stopped by hand after 15 epochs)"),
 ]
 
 
