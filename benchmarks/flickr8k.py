@@ -13,6 +13,7 @@ rendered to benchmarks/results/flickr8k.md with the command that produced each r
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import shlex
@@ -24,7 +25,7 @@ from vlmatch.data.resolve import FLICKR8K_SOURCE
 from vlmatch.evaluation.metrics import format_table
 from vlmatch.features.extract import extract
 from vlmatch.io import write_json, write_text
-from vlmatch.training.config import load_config
+from vlmatch.training.config import DataOptions, TrainOptions, load_config
 from vlmatch.training.loop import train
 
 HERE = Path(__file__).resolve().parent
@@ -169,8 +170,12 @@ def _setting(run: dict) -> str:
     """A run's configuration less what only changes its noise: the seed, the thread count, train.compile (float
     rounding only; runs recorded before the option existed lack the key), train.reuse_freed_memory (where the
     allocator puts memory: nothing computed changes), the folder the features were in (only its name tells the
-    features apart: the 224 px and the 448 px caches)."""
+    features apart: the 224 px and the 448 px caches). A data or train option added after a run was recorded
+    is absent from its config and takes its default, as the run did (a new option's default keeps what ran
+    before it), so runs recorded before and after it compare as one setting."""
     cfg = json.loads(json.dumps(run["config"]))
+    for section, options in (("data", DataOptions), ("train", TrainOptions)):
+        cfg[section] = {**{f.name: f.default for f in dataclasses.fields(options)}, **cfg[section]}
     for key in ("seed", "threads", "compile", "reuse_freed_memory"):
         cfg["train"].pop(key, None)
     cfg["data"]["path"] = Path(cfg["data"].get("path") or "").name

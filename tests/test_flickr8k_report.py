@@ -33,6 +33,14 @@ def test_the_noise_is_the_largest_spread_among_repeats_of_one_setting(report):
     assert report.noise(runs) == pytest.approx(5.0)
 
 
+def test_an_option_added_after_a_run_was_recorded_reads_as_its_default(report):
+    old, new = _run(290.0), _run(296.0, seed=1)
+    new["config"]["train"]["pretrained_lr_scale"] = 1.0  # the default: the old run trained as this
+    assert report.noise({"old": old, "new": new}) == pytest.approx(6.0)
+    new["config"]["train"]["pretrained_lr_scale"] = 0.3  # another value: another setting
+    assert report.noise({"old": old, "new": new}) is None
+
+
 @pytest.mark.parametrize("diff, expected", [(3.1, "holds"), (2.9, "within the noise"), (-2.9, "within the noise"),
                                             (-3.1, "reversed")])
 def test_a_claim_holds_only_beyond_the_noise(report, diff, expected):
