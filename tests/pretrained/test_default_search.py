@@ -34,17 +34,18 @@ def test_index_build_without_model_uses_the_shipped_default_and_search_ranks_the
     assert len(index.search("a green field", k=4)) == 4
 
 
-def test_explain_without_model_draws_the_shipped_rescorers_attention(tmp_path, capsys):
-    """`vlmatch explain --image F --text T` with no --model: the heat maps of the default re-scorer, the
-    model whose attention the search page shows."""
-    model, retriever = pretrained.default_pair()
-    assert retriever is not None and pretrained.get(model).role == "rescorer"
+def test_explain_without_model_draws_the_shipped_explainers_maps(tmp_path, capsys):
+    """`vlmatch explain --image F --text T` with no --model: the maps of the shipped default explainer (the
+    model and method that point best on Flickr8k val), the maps the search page shows."""
+    model, method = pretrained.default_explainer()
+    assert pretrained.get(model).role in ("rescorer", "retriever")
     img = tmp_path / "dog.jpg"
     Image.new("RGB", (200, 150), (120, 90, 40)).save(img, "JPEG")
     assert main(["explain", "--image", str(img), "--text", "a brown dog", "--out", str(tmp_path / "h.png"),
                  "--json", str(tmp_path / "h.json")]) == 0
-    assert f"--model pretrained:{model}" in capsys.readouterr().out
+    assert f"--model pretrained:{model} --method {method}" in capsys.readouterr().out
     att = json.loads((tmp_path / "h.json").read_text())
+    assert att["method"] == method
     assert (tmp_path / "h.png").stat().st_size > 1000
     weights = att["weights"]  # (image positions, words): the 7 x 7 grid of the shipped backbone
     assert "dog" in att["words"] and len(weights) == 49 and {len(w) for w in weights} == {len(att["words"])}

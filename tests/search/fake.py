@@ -61,15 +61,16 @@ class FakeBackend:
         assert isinstance(image_id, int)
         return self.paths[image_id] if 0 <= image_id < self.size else None
 
-    def explain(self, image_id, text):
+    def explain(self, image_id, text, method=None):
         self._wait()
         words = ["<start>", *text.lower().split(), "<end>"]
         rng = np.random.default_rng(image_id)
         w = rng.random((len(words), 4))
         w /= w.sum(1, keepdims=True)
-        return {"words": words, "weights": w.tolist(), "axis": "regions", "grid": [2, 2], "score": 0.5}
+        return {"method": method or "attention", "words": words, "weights": w.tolist(), "axis": "regions",
+                "grid": [2, 2], "score": 0.5}
 
-    def explain_png(self, image_id, text):
+    def explain_png(self, image_id, text, method=None):
         self._wait()
         buf = io.BytesIO()
         Image.new("RGB", (64, 32), (0, 0, 0)).save(buf, "PNG")

@@ -52,9 +52,10 @@ def test_files_are_the_indexed_ones(served):
 
 def test_explain_gives_one_grid_map_per_word(served):
     c, idx = served
-    ex = c.get("/explain/5", params={"text": "a dog on the grass"}).json()
-    att = idx.explain(5, "a dog on the grass")
+    ex = c.get("/explain/5", params={"text": "a dog on the grass", "method": "attention"}).json()
+    att = idx.explain(5, "a dog on the grass", "attention")
     assert ex["words"] == att.words and ex["grid"] == [7, 7] and ex["axis"] == "regions"
+    assert ex["method"] == "attention"
     w = np.array(ex["weights"])
     assert w.shape == (len(att.words), 49)
     np.testing.assert_allclose(w.sum(axis=1), 1.0, rtol=1e-4)  # each word's weights over the 49 cells
@@ -62,6 +63,31 @@ def test_explain_gives_one_grid_map_per_word(served):
     png = c.get("/explain/5.png", params={"text": "a dog on the grass"})
     assert png.status_code == 200 and png.headers["content-type"] == "image/png"
     assert Image.open(io.BytesIO(png.content)).format == "PNG"
+
+
+@pytest.mark.parametrize("method", ["contribution", "gradient", "occlusion"])
+def test_explain_by_method_is_the_index_answer_and_says_its_method(served, method):
+    c, idx = served
+    ex = c.get("/explain/5", params={"text": "a dog on the grass", "method": method}).json()
+    att = idx.explain(5, "a dog on the grass", method)
+    assert ex["method"] == att.method == method and ex["words"] == att.words and ex["grid"] == [7, 7]
+    np.testing.assert_allclose(np.array(ex["weights"]), att.weights.T, rtol=1e-4, atol=1e-7)
+    if method == "contribution":  # the exact shares: they sum to the pair's score
+        assert float(att.weights.sum()) == pytest.approx(att.score, rel=1e-4, abs=1e-6)
+    else:  # a query per word: the caption's words
+        assert att.words == "a dog on the grass".split()
+    png = c.get("/explain/5.png", params={"text": "a dog on the grass", "method": method})
+    assert png.status_code == 200 and Image.open(io.BytesIO(png.content)).format == "PNG"
+
+
+def test_explain_default_method_and_unknown_method(served):
+    from vlmatch.evaluation.explainers import default_method
+
+    c, idx = served
+    ex = c.get("/explain/5", params={"text": "a dog"}).json()
+    assert ex["method"] == default_method(idx.model)
+    bad = c.get("/explain/5", params={"text": "a dog", "method": "magic"})
+    assert bad.status_code == 422
 
 
 def test_image_search_by_upload_and_by_id(served):

@@ -10,14 +10,14 @@ import argparse
 import sys
 
 from ..errors import VlmatchError
-from . import data, evaluate, explain, features, models, plot, quickstart, search, serve, train
+from . import data, evaluate, explain, features, grounding, models, plot, quickstart, search, serve, train
 from .common import DATA_HELP, checkpoint_arg, positive_int
 
 __all__ = ["DATA_HELP", "build_parser", "checkpoint_arg", "main", "positive_int"]
 
 
 # The command groups, in the order ``vlmatch --help`` lists their commands.
-GROUPS = (quickstart, train, evaluate, data, models, plot, serve, features, search, explain)
+GROUPS = (quickstart, train, evaluate, grounding, data, models, plot, serve, features, search, explain)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,6 +10,8 @@ from .common import checkpoint_arg
 
 
 def add_parser(sub):
+    from ..evaluation.explainers import METHODS
+
     p = sub.add_parser("explain", help="heat map of which image parts each word of a caption attends to",
                        description="Extract the image's features with the backbone the model was trained on, take "
                                    "the model's attention for this one pair (model.pair_attention) and draw one "
@@ -21,6 +23,13 @@ def add_parser(sub):
     p.add_argument("--text", required=True, help="the caption")
     p.add_argument("--out", required=True, help="PNG to write")
     p.add_argument("--json", metavar="OUT", help="also write the raw weights as JSON")
+    p.add_argument("--method", choices=METHODS,
+                   help="how the maps are made: attention (the model's own weights), contribution (the exact share of "
+                        "each position in the score), gradient (gradient x input), occlusion (score drop with each "
+                        "position masked); default: the shipped explainer's method, else the model's best")
+    p.add_argument("--phrase", action="append", default=[], metavar="TEXT",
+                   help="also a map for this phrase (repeatable): with attention/contribution a part of the caption "
+                        "(its tokens summed), with gradient/occlusion scored as its own query")
     p.add_argument("--backbone", help="image backbone (default: the one the model was trained on)")
     p.add_argument("--weights", help="local weights file for the backbone")
     p.add_argument("--boxes", metavar="FILE.npy", help="(k, 4) region boxes x1 y1 x2 y2 in image pixels "
@@ -31,12 +40,13 @@ def add_parser(sub):
 def cmd_explain(a):
     from pathlib import Path
 
+    from ..evaluation.explainers import default_method
     from ..features.backbones import backbone_for
     from ..features.extract import load_image
     from ..features.provenance import check_backbone, checkpoint_backbone, resolve_backbone
     from ..io import check_writable, write_json
     from ..models.registry import load_model
-    from ..viz.attention import pair_attention
+    from ..viz.attention import explain_pair
     from ..viz.heatmap import render
 
     if not a.text.strip():
@@ -51,29 +61,28 @@ def cmd_explain(a):
         except (OSError, ValueError, EOFError) as e:
             raise DataError(a.boxes, f"not a readable .npy array ({type(e).__name__})") from None
     if a.model is None:
-        a.model = default_attention_model()
+        a.model, shipped = default_explainer()
+        a.method = a.method or shipped
     model = load_model(a.model)
+    method = a.method or default_method(model)
     bb = backbone_for(resolve_backbone(a.model, a.backbone), a.weights)
     check_backbone(checkpoint_backbone(a.model), bb.describe(), model.cfg.img_dim, a.model)
     with torch.inference_mode():
         feats = bb(bb.preprocess([load_image(Path(a.image), bb.info.input_size)]))[0].clone()
-    att = pair_attention(model, feats.numpy(), a.text)
+    att = explain_pair(model, feats.numpy(), a.text, method, a.phrase)
     att.grid, att.image = bb.info.grid, str(a.image)
     render(att, a.image, a.out, boxes=boxes)
     if a.json:
         write_json(a.json, {"model": str(a.model), "text": a.text, **att.to_dict()})
-    print(f"{a.out}: {len(att.words)} words, score {att.score:.4f}")
+    print(f"{a.out}: {len(att.words)} {method} maps, score {att.score:.4f}")
 
 
-def default_attention_model():
-    """The shipped default re-scorer's checkpoint folder (the model whose attention the search page shows)."""
-    from ..errors import ConfigError
+def default_explainer() -> tuple[str, str]:
+    """(checkpoint folder, method) of the shipped default explainer: the registry entry marked as it (the model
+    and method that ground best on Flickr8k val), else the default re-scorer with its attention."""
     from ..models.registry import resolve_checkpoint
-    from ..pretrained import default_pair
+    from ..pretrained import default_explainer as shipped
 
-    model, retriever = default_pair()
-    if retriever is None:  # no re-scorer ships: the retriever alone has no word-to-region attention
-        raise ConfigError("the shipped default model has no attention to draw: give --model, an attention model's "
-                          "checkpoint folder")
-    print(f"using the shipped default: --model pretrained:{model}")
-    return resolve_checkpoint(f"pretrained:{model}")
+    name, method = shipped()
+    print(f"using the shipped default explainer: --model pretrained:{name} --method {method}")
+    return resolve_checkpoint(f"pretrained:{name}"), method

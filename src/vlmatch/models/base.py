@@ -323,6 +323,16 @@ class MatchingModel(nn.Module):
         word-region attention raise."""
         raise VlmatchError(f"model {self.name} has no word-region attention to show")
 
+    def position_contributions(self, features: Tensor, mask: Tensor | None, tokens: Tensor, lengths: Tensor) -> Tensor:
+        """The exact share of every (image position, word) term in the score of the pairs (image b, caption b),
+        for models whose score decomposes over positions: (B, k, L) with ``out[b].sum() == score(b, b)``
+        (padded words and masked positions are 0). ``features`` (B, k, img_dim) are the raw region features
+        (a model may pool them, so the share is taken before), ``tokens``/``lengths`` the B captions (the
+        per-word vectors are made here: encodings kept for search hold only what ``score`` needs).
+        Differentiable (the grounding loss trains through it). Models whose score does not decompose raise."""
+        raise VlmatchError(f"model {self.name} has no exact decomposition of its score over image positions "
+                           f"(use the gradient or occlusion explanation)")
+
     def save_extra(self, directory: Path) -> None:
         """Write model-owned files beside the weights (e.g. a tokenizer). Default: nothing."""
 

@@ -58,3 +58,22 @@ def caption_pair_triplet(scores: Tensor, image_ids: Tensor, margin: float = 0.2,
     cols = torch.cat([image_ids, image_ids])
     cost = (margin + scores - pos[:, None]).clamp(min=0).masked_fill(image_ids[:, None] == cols[None, :], 0.0)
     return cost.amax(dim=1).sum() if max_violation else cost.sum()
+
+
+def pointing_loss(maps: Tensor, targets: Tensor, temperature: float = 0.2) -> Tensor:
+    """The grounding objective: pull each phrase's heat map into its boxes.
+
+    ``maps`` (P, k): each phrase's weights over the k image positions (any scale: each map is standardised
+    to zero mean and unit spread first, so the term cannot be met by scaling the scores); ``targets``
+    (P, k) bool: the positions inside the phrase's boxes. The loss is the mean over phrases of
+    -log Σ_{i in boxes} softmax_i(map / temperature): the probability mass inside the boxes (one in-box
+    position may carry it, as the pointing game asks), not a fit to every in-box position."""
+    if maps.shape != targets.shape or maps.dim() != 2:
+        raise ValueError(f"maps and targets must both be (phrases, positions), got {tuple(maps.shape)} and "
+                         f"{tuple(targets.shape)}")
+    if maps.shape[0] == 0:
+        return maps.sum() * 0.0
+    z = (maps - maps.mean(dim=1, keepdim=True)) / (maps.std(dim=1, keepdim=True) + 1e-6) / temperature
+    logp = torch.log_softmax(z, dim=1)
+    inside = torch.logsumexp(logp.masked_fill(~targets, float("-inf")), dim=1)
+    return -inside.mean()

@@ -30,6 +30,7 @@ from torch import Tensor
 
 from ..encoders.image import RegionProjection
 from ..encoders.text import GRUTextEncoder
+from ..errors import VlmatchError
 from .attention import RAW_FEATURE_NORMS, cross_sim, masked_softmax, normalize_raw, pool
 from .base import EPS, ImageEncoding, MatchingModel, ModelConfig, TextEncoding, l2norm, length_mask, safe_sqrt
 from .registry import register
@@ -118,6 +119,39 @@ class SCAN(TextSide, MatchingModel):
         """One pair's weights, (k, n): t2i each word's over regions ("regions"), i2t each region's over words."""
         att = self.attention(img, txt)[0, :, 0, :]
         return {"weights": att.detach().float().cpu().numpy(), "axis": "regions" if self.cfg.direction == "t2i" else "words"}
+
+    def position_contributions(self, features: Tensor, mask: Tensor | None, tokens: Tensor, lengths: Tensor) -> Tensor:
+        """Exact for attention with AVG (or SUM) pooling: R(e_j, a_j) = Σ_i α_ij s_ij / (||e_j|| ||a_j||) is
+        linear in the terms α_ij s_ij, so t-i's (region i, word j) share is α_ij s_ij / (||e_j|| ||a_j||) / n
+        (i-t: α_ij s_ij / (||v_i|| ||a_i||) / k). LogSumExp and Max pooling do not decompose: they raise."""
+        c = self.cfg
+        if c.method != "attention" or c.agg not in ("avg", "sum"):
+            raise VlmatchError(f"SCAN with {c.method} / {c.agg} pooling has no exact decomposition of its score over "
+                               f"image positions (AVG and SUM pooling have one): use the gradient or occlusion method")
+        img = self.encode_images(features, mask)
+        txt = self.encode_texts(tokens, lengths)
+        v, e = img.regions, txt.words  # (B, k, D), (B, L, D)
+        s = torch.einsum("bkd,bld->bkl", v, e)[:, :, None, :]  # the diagonal pairs as (B, k, 1, L)
+        wmask = length_mask(lengths, e.shape[1])[:, None, None, :]  # (B, 1, 1, L)
+        rmask = None if mask is None else mask[:, :, None, None]
+        alpha = self._alpha(s, rmask, wmask)
+        terms = (alpha * s)[:, :, 0, :]  # (B, k, L)
+        if rmask is not None:
+            terms = terms.masked_fill(~rmask[:, :, 0], 0.0)
+        terms = terms.masked_fill(~wmask[:, 0], 0.0)
+        if c.direction == "t2i":
+            a = torch.einsum("bkl,bkd->bld", alpha[:, :, 0, :], v)  # a_j
+            denom = e.norm(dim=2) * safe_sqrt((a * a).sum(dim=2))  # (B, L)
+            count = lengths.to(terms.dtype)
+            out = terms / denom.clamp(min=EPS)[:, None, :]
+        else:
+            a = torch.einsum("bkl,bld->bkd", alpha[:, :, 0, :], e)  # a_i
+            denom = v.norm(dim=2) * safe_sqrt((a * a).sum(dim=2))  # (B, k)
+            count = (torch.full_like(lengths, v.shape[1]) if mask is None else mask.sum(dim=1)).to(terms.dtype)
+            out = terms / denom.clamp(min=EPS)[:, :, None]
+        if c.agg == "avg":
+            out = out / count.clamp(min=1)[:, None, None]
+        return out
 
     def _alpha(self, s: Tensor, rmask, wmask) -> Tensor:
         c = self.cfg

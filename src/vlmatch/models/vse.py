@@ -14,10 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import torch
 from torch import Tensor
 
 from ..encoders.image import RegionProjection
 from ..encoders.text import GRUTextEncoder
+from ..errors import VlmatchError
 from .base import ImageEncoding, MatchingModel, ModelConfig, TextEncoding, l2norm, length_mask, masked_mean
 from .registry import register
 from .text_side import TextSide, TextSideOptions
@@ -54,6 +56,27 @@ class VSE(TextSide, MatchingModel):
 
     def score(self, img: ImageEncoding, txt: TextEncoding) -> Tensor:
         return img.embedding @ txt.embedding.T
+
+    def position_contributions(self, features: Tensor, mask: Tensor | None, tokens: Tensor, lengths: Tensor) -> Tensor:
+        """Exact: the image vector is FC(mean_i v_i) = mean_i FC(v_i) (FC is affine), and with a transformer
+        (or ``text_pool: mean``) the caption vector is the mean of its word vectors w_j, so
+        score = sum_ij FC(v_i) . w_j / (k n ||FC(v̄)|| ||w̄||)."""
+        if self.uses_vocab and self.cfg.text_pool != "mean":
+            raise VlmatchError("VSE++ with text_pool 'last' (a GRU's final state) has no per-word decomposition of its "
+                               "score: use text_pool 'mean', a transformer text side, or the gradient/occlusion method")
+        cells = self.img_fc(features)  # (B, k, D)
+        keep = None if mask is None else mask[..., None].to(cells.dtype)
+        pooled = masked_mean(cells, keep, dim=1)  # == img_fc(masked mean of the features)
+        k = features.shape[1] if mask is None else mask.sum(dim=1).clamp(min=1).to(cells.dtype)
+        words, final = self.txt_enc(tokens, lengths)
+        wmask = length_mask(lengths, words.shape[1]).to(words.dtype)
+        if self.uses_vocab:  # text_pool mean over the GRU's word states
+            final = masked_mean(words, wmask[..., None].bool(), dim=1)
+        terms = torch.einsum("bkd,bld->bkl", cells if keep is None else cells * keep, words * wmask[..., None])
+        scale = final.norm(dim=1) * lengths.to(words.dtype) * k
+        if not self.cfg.no_imgnorm:
+            scale = scale * pooled.norm(dim=1)
+        return terms / scale[:, None, None]
 
     def pair_flops(self, n_regions: int, n_words: int) -> dict[str, int]:
         return {"macs": self.cfg.embed_dim, "transcendentals": 0}  # one inner product

@@ -48,6 +48,7 @@ class Pretrained:
     pair_score: str = "model"  # a re-scorer's stage-2 score in the default pair: "model", or "mean" with the retriever's
     notes: str = ""
     default: bool = False
+    explainer: dict = field(default_factory=dict)  # {"method", "default", pointing figures on Flickr8k val}
 
     @property
     def folder(self) -> Path:
@@ -106,6 +107,17 @@ def default_pair() -> tuple[str, str | None]:
     if "retriever" in chosen:
         return chosen["retriever"].name, None
     raise ConfigError("this vlmatch ships no default model: give --model (and --retriever) checkpoints")
+
+
+def default_explainer() -> tuple[str, str]:
+    """(name, method) of the shipped default explainer: the entry whose ``explainer`` is marked default (the
+    model and method that point best on Flickr8k val, benchmarks/results/grounding.md), else the default
+    re-scorer (or retriever) with its ``explainer`` method or attention."""
+    marked = [e for e in entries() if e.explainer.get("default")]
+    if marked:
+        return marked[0].name, marked[0].explainer["method"]
+    model, _ = default_pair()
+    return model, get(model).explainer.get("method", "attention")
 
 
 def default_score() -> str:

@@ -26,7 +26,7 @@ from collections import OrderedDict
 from contextlib import asynccontextmanager
 from importlib.resources import files
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import FastAPI, File, Form, Query, Request, UploadFile
 from fastapi.concurrency import run_in_threadpool
@@ -50,7 +50,11 @@ IMAGE_TYPES = {  # magic bytes -> content type; what the service serves and acce
     b"GIF89a": "image/gif",
     b"BM": "image/bmp",
 }
-SPECIAL = re.compile(r"^<.*>$")  # <start>, <end>: encoded tokens the page does not show as words
+SPECIAL = re.compile(r"^(<.*>|\[CLS\]|\[SEP\])$")  # <start>, <end>, [CLS], [SEP]: tokens the page does not show
+Method = Literal["attention", "contribution", "gradient", "occlusion"]  # vlmatch.evaluation.explainers.METHODS
+METHOD_HELP = ("how the maps are made: attention (the model's own weights), contribution (each position's exact "
+               "share of the score), gradient (gradient x input), occlusion (score drop with the position masked); "
+               "default: the model's best-grounding method")
 FILE_CACHE = "public, max-age=86400"  # indexed files change only when the index is rebuilt or updated
 DRAIN_BYTES = 64 * 2**20  # a refused body up to this size is read and dropped (see BodyLimit)
 
@@ -206,10 +210,14 @@ class ImageSearchResponse(BaseModel):
 class ExplainResponse(BaseModel):
     id: int
     text: str
+    method: str = Field("attention", description="the explanation method that made the maps: attention, "
+                                                 "contribution, gradient or occlusion")
     score: float | None
     words: list[str]
     weights: list[list[float]] = Field(..., description="one list per word: its weight on each image position")
-    axis: str = Field(..., description='"regions": each word\'s weights sum to 1; "words": each region\'s do')
+    axis: str = Field(..., description='attention: "regions" (each word\'s weights sum to 1), "words" (each '
+                                       'region\'s do) or "pair"; contribution: "score" (all weights sum to the score); '
+                                       'gradient: "gradient"; occlusion: "drop"')
     grid: list[int] | None = Field(None, description="[rows, cols] when positions are a grid (row-major)")
     boxes: list[list[float]] | None = Field(None, description="[x0, y0, x1, y1] per position, as fractions of the image")
     vmax: float = Field(..., description="the top of the one colour scale shared by all words")
@@ -498,19 +506,21 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
 
     # --- explain ----------------------------------------------------------------------------------
     @app.get("/explain/{id}.png", responses={200: {"content": {"image/png": {}}}, **ERRORS}, tags=["explain"])
-    async def explain_png(id: int, text: str = Query(..., description="the sentence")):  # noqa: A002
+    async def explain_png(id: int, text: str = Query(..., description="the sentence"),  # noqa: A002
+                          method: Annotated[Method | None, Query(description=METHOD_HELP)] = None):
         """The heat-map PNG of the ``explain`` command: one overlay per word on one shared colour scale."""
         text = check_text(text)
         file_identity(check_id(id))  # a deleted file: 404, as for /images
-        png, _ = await run_model(backend.explain_png, id, text)
+        png, _ = await run_model(backend.explain_png, id, text, method)
         return Response(png, media_type="image/png", headers={"Cache-Control": "public, max-age=3600"})
 
     @app.get("/explain/{id}", response_model=ExplainResponse, responses=ERRORS, tags=["explain"])
-    async def explain(id: int, text: str = Query(..., description="the sentence")):  # noqa: A002
-        """Per-word attention weights of the model for (image ``id``, ``text``)."""
+    async def explain(id: int, text: str = Query(..., description="the sentence"),  # noqa: A002
+                      method: Annotated[Method | None, Query(description=METHOD_HELP)] = None):
+        """Per-word heat maps of the model for (image ``id``, ``text``), made by ``method``."""
         text = check_text(text)
         check_id(id)
-        out, _ = await run_model(backend.explain, id, text)
+        out, _ = await run_model(backend.explain, id, text, method)
         shown = [w for word, w in zip(out["words"], out["weights"], strict=True) if not SPECIAL.match(word)]
         vmax = max((max(w) for w in shown or out["weights"] if len(w)), default=0.0)
         return {"id": id, "text": text, "vmax": float(vmax), "grid": None, "boxes": None, "score": None, **out}

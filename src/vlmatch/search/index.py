@@ -253,27 +253,37 @@ class Index:
             return bb(bb.preprocess([_pixels(image, bb.info.input_size)])).clone()
 
     # --- attention of one result -----------------------------------------------------------
-    @torch.no_grad()
-    def explain(self, item_id: int, text: str):
-        """Word <-> image-position attention of image ``item_id`` and ``text`` (a
-        :class:`vlmatch.viz.attention.PairAttention`), from the stored stage-2 encoding."""
-        from ..viz.attention import attention_of_encodings
+    def explain(self, item_id: int, text: str, method: str | None = None, phrases=()):
+        """Heat maps of image ``item_id`` and ``text`` by ``method`` (a
+        :class:`vlmatch.viz.attention.PairAttention`; default: the model's best-grounding method, see
+        :func:`vlmatch.evaluation.explainers.default_method`). ``attention`` reads the stored stage-2 encoding;
+        the other methods need the raw grid features, extracted again from the indexed photo file."""
+        from ..evaluation.explainers import check_method, default_method
+        from ..viz.attention import attention_of_encodings, explain_pair
 
         coll = self._need("images")
         if item_id not in coll.row_of:
             raise VlmatchError(f"no image with id {item_id} in {self.root}")
-        img = coll.store.take(np.array([coll.row_of[item_id]])).to(self.device)
-        att = attention_of_encodings(self.model, img, text)
+        method = check_method(method) if method else default_method(self.model)
+        path = coll.items[coll.row_of[item_id]]["path"]
+        if method == "attention" and not phrases:
+            with torch.no_grad():
+                img = coll.store.take(np.array([coll.row_of[item_id]])).to(self.device)
+                att = attention_of_encodings(self.model, img, text)
+        else:
+            feats = self.image_features(path)[0].cpu().numpy()
+            with torch.enable_grad() if method == "gradient" else torch.no_grad():
+                att = explain_pair(self.model, feats, text, method, tuple(phrases))
         bb = self.manifest.get("backbone") or {}
         att.grid = bb.get("grid")
-        att.image = coll.items[coll.row_of[item_id]]["path"]
+        att.image = path
         return att
 
-    def explain_png(self, item_id: int, text: str) -> bytes:
+    def explain_png(self, item_id: int, text: str, method: str | None = None) -> bytes:
         """:meth:`explain` drawn as a heat-map PNG on the indexed image file (one panel per word)."""
         from ..viz.heatmap import render
 
-        att = self.explain(item_id, text)
+        att = self.explain(item_id, text, method)
         if not att.grid:
             raise ConfigError(f"{self.root}: no image grid is known (built from features without a backbone)")
         return render(att, att.image)

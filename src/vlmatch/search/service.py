@@ -34,10 +34,10 @@ class SearchBackend(Protocol):
     def path_of(self, image_id: int) -> Path | None:
         """The file the index's table holds for ``image_id`` (None when there is no such id)."""
 
-    def explain(self, image_id: int, text: str) -> dict:
-        """``{words, weights (n_words lists of k), grid [h, w] | None, boxes | None, axis, score}``."""
+    def explain(self, image_id: int, text: str, method: str | None = None) -> dict:
+        """``{method, words, weights (n_words lists of k), grid [h, w] | None, boxes | None, axis, score}``."""
 
-    def explain_png(self, image_id: int, text: str) -> bytes:
+    def explain_png(self, image_id: int, text: str, method: str | None = None) -> bytes:
         """The heat-map PNG of the ``explain`` command for this pair."""
 
 
@@ -143,11 +143,12 @@ class IndexBackend:
         found = self.index.search_image(image if image is not None else self.path_of(image_id), k=k)
         return [{"id": r.id, "text": r.text, "score": r.score} for r in found]
 
-    def explain(self, image_id: int, text: str) -> dict:
-        att = self.index.explain(image_id, text)
-        return {"words": att.words, "weights": att.weights.T.tolist(),  # (k positions, n words) -> a row per word
+    def explain(self, image_id: int, text: str, method: str | None = None) -> dict:
+        att = self.index.explain(image_id, text, method)
+        return {"method": att.method, "words": att.words,
+                "weights": att.weights.T.tolist(),  # (k positions, n words) -> a row per word
                 "axis": att.axis, "score": att.score, "grid": [att.grid, att.grid] if att.grid else None}
 
-    def explain_png(self, image_id: int, text: str) -> bytes:
+    def explain_png(self, image_id: int, text: str, method: str | None = None) -> bytes:
         with self._draw:
-            return self.index.explain_png(image_id, text)
+            return self.index.explain_png(image_id, text, method)

@@ -36,6 +36,8 @@ class DataOptions:
                                                          "5000 captions")
     vocab: str | None = option(None, doc="a SCAN vocab JSON; built from the training captions when absent")
     min_word_count: int = option(4, min=1)
+    entities: str | None = option(None, doc="a Flickr30k Entities folder (Annotations/ + Sentences/) for the train "
+                                           "images: the phrase boxes train.grounding_loss pulls the heat maps into")
     check_finite: bool = option(True, resumable=True, doc="scan every split for NaN/inf once at start (False: data "
                                                           "already checked)")
 
@@ -60,6 +62,11 @@ class TrainOptions:
     stage: str | None = option(None, doc="training stage of a multi-stage model (MTFN: image_text, then text_text)")
     init_from: str | None = option(None, doc="a checkpoint folder whose weights (and vocab) start this run (e.g. "
                                              "the previous stage)")
+    grounding_loss: float = option(0.0, min=0, doc="weight of the grounding objective beside the matching loss: "
+                                                   "each train phrase's contribution map pulled into its Entities "
+                                                   "boxes (needs data.entities; 0: off, as in every paper)")
+    grounding_temperature: float = option(0.2, min=0, gt=True, doc="softmax temperature of the grounding objective "
+                                                                   "over the standardised map")
     grad_clip: float = option(2.0, min=0)
     margin: float = option(0.2, min=0)
     max_violation: bool = option(True)
@@ -167,6 +174,8 @@ def check_config(cfg: dict, source: str | None = None) -> dict:
         out["train"]["lr_schedule"], problem = check_schedule(out["train"]["lr_schedule"])
         if problem:
             problems.append(f"train.lr_schedule {problem}")
+    if (out["train"].get("grounding_loss") or 0) > 0 and not out["data"].get("entities"):
+        problems.append("train.grounding_loss needs data.entities: the Flickr30k Entities folder of the train images")
     if isinstance(out["train"].get("device"), str):
         problem = device_problem(out["train"]["device"])
         if problem:

@@ -34,6 +34,7 @@ from ..models.registry import create_model, legacy_conflicts, model_class, saved
 from .allocator import keep_freed_memory
 from .checkpoint import latest_checkpoint, load_training_state, save_training_state
 from .config import check_config, dump
+from .grounding import GroundingTargets, grounding_term
 from .rundir import check_resume, prepare_fresh, recorded
 
 
@@ -188,6 +189,11 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
     # a frozen cached text encoder runs once per caption of both splits, here, in large batches
     model.prepare_captions(dataset.tokens, progress=progress and is_main)
     model.prepare_captions(encode_captions(val_split, model), progress=progress and is_main)
+    grounding = None
+    if tc["grounding_loss"] > 0:  # phrase boxes of the train captions (val's are never read)
+        if kind is not batch_kind("image_caption"):
+            raise ConfigError("train.grounding_loss trains on (image, caption) batches: this stage trains on others")
+        grounding = GroundingTargets(train_split, model, dc["entities"], progress=progress and is_main)
     compiled = compiled_score(model) if tc["compile"] else None
     t_start = time.time() - state.get("elapsed", 0.0)  # the log's "time" runs on across a resume
     for epoch in range(state["epoch"], tc["epochs"]):
@@ -211,6 +217,10 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
         for step, batch in enumerate(bar, start=start):
             scores = net(*kind.inputs(batch, device))
             loss = model.loss(scores, batch, tc, hardest)  # the model's own objective (default: hinge triplet)
+            ground = None
+            if grounding is not None:
+                ground = grounding_term(model, grounding, batch, device, tc["grounding_temperature"])
+                loss = loss + tc["grounding_loss"] * ground
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if tc["grad_clip"] and tc["grad_clip"] > 0:
@@ -223,6 +233,7 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
                 bar.set_postfix(loss=f"{loss.item():.3f}")
                 append_line(metrics_path, json.dumps({"type": "train", "epoch": epoch, "step": step + 1,
                                                       "global_step": gs, "loss": loss.item(), "lr": lr,
+                                                      **({} if ground is None else {"grounding": ground.item()}),
                                                       "hardest": hardest, "time": time.time() - t_start}))
             if tc["val_every_steps"] and gs % tc["val_every_steps"] == 0 and step + 1 < len(batches):
                 _validate_and_keep(model, val_split, device, state, run_dir, metrics_path, epoch, is_main, progress,

@@ -26,9 +26,11 @@ class PairAttention:
     grid: int | None = None  # grid side when the k positions are a grid x grid feature map
     image: str | None = None  # the image file, when known
     extra: dict = field(default_factory=dict)  # model-specific vectors (e.g. CAAN's f and g)
+    method: str = "attention"  # the explanation method that made the maps (vlmatch.evaluation.explainers)
 
     def to_dict(self) -> dict:
-        return {"words": self.words, "weights": self.weights.tolist(), "axis": self.axis, "score": self.score,
+        return {"method": self.method, "words": self.words, "weights": self.weights.tolist(), "axis": self.axis,
+                "score": self.score,
                 "grid": self.grid, "image": self.image, "shape": list(self.weights.shape),
                 **{k: np.asarray(v).tolist() for k, v in self.extra.items()}}
 
@@ -61,3 +63,52 @@ def pair_attention(model: MatchingModel, features, caption: str, mask=None) -> P
     feats = torch.as_tensor(np.array(features, dtype=np.float32))[None]  # a copy: memory-mapped input is read-only
     m = None if mask is None else torch.as_tensor(np.asarray(mask), dtype=torch.bool)[None]
     return attention_of_encodings(model, model.encode_images(feats, m), caption)
+
+
+def explain_pair(model: MatchingModel, features, caption: str, method: str = "attention",
+                 phrases: list[str] | tuple[str, ...] = (), mask=None) -> PairAttention:
+    """Heat maps of one image (features (k, img_dim)) and a caption by ``method`` (see
+    :mod:`vlmatch.evaluation.explainers`): one column per word, then one per phrase of ``phrases``.
+
+    ``attention``/``contribution``: a column per token of the caption in context, and a phrase's column is
+    the sum over its tokens (the phrase must occur in the caption); ``gradient``/``occlusion``: each word
+    of the caption, and each phrase, scored as its own query."""
+    from ..evaluation.explainers import TOKEN_METHODS, check_method, query_maps, token_maps, token_spans
+
+    check_method(method)
+    if not isinstance(caption, str) or not caption.strip():
+        raise ConfigError("the caption to explain is empty")
+    if method == "attention" and not phrases:
+        att = pair_attention(model, features, caption, mask)
+        return att
+    if method in TOKEN_METHODS:
+        tm = token_maps(model, features, caption, method, mask)
+        cols, words = [tm.weights], list(tm.tokens)
+        low = caption.lower()
+        spans = []
+        for p in phrases:
+            at = low.find(p.strip().lower())
+            if at < 0 or not p.strip():
+                raise ConfigError(f"--phrase {p!r} is not part of the caption {caption!r}")
+            spans.append((at, at + len(p.strip())))
+        for p, (a, b) in zip(phrases, token_spans(model, caption, spans), strict=True):
+            cols.append(tm.weights[:, a:b].sum(axis=1, keepdims=True))
+            words.append(p.strip())
+        extra = {}
+        if method == "attention":
+            extra = {k: v for k, v in pair_attention(model, features, caption, mask).extra.items()}
+        return PairAttention(words, np.concatenate(cols, axis=1), tm.axis, tm.score, extra=extra, method=method)
+    words = caption.split() + [p.strip() for p in phrases]
+    weights = query_maps(model, features, words, method, mask)
+    score = float(query_maps_score(model, features, caption, mask))
+    return PairAttention(words, weights, "drop" if method == "occlusion" else "gradient", score, method=method)
+
+
+@torch.no_grad()
+def query_maps_score(model: MatchingModel, features, caption: str, mask=None) -> float:
+    """The pair score of one image and one caption."""
+    model.eval()
+    feats = torch.as_tensor(np.array(features, dtype=np.float32))[None]
+    m = None if mask is None else torch.as_tensor(np.asarray(mask), dtype=torch.bool)[None]
+    tokens, lengths = model.tokenize([caption])
+    return float(model.score(model.encode_images(feats, m), model.encode_texts(tokens, lengths))[0, 0])

@@ -83,8 +83,8 @@ def render(att: PairAttention, image, out=None, boxes=None, cols: int | None = N
         ax.imshow(rgb)
         mappable = ax.imshow(maps[j], cmap="jet", alpha=0.5, vmin=0.0, vmax=vmax)
         ax.set_title(att.words[j], y=-0.14, fontsize=11)
-    fig.colorbar(mappable, ax=axes.ravel().tolist(), fraction=0.02, pad=0.02, label=f"weight ({att.axis})")
-    fig.suptitle(title or f"score {att.score:.3f}", fontsize=10)
+    fig.colorbar(mappable, ax=axes.ravel().tolist(), fraction=0.02, pad=0.02, label=f"{att.method} ({att.axis})")
+    fig.suptitle(title or f"{att.method} maps, score {att.score:.3f}", fontsize=10)
     try:
         if out is None:
             buf = io.BytesIO()

@@ -1,0 +1,174 @@
+"""The pointing game on Flickr30k Entities: does a phrase's heat map peak inside the thing it names?
+
+For every phrase of a caption whose Entities chain has at least one box: the phrase's map (an
+explanation method's per-position weights: with ``attention``/``contribution`` the sum over the phrase's
+tokens in its caption, token spans from the model's own tokenizer; with ``gradient``/``occlusion`` the
+phrase scored as its own query) -> its peak -> a hit when the peak falls inside any box of the chain.
+
+The peak: the grid cell with the largest weight, at its centre. Upsampling a g x g map bilinearly to the
+image keeps its maximum at that cell's centre (for an edge cell the upsampled map is flat from the centre
+to the border, and we take the centre), so this is "the peak of the map upsampled to the image" without
+the upsampling. The features are of the whole photo resized (no crop), so cell (r, c) covers
+[c/g, (c+1)/g] x [r/g, (r+1)/g] of the original photo, in which the boxes are given.
+
+In the same run, on the same phrases, three baselines: ``centre`` (always point at the photo's centre),
+``caption_mean`` (the whole caption's map, the same for every phrase of it: the method without phrase
+specificity) and ``ceiling`` (the best any cell centre could do: some cell centre lies in a box).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..data.entities import TYPES, EntitiesDir, GroundedPhrase, in_box
+from ..errors import ConfigError
+from ..models.base import MatchingModel
+from .explainers import QUERY_METHODS, caption_token_maps, check_method, query_maps, supports, token_spans
+
+BASELINES = ("centre", "caption_mean", "ceiling")
+
+
+def cell_centres(grid: int, width: float, height: float) -> np.ndarray:
+    """(g*g, 2) centres (x, y) of a g x g grid's cells, row-major, in the photo's pixel coordinates."""
+    c = (np.arange(grid) + 0.5) / grid
+    ys, xs = np.meshgrid(c * height, c * width, indexing="ij")
+    return np.stack([xs.ravel(), ys.ravel()], axis=1)
+
+
+def hit(point, boxes) -> bool:
+    return any(in_box(point[0], point[1], b) for b in boxes)
+
+
+def peak(weights: np.ndarray) -> int:
+    """The cell of the largest weight (the first of ties); NaN maps point nowhere (-1)."""
+    w = np.asarray(weights, dtype=np.float64)
+    if not np.isfinite(w).any():
+        return -1
+    return int(np.nanargmax(np.where(np.isfinite(w), w, -np.inf)))
+
+
+@dataclass
+class Tally:
+    n: int = 0
+    pointing: int = 0
+    centre: int = 0
+    caption_mean: int = 0
+    ceiling: int = 0
+
+    def add(self, point: bool, centre: bool, mean: bool, ceiling: bool) -> None:
+        self.n += 1
+        self.pointing += point
+        self.centre += centre
+        self.caption_mean += mean
+        self.ceiling += ceiling
+
+    def as_dict(self) -> dict:
+        pct = (lambda x: round(100.0 * x / self.n, 2)) if self.n else (lambda x: None)
+        return {"pointing": pct(self.pointing), "centre": pct(self.centre), "caption_mean": pct(self.caption_mean),
+                "ceiling": pct(self.ceiling), "phrases": self.n}
+
+
+def image_phrase_maps(model: MatchingModel, features: np.ndarray, captions: list[str],
+                      phrases: list[GroundedPhrase], method: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Each phrase's (k,) map and each caption's (k,) mean map for one image."""
+    if method in QUERY_METHODS:
+        maps = query_maps(model, features, [gp.phrase.text for gp in phrases] + captions, method)
+        return [maps[:, i] for i in range(len(phrases))], [maps[:, len(phrases) + i] for i in range(len(captions))]
+    per_caption = caption_token_maps(model, features, captions, method)
+    out = []
+    for ci, caption in enumerate(captions):
+        mine = [gp for gp in phrases if gp.caption == ci]
+        spans = token_spans(model, caption, [(gp.phrase.start, gp.phrase.end) for gp in mine])
+        for gp, (a, b) in zip(mine, spans, strict=True):
+            out.append((gp, per_caption[ci][:, a:b].sum(axis=1) if b > a else np.full(per_caption[ci].shape[0], np.nan)))
+    order = {id(gp): i for i, gp in enumerate(phrases)}
+    out.sort(key=lambda t: order[id(t[0])])
+    return [m for _, m in out], [w.sum(axis=1) for w in per_caption]
+
+
+def pointing_game(model: MatchingModel, features: Sequence[np.ndarray] | np.ndarray, filenames: Sequence[str],
+                  entities, method: str, grid: int | None = None,
+                  progress: Callable | bool = False) -> dict:
+    """Pointing accuracy of ``method``'s maps of ``model`` over every grounded phrase of the images.
+
+    ``features[i]`` (k, D) are image ``filenames[i]``'s grid features (k = grid²); ``entities`` an
+    :class:`~vlmatch.data.entities.EntitiesDir` (or its path). Images without Entities files are skipped
+    (and counted). Returns the JSON the ``grounding`` command writes."""
+    check_method(method)
+    ents = entities if isinstance(entities, EntitiesDir) else EntitiesDir(entities)
+    if not supports(model, method):
+        raise ConfigError(f"--method {method}: model {model.name} has no such maps (gradient and occlusion work "
+                          f"for every model)")
+    k = int(np.asarray(features[0]).shape[0])
+    grid = grid or int(round(k ** 0.5))
+    if grid * grid != k:
+        raise ConfigError(f"{k} image positions are not a square grid: the pointing game needs grid features")
+    total, by_type = Tally(), {t: Tally() for t in TYPES}
+    images = skipped = empty = 0
+    t0 = time.perf_counter()
+    model.eval()
+    bar = _bar(progress, len(filenames))
+    for i, name in enumerate(filenames):
+        bar.update(1) if bar else None
+        if not ents.has(name):
+            skipped += 1
+            continue
+        sentences, ann, phrases = ents.grounded(name)
+        if not phrases:
+            continue
+        images += 1
+        feats = np.asarray(features[i], dtype=np.float32)
+        captions = [s.text for s in sentences]
+        maps, caption_maps = image_phrase_maps(model, feats, captions, phrases, method)
+        centres = cell_centres(grid, ann.width, ann.height)
+        centre = (ann.width / 2.0, ann.height / 2.0)
+        for gp, m in zip(phrases, maps, strict=True):
+            p = peak(m)
+            if p < 0:
+                empty += 1  # past the model's token limit: no tokens to sum
+                continue
+            row = (hit(centres[p], gp.boxes), hit(centre, gp.boxes),
+                   hit(centres[peak(caption_maps[gp.caption])], gp.boxes),
+                   any(hit(c, gp.boxes) for c in centres))
+            total.add(*row)
+            for t in set(gp.phrase.types):
+                by_type.setdefault(t, Tally()).add(*row)
+    if bar:
+        bar.close()
+    if total.n == 0:
+        raise ConfigError(f"no phrase with a box among the {len(filenames)} images: is {ents.root} the Entities "
+                          f"folder of these images?")
+    return {"method": method, "model": model.name, **total.as_dict(),
+            "by_type": {t: v.as_dict() for t, v in by_type.items() if v.n},
+            "images": images, "images_without_entities": skipped, "phrases_past_token_limit": empty,
+            "grid": grid, "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def _bar(progress, total: int):
+    if not progress:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="pointing game", unit="img", leave=False)
+
+
+def format_grounding(results: dict[str, dict]) -> str:
+    """The field's table: one row per (name -> pointing_game result), overall then per type."""
+    types = [t for t in TYPES if any(t in r["by_type"] for r in results.values())]
+    head = f"{'':24s} {'pointing':>8s} {'centre':>7s} {'capmean':>7s} {'ceiling':>7s} {'phrases':>7s}  " + \
+        " ".join(f"{t[:7]:>7s}" for t in types)
+    lines = [head]
+    for name, r in results.items():
+        cells = " ".join(f"{r['by_type'][t]['pointing']:7.1f}" if t in r["by_type"] else f"{'-':>7s}" for t in types)
+        lines.append(f"{name[:24]:24s} {r['pointing']:8.1f} {r['centre']:7.1f} {r['caption_mean']:7.1f} "
+                     f"{r['ceiling']:7.1f} {r['phrases']:7d}  {cells}")
+    return "\n".join(lines)
+
+
+def dumps(result: dict) -> str:
+    return json.dumps(result, indent=2)

@@ -1,0 +1,90 @@
+"""The grounding objective (``train.grounding_loss``): its targets from Entities files, its config check, and a
+learning test on a grid world whose objects' cells are known (a wide margin: any host)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from vlmatch.data.entities import parse_sentence
+from vlmatch.errors import ConfigError
+from vlmatch.evaluation.grounding import pointing_game
+from vlmatch.models.losses import pointing_loss
+from vlmatch.models.registry import load_model
+from vlmatch.training.config import load_config
+from vlmatch.training.grounding import target_cells
+from vlmatch.training.loop import train
+
+from ..evaluation.gridworld import make_gridworld
+
+
+def _precomp(root, split, feats, names, entities):
+    np.save(root / f"{split}_ims.npy", feats)
+    caps = []
+    for n in names:
+        lines = (entities / "Sentences" / f"{n.split('_')[0]}.txt").read_text().splitlines()
+        caps += [parse_sentence(ln).text for ln in lines]
+    (root / f"{split}_caps.txt").write_text("\n".join(caps) + "\n")
+    (root / f"{split}_ids.txt").write_text("\n".join(names) + "\n")
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gridtrain")
+    ents = root / "entities"
+    feats, names, _ = make_gridworld(ents, n_images=400, seed=1)
+    data = root / "data"
+    data.mkdir()
+    _precomp(data, "train", feats[:320], names[:320], ents)
+    _precomp(data, "dev", feats[320:], names[320:], ents)
+    return data, ents, feats[320:], names[320:]
+
+
+def _cfg(data, ents, weight):
+    return load_config(None, extra={
+        "model": {"name": "vsepp", "embed_dim": 16, "word_dim": 8, "text_pool": "mean"},
+        "data": {"path": str(data), "min_word_count": 1, "entities": str(ents)},
+        "train": {"epochs": 6, "batch_size": 32, "lr": 5e-3, "lr_update": 10, "log_every": 1, "threads": 1,
+                  "grounding_loss": weight, "seed": 0}})
+
+
+def test_grounding_loss_makes_the_maps_point_at_the_named_object(grid, tmp_path):
+    data, ents, dev_feats, dev_names = grid
+    run = tmp_path / "g"
+    train(_cfg(data, ents, 5.0), run, progress=False)
+    rows = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
+    ground = [r["grounding"] for r in rows if r["type"] == "train"]
+    assert np.mean(ground[-5:]) < 0.1 * np.mean(ground[:5])  # the term is learned (12 -> 0.001 here)
+    model = load_model(run / "best")
+    res = pointing_game(model, dev_feats, dev_names, ents, "contribution")
+    assert res["pointing"] >= 97.0  # held-out images (100 here; without the term 92.5); the centre scores ~13
+    assert res["centre"] < 30.0
+
+
+def test_grounding_loss_needs_entities_and_a_decomposing_model(grid, tmp_path):
+    data, ents, _, _ = grid
+    with pytest.raises(ConfigError, match="needs data.entities"):
+        load_config(None, extra={"data": {"path": str(data)}, "train": {"grounding_loss": 1.0}})
+    cfg = _cfg(data, ents, 1.0)
+    cfg["model"]["text_pool"] = "last"  # a GRU's final state: no per-word decomposition
+    cfg["train"]["epochs"] = 1
+    with pytest.raises(Exception, match="no per-word decomposition"):
+        train(cfg, tmp_path / "x", progress=False)
+
+
+def test_pointing_loss_is_the_mass_inside_the_boxes():
+    maps = torch.tensor([[0.0, 1.0, 2.0, 3.0], [5.0, 0.0, 0.0, 0.0]])
+    inside = torch.tensor([[False, False, False, True], [True, True, False, False]])
+    z = (maps - maps.mean(1, keepdim=True)) / maps.std(1, keepdim=True) / 0.5
+    p = torch.softmax(z, 1)
+    want = -(torch.log(p[0, 3]) + torch.log(p[1, 0] + p[1, 1])) / 2
+    torch.testing.assert_close(pointing_loss(maps, inside, 0.5), want)
+    assert float(pointing_loss(maps, inside, 0.05)) < float(pointing_loss(-maps, inside, 0.05))
+
+
+def test_target_cells_take_centres_inside_and_a_small_box_its_own_cell():
+    cells = target_cells([(1, 1, 60, 40)], 90, 60, 3)  # the top-left 2 x 2 cells of a 3 x 3 grid
+    assert cells.reshape(3, 3).tolist() == [[True, True, False], [True, True, False], [False] * 3]
+    tiny = target_cells([(80, 50, 85, 55)], 90, 60, 3)  # holds no cell centre: the cell under its centre
+    assert tiny.nonzero()[0].tolist() == [8]
