@@ -64,15 +64,21 @@ class VSE(TextSide, MatchingModel):
         if self.uses_vocab and self.cfg.text_pool != "mean":
             raise VlmatchError("VSE++ with text_pool 'last' (a GRU's final state) has no per-word decomposition of its "
                                "score: use text_pool 'mean', a transformer text side, or the gradient/occlusion method")
-        cells = self.img_fc(features)  # (B, k, D)
-        keep = None if mask is None else mask[..., None].to(cells.dtype)
-        pooled = masked_mean(cells, keep, dim=1)  # == img_fc(masked mean of the features)
-        k = features.shape[1] if mask is None else mask.sum(dim=1).clamp(min=1).to(cells.dtype)
+        keep = None if mask is None else mask[..., None].to(features.dtype)
+        feats = features if keep is None else features * keep
+        k = features.shape[1] if mask is None else mask.sum(dim=1).clamp(min=1).to(features.dtype)
+        pooled = self.img_fc(masked_mean(features, None if mask is None else mask[..., None], dim=1))
         words, final = self.txt_enc(tokens, lengths)
-        wmask = length_mask(lengths, words.shape[1]).to(words.dtype)
+        wmask = length_mask(lengths, words.shape[1]).to(words.dtype)[..., None]
         if self.uses_vocab:  # text_pool mean over the GRU's word states
-            final = masked_mean(words, wmask[..., None].bool(), dim=1)
-        terms = torch.einsum("bkd,bld->bkl", cells if keep is None else cells * keep, words * wmask[..., None])
+            final = masked_mean(words, wmask.bool(), dim=1)
+        words = words * wmask
+        fc = self.img_fc.fc
+        # FC(v_i) . w_j = v_i . (W^T w_j) + b . w_j: the words go through W^T (L of them) instead of every cell
+        # through W (k of them, 196 on a 14 x 14 grid), the same terms at a fraction of the cost
+        terms = torch.einsum("bkf,blf->bkl", feats, words @ fc.weight) + (words @ fc.bias)[:, None, :]
+        if keep is not None:
+            terms = terms * keep
         scale = final.norm(dim=1) * lengths.to(words.dtype) * k
         if not self.cfg.no_imgnorm:
             scale = scale * pooled.norm(dim=1)

@@ -120,6 +120,23 @@ def default_explainer() -> tuple[str, str]:
     return model, get(model).explainer.get("method", "attention")
 
 
+_SHA_CACHE: dict[tuple, str] = {}
+
+
+def explainer_record(weights) -> dict | None:
+    """The ``explainer`` record ({method, pointing, ...}) of the shipped model whose weights file is ``weights``
+    (matched by SHA-256), or None for a model that does not ship or records none."""
+    weights = Path(weights)
+    if not weights.is_file():
+        return None
+    st = weights.stat()
+    key = (str(weights), st.st_size, st.st_mtime_ns)
+    if key not in _SHA_CACHE:
+        _SHA_CACHE[key] = sha256_file(weights)
+    found = [e for e in entries() if e.sha256 == _SHA_CACHE[key] and e.explainer.get("pointing") is not None]
+    return dict(found[0].explainer) if found else None
+
+
 def default_score() -> str:
     """Stage 2's ranking score of the shipped default pair (``index build --score``): the default re-scorer's
     ``pair_score`` ("mean": its score averaged with the retriever's), or "model" when no re-scorer ships."""

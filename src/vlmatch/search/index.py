@@ -85,6 +85,7 @@ class Index:
         self.n_regions = dims.get("regions") or 1
         colls = manifest.get("collections", {})
         parts = parts or {}  # the folder of each part (opening resolves them: see vlmatch.search.folder)
+        self.parts = parts
         self.images = None
         self.captions = None
         if "images" in colls:
@@ -253,27 +254,46 @@ class Index:
             return bb(bb.preprocess([_pixels(image, bb.info.input_size)])).clone()
 
     # --- attention of one result -----------------------------------------------------------
+    def explainer(self, method: str | None = None) -> tuple[MatchingModel, str]:
+        """(model, method) whose maps explain a result. With no ``method``: of the index's two models, the one
+        whose shipped registry entry records the better pointing figure on Flickr8k val (``vlmatch pretrained``),
+        with its method; for models that do not ship, the stage-2 model with its best method. With a ``method``:
+        that model if it has the method, else the other one that has it."""
+        from ..evaluation.explainers import check_method, default_method, supports
+        from ..pretrained import explainer_record
+
+        models = [(key, m) for key, m in (("model", self.model), ("retriever", self.retriever)) if m is not None]
+        records = {key: explainer_record(Path(self.parts[key]) / "model.safetensors") if key in self.parts else None
+                   for key, _ in models}
+        ranked = sorted(models, key=lambda km: -(records[km[0]] or {}).get("pointing", -1.0))
+        if method is None:
+            key, m = ranked[0]
+            return m, (records[key] or {}).get("method") or default_method(m)
+        check_method(method)
+        for _, m in ranked:
+            if supports(m, method):
+                return m, method
+        raise ConfigError(f"--method {method}: neither model of {self.root} has such maps")
+
     def explain(self, item_id: int, text: str, method: str | None = None, phrases=()):
-        """Heat maps of image ``item_id`` and ``text`` by ``method`` (a
-        :class:`vlmatch.viz.attention.PairAttention`; default: the model's best-grounding method, see
-        :func:`vlmatch.evaluation.explainers.default_method`). ``attention`` reads the stored stage-2 encoding;
-        the other methods need the raw grid features, extracted again from the indexed photo file."""
-        from ..evaluation.explainers import check_method, default_method
+        """Heat maps of image ``item_id`` and ``text`` (a :class:`vlmatch.viz.attention.PairAttention`) by
+        ``method``, from the model :meth:`explainer` picks (default: the better-grounding model and method).
+        The stage-2 model's ``attention`` reads the stored encoding; everything else needs the raw grid
+        features, extracted again from the indexed photo file."""
         from ..viz.attention import attention_of_encodings, explain_pair
 
         coll = self._need("images")
         if item_id not in coll.row_of:
             raise VlmatchError(f"no image with id {item_id} in {self.root}")
-        method = check_method(method) if method else default_method(self.model)
+        model, method = self.explainer(method)
         path = coll.items[coll.row_of[item_id]]["path"]
-        if method == "attention" and not phrases:
+        if method == "attention" and model is self.model and not phrases:
             with torch.no_grad():
                 img = coll.store.take(np.array([coll.row_of[item_id]])).to(self.device)
                 att = attention_of_encodings(self.model, img, text)
         else:
             feats = self.image_features(path)[0].cpu().numpy()
-            with torch.enable_grad() if method == "gradient" else torch.no_grad():
-                att = explain_pair(self.model, feats, text, method, tuple(phrases))
+            att = explain_pair(model, feats, text, method, tuple(phrases))
         bb = self.manifest.get("backbone") or {}
         att.grid = bb.get("grid")
         att.image = path
