@@ -30,6 +30,10 @@ def cmd_train(a):
     if a.resume:
         if a.overwrite:
             raise VlmatchError("--resume continues a run and --overwrite deletes it: pass one of them")
+        if a.config:  # the run's own config.yaml is what it continues with
+            raise VlmatchError(f"--resume {a.resume} continues the run with its own config ({Path(a.resume) / 'config.yaml'}); "
+                               f"--config {a.config} would train another: drop --config (--set may change the options "
+                               "that do not alter the run), or start a new run with --run-dir")
         run_dir = Path(a.resume)
         cfg = load_config(str(run_dir / "config.yaml"), a.overrides)
     else:

@@ -34,8 +34,6 @@ import os
 import re
 import secrets
 import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from .. import io
@@ -46,7 +44,7 @@ from .store import open_arrays
 
 FORMAT = 2
 MANIFEST = "manifest.json"
-LOCK = ".vlmatch.lock"
+LOCK = io.LOCK
 CHECKPOINTS = ("model", "retriever")
 COLLECTIONS = ("images", "captions")
 PARTS = CHECKPOINTS + COLLECTIONS
@@ -108,29 +106,10 @@ def check_out(out, images=None, overwrite: bool = False) -> None:
                           "only an index's own entries: move them away or choose another folder")
 
 
-@contextmanager
-def writer_lock(out, what: str) -> Iterator[None]:
-    """Hold the index folder's lock (``flock`` on ``.vlmatch.lock``) while building or updating it;
-    another writer is refused at once. The system drops the lock when its holder dies."""
-    out = Path(out)
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not a POSIX system: nothing to lock with
-        yield
-        return
-    fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
-            raise VlmatchError(f"{out} is being written by {holder}; wait for it to finish (one build or update "
-                               "of an index at a time)") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"process {os.getpid()} ({what})\n".encode(), 0)
-        yield
-    finally:
-        os.close(fd)  # closing drops the lock
+def writer_lock(out, what: str):
+    """Hold the index folder's lock (:func:`vlmatch.io.writer_lock`) while building or updating it;
+    another writer is refused at once, naming the process that holds it."""
+    return io.writer_lock(out, what, "wait for it to finish (one build or update of an index at a time)")
 
 
 # --- integrity records ---------------------------------------------------------------------------
