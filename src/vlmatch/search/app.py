@@ -22,18 +22,21 @@ import math
 import re
 import threading
 import time
+import unicodedata
 from collections import OrderedDict
 from contextlib import asynccontextmanager
 from importlib.resources import files
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import unquote_to_bytes
 
-from fastapi import FastAPI, File, Form, Query, Request, UploadFile
+from fastapi import Depends, FastAPI, File, Form, Query, Request, UploadFile
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from ..errors import DataError, VlmatchError
 from ..io import printable
@@ -58,6 +61,29 @@ DRAIN_BYTES = 64 * 2**20  # a refused body up to this size is read and dropped (
 class ApiError(Exception):
     def __init__(self, status: int, code: str, detail: str, headers: dict | None = None):
         self.status, self.code, self.detail, self.headers = status, code, detail, headers
+
+
+def visible(ch: str) -> bool:
+    """A character that shows: not white space (NBSP included), not a control, and not a format character
+    such as ZERO WIDTH SPACE/JOINER/NON-JOINER or the BOM (Unicode category Cf). A lone surrogate counts
+    as visible here (it is refused as bad_text, not as empty)."""
+    return not ch.isspace() and unicodedata.category(ch) not in ("Cf", "Cc")
+
+
+def query_bytes_problem(query_string: bytes) -> str | None:
+    """Why a raw query string's values are not UTF-8 text (None: they all are): starlette decodes them
+    with replacement, so ``?q=%FF%FE`` would otherwise search for U+FFFD where the same bytes in a JSON
+    body are refused."""
+    for pair in query_string.split(b"&"):
+        name, _, value = pair.partition(b"=")
+        raw = unquote_to_bytes(value.replace(b"+", b" "))
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            key = unquote_to_bytes(name).decode("utf-8", "replace")
+            return (f"{key} is not UTF-8 text (byte \\x{raw[e.start]:02x} at byte {e.start} of the decoded value): "
+                    "send the text percent-encoded as UTF-8")
+    return None
 
 
 def sniff_type(head: bytes) -> str | None:
@@ -178,7 +204,7 @@ class SearchRequest(BaseModel):
 
 class SearchResult(BaseModel):
     id: int
-    path: str
+    path: str = Field(..., description="the file's path inside the photo folder the index was built from")
     score: float = Field(..., description="the model's own (stage-2) score; results are ranked by it")
     stage1_score: float | None = Field(None, description="the stage-1 (global vector) score that chose the candidate")
 
@@ -271,6 +297,13 @@ class ThumbCache:
         return data
 
 
+async def utf8_query(request: Request) -> None:
+    """Refuse (400 bad_text) a query string whose values are not UTF-8 (see :func:`query_bytes_problem`)."""
+    problem = query_bytes_problem(request.scope.get("query_string") or b"")
+    if problem is not None:
+        raise ApiError(400, "bad_text", problem)
+
+
 def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
     limits = limits or Limits()
     pool = ModelPool(limits.workers, limits.queue)
@@ -292,6 +325,7 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
                     f"{limits.workers} model workers with {limits.queue} queued requests, then 503.",
         docs_url=None, redoc_url=None,  # both load their scripts from a CDN; the schema is at /openapi.json
         lifespan=lifespan,
+        dependencies=[Depends(utf8_query)],  # every route: query text is UTF-8, as in a JSON body
     )
     app.state.pool, app.state.limits, app.state.backend = pool, limits, backend
 
@@ -325,7 +359,18 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request, e):
         code = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}.get(e.status_code, "http_error")
-        return JSONResponse({"error": code, "detail": words(str(e.detail))}, status_code=e.status_code)
+        headers = dict(getattr(e, "headers", None) or {})
+        if e.status_code == 405:  # every method some route of this path answers (RFC 9110: a 405 names them)
+            headers["Allow"] = allowed_methods(request.scope)
+        return JSONResponse({"error": code, "detail": words(str(e.detail))}, status_code=e.status_code,
+                            headers=headers or None)
+
+    def allowed_methods(scope) -> str:
+        methods = set()
+        for route in app.router.routes:  # PARTIAL: the path is the route's, the method is not
+            if route.matches(scope)[0] != Match.NONE and getattr(route, "methods", None):
+                methods |= set(route.methods)
+        return ", ".join(sorted(methods))
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request, e):
@@ -354,8 +399,9 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
 
     def check_text(text: str, name: str = "text") -> str:
         text = text.strip()
-        if not text:
-            raise ApiError(400, "empty_text", f"{name} is empty")
+        if not any(visible(ch) for ch in text):  # "", spaces (NBSP too), zero-width characters only
+            raise ApiError(400, "empty_text", f"{name} is empty" + (" (it holds only invisible characters)"
+                                                                     if text else ""))
         bad = re.search("[\ud800-\udfff]", text)
         if bad:  # JSON can carry a lone surrogate ("\ud800"); no text is made of one
             raise ApiError(400, "bad_text", f"{name} holds a lone surrogate (\\u{ord(bad.group()):04x}) at character "

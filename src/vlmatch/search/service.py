@@ -25,7 +25,8 @@ class SearchBackend(Protocol):
     n_captions: int  # size of the indexed caption collection (0: none, image -> text search is off)
 
     def search(self, text: str, k: int, candidates: int) -> list[dict]:
-        """Ranked results ``{id, path, score, stage1_score}``, best first."""
+        """Ranked results ``{id, path, score, stage1_score}``, best first; ``path`` relative to the photo
+        folder the index was built from (a page served to others never shows the server's own paths)."""
 
     def search_image(self, image: bytes | None, image_id: int | None, k: int) -> list[dict]:
         """Nearest captions ``{id, text, score}`` of the caption collection for an uploaded image
@@ -124,6 +125,9 @@ class IndexBackend:
         self.size = len(index)
         self.n_captions = len(index.captions) if index.captions is not None else 0
         self._paths = {int(it["id"]): Path(it["path"]) for it in index.items} if index.images is not None else {}
+        # what a result shows: the path inside the photo folder (the absolute one stays in CLI and Python results)
+        self._shown = ({int(it["id"]): it.get("rel") or Path(it["path"]).name for it in index.items}
+                       if index.images is not None else {})
         self._draw = threading.Lock()  # matplotlib's pyplot state is global: one drawing at a time
 
     @classmethod
@@ -136,7 +140,7 @@ class IndexBackend:
         return self._paths.get(image_id)
 
     def search(self, text: str, k: int, candidates: int) -> list[dict]:
-        return [{"id": r.id, "path": r.path, "score": r.score, "stage1_score": r.stage1_score}
+        return [{"id": r.id, "path": self._shown[r.id], "score": r.score, "stage1_score": r.stage1_score}
                 for r in self.index.search(text, k=k, candidates=candidates)]
 
     def search_image(self, image: bytes | None, image_id: int | None, k: int) -> list[dict]:
