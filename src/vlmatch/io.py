@@ -278,3 +278,34 @@ def writer_lock(folder: str | os.PathLike, what: str, busy: str) -> Iterator[Non
         yield
     finally:
         os.close(fd)  # closing drops the lock
+
+
+@contextmanager
+def shared_lock(path: str | os.PathLike, exclusive: bool, waiting: str, create: bool = True) -> Iterator[bool]:
+    """Hold ``flock`` on the file ``path`` (made if missing and ``create``), shared or ``exclusive``,
+    waiting for it; :func:`crash_point` is called with ``waiting`` just before a wait (tests see who
+    waits). Yields True, or False where the file cannot be opened (missing, or in a folder this user
+    may only read): nothing to lock with, and nobody can write there to need it."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not a POSIX system
+        yield False
+        return
+    try:
+        fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o666)
+    except OSError:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            yield False
+            return
+    mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+    try:
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        except BlockingIOError:
+            crash_point(waiting)
+            fcntl.flock(fd, mode)
+        yield True
+    finally:
+        os.close(fd)

@@ -219,11 +219,12 @@ def test_a_build_interrupted_after_the_images_resumes(made, tmp_path, monkeypatc
     def fail(*a, **k):
         raise KeyboardInterrupt("killed while indexing the captions")
 
-    real = B._build_captions
-    monkeypatch.setattr(B, "_build_captions", fail)
+    real = B._encode_captions
+    monkeypatch.setattr(B, "_encode_captions", fail)
     assert build_args(made, tmp_path / "o", "--captions", str(made / "caps.txt")) == 130
-    assert (tmp_path / "o/images/stage1.npy").is_file()  # the image collection was written, its rows moved
-    monkeypatch.setattr(B, "_build_captions", real)
+    # the images are encoded (kept in build/ for the resume); no part is swapped in before every part is ready
+    assert (tmp_path / "o/build/images").is_dir() and not (tmp_path / "o/images").exists()
+    monkeypatch.setattr(B, "_encode_captions", real)
     assert build_args(made, tmp_path / "o", "--captions", str(made / "caps.txt")) == 0
     assert main(["search", str(tmp_path / "o"), "red dog"]) == 0
 
