@@ -54,7 +54,8 @@ IMAGE_TYPES = {  # magic bytes -> content type; what the service serves and acce
     b"BM": "image/bmp",
 }
 SPECIAL = re.compile(r"^<.*>$")  # <start>, <end>: encoded tokens the page does not show as words
-FILE_CACHE = "public, max-age=86400"  # indexed files change only when the index is rebuilt or updated
+# an id may name another file once the server follows a rebuild: clients revalidate (a 304 is cheap)
+FILE_CACHE = "public, max-age=0, must-revalidate"
 DRAIN_BYTES = 64 * 2**20  # a refused body up to this size is read and dropped (see BodyLimit)
 
 
@@ -246,6 +247,8 @@ class Health(BaseModel):
     model: str
     index_size: int
     captions: int
+    index_version: str | None = Field(None, description="the committed version of the index served (the start of "
+                                                        "its manifest's seal): it changes with every build and update")
     version: str
     workers: int
     queue: int
@@ -314,6 +317,8 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
     async def lifespan(app):
         yield
         pool.shutdown()
+        if hasattr(backend, "stop"):  # the watcher of an IndexBackend (vlmatch serve)
+            backend.stop()
 
     app = FastAPI(
         title="vlmatch search",
@@ -494,7 +499,7 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
             st = path.stat()
         except OSError:
             raise ApiError(404, "file_missing", "the indexed file is no longer on disk (update the index)") from None
-        return st, f'"{st.st_mtime_ns:x}-{st.st_size:x}"'
+        return st, f'"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"'
 
     def not_modified(request: Request, etag: str) -> Response | None:
         if etag in {t.strip() for t in request.headers.get("if-none-match", "").split(",")}:
@@ -530,7 +535,7 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
         etag = etag[:-1] + f'-t{limits.thumb_size}"'
         if (r := not_modified(request, etag)) is not None:
             return r
-        key = (id, st.st_mtime_ns, st.st_size)
+        key = (id, str(path), st.st_ino, st.st_mtime_ns, st.st_size)
         data = thumbs.lookup(key)
         if data is None:
             async with decoding:  # at most `workers` thumbnails are decoded at once
@@ -566,7 +571,8 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
     async def health():
         """Model, index size, caption count, version and the worker pool's state."""
         return {"status": "ok", "model": backend.model_name, "index_size": backend.size, "captions": backend.n_captions,
-                "version": __version__, "workers": pool.workers, "queue": pool.queue, "in_flight": pool.in_flight}
+                "index_version": getattr(backend, "version", None), "version": __version__, "workers": pool.workers,
+                "queue": pool.queue, "in_flight": pool.in_flight}
 
     page = files("vlmatch.search").joinpath("static/index.html").read_text(encoding="utf-8")
 
