@@ -81,6 +81,13 @@ def test_query_bytes_that_are_not_utf8_are_bad_text_on_every_route(client, backe
     assert backend.asked_ids == []  # refused before any lookup or model work
 
 
+@pytest.mark.parametrize("raw,says", [(b'{"text": "\xff\xfe"}', "the JSON body is not UTF-8 text"),
+                                      (b'{"text": "\xed\xa0\x80 dog"}', "lone surrogate (\\ud800)")])
+def test_a_json_body_that_is_not_utf8_is_bad_text_too(client, raw, says):
+    body = assert_error(post_json(client, raw), 400, "bad_text")  # as the same bytes in a query string
+    assert says in body["detail"]
+
+
 @pytest.mark.parametrize("method,path,allow", [("HEAD", "/", "GET"), ("PUT", "/search", "GET, POST"),
                                                ("HEAD", "/search", "GET, POST"), ("DELETE", "/health", "GET"),
                                                ("POST", "/images/1", "GET"), ("PATCH", "/explain/1.png", "GET")])

@@ -71,6 +71,17 @@ def visible(ch: str) -> bool:
     return not ch.isspace() and unicodedata.category(ch) not in ("Cf", "Cc")
 
 
+async def _utf8_body(request: Request) -> bool:
+    """The request's body is UTF-8 (or could not be read again: a body cut off at its cap)."""
+    try:
+        (await request.body()).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    except Exception:  # noqa: BLE001 -- ClientDisconnect and the like: not ours to judge
+        return True
+    return True
+
+
 def query_bytes_problem(query_string: bytes) -> str | None:
     """Why a raw query string's values are not UTF-8 text (None: they all are): starlette decodes them
     with replacement, so ``?q=%FF%FE`` would otherwise search for U+FFFD where the same bytes in a JSON
@@ -365,6 +376,10 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
     async def _http_error(request, e):
         code = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}.get(e.status_code, "http_error")
         headers = dict(getattr(e, "headers", None) or {})
+        if e.status_code == 400 and "json" in request.headers.get("content-type", "") and not await _utf8_body(request):
+            # FastAPI's words for a JSON body that is not UTF-8: the same rule as a query string's bytes
+            return JSONResponse({"error": "bad_text", "detail": "the JSON body is not UTF-8 text: send it encoded as "
+                                                                "UTF-8"}, status_code=400)
         if e.status_code == 405:  # every method some route of this path answers (RFC 9110: a 405 names them)
             headers["Allow"] = allowed_methods(request.scope)
         return JSONResponse({"error": code, "detail": words(str(e.detail))}, status_code=e.status_code,
