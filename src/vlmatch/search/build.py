@@ -315,6 +315,8 @@ def build_index(out, model_ckpt, images=None, features=None, split: str = "test"
     if score == "mean" and retriever_ckpt is None:
         raise ConfigError("--score mean averages the model's and the retriever's scores: give --retriever too")
     out = Path(out)
+    if images is not None and not Path(images).is_dir():  # before --out is made (it would hold only a lock file)
+        raise DataError(images, "image folder not found")
     D.init_from_env(torch.device("cpu"))
     rank, world = D.world()
     check_out(out, images, overwrite)  # every rank, before any of them writes

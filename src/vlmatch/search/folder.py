@@ -262,6 +262,8 @@ def recover(out) -> None:
     not record, temporaries). Without a readable manifest there is nothing to keep: the build replaces
     every part. A part with no matching version is left as it is (opening reports it)."""
     out = Path(out)
+    if not (out / MANIFEST).is_file():  # no index a reader could open: temporaries to clean at most
+        return _recover(out)
     with swapping(out):  # parts move back under their names: no reader may resolve them meanwhile
         _recover(out)
 
