@@ -182,20 +182,20 @@ def _train(cfg: dict, run_dir: Path, resume: bool, progress: bool, overwrite: bo
 
     state = {"epoch": 0, "step_in_epoch": 0, "global_step": 0, "best_rsum": -1.0, "best_epoch": None, "elapsed": 0.0}
     metrics_path = run_dir / "metrics.jsonl"
+    dataset = kind.dataset(train_split, model)  # the model tokenises its own captions
     if resume:
         state = load_training_state(ckpt, model, optimizer)
+        # an edited step count would replay or skip batches and cut the log at the wrong row
+        check_steps(ckpt / "trainer_state.json", state, [_steps_per_epoch(len(dataset), tc, 0, w)
+                                                         for w in (1, world_size)])
+        if is_main:
+            _truncate_log(metrics_path, state["global_step"])
     state["config"] = recorded(cfg)  # saved in every checkpoint; a resume is checked against it
     if is_main:
         write_text(run_dir / "config.yaml", dump(state["config"]))
     D.barrier()
 
     net = DistributedDataParallel(model) if distributed else model
-    dataset = kind.dataset(train_split, model)  # the model tokenises its own captions
-    if resume:  # an edited step count would replay or skip batches and cut the log at the wrong row
-        check_steps(ckpt / "trainer_state.json", state, [_steps_per_epoch(len(dataset), tc, 0, w)
-                                                         for w in (1, world_size)])
-        if is_main:
-            _truncate_log(metrics_path, state["global_step"])
     # a frozen cached text encoder runs once per caption of both splits, here, in large batches
     model.prepare_captions(dataset.tokens, progress=progress and is_main)
     model.prepare_captions(encode_captions(val_split, model), progress=progress and is_main)
