@@ -9,6 +9,8 @@ Layout of an index folder::
     captions/                the same for an indexed caption collection (items hold the text)
     build/                   work area of an interrupted build (resumed by re-running the command)
     .vlmatch.lock            held by the one build or update writing the folder
+    .vlmatch.read.lock       shared by readers while they open the index, held alone by a writer while
+                             it swaps its parts in and commits (every encoding and FAISS index done first)
 
 What belongs to an index, what the manifest records of each part, and how a build or an update
 replaces parts so that a kill at any point leaves one complete index: :mod:`vlmatch.search.folder`.
