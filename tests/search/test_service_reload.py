@@ -141,6 +141,22 @@ def test_a_version_that_cannot_be_opened_is_logged_and_the_served_one_kept(ckpts
     assert backend.reload() is False  # not tried again until the manifest changes again
 
 
+@pytest.mark.parametrize("every,watching", [("0.05", True), ("0", False)])
+def test_serve_watches_its_index_unless_told_not_to(ckpts, tmp_path, monkeypatch, capsys, every, watching):  # noqa: F811
+    import uvicorn
+
+    imgs = jpegs(tmp_path / "imgs", NAMES)
+    out = tmp_path / "idx"
+    assert build(ckpts, imgs, out) == 0
+    served = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: served.append(app))
+    assert main(["serve", str(out), "--reload-every", every]) == 0
+    backend = served[0].state.backend
+    assert f"version {backend.version}) at http://127.0.0.1:8000/" in capsys.readouterr().out
+    assert (backend.watcher is not None and backend.watcher.is_alive()) == watching
+    backend.stop()
+
+
 @pytest.mark.parametrize("value", ["-1", "nan", "inf"])
 def test_serve_refuses_a_reload_interval_that_is_no_number_of_seconds(value, capsys):
     assert main(["serve", "nowhere", "--reload-every", value]) == 2

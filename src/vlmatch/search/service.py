@@ -155,6 +155,7 @@ class IndexBackend:
         self._reloading = threading.Lock()
         self._failed = None  # the stamp of a version that failed to open (tried again when it changes)
         self._stop = threading.Event()
+        self.watcher: threading.Thread | None = None
         self.reloads = 0
 
     @classmethod
@@ -206,9 +207,9 @@ class IndexBackend:
                 except Exception:  # noqa: BLE001 -- the watcher never dies of one bad look
                     log.exception("vlmatch serve: checking the index for a new version failed")
 
-        t = threading.Thread(target=loop, name="vlmatch-index-watch", daemon=True)
-        t.start()
-        return t
+        self.watcher = threading.Thread(target=loop, name="vlmatch-index-watch", daemon=True)
+        self.watcher.start()
+        return self.watcher
 
     def stop(self) -> None:
         self._stop.set()
