@@ -95,3 +95,13 @@ def test_a_hand_edited_trainer_state_is_refused_naming_the_file_and_field(run, c
     err = one_line(capsys)
     assert f"{path}: {says}" in err and "--overwrite" in err
     assert {name: (run / name).read_bytes() for name in kept} == kept  # refused before the log is cut
+
+
+@pytest.mark.parametrize("made,says", [(False, "no such run folder"), (True, "no config.yaml in it")])
+def test_resume_of_a_folder_that_holds_no_run_says_so(tmp_path, capsys, made, says):
+    run = tmp_path / "run"
+    if made:
+        run.mkdir()
+    assert resume(run) == 2
+    err = one_line(capsys)
+    assert f"--resume {run}: {says}" in err and "bundled" not in err and not (tmp_path / "run" / ".vlmatch.lock").exists()
