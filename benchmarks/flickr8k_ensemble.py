@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 from flickr8k import CACHE, HERE, RESULTS, RUNS, load_results, render
+from inputs import need_features
 
 from vlmatch.evaluation.metrics import ensemble, evaluate_protocol, format_table
 from vlmatch.evaluation.scoring import checkpoint_scores
@@ -53,6 +54,9 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if len(a.members) < 2:
         ap.error("an ensemble needs two or more --members")
+    need_features(CACHE)
+    for m in a.members:  # every member's checkpoint, before the first is scored
+        member_checkpoint(m)
     mats = [member_sims(m) for m in a.members]
     members = {m: evaluate_protocol(s, "single", source=m) for m, s in zip(a.members, mats, strict=True)}
     res = evaluate_protocol(ensemble(mats, a.members), "single", source=a.name)

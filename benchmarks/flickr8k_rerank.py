@@ -25,6 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from flickr8k import CACHE, HERE, RUNS, load_results, render  # noqa: E402
+from inputs import need_features, need_run  # noqa: E402
 
 from vlmatch.data.precomp import PrecompSplit  # noqa: E402
 from vlmatch.evaluation.rerank import evaluate_reranked, model_text_neighbors  # noqa: E402
@@ -56,6 +57,9 @@ def main(argv=None):
 
     torch.set_num_threads(a.threads)
     runs = HERE / "cache" / "runs"
+    need_features(CACHE)
+    for run in filter(None, (a.run, a.text_run)):
+        need_run(runs / run / "best")
     split = PrecompSplit(CACHE, "dev")
     t0 = time.perf_counter()
     sims = val_sims(runs / a.run, split)

@@ -183,6 +183,11 @@ def main(argv=None):
                     help="also score the whole val split with uniform attention (SCAN: lambda1 = 0; CAAN: mean "
                          "pooling) against as trained")
     a = ap.parse_args(argv)
+    from inputs import need_features, need_run
+
+    need_features(Path(a.features))
+    for ck in a.checkpoint:
+        need_run(Path(ck))
     split = PrecompSplit(a.features, "dev", max_images=a.images)
     out = RESULTS / "scan_attention.json"
     rows = json.loads(out.read_text()) if out.is_file() else {}

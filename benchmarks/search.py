@@ -32,6 +32,7 @@ import numpy as np
 import search_default
 import torch
 from hostinfo import cpu_flags, cpu_model
+from inputs import need_features, need_shared
 
 HERE = Path(__file__).resolve().parent
 CACHE = HERE / "cache"
@@ -389,6 +390,11 @@ def main(argv=None):
     o.add_argument("--agree-queries", type=int, default=0)
     o.add_argument("--d", type=int, default=1024)
     a = ap.parse_args(argv)
+    # what a command reads that another makes, before its first expensive step (a 100k index takes minutes)
+    if a.cmd in ("real", "default-scale", "default-scale-one"):
+        need_features(F8K)  # real: the dev split; default-scale: its captions are the timed queries
+    elif a.cmd == "default-build":
+        need_shared(search_default.SHARED)
     if a.cmd == "scale-one":
         print(json.dumps(scale_one(a.n, a.queries, a.agree_queries, d=a.d)))
         return

@@ -123,6 +123,10 @@ def ship(a) -> None:
     from vlmatch.io import write_bytes, write_json
 
     best = HERE / "cache" / "runs" / a.run / "best"
+    from inputs import need_features, need_run
+
+    need_features(FEATURES)
+    need_run(best)
     record = json.loads((HERE / "results" / "flickr8k" / f"{a.run}.json").read_text())
     model = load_model(best)
     full = val_metrics(model)

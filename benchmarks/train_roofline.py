@@ -181,6 +181,9 @@ def main(argv=None):
     ap.add_argument("--out", help="results path without suffix (default: benchmarks/results/train_roofline, "
                                   "or train_roofline_system_allocator with --system-allocator)")
     a = ap.parse_args(argv)
+    from inputs import need_shared
+
+    need_shared(SHARED)  # the captions of the timed batches
     a.out = a.out or str(HERE / "results" / ("train_roofline_system_allocator" if a.system_allocator
                                              else "train_roofline"))
     torch.set_num_threads(a.threads)

@@ -33,11 +33,14 @@ def main(argv=None) -> dict:
     ap.add_argument("--name", default=None)
     a = ap.parse_args(argv)
     sys.path.insert(0, str(HERE.parent / "src"))
+    from inputs import need_features
+
     from vlmatch import load_model
     from vlmatch.data.precomp import PrecompSplit
     from vlmatch.evaluation.metrics import format_table, recall_metrics
     from vlmatch.evaluation.scoring import model_scores, two_stage_scores
 
+    need_features(Path(a.data), (a.split,))
     torch.set_num_threads(a.threads)
     model = load_model(a.checkpoint)
     split = PrecompSplit(a.data, a.split, max_images=a.images)

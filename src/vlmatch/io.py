@@ -247,3 +247,65 @@ def complete_dir(path: str | os.PathLike) -> Path | None:
         return path
     prev = path.with_name(path.name + ".prev")
     return prev if prev.is_dir() else None
+
+
+LOCK = ".vlmatch.lock"
+
+
+@contextmanager
+def writer_lock(folder: str | os.PathLike, what: str, busy: str) -> Iterator[None]:
+    """Hold ``folder``'s writer lock (``flock`` on ``folder/.vlmatch.lock``, which records ``process PID
+    (what)``) for the duration; another writer is refused at once with a VlmatchError: ``FOLDER is being
+    written by process PID (what); BUSY``. The system drops the lock when its holder dies, so a killed
+    writer never leaves the folder locked. Used by index builds and updates and by training runs."""
+    from .errors import VlmatchError
+
+    folder = Path(folder)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not a POSIX system: nothing to lock with
+        yield
+        return
+    fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
+            raise VlmatchError(f"{folder} is being written by {holder}; {busy}") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"process {os.getpid()} ({what})\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # closing drops the lock
+
+
+@contextmanager
+def shared_lock(path: str | os.PathLike, exclusive: bool, waiting: str, create: bool = True) -> Iterator[bool]:
+    """Hold ``flock`` on the file ``path`` (made if missing and ``create``), shared or ``exclusive``,
+    waiting for it; :func:`crash_point` is called with ``waiting`` just before a wait (tests see who
+    waits). Yields True, or False where the file cannot be opened (missing, or in a folder this user
+    may only read): nothing to lock with, and nobody can write there to need it."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not a POSIX system
+        yield False
+        return
+    try:
+        fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o666)
+    except OSError:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            yield False
+            return
+    mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+    try:
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        except BlockingIOError:
+            crash_point(waiting)
+            fcntl.flock(fd, mode)
+        yield True
+    finally:
+        os.close(fd)

@@ -150,3 +150,46 @@ def test_outputs_that_are_folders_are_refused_before_any_work(tmp_path, capsys, 
 def test_explain_refuses_an_empty_caption(text, capsys):
     assert main(["explain", "--model", "nowhere", "--image", "x.jpg", "--text", text, "--out", "o.png"]) == 2
     assert "--text is empty" in _one_line(capsys.readouterr().err)
+
+
+class _NotWeights:  # pickled by torch.save: PyTorch's safe loader refuses it with a long UnpicklingError
+    pass
+
+
+@pytest.mark.parametrize("weights,says", [
+    ("missing.pth", "missing.pth: not found (the --weights file for backbone efficientnet-lite0)"),
+    ("text.pth", "text.pth: not a weights file (the --weights file for backbone efficientnet-lite0): PyTorch cannot "
+                 "read it as a state dict"),
+    ("pickle.pth", "pickle.pth: not a weights file (the --weights file for backbone efficientnet-lite0): PyTorch "
+                   "cannot read it as a state dict (UnpicklingError: "),
+    ("list.pth", "list.pth: not a weights file (the --weights file for backbone efficientnet-lite0): it holds no "
+                 "state dict of tensors"),
+    ("other.pth", "other.pth: not weights of efficientnet-lite0 (the --weights file for backbone efficientnet-lite0): "
+                  "296 of its 296 tensors missing"),
+    ("DIR", "DIR: is not a file (the --weights file for backbone efficientnet-lite0)"),
+])
+def test_index_build_names_a_weights_file_it_cannot_use(tmp_path, capsys, weights, says):
+    import torch
+    from PIL import Image
+
+    (tmp_path / "imgs").mkdir()
+    Image.new("RGB", (32, 32)).save(tmp_path / "imgs" / "a.jpg")
+    (tmp_path / "text.pth").write_text("not weights\n")
+    torch.save({"w": _NotWeights()}, tmp_path / "pickle.pth")
+    torch.save({"w": [1, 2]}, tmp_path / "list.pth")
+    torch.save({"w": torch.zeros(2)}, tmp_path / "other.pth")
+    (tmp_path / "DIR").mkdir()
+    assert main(["index", "build", "--images", str(tmp_path / "imgs"), "--out", str(tmp_path / "idx"),
+                 "--weights", str(tmp_path / weights), "--no-progress"]) == 2
+    assert f"vlmatch: error: {tmp_path / says}" in _one_line(capsys.readouterr().err)
+    assert not (tmp_path / "idx" / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("argv,name", [(["explain", "--model", "nowhere", "--image", "x.jpg", "--out", "o.png",
+                                         "--text"], "--text"),
+                                       (["search", "nowhere"], "the query text")])
+def test_text_that_is_not_utf8_is_named(capsys, argv, name):
+    text = b"a dog \xff\xfe on grass".decode("utf-8", "surrogateescape")  # as Python hands such argv bytes over
+    assert main([*argv, text]) == 2
+    err = _one_line(capsys.readouterr().err)
+    assert f"vlmatch: error: {name} is not UTF-8 text (byte \\xff at character 7 of \"a dog \\xff\\xfe on grass\")" in err

@@ -44,7 +44,8 @@ class FakeBackend:
         words = set(text.lower().split())
         scored = [(len(words & set(c.split())) / 3 + 0.001 * (self.size - i), i) for i, c in enumerate(self.captions)]
         top = sorted(scored, key=lambda t: -t[0])[:min(candidates, self.size)]
-        return [{"id": i, "path": str(self.paths[i]), "score": s, "stage1_score": s / 2} for s, i in top[:k]]
+        return [{"id": i, "path": str(self.paths[i].relative_to(self.dir)), "score": s, "stage1_score": s / 2}
+                for s, i in top[:k]]
 
     def search_image(self, image, image_id, k):
         self._wait()

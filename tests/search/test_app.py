@@ -51,8 +51,8 @@ def assert_error(r, status, code=None):
 
 def test_health(client):
     h = client.get("/health").json()
-    assert h == {"status": "ok", "model": "fake", "index_size": 8, "captions": 8, "version": __version__,
-                 "workers": 2, "queue": 16, "in_flight": 0}
+    assert h == {"status": "ok", "model": "fake", "index_size": 8, "captions": 8, "index_version": None,
+                 "version": __version__, "workers": 2, "queue": 16, "in_flight": 0}
 
 
 def test_search_post_and_get_rank_by_score(client):

@@ -65,6 +65,39 @@ def test_a_lone_surrogate_in_the_query_is_a_400(client):
     assert client.post("/search", json={"text": "a red square"}).status_code == 200  # and it still serves
 
 
+@pytest.mark.parametrize("text", ["\u200b\u200c\u200d\ufeff", "\u00a0\u00a0", " \u2060\u200b "])
+def test_text_of_invisible_characters_only_is_empty_like_spaces(client, text):
+    assert_error(client.post("/search", json={"text": text}), 400, "empty_text")
+    assert_error(client.get("/search", params={"q": text}), 400, "empty_text")
+    assert_error(client.get("/explain/1", params={"text": text}), 400, "empty_text")
+    assert client.post("/search", json={"text": "\u200ba red square"}).status_code == 200  # words around them count
+
+
+@pytest.mark.parametrize("route", ["/search?q=", "/explain/1?text=", "/explain/1.png?text=", "/search?k=3&q=a+"])
+@pytest.mark.parametrize("raw,byte", [("%FF%FE", "\\xff"), ("%ED%A0%80", "\\xed"), ("red%C3", "\\xc3")])
+def test_query_bytes_that_are_not_utf8_are_bad_text_on_every_route(client, backend, route, raw, byte):
+    body = assert_error(client.get(route + raw), 400, "bad_text")
+    assert "is not UTF-8 text (byte " + byte in body["detail"], body
+    assert backend.asked_ids == []  # refused before any lookup or model work
+
+
+@pytest.mark.parametrize("raw,says", [(b'{"text": "\xff\xfe"}', "the JSON body is not UTF-8 text"),
+                                      (b'{"text": "\xed\xa0\x80 dog"}', "lone surrogate (\\ud800)")])
+def test_a_json_body_that_is_not_utf8_is_bad_text_too(client, raw, says):
+    body = assert_error(post_json(client, raw), 400, "bad_text")  # as the same bytes in a query string
+    assert says in body["detail"]
+
+
+@pytest.mark.parametrize("method,path,allow", [("HEAD", "/", "GET"), ("PUT", "/search", "GET, POST"),
+                                               ("HEAD", "/search", "GET, POST"), ("DELETE", "/health", "GET"),
+                                               ("POST", "/images/1", "GET"), ("PATCH", "/explain/1.png", "GET")])
+def test_every_405_names_the_methods_allowed(client, method, path, allow):
+    r = client.request(method, path)
+    assert r.status_code == 405 and r.headers["allow"] == allow
+    if method != "HEAD":
+        assert r.json()["error"] == "method_not_allowed"
+
+
 @pytest.mark.parametrize("raw", [b'{"text": "red", "min_score": NaN}', b'{"text": "red", "min_score": Infinity}',
                                  b'{"text": "red", "min_score": -Infinity}'])
 def test_min_score_must_be_finite(client, raw):

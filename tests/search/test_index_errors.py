@@ -185,6 +185,12 @@ def test_nlist_beyond_the_captions_is_refused_before_any_encoding(made, tmp_path
     assert not any((tmp_path / "o" / part).exists() for part in ("build", "images", "manifest.json"))  # nothing encoded
 
 
+def test_a_missing_image_folder_is_named_and_no_out_folder_is_made(toy_ckpts, tmp_path, capsys):
+    assert build(toy_ckpts, tmp_path / "nope", tmp_path / "o") == 2
+    assert f"{tmp_path / 'nope'}: image folder not found" in one_line(capsys.readouterr().err)
+    assert not (tmp_path / "o").exists()  # before: a folder holding only a lock file
+
+
 def test_out_folder_that_cannot_be_made(made, tmp_path, capsys):
     (tmp_path / "file").write_text("x")
     assert build_args(made, tmp_path / "file") == 2
@@ -219,11 +225,12 @@ def test_a_build_interrupted_after_the_images_resumes(made, tmp_path, monkeypatc
     def fail(*a, **k):
         raise KeyboardInterrupt("killed while indexing the captions")
 
-    real = B._build_captions
-    monkeypatch.setattr(B, "_build_captions", fail)
+    real = B._encode_captions
+    monkeypatch.setattr(B, "_encode_captions", fail)
     assert build_args(made, tmp_path / "o", "--captions", str(made / "caps.txt")) == 130
-    assert (tmp_path / "o/images/stage1.npy").is_file()  # the image collection was written, its rows moved
-    monkeypatch.setattr(B, "_build_captions", real)
+    # the images are encoded (kept in build/ for the resume); no part is swapped in before every part is ready
+    assert (tmp_path / "o/build/images").is_dir() and not (tmp_path / "o/images").exists()
+    monkeypatch.setattr(B, "_encode_captions", real)
     assert build_args(made, tmp_path / "o", "--captions", str(made / "caps.txt")) == 0
     assert main(["search", str(tmp_path / "o"), "red dog"]) == 0
 

@@ -73,7 +73,7 @@ def test_a_corrupt_optimizer_file_is_refused_on_resume(tmp_path):
     opt = torch.optim.Adam(m.parameters())
     m(torch.randn(2, 3, 4), None, torch.ones(2, 3, dtype=torch.long), torch.tensor([3, 2])).sum().backward()
     opt.step()
-    save_training_state(tmp_path / "last", m, opt, {"global_step": 1})
+    save_training_state(tmp_path / "last", m, opt, {"epoch": 0, "step_in_epoch": 1, "global_step": 1})
     assert load_training_state(tmp_path / "last", m, opt)["global_step"] == 1
     raw = bytearray((tmp_path / "last" / "optimizer.safetensors").read_bytes())
     raw[-3] ^= 0xFF

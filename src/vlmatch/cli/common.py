@@ -29,3 +29,16 @@ def checkpoint_arg(text: str):
         return str(resolve_checkpoint(text))  # a string, as argparse gives every other path
     except VlmatchError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def utf8_text(text: str, name: str) -> str:
+    """``text`` from the command line, refused (a ConfigError naming the argument ``name``) when it holds
+    bytes that are not UTF-8: Python hands them over as lone surrogates, which no tokenizer takes."""
+    from ..errors import ConfigError
+    from ..io import printable
+
+    for i, ch in enumerate(text):
+        if "\ud800" <= ch <= "\udfff":
+            raise ConfigError(f"{name} is not UTF-8 text (byte {printable(ch)} at character {i + 1} of "
+                              f"\"{printable(text, controls=True)}\"): give the text in UTF-8")
+    return text

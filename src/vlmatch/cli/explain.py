@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError, DataError
-from .common import checkpoint_arg
+from .common import checkpoint_arg, utf8_text
 
 
 def add_parser(sub):
@@ -49,7 +49,7 @@ def cmd_explain(a):
     from ..viz.attention import explain_pair
     from ..viz.heatmap import render
 
-    if not a.text.strip():
+    if not utf8_text(a.text, "--text").strip():
         raise ConfigError("--text is empty: give the caption whose words to explain")
     for out in (a.out, a.json):  # before any work, not after it
         if out:

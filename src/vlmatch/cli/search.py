@@ -8,7 +8,7 @@ from ..errors import ConfigError, DataError
 from ..io import printable
 from ..search.build import SCORES
 from ..search.stage1 import KINDS
-from .common import positive_int
+from .common import positive_int, utf8_text
 
 
 def add_parser(sub):
@@ -145,6 +145,8 @@ def cmd_search(a):
 
     if (a.text is None) == (a.image is None):
         raise ConfigError("search needs a query text or --image FILE (one of them)")
+    if a.text is not None:
+        utf8_text(a.text, "the query text")
     if a.json:
         check_writable(a.json)  # before the search, not after the table
     idx = Index.open(a.index, lean_queries=False)  # one query: the lean forward would cost more than it saves

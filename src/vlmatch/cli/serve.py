@@ -36,6 +36,9 @@ def add_parser(sub):
     p.add_argument("--queue", type=int, default=16, help="requests that may wait for a worker; more get 503 (default 16)")
     p.add_argument("--max-upload-mb", type=upload_megabytes, default=8.0,
                    help=f"largest accepted image upload in MiB (default 8; above 0, at most {MAX_UPLOAD_MB:g})")
+    p.add_argument("--reload-every", type=float, default=2.0, metavar="SECONDS",
+                   help="look this often for a version of the index committed since (index build --overwrite, index "
+                        "update) and serve it; requests in flight finish on the old one (default 2; 0: never)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=cmd_serve)
 
@@ -53,8 +56,12 @@ def cmd_serve(a):
         raise ConfigError(f"--port {a.port} is not a TCP port")
     # the worker threads share torch's intra-op pool: split the cores between them
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // a.workers))
+    if not (math.isfinite(a.reload_every) and a.reload_every >= 0):
+        raise ConfigError(f"--reload-every {a.reload_every}: give a number of seconds >= 0 (0: never)")
     backend = IndexBackend.open(a.index)
+    if a.reload_every > 0:
+        backend.watch(a.reload_every)
     app = create_app(backend, Limits(workers=a.workers, queue=a.queue, max_upload_bytes=int(a.max_upload_mb * 2**20)))
-    print(f"serving {a.index} ({backend.size} images, model {backend.model_name}) at http://{a.host}:{a.port}/",
-          flush=True)
+    print(f"serving {a.index} ({backend.size} images, model {backend.model_name}, version {backend.version}) at "
+          f"http://{a.host}:{a.port}/", flush=True)
     uvicorn.run(app, host=a.host, port=a.port, log_level=a.log_level)

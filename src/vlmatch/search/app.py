@@ -22,18 +22,21 @@ import math
 import re
 import threading
 import time
+import unicodedata
 from collections import OrderedDict
 from contextlib import asynccontextmanager
 from importlib.resources import files
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import unquote_to_bytes
 
-from fastapi import FastAPI, File, Form, Query, Request, UploadFile
+from fastapi import Depends, FastAPI, File, Form, Query, Request, UploadFile
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from ..errors import DataError, VlmatchError
 from ..io import printable
@@ -55,13 +58,48 @@ Method = Literal["attention", "contribution", "gradient", "occlusion"]  # vlmatc
 METHOD_HELP = ("how the maps are made: attention (the model's own weights), contribution (each position's exact "
                "share of the score), gradient (gradient x input), occlusion (score drop with the position masked); "
                "default: the model's best-grounding method")
-FILE_CACHE = "public, max-age=86400"  # indexed files change only when the index is rebuilt or updated
+# an id may name another file once the server follows a rebuild: clients revalidate (a 304 is cheap)
+FILE_CACHE = "public, max-age=0, must-revalidate"
 DRAIN_BYTES = 64 * 2**20  # a refused body up to this size is read and dropped (see BodyLimit)
 
 
 class ApiError(Exception):
     def __init__(self, status: int, code: str, detail: str, headers: dict | None = None):
         self.status, self.code, self.detail, self.headers = status, code, detail, headers
+
+
+def visible(ch: str) -> bool:
+    """A character that shows: not white space (NBSP included), not a control, and not a format character
+    such as ZERO WIDTH SPACE/JOINER/NON-JOINER or the BOM (Unicode category Cf). A lone surrogate counts
+    as visible here (it is refused as bad_text, not as empty)."""
+    return not ch.isspace() and unicodedata.category(ch) not in ("Cf", "Cc")
+
+
+async def _utf8_body(request: Request) -> bool:
+    """The request's body is UTF-8 (or could not be read again: a body cut off at its cap)."""
+    try:
+        (await request.body()).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    except Exception:  # noqa: BLE001 -- ClientDisconnect and the like: not ours to judge
+        return True
+    return True
+
+
+def query_bytes_problem(query_string: bytes) -> str | None:
+    """Why a raw query string's values are not UTF-8 text (None: they all are): starlette decodes them
+    with replacement, so ``?q=%FF%FE`` would otherwise search for U+FFFD where the same bytes in a JSON
+    body are refused."""
+    for pair in query_string.split(b"&"):
+        name, _, value = pair.partition(b"=")
+        raw = unquote_to_bytes(value.replace(b"+", b" "))
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            key = unquote_to_bytes(name).decode("utf-8", "replace")
+            return (f"{key} is not UTF-8 text (byte \\x{raw[e.start]:02x} at byte {e.start} of the decoded value): "
+                    "send the text percent-encoded as UTF-8")
+    return None
 
 
 def sniff_type(head: bytes) -> str | None:
@@ -182,7 +220,7 @@ class SearchRequest(BaseModel):
 
 class SearchResult(BaseModel):
     id: int
-    path: str
+    path: str = Field(..., description="the file's path inside the photo folder the index was built from")
     score: float = Field(..., description="the model's own (stage-2) score; results are ranked by it")
     stage1_score: float | None = Field(None, description="the stage-1 (global vector) score that chose the candidate")
 
@@ -228,6 +266,8 @@ class Health(BaseModel):
     model: str
     index_size: int
     captions: int
+    index_version: str | None = Field(None, description="the committed version of the index served (the start of "
+                                                        "its manifest's seal): it changes with every build and update")
     version: str
     workers: int
     queue: int
@@ -279,6 +319,13 @@ class ThumbCache:
         return data
 
 
+async def utf8_query(request: Request) -> None:
+    """Refuse (400 bad_text) a query string whose values are not UTF-8 (see :func:`query_bytes_problem`)."""
+    problem = query_bytes_problem(request.scope.get("query_string") or b"")
+    if problem is not None:
+        raise ApiError(400, "bad_text", problem)
+
+
 def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
     limits = limits or Limits()
     pool = ModelPool(limits.workers, limits.queue)
@@ -289,6 +336,8 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
     async def lifespan(app):
         yield
         pool.shutdown()
+        if hasattr(backend, "stop"):  # the watcher of an IndexBackend (vlmatch serve)
+            backend.stop()
 
     app = FastAPI(
         title="vlmatch search",
@@ -300,6 +349,7 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
                     f"{limits.workers} model workers with {limits.queue} queued requests, then 503.",
         docs_url=None, redoc_url=None,  # both load their scripts from a CDN; the schema is at /openapi.json
         lifespan=lifespan,
+        dependencies=[Depends(utf8_query)],  # every route: query text is UTF-8, as in a JSON body
     )
     app.state.pool, app.state.limits, app.state.backend = pool, limits, backend
 
@@ -333,7 +383,22 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request, e):
         code = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}.get(e.status_code, "http_error")
-        return JSONResponse({"error": code, "detail": words(str(e.detail))}, status_code=e.status_code)
+        headers = dict(getattr(e, "headers", None) or {})
+        if e.status_code == 400 and "json" in request.headers.get("content-type", "") and not await _utf8_body(request):
+            # FastAPI's words for a JSON body that is not UTF-8: the same rule as a query string's bytes
+            return JSONResponse({"error": "bad_text", "detail": "the JSON body is not UTF-8 text: send it encoded as "
+                                                                "UTF-8"}, status_code=400)
+        if e.status_code == 405:  # every method some route of this path answers (RFC 9110: a 405 names them)
+            headers["Allow"] = allowed_methods(request.scope)
+        return JSONResponse({"error": code, "detail": words(str(e.detail))}, status_code=e.status_code,
+                            headers=headers or None)
+
+    def allowed_methods(scope) -> str:
+        methods = set()
+        for route in app.router.routes:  # PARTIAL: the path is the route's, the method is not
+            if route.matches(scope)[0] != Match.NONE and getattr(route, "methods", None):
+                methods |= set(route.methods)
+        return ", ".join(sorted(methods))
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request, e):
@@ -362,8 +427,9 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
 
     def check_text(text: str, name: str = "text") -> str:
         text = text.strip()
-        if not text:
-            raise ApiError(400, "empty_text", f"{name} is empty")
+        if not any(visible(ch) for ch in text):  # "", spaces (NBSP too), zero-width characters only
+            raise ApiError(400, "empty_text", f"{name} is empty" + (" (it holds only invisible characters)"
+                                                                     if text else ""))
         bad = re.search("[\ud800-\udfff]", text)
         if bad:  # JSON can carry a lone surrogate ("\ud800"); no text is made of one
             raise ApiError(400, "bad_text", f"{name} holds a lone surrogate (\\u{ord(bad.group()):04x}) at character "
@@ -456,7 +522,7 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
             st = path.stat()
         except OSError:
             raise ApiError(404, "file_missing", "the indexed file is no longer on disk (update the index)") from None
-        return st, f'"{st.st_mtime_ns:x}-{st.st_size:x}"'
+        return st, f'"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"'
 
     def not_modified(request: Request, etag: str) -> Response | None:
         if etag in {t.strip() for t in request.headers.get("if-none-match", "").split(",")}:
@@ -492,7 +558,7 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
         etag = etag[:-1] + f'-t{limits.thumb_size}"'
         if (r := not_modified(request, etag)) is not None:
             return r
-        key = (id, st.st_mtime_ns, st.st_size)
+        key = (id, str(path), st.st_ino, st.st_mtime_ns, st.st_size)
         data = thumbs.lookup(key)
         if data is None:
             async with decoding:  # at most `workers` thumbnails are decoded at once
@@ -530,7 +596,8 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
     async def health():
         """Model, index size, caption count, version and the worker pool's state."""
         return {"status": "ok", "model": backend.model_name, "index_size": backend.size, "captions": backend.n_captions,
-                "version": __version__, "workers": pool.workers, "queue": pool.queue, "in_flight": pool.in_flight}
+                "index_version": getattr(backend, "version", None), "version": __version__, "workers": pool.workers,
+                "queue": pool.queue, "in_flight": pool.in_flight}
 
     page = files("vlmatch.search").joinpath("static/index.html").read_text(encoding="utf-8")
 

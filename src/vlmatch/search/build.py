@@ -9,6 +9,8 @@ Layout of an index folder::
     captions/                the same for an indexed caption collection (items hold the text)
     build/                   work area of an interrupted build (resumed by re-running the command)
     .vlmatch.lock            held by the one build or update writing the folder
+    .vlmatch.read.lock       shared by readers while they open the index, held alone by a writer while
+                             it swaps its parts in and commits (every encoding and FAISS index done first)
 
 What belongs to an index, what the manifest records of each part, and how a build or an update
 replaces parts so that a kill at any point leaves one complete index: :mod:`vlmatch.search.folder`.
@@ -43,7 +45,7 @@ from ..models.base import MatchingModel
 from ..weights import sha256_file
 from .checks import read_captions, read_items
 from .encode import Batch, Stage1Source, encode_part, fingerprint, read_meta
-from .folder import FORMAT, check_out, commit, new_collection_id, open_parts, recover, require_manifest, writer_lock
+from .folder import FORMAT, check_out, commit, new_collection_id, open_parts, recover, require_manifest, swapping, writer_lock
 from .stage1 import build_faiss, write_faiss
 from .store import open_arrays
 
@@ -251,12 +253,20 @@ def concat_stores(folders: list[Path], out: Path, dtype: str, rows: list | None 
 
 # --- writing the index -------------------------------------------------------------------------
 
-def write_collection(dest: Path, folder: Path, items: list[dict], ann: str, nlist: int | None, hnsw_m: int) -> dict:
-    """Make the collection folder ``dest`` of the encoded rows in ``folder`` (hard links: ``folder``
-    stays whole) and ``items``; the old version stays as ``dest.prev`` until the commit
-    (:func:`vlmatch.search.folder.commit`). Returns the collection's entry of the manifest."""
+def stage1_of(folder: Path, ann: str, nlist: int | None, hnsw_m: int):
+    """The FAISS index (and its description) of the stage-1 vectors in ``folder``: built before the
+    parts are swapped, so that readers wait only for renames (:func:`vlmatch.search.folder.swapping`)."""
     vectors = np.load(folder / "stage1.npy", mmap_mode="r")
     index, info = build_faiss(np.asarray(vectors), ann, nlist=nlist, hnsw_m=hnsw_m)
+    return index, {**info, "requested": ann}
+
+
+def write_collection(dest: Path, folder: Path, items: list[dict], stage1) -> dict:
+    """Make the collection folder ``dest`` of the encoded rows in ``folder`` (hard links: ``folder``
+    stays whole), ``items`` and ``stage1`` (:func:`stage1_of`); the old version stays as ``dest.prev``
+    until the commit (:func:`vlmatch.search.folder.commit`). Returns the collection's entry of the
+    manifest. Call it holding :func:`vlmatch.search.folder.swapping`."""
+    index, info = stage1
     with atomic_dir(dest, keep_prev=True) as tmp:
         link_tree(folder / "enc", tmp / "enc")
         link_tree(folder / "stage1.npy", tmp / "stage1.npy")
@@ -265,7 +275,7 @@ def write_collection(dest: Path, folder: Path, items: list[dict], ann: str, nlis
         write_json(tmp / "enc" / "fields.json", {**fields, "id": new_collection_id()})
         write_faiss(index, tmp / "stage1.faiss")
         write_json(tmp / "items.json", items, indent=None)
-    return {"count": len(items), "stage1": {**info, "requested": ann}, "fields": fields["fields"]}
+    return {"count": len(items), "stage1": info, "fields": fields["fields"]}
 
 
 def versions() -> dict:
@@ -307,6 +317,8 @@ def build_index(out, model_ckpt, images=None, features=None, split: str = "test"
     if score == "mean" and retriever_ckpt is None:
         raise ConfigError("--score mean averages the model's and the retriever's scores: give --retriever too")
     out = Path(out)
+    if images is not None and not Path(images).is_dir():  # before --out is made (it would hold only a lock file)
+        raise DataError(images, "image folder not found")
     D.init_from_env(torch.device("cpu"))
     rank, world = D.world()
     check_out(out, images, overwrite)  # every rank, before any of them writes
@@ -396,31 +408,36 @@ def _build(out: Path, model_ckpt, images, features, split, captions, retriever_c
         return None
     if n_regions is None:  # a caption-only index: the placeholder image needs some region count
         n_regions = 1
+    ready = {}  # collection -> (encoded rows' folder, items, stage-1 index): all the work, before any swap
     if images is not None or features is not None:
         if rec["folder"] is None:
             raise DataError(images or features, "nothing to index: every image was skipped")
-        manifest["collections"]["images"] = write_collection(out / "images", rec["folder"], items, ann, nlist, hnsw_m)
-        manifest["dims"] = {"stage1": dim, "regions": n_regions, "img_dim": model.cfg.img_dim}
+        ready["images"] = rec["folder"], items, stage1_of(rec["folder"], ann, nlist, hnsw_m)
     if captions is not None:
-        manifest["collections"]["captions"] = _build_captions(out, work, model, s1, caption_rows, dtype, ann, nlist,
-                                                              hnsw_m, n_regions, batch_size, progress)
-        manifest.setdefault("dims", {"stage1": s1.check(n_regions), "regions": None, "img_dim": model.cfg.img_dim})
-        manifest["source"]["captions"] = str(Path(captions).resolve())
-    manifest["counts"] = {k: v["count"] for k, v in manifest["collections"].items()}
-    save_checkpoint(out / "model", model)
-    if retriever is not None:
-        save_checkpoint(out / "retriever", retriever)
-    return commit(out, manifest)
+        folder, cap_items = _encode_captions(work, model, s1, caption_rows, dtype, n_regions, batch_size, progress)
+        ready["captions"] = folder, cap_items, stage1_of(folder, ann, nlist, hnsw_m)
+    with swapping(out):  # readers opening the index meanwhile wait for these renames and the commit
+        for name, (folder, rows, stage1) in ready.items():
+            manifest["collections"][name] = write_collection(out / name, folder, rows, stage1)
+        if "images" in ready:
+            manifest["dims"] = {"stage1": dim, "regions": n_regions, "img_dim": model.cfg.img_dim}
+        if captions is not None:
+            manifest.setdefault("dims", {"stage1": s1.check(n_regions), "regions": None, "img_dim": model.cfg.img_dim})
+            manifest["source"]["captions"] = str(Path(captions).resolve())
+        manifest["counts"] = {k: v["count"] for k, v in manifest["collections"].items()}
+        save_checkpoint(out / "model", model)
+        if retriever is not None:
+            save_checkpoint(out / "retriever", retriever)
+        return commit(out, manifest)
 
 
-def _build_captions(out, work, model, s1, caption_rows, dtype, ann, nlist, hnsw_m, n_regions, batch_size, progress):
+def _encode_captions(work, model, s1, caption_rows, dtype, n_regions, batch_size, progress):
     caps, width = caption_rows  # read_captions: the lines and their longest token count
     fp = fingerprint("captions", caps, model.name, dtype)
     folder = work / "captions"
     encode_part(folder, fp, len(caps), caption_batches(caps, batch_size), caption_encoder(model, s1, n_regions), dtype,
                 pad_to=width, desc="index captions", progress=progress)
-    items = [{"id": i, "text": c} for i, c in enumerate(caps)]
-    return write_collection(out / "captions", folder, items, ann, nlist, hnsw_m)
+    return folder, [{"id": i, "text": c} for i, c in enumerate(caps)]
 
 
 def update_index(path, skip_bad: bool = False, batch_size: int = 64, progress: bool = True, weights=None) -> dict:
@@ -500,14 +517,15 @@ def _update(out: Path, manifest: dict, parts: dict, skip_bad, batch_size, progre
         concat_stores(folders, merged / "enc", dtype, rows)
         np.save(merged / "stage1.npy", np.concatenate(s1_parts))
         info = manifest["collections"]["images"]["stage1"]
-        manifest["collections"]["images"] = write_collection(out / "images", merged, items,
-                                                             info.get("requested", "auto"),
-                                                             info.get("nlist") if info["kind"] == "ivf" else None,
-                                                             info.get("M", 32))
+        stage1 = stage1_of(merged, info.get("requested", "auto"), info.get("nlist") if info["kind"] == "ivf" else None,
+                           info.get("M", 32))
         written = ("images",)
     manifest["next_id"] = next_id
     manifest["counts"]["images"] = len(items)
     manifest["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     manifest["skipped"] = rec["bad"]
-    commit(out, manifest, written)
+    with swapping(out):  # readers opening the index meanwhile wait for the swap and the commit
+        if written:
+            manifest["collections"]["images"] = write_collection(out / "images", merged, items, stage1)
+        commit(out, manifest, written)
     return {**report, "skipped": rec["bad"]}

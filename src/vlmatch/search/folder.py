@@ -3,7 +3,8 @@ every part after a kill at any point.
 
 An index folder holds ``manifest.json`` and the parts it describes: ``model/`` and ``retriever/``
 (copies of the checkpoints), ``images/`` and ``captions/`` (collections); ``build/`` is the work
-area of an unfinished build or update and ``.vlmatch.lock`` the writers' lock. Nothing else belongs
+area of an unfinished build or update, ``.vlmatch.lock`` the writers' lock and ``.vlmatch.read.lock``
+the lock readers share while opening. Nothing else belongs
 to an index: ``index build`` refuses an ``--out`` that holds or lies inside the image folder, and
 one that holds anything more unless told ``--overwrite``, which then replaces only these entries.
 
@@ -21,7 +22,13 @@ hash at every start; their shapes are checked on opening and every row read back
 ``build/``. After a kill anywhere, the manifest on disk and, for each part, whichever of ``PART`` and
 ``PART.prev`` matches it form one complete index: the old one before the commit, the new one after.
 Opening uses those versions; the next build or update first moves them back under their own names
-(:func:`recover`), then resumes its work from ``build/``. Crash points, for tests:
+(:func:`recover`), then resumes its work from ``build/``.
+
+**Readers racing a writer.** A reader resolves the parts with the manifest, then loads them: a commit
+in between would let it load the new files under the old manifest's records (a mixed index, with no
+error). So readers share ``.vlmatch.read.lock`` (:func:`reading`) from reading the manifest to their
+last load, and a writer holds it alone (:func:`swapping`) from its first part swapped in (all encoding
+and the FAISS indexes done before) through the commit, and while :func:`recover` moves parts back. Crash points, for tests:
 :data:`vlmatch.io.crash_hook` is called with ``"commit:parts"`` (every part in place, the manifest
 not yet) and ``"commit:manifest"`` (the manifest replaced, the old versions not yet removed).
 """
@@ -34,8 +41,6 @@ import os
 import re
 import secrets
 import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from .. import io
@@ -46,7 +51,8 @@ from .store import open_arrays
 
 FORMAT = 2
 MANIFEST = "manifest.json"
-LOCK = ".vlmatch.lock"
+LOCK = io.LOCK
+READ_LOCK = ".vlmatch.read.lock"  # readers share it while opening; a writer takes it alone to swap parts
 CHECKPOINTS = ("model", "retriever")
 COLLECTIONS = ("images", "captions")
 PARTS = CHECKPOINTS + COLLECTIONS
@@ -75,7 +81,7 @@ def is_index_folder(path) -> bool:
 
 
 def _owned(p: Path) -> bool:
-    return not p.is_symlink() and (p.name == LOCK or _OWNED.fullmatch(p.name) is not None)
+    return not p.is_symlink() and (p.name in (LOCK, READ_LOCK) or _OWNED.fullmatch(p.name) is not None)
 
 
 def check_out(out, images=None, overwrite: bool = False) -> None:
@@ -108,29 +114,24 @@ def check_out(out, images=None, overwrite: bool = False) -> None:
                           "only an index's own entries: move them away or choose another folder")
 
 
-@contextmanager
-def writer_lock(out, what: str) -> Iterator[None]:
-    """Hold the index folder's lock (``flock`` on ``.vlmatch.lock``) while building or updating it;
-    another writer is refused at once. The system drops the lock when its holder dies."""
-    out = Path(out)
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not a POSIX system: nothing to lock with
-        yield
-        return
-    fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
-            raise VlmatchError(f"{out} is being written by {holder}; wait for it to finish (one build or update "
-                               "of an index at a time)") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"process {os.getpid()} ({what})\n".encode(), 0)
-        yield
-    finally:
-        os.close(fd)  # closing drops the lock
+def writer_lock(out, what: str):
+    """Hold the index folder's lock (:func:`vlmatch.io.writer_lock`) while building or updating it;
+    another writer is refused at once, naming the process that holds it."""
+    return io.writer_lock(out, what, "wait for it to finish (one build or update of an index at a time)")
+
+
+def swapping(out):
+    """Held by a writer while it changes parts in place (:func:`recover`, the swaps of the new parts,
+    :func:`commit`): no reader is opening meanwhile, so none reads the manifest of one version and the
+    files of another. Waits for the openings in progress (seconds)."""
+    return io.shared_lock(Path(out) / READ_LOCK, exclusive=True, waiting="swap:wait")
+
+
+def reading(out):
+    """Held by a reader from reading the manifest until every part is loaded (:func:`open_parts` and the
+    loads after it): waits while a writer swaps parts, which takes no encoding, only renames."""
+    out = Path(out)  # the lock file is made only in an index folder (one with a manifest)
+    return io.shared_lock(out / READ_LOCK, exclusive=False, waiting="open:wait", create=(out / MANIFEST).is_file())
 
 
 # --- integrity records ---------------------------------------------------------------------------
@@ -261,6 +262,13 @@ def recover(out) -> None:
     not record, temporaries). Without a readable manifest there is nothing to keep: the build replaces
     every part. A part with no matching version is left as it is (opening reports it)."""
     out = Path(out)
+    if not (out / MANIFEST).is_file():  # no index a reader could open: temporaries to clean at most
+        return _recover(out)
+    with swapping(out):  # parts move back under their names: no reader may resolve them meanwhile
+        _recover(out)
+
+
+def _recover(out: Path) -> None:
     for name in (*PARTS, MANIFEST):
         io.clean_stale(out / name)
     try:
@@ -284,7 +292,8 @@ def recover(out) -> None:
 def commit(out, manifest: dict, written=PARTS) -> dict:
     """Record the ``written`` parts now in place in ``manifest`` (digests, file hashes), seal it,
     replace ``manifest.json`` -- the commit -- and remove the old versions, the parts it does not
-    name, and ``build/``. Returns the manifest written."""
+    name, and ``build/``. Returns the manifest written. Call it holding :func:`swapping`, taken before
+    the first part was swapped in."""
     out = Path(out)
     for p in CHECKPOINTS:
         if p in written and manifest.get(p):

@@ -27,7 +27,7 @@ from ..evaluation.scoring import score_blocks
 from ..models.base import ImageEncoding, MatchingModel, TextEncoding
 from .checks import COLLECTIONS, read_items
 from .encode import Stage1Source
-from .folder import manifest_stamp, open_parts
+from .folder import manifest_stamp, open_parts, reading
 from .stage1 import Stage1
 from .store import EncodingStore
 
@@ -116,8 +116,9 @@ class Index:
             tries -= 1
             stamp = manifest_stamp(path)
             try:
-                manifest, parts = open_parts(path)
-                with torch.no_grad():
+                # one version, whole: a writer swaps parts in place only while no reader is opening
+                with reading(path), torch.no_grad():
+                    manifest, parts = open_parts(path)
                     model = load_model(parts["model"], map_location=device)
                     retriever = load_model(parts["retriever"], map_location=device) if "retriever" in parts else None
                     for_queries(model, retriever, lean=lean_queries)

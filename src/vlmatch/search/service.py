@@ -9,6 +9,7 @@ and explain one (id, text) pair as per-word weights or a heat-map PNG. :class:`I
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +19,8 @@ from typing import Any, Protocol
 
 from ..errors import ConfigError
 
+log = logging.getLogger("vlmatch.search")
+
 
 class SearchBackend(Protocol):
     model_name: str
@@ -25,7 +28,8 @@ class SearchBackend(Protocol):
     n_captions: int  # size of the indexed caption collection (0: none, image -> text search is off)
 
     def search(self, text: str, k: int, candidates: int) -> list[dict]:
-        """Ranked results ``{id, path, score, stage1_score}``, best first."""
+        """Ranked results ``{id, path, score, stage1_score}``, best first; ``path`` relative to the photo
+        folder the index was built from (a page served to others never shows the server's own paths)."""
 
     def search_image(self, image: bytes | None, image_id: int | None, k: int) -> list[dict]:
         """Nearest captions ``{id, text, score}`` of the caption collection for an uploaded image
@@ -114,17 +118,45 @@ class ModelPool:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-class IndexBackend:
-    """:class:`SearchBackend` over a ``vlmatch.Index`` (``Index.open(folder)``)."""
+class Served:
+    """One committed version of an index, opened, with what the service answers from it."""
 
-    def __init__(self, index):
-        self.index = index
-        self.root = index.root  # error messages name it "the index", never by its path
+    def __init__(self, index, stamp=None):
+        self.index, self.stamp = index, stamp
+        self.version = index_version(index.manifest)
         self.model_name = index.manifest["model"]["name"]
         self.size = len(index)
         self.n_captions = len(index.captions) if index.captions is not None else 0
-        self._paths = {int(it["id"]): Path(it["path"]) for it in index.items} if index.images is not None else {}
+        self.paths = {int(it["id"]): Path(it["path"]) for it in index.items} if index.images is not None else {}
+        # what a result shows: the path inside the photo folder (the absolute one stays in CLI and Python results)
+        self.shown = ({int(it["id"]): it.get("rel") or Path(it["path"]).name for it in index.items}
+                      if index.images is not None else {})
+
+
+def index_version(manifest: dict) -> str:
+    """A short name of one committed version of an index: the start of its manifest's seal (a new one
+    at every build and update)."""
+    return str(manifest.get("seal") or "")[:12]
+
+
+class IndexBackend:
+    """:class:`SearchBackend` over a ``vlmatch.Index`` (``Index.open(folder)``) that follows the folder:
+    :meth:`reload` (every ``watch`` seconds on a thread of its own, with :meth:`watch`) opens a version
+    committed since (a build, ``--overwrite`` rebuild or update: the manifest was replaced) beside the
+    one served and then swaps the whole opened index at once. Each request takes the version served when
+    it starts and finishes on it; the old version is freed when its last request ends."""
+
+    def __init__(self, index):
+        from .folder import manifest_stamp
+
+        self.root = index.root  # error messages name it "the index", never by its path
+        self._served = Served(index, manifest_stamp(index.root))
         self._draw = threading.Lock()  # matplotlib's pyplot state is global: one drawing at a time
+        self._reloading = threading.Lock()
+        self._failed = None  # the stamp of a version that failed to open (tried again when it changes)
+        self._stop = threading.Event()
+        self.watcher: threading.Thread | None = None
+        self.reloads = 0
 
     @classmethod
     def open(cls, folder) -> IndexBackend:
@@ -132,23 +164,76 @@ class IndexBackend:
 
         return cls(Index.open(folder))
 
+    # what /health reports: the version served now
+    index = property(lambda self: self._served.index)
+    version = property(lambda self: self._served.version)
+    model_name = property(lambda self: self._served.model_name)
+    size = property(lambda self: self._served.size)
+    n_captions = property(lambda self: self._served.n_captions)
+
+    def reload(self) -> bool:
+        """Serve the version committed in the folder if it is not the one served; True if it swapped.
+        A version that cannot be opened is logged and the served one kept (tried again once the manifest
+        changes again)."""
+        from .folder import manifest_stamp
+        from .index import Index
+
+        with self._reloading:
+            stamp = manifest_stamp(self.root)
+            if stamp is None or stamp == self._served.stamp or stamp == self._failed:
+                return False
+            try:
+                new = Served(Index.open(self.root), stamp)
+            except Exception as e:  # noqa: BLE001 -- keep serving what works; the log says why
+                self._failed = stamp
+                log.warning("vlmatch serve: the index changed but cannot be opened (%s); still serving version %s",
+                            str(e).splitlines()[0] if str(e) else type(e).__name__, self._served.version)
+                return False
+            if new.version == self._served.version:  # the same commit (the manifest was only touched)
+                self._served.stamp = stamp
+                return False
+            old, self._served = self._served, new
+            self.reloads += 1
+            log.info("vlmatch serve: now serving index version %s (%d images; was %s, %d images)", new.version,
+                     new.size, old.version, old.size)
+            return True
+
+    def watch(self, every: float = 2.0) -> threading.Thread:
+        """Call :meth:`reload` every ``every`` seconds on a daemon thread until :meth:`stop`."""
+        def loop():
+            while not self._stop.wait(every):
+                try:
+                    self.reload()
+                except Exception:  # noqa: BLE001 -- the watcher never dies of one bad look
+                    log.exception("vlmatch serve: checking the index for a new version failed")
+
+        self.watcher = threading.Thread(target=loop, name="vlmatch-index-watch", daemon=True)
+        self.watcher.start()
+        return self.watcher
+
+    def stop(self) -> None:
+        self._stop.set()
+
     def path_of(self, image_id: int) -> Path | None:
-        return self._paths.get(image_id)
+        return self._served.paths.get(image_id)
 
     def search(self, text: str, k: int, candidates: int) -> list[dict]:
-        return [{"id": r.id, "path": r.path, "score": r.score, "stage1_score": r.stage1_score}
-                for r in self.index.search(text, k=k, candidates=candidates)]
+        s = self._served  # this request's version, whatever a reload does meanwhile
+        return [{"id": r.id, "path": s.shown[r.id], "score": r.score, "stage1_score": r.stage1_score}
+                for r in s.index.search(text, k=k, candidates=candidates)]
 
     def search_image(self, image: bytes | None, image_id: int | None, k: int) -> list[dict]:
-        found = self.index.search_image(image if image is not None else self.path_of(image_id), k=k)
+        s = self._served
+        found = s.index.search_image(image if image is not None else s.paths.get(image_id), k=k)
         return [{"id": r.id, "text": r.text, "score": r.score} for r in found]
 
     def explain(self, image_id: int, text: str, method: str | None = None) -> dict:
-        att = self.index.explain(image_id, text, method)
+        att = self._served.index.explain(image_id, text, method)
         return {"method": att.method, "words": att.words,
                 "weights": att.weights.T.tolist(),  # (k positions, n words) -> a row per word
                 "axis": att.axis, "score": att.score, "grid": [att.grid, att.grid] if att.grid else None}
 
     def explain_png(self, image_id: int, text: str, method: str | None = None) -> bytes:
+        index = self._served.index
         with self._draw:
-            return self.index.explain_png(image_id, text, method)
+            return index.explain_png(image_id, text, method)

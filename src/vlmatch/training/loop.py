@@ -13,6 +13,7 @@ import hashlib
 import json
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -27,15 +28,15 @@ from ..data.resolve import resolve_data
 from ..data.vocab import Vocab
 from ..distributed import pick_device
 from ..encoders.hf import HFTextEncoder
-from ..errors import ConfigError
+from ..errors import ConfigError, DataError
 from ..evaluation.validate import validate
 from ..io import append_line, atomic_dir, read_json, write_json, write_text
 from ..models.registry import create_model, legacy_conflicts, model_class, saved_options
 from .allocator import keep_freed_memory
-from .checkpoint import latest_checkpoint, load_training_state, save_training_state
+from .checkpoint import check_steps, latest_checkpoint, load_training_state, save_training_state
 from .config import check_config, dump
 from .grounding import GroundingTargets, grounding_term
-from .rundir import check_resume, prepare_fresh, recorded
+from .rundir import check_resume, prepare_fresh, recorded, run_lock, start_over
 
 
 def epoch_batches(n: int, batch_size: int, seed: int, epoch: int, rank: int, world_size: int) -> list[list[int]]:
@@ -110,8 +111,16 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
 
     A fresh run refuses a ``run_dir`` that holds a run unless ``overwrite``; ``resume`` continues the
     run whose checkpoint is in ``run_dir/last`` and refuses a ``cfg`` that would compute another run.
+    One writer per run folder: the main process holds its lock (:func:`vlmatch.training.rundir.run_lock`)
+    from before anything is read or removed to the end, and a second run of the folder is refused.
     """
     cfg = check_config(cfg)
+    rank = D.world()[0] if D.world()[1] > 1 else D.world_from_env()[0]
+    with run_lock(run_dir, resume) if rank == 0 else nullcontext():
+        return _train(cfg, Path(run_dir), resume, progress, overwrite)
+
+
+def _train(cfg: dict, run_dir: Path, resume: bool, progress: bool, overwrite: bool) -> dict:
     tc, dc = cfg["train"], cfg["data"]
     device = pick_device(tc["device"])
     if tc["threads"]:
@@ -122,11 +131,10 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
     rank, world_size = D.world()
     distributed = world_size > 1
     is_main = rank == 0
-    run_dir = Path(run_dir)
     torch.manual_seed(tc["seed"])
     ckpt = latest_checkpoint(run_dir) if resume else None
     if resume and ckpt is None:
-        raise ConfigError(f"--resume {run_dir}: no last/ checkpoint in it")
+        resume, overwrite = start_over(run_dir), True  # killed before its first checkpoint: nothing to continue
     if resume:
         check_resume(read_json(ckpt / "trainer_state.json").get("config"), cfg, run_dir)
     if not resume and is_main:
@@ -175,8 +183,12 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
 
     state = {"epoch": 0, "step_in_epoch": 0, "global_step": 0, "best_rsum": -1.0, "best_epoch": None, "elapsed": 0.0}
     metrics_path = run_dir / "metrics.jsonl"
+    dataset = kind.dataset(train_split, model)  # the model tokenises its own captions
     if resume:
         state = load_training_state(ckpt, model, optimizer)
+        # an edited step count would replay or skip batches and cut the log at the wrong row
+        check_steps(ckpt / "trainer_state.json", state, [_steps_per_epoch(len(dataset), tc, 0, w)
+                                                         for w in (1, world_size)])
         if is_main:
             _truncate_log(metrics_path, state["global_step"])
     state["config"] = recorded(cfg)  # saved in every checkpoint; a resume is checked against it
@@ -185,7 +197,6 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
     D.barrier()
 
     net = DistributedDataParallel(model) if distributed else model
-    dataset = kind.dataset(train_split, model)  # the model tokenises its own captions
     # a frozen cached text encoder runs once per caption of both splits, here, in large batches
     model.prepare_captions(dataset.tokens, progress=progress and is_main)
     model.prepare_captions(encode_captions(val_split, model), progress=progress and is_main)
@@ -272,6 +283,11 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
     return json.loads(best.read_text()) if best.is_file() else {}
 
 
+def _steps_per_epoch(n: int, tc: dict, rank: int, world_size: int) -> int:
+    steps = len(epoch_batches(n, tc["batch_size"], tc["seed"], 0, rank, world_size))
+    return min(steps, tc["max_steps_per_epoch"]) if tc["max_steps_per_epoch"] else steps
+
+
 def compiled_score(model):
     """``train.compile``: the model's pair score through torch.compile with dynamic shapes (every batch has
     its own caption length). Where Inductor cannot compile a model's graph (it fails on the first call), or
@@ -342,8 +358,26 @@ def _validate_and_keep(model, val_split, device, state, run_dir, metrics_path, e
 
 
 def _truncate_log(path: Path, global_step: int) -> None:
-    """Drop log lines written after the checkpoint we resume from."""
+    """Drop log lines written after the checkpoint we resume from. A last line cut short by a kill is
+    one of them (a row is logged before the checkpoint of its step is saved); a malformed line before
+    the last is a DataError naming the file and the line."""
     if not path.exists():
         return
-    keep = [ln for ln in path.read_text().splitlines() if ln and json.loads(ln).get("global_step", 0) <= global_step]
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    keep = []
+    for no, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            step = row.get("global_step", 0) if isinstance(row, dict) else None
+        except json.JSONDecodeError:
+            if no == len(lines):  # torn by the kill that interrupted the run
+                continue
+            step = None
+        if not isinstance(step, int):
+            raise DataError(path, f"line {no} is not a row vlmatch train wrote (not a JSON object with an integer "
+                                  "global_step): restore the file or start the run over with --overwrite")
+        if step <= global_step:
+            keep.append(line)
     write_text(path, "".join(line + "\n" for line in keep))

@@ -5,6 +5,10 @@ A fresh run refuses a folder that already holds a run (``config.yaml``, ``metric
 the user keeps there). A resumed run must be the run the checkpoint was made by: the configuration
 saved in ``last/trainer_state.json`` is compared with the one resumed with, and only options that do
 not change what is computed may differ (:data:`vlmatch.training.config.RESUMABLE_CHANGES`).
+
+One writer per run folder: a run (fresh, ``--overwrite`` or ``--resume``) holds the folder's lock
+(``.vlmatch.lock``, as an index build does) from before it reads or removes anything until it ends;
+a second run of the same folder is refused at once, naming the process that holds it.
 """
 
 from __future__ import annotations
@@ -12,9 +16,11 @@ from __future__ import annotations
 import copy
 import json
 import shutil
+import sys
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..io import writer_lock
 from .config import RESUMABLE_CHANGES
 
 RUN_ENTRIES = ("config.yaml", "metrics.jsonl", "last", "last.prev", "best", "best.prev", "ranks")
@@ -42,6 +48,31 @@ def prepare_fresh(run_dir: Path, overwrite: bool = False) -> None:
         else:
             p.unlink()
     Path(run_dir).mkdir(parents=True, exist_ok=True)
+
+
+def run_lock(run_dir, resume: bool = False):
+    """The run folder's writer lock (:func:`vlmatch.io.writer_lock`); a fresh run creates the folder
+    first, a resumed one must find it."""
+    run_dir = Path(run_dir)
+    if resume and not run_dir.is_dir():
+        raise ConfigError(f"--resume {run_dir}: no such run folder")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return writer_lock(run_dir, "vlmatch train", "wait for it to finish, or stop it first (one training run per "
+                                                 "run folder at a time)")
+
+
+def start_over(run_dir) -> bool:
+    """``--resume`` of a run killed before its first checkpoint: nothing was learned that a resume could
+    keep, so the run starts over from step 1 (returns False: not a resume). A folder with a ``best/``
+    but no ``last/`` has lost its checkpoint some other way: refused, naming ``--overwrite``."""
+    run_dir = Path(run_dir)
+    if (run_dir / "best").exists() or (run_dir / "best.prev").exists():
+        raise ConfigError(f"--resume {run_dir}: no last/ checkpoint in it to continue from (best/ is there, last/ "
+                          f"is not): start the run over with `vlmatch train --config {run_dir / 'config.yaml'} "
+                          f"--run-dir {run_dir} --overwrite`")
+    print(f"vlmatch: note: --resume {run_dir}: the run stopped before its first checkpoint (no last/): starting it "
+          "over from step 1", file=sys.stderr)
+    return False
 
 
 def recorded(cfg: dict) -> dict:

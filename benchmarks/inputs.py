@@ -1,0 +1,51 @@
+"""What a benchmark reads that another command makes, checked before its first expensive step: a missing
+input ends the script at once with one line saying what to run first (not with a traceback after minutes
+of work). Every script of benchmarks/ that reads the Flickr8k feature cache, the shared data or a trained
+run calls these first."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SHARED = HERE.parent.parent / "shared" / "flickr8k"
+FEATURES = HERE / "cache" / "flickr8k-efficientnet-lite0"
+EXTRACT = "python benchmarks/flickr8k.py --extract-only"
+
+
+def _script() -> str:
+    return f"benchmarks/{Path(sys.argv[0]).name}" if sys.argv and sys.argv[0].endswith(".py") else "benchmarks"
+
+
+def stop(path: Path, what: str, first: str) -> None:
+    """End the script: ``path`` (``what``) is missing, and the command ``first`` makes it."""
+    sys.exit(f"{_script()}: {path} is missing ({what}): run `{first}` first")
+
+
+def need_shared(shared: Path = SHARED) -> None:
+    """The Flickr8k images and Karpathy JSON that ../shared holds beside the checkout (no command makes them)."""
+    from vlmatch.data.resolve import FLICKR8K_SOURCE
+
+    for p, what in ((shared / "dataset_flickr8k.json", "Flickr8k's Karpathy captions"),
+                    (shared / "images", "the Flickr8k images")):
+        if not p.exists():
+            sys.exit(f"{_script()}: {p} is missing ({what}; the data lives beside the checkout, in "
+                     f"{SHARED.parent}): {FLICKR8K_SOURCE}")
+
+
+def need_features(folder: Path = FEATURES, splits=("dev",), captions: bool = True) -> None:
+    """The precomp feature cache ``benchmarks/flickr8k.py`` extracts: ``{split}_ims.npy`` (and captions)."""
+    folder = Path(folder)
+    names = [f"{s}_ims.npy" for s in splits] + ([f"{s}_caps.txt" for s in splits] if captions else [])
+    for name in names:
+        if not (folder / name).is_file():
+            # the study's cache (wherever a test or --features puts it) is made by flickr8k.py; another, by hand
+            first = EXTRACT if folder.name == FEATURES.name else f"vlmatch features extract ... --out {folder}"
+            stop(folder / name, "the Flickr8k features and captions this benchmark reads", first)
+
+
+def need_run(best: Path, make: str = "python benchmarks/flickr8k.py --config CONFIG --name RUN") -> None:
+    """A trained checkpoint folder (``benchmarks/cache/runs/<run>/best``)."""
+    if not (Path(best) / "config.json").is_file():
+        stop(Path(best), "a trained checkpoint", make)

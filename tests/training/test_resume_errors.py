@@ -1,0 +1,107 @@
+"""What `vlmatch train --resume` says about a run it cannot continue as it is: killed before its first
+checkpoint (it starts over), given another --config (refused), a metrics.jsonl torn by a kill (the torn
+row dropped) or damaged before its end, a hand-edited trainer_state.json (one line naming the file and
+the field)."""
+
+import json
+
+import pytest
+import yaml
+
+from vlmatch.cli import main
+
+from .test_rundir import _steps, tiny
+
+
+@pytest.fixture
+def run(small_world, tmp_path, capsys):
+    """A run stopped at step 2 with its checkpoint at step 2; its config file; a rerun's argv."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(tiny(small_world, checkpoint_every_steps=1)))
+    run = tmp_path / "run"
+    assert main(["train", "--config", str(cfg), "--run-dir", str(run), "--set", "train.stop_after_steps=2",
+                 "--no-progress"]) == 0
+    capsys.readouterr()
+    return run
+
+
+def resume(run, *extra):
+    return main(["train", "--resume", str(run), "--no-progress", *extra])
+
+
+def one_line(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+def test_a_run_killed_before_its_first_checkpoint_starts_over_on_resume(run, capsys):
+    (run / "last").rename(run.parent / "last.gone")  # as a kill early in epoch 1 leaves it: config.yaml, rows
+    assert not (run / "best").exists()
+    assert resume(run) == 0
+    assert "stopped before its first checkpoint (no last/): starting it over from step 1" in capsys.readouterr().err
+    assert _steps(run) == [1, 2, 3]  # one run, from step 1, no row of the killed start kept twice
+
+
+def test_a_run_with_best_but_no_last_names_overwrite(run, capsys):
+    (run / "last").rename(run.parent / "last.gone")
+    (run / "best").mkdir(exist_ok=True)
+    assert resume(run) == 2
+    err = one_line(capsys)
+    assert "no last/ checkpoint in it to continue from" in err and f"--run-dir {run} --overwrite" in err
+
+
+def test_resume_with_another_config_is_refused(run, small_world, tmp_path, capsys):
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump({**tiny(small_world), "model": {"name": "scan", "embed_dim": 16, "word_dim": 8}}))
+    state = (run / "last" / "trainer_state.json").read_bytes()
+    assert resume(run, "--config", str(other)) == 2
+    err = one_line(capsys)
+    assert f"--resume {run} continues the run with its own config" in err and f"--config {other}" in err
+    assert (run / "last" / "trainer_state.json").read_bytes() == state
+
+
+def test_a_metrics_row_torn_by_a_kill_is_dropped_on_resume(run):
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"type": "train", "epoch": 0, "st')  # a kill in the middle of the write of step 3's row
+    assert resume(run) == 0
+    assert _steps(run) == [1, 2, 3]
+    assert all(json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines())
+
+
+def test_a_metrics_file_damaged_before_its_end_is_named(run, capsys):
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    (run / "metrics.jsonl").write_text("\n".join([lines[0][:10], *lines[1:]]) + "\n")
+    assert resume(run) == 2
+    err = one_line(capsys)
+    assert f"{run / 'metrics.jsonl'}: line 1 is not a row vlmatch train wrote" in err
+
+
+@pytest.mark.parametrize("field,value,says", [
+    ("epoch", "one", "epoch is 'one'; it must be a whole number >= 0"),
+    ("global_step", 2.5, "global_step is 2.5; it must be a whole number >= 0"),
+    ("step_in_epoch", -1, "step_in_epoch is -1; it must be a whole number >= 0"),
+    ("best_rsum", None, "best_rsum is None; it must be a number"),
+    ("global_step", 99999, "global_step is 99999, but epoch 0 and step_in_epoch 2 of this run make it 2"),
+    ("global_step", 1, "global_step is 1, but epoch 0 and step_in_epoch 2 of this run make it 2"),
+    ("step_in_epoch", 7, "step_in_epoch is 7, but an epoch of this run has 3 steps"),
+])
+def test_a_hand_edited_trainer_state_is_refused_naming_the_file_and_field(run, capsys, field, value, says):
+    path = run / "last" / "trainer_state.json"
+    state = json.loads(path.read_text())
+    path.write_text(json.dumps({**state, field: value}))
+    kept = {name: (run / name).read_bytes() for name in ("metrics.jsonl", "config.yaml")}
+    assert resume(run, "--set", "train.threads=2") == 2
+    err = one_line(capsys)
+    assert f"{path}: {says}" in err and "--overwrite" in err
+    assert {name: (run / name).read_bytes() for name in kept} == kept  # refused before the log is cut
+
+
+@pytest.mark.parametrize("made,says", [(False, "no such run folder"), (True, "no config.yaml in it")])
+def test_resume_of_a_folder_that_holds_no_run_says_so(tmp_path, capsys, made, says):
+    run = tmp_path / "run"
+    if made:
+        run.mkdir()
+    assert resume(run) == 2
+    err = one_line(capsys)
+    assert f"--resume {run}: {says}" in err and "bundled" not in err and not (tmp_path / "run" / ".vlmatch.lock").exists()
