@@ -165,3 +165,15 @@ def test_scan_with_a_transformer_text_side_learns_and_reloads_its_finetuned_weig
 
     again = recall_metrics(model_scores(model, PrecompSplit(small_world, "dev", max_images=200), progress=False))
     assert abs(again["rsum"] - best["rsum"]) < 0.5  # the reloaded checkpoint scores as the one validated
+
+
+def test_word_level_input_ignores_the_sentence_and_context_does_not(tiny_bert):  # noqa: F811
+    """``text_context: false``: a token's vector is the transformer's input embedding of it alone."""
+    words = {}
+    for context in (True, False):
+        m = _model("vsepp", tiny_bert, text_context=context).eval()
+        tokens, lengths = m.tokenize(["a dog", "a dog runs"])
+        with torch.no_grad():
+            v = m.pretrained_text.token_vectors(tokens, lengths)
+        words[context] = torch.allclose(v[0, :2], v[1, :2])
+    assert words == {True: False, False: True}

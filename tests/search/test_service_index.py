@@ -103,3 +103,29 @@ def test_image_search_by_upload_and_by_id(served):
     assert [r["text"] for r in up["results"]] == [r.text for r in want]
     by_id = c.post("/search/image", data={"id": str(idx.items[2]["id"]), "k": "3"}).json()
     assert [r["text"] for r in by_id["results"]] == [r.text for r in want]  # same file, same features
+
+
+def test_the_index_explains_with_the_model_that_records_the_better_pointing(served, monkeypatch):
+    import vlmatch.pretrained as pretrained
+
+    c, idx = served
+    # models that do not ship record nothing: the stage-2 model with its best method
+    assert idx.explainer()[0] is idx.model
+    records = {"retriever": {"method": "occlusion", "pointing": 60.0}, "model": {"method": "attention", "pointing": 34.0}}
+    part_of = {str(idx.parts[k]): k for k in ("model", "retriever")}
+    monkeypatch.setattr(pretrained, "explainer_record", lambda w: records[part_of[str(w.parent)]])
+    model, method = idx.explainer()
+    assert model is idx.retriever and method == "occlusion"
+    att = idx.explain(5, "a dog on the grass")
+    assert att.method == "occlusion" and att.words == "a dog on the grass".split()
+    retriever_score = float(idx.retriever.score(*_encode(idx.retriever, idx, 5, "a dog on the grass")))
+    assert att.score == pytest.approx(retriever_score, rel=1e-4)  # the retriever's maps, not the re-scorer's
+    assert idx.explainer("attention")[0] is idx.model  # the retriever has no attention: the one that has
+
+
+def _encode(model, idx, item_id, text):
+    import torch
+
+    feats = idx.image_features(idx.items[[it["id"] for it in idx.items].index(item_id)]["path"])
+    with torch.no_grad():
+        return model.encode_images(feats), model.encode_texts(*model.tokenize([text]))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 
+import torch
 from torch import Tensor, nn
 
 from .hf import HFTextEncoder
@@ -30,8 +31,9 @@ class PretrainedWords(nn.Module):
     """Transformer token vectors -> learned affine layer -> (words (B, L, D), final (B, D))."""
 
     def __init__(self, path: str | os.PathLike | None, out_dim: int, finetune: bool = False, cache: bool = True,
-                 max_tokens: int = 64, dropout: float = 0.0):
+                 max_tokens: int = 64, dropout: float = 0.0, context: bool = True):
         super().__init__()
+        self.context = context
         self.hf = HFTextEncoder(path, trainable=finetune, max_length=max_tokens)
         self.cache = cache
         self.proj = nn.Linear(self.hf.hidden_size, out_dim)
@@ -42,7 +44,13 @@ class PretrainedWords(nn.Module):
         return self.hf.hidden_size
 
     def token_vectors(self, tokens: Tensor, lengths: Tensor) -> Tensor:
-        """E (B, L, H) in the layer's dtype, through the output cache when frozen."""
+        """E (B, L, H) in the layer's dtype, through the output cache when frozen. Without ``context``: the
+        transformer's input embedding of each token (word-level: no token sees the others)."""
+        if not self.context:
+            mask = (torch.arange(tokens.shape[1], device=tokens.device)[None, :] < lengths[:, None]).to(self.proj.weight.dtype)
+            with torch.set_grad_enabled(self.hf.trainable and torch.is_grad_enabled()):
+                emb = self.hf.model.get_input_embeddings()(tokens).to(self.proj.weight.dtype)
+            return emb * mask[..., None]
         return self.hf.token_vectors(tokens, lengths, self.proj.weight.dtype, cache=self.cache)
 
     def forward(self, tokens: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:

@@ -32,6 +32,8 @@ class TextSideOptions:
                                         "'minilm': the packaged all-MiniLM-L6-v2; or a local Hugging Face folder")
     finetune: bool = option(False, doc="with a transformer text side: train the transformer too (no output cache)")
     text_cache: bool = option(True, doc="with a frozen transformer: cache its token outputs on disk")
+    text_context: bool = option(True, doc="with a transformer: its contextual output token vectors (False: its input "
+                                          "embeddings, word-level: each token alone, no sentence context)")
     max_tokens: int = option(64, min=3, max=4096, doc="with a transformer: WordPiece tokens per caption, "
                                                         "[CLS] and [SEP] included")
 
@@ -60,7 +62,7 @@ class TextSide:
         from ..encoders.pretrained_text import PretrainedWords
 
         enc = PretrainedWords(cfg.text_encoder, out_dim, finetune=cfg.finetune, cache=cfg.text_cache,
-                              max_tokens=cfg.max_tokens, dropout=dropout)
+                              max_tokens=cfg.max_tokens, dropout=dropout, context=cfg.text_context)
         object.__setattr__(self, "pretrained_text", enc)
         return enc
 
@@ -76,7 +78,7 @@ class TextSide:
 
     def prepare_captions(self, token_lists: list[list[int]], progress: bool = False) -> None:
         side = self.pretrained_text
-        if side is not None and side.cache and not side.hf.trainable:
+        if side is not None and side.cache and side.context and not side.hf.trainable:
             side.hf.prefill(token_lists, progress)
 
     def save_extra(self, directory: Path) -> None:

@@ -269,7 +269,8 @@ class Index:
         ranked = sorted(models, key=lambda km: -(records[km[0]] or {}).get("pointing", -1.0))
         if method is None:
             key, m = ranked[0]
-            return m, (records[key] or {}).get("method") or default_method(m)
+            recorded = (records[key] or {}).get("method")
+            return m, recorded if recorded and supports(m, recorded) else default_method(m)
         check_method(method)
         for _, m in ranked:
             if supports(m, method):
