@@ -63,7 +63,8 @@ def run_row(a) -> dict:
     split = PrecompSplit(folder, "dev", max_images=a.max_images)
     model = load_model(resolve_checkpoint(a.model))
     method = a.method or default_method(model)
-    res = pointing_game(model, split.features, split.ids, a.entities, method, progress=True)
+    res = pointing_game(model, split.features, split.ids, a.entities, method, progress=True,
+                        phrase_as_query=a.phrase_as_query)
     print(format_grounding({a.row: res}))
     run = Path(str(a.model)).parent.name if not str(a.model).startswith("pretrained:") else None
     rsum = None
@@ -94,7 +95,9 @@ def render() -> str:
     for r in rows:
         types = " | ".join(f"{r['by_type'][t]['pointing']:.1f}" if t in r["by_type"] else "-" for t in TYPES)
         rsum = f"{r['val_rsum']:.1f}" if r.get("val_rsum") else "-"
-        out.append(f"| {r['row']} | `{r['model']}` | {r['method']} | {r['features']} | {rsum} | **{r['pointing']:.1f}** | "
+        method = r["method"] + (" (phrase as query)" if r.get("phrases_as") == "query" and r["method"] in
+                                ("attention", "contribution") else "")
+        out.append(f"| {r['row']} | `{r['model']}` | {method} | {r['features']} | {rsum} | **{r['pointing']:.1f}** | "
                    f"{r['centre']:.1f} | {r['caption_mean']:.1f} | {r['ceiling']:.1f} | {r['phrases']} | {types} | "
                    f"{r['seconds']:.0f} |")
     out += ["", "## Commands and notes", ""]
@@ -111,6 +114,7 @@ def main() -> None:
     ap.add_argument("--model", help="checkpoint folder or pretrained:NAME")
     ap.add_argument("--method", help="explanation method (default: the model's best)")
     ap.add_argument("--entities", default=str(ENTITIES))
+    ap.add_argument("--phrase-as-query", action="store_true", help="attention/contribution: each phrase its own query")
     ap.add_argument("--max-images", type=int)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--note")

@@ -71,3 +71,11 @@ def test_table_has_every_column(world):
     assert "pointing" in table.splitlines()[0] and "100.0" in table.splitlines()[1]
     for key in ("pointing", "centre", "caption_mean", "ceiling", "phrases", "by_type"):
         assert key in res
+
+
+@pytest.mark.parametrize("method", ["contribution", "attention"])
+def test_phrase_as_its_own_query(world, method):
+    (feats, names, _), root = world
+    res = pointing_game(OracleModel(), feats, names, root, method, phrase_as_query=True)
+    assert res["pointing"] == 100.0 and res["phrases_as"] == "query"
+    assert pointing_game(OracleModel(), feats, names, root, method)["phrases_as"] == "tokens"

@@ -29,6 +29,9 @@ def add_parser(sub):
     p.add_argument("--entities", required=True, help="folder with Annotations/ and Sentences/ (Flickr30k Entities)")
     p.add_argument("--method", choices=METHODS, help="explanation method (default: the model's shipped one, else "
                                                      "contribution where the model has it, else gradient)")
+    p.add_argument("--phrase-as-query", action="store_true",
+                   help="attention/contribution: score each phrase as its own query (default: the sum of its tokens' "
+                        "maps in its caption; gradient and occlusion always score the phrase alone)")
     p.add_argument("--max-images", type=int, help="only the first N images of the split")
     p.add_argument("--json", metavar="OUT", help="also write the results as JSON")
     p.add_argument("--backbone", help="image backbone for a photo folder (default: the one the model was trained on)")
@@ -54,7 +57,8 @@ def cmd_grounding(a):
     model = load_model(a.model)
     method = a.method or default_method(model)
     features, names = split_features(a, model)
-    res = pointing_game(model, features, names, a.entities, method, progress=not a.no_progress)
+    res = pointing_game(model, features, names, a.entities, method, progress=not a.no_progress,
+                        phrase_as_query=a.phrase_as_query)
     res = {"model": str(a.model), "data": str(a.data), "split": a.split, **res}
     print(format_grounding({f"{Path(str(a.model)).name} {method}": res}))
     print(json.dumps(res))

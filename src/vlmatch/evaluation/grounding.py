@@ -74,9 +74,11 @@ class Tally:
 
 
 def image_phrase_maps(model: MatchingModel, features: np.ndarray, captions: list[str],
-                      phrases: list[GroundedPhrase], method: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Each phrase's (k,) map and each caption's (k,) mean map for one image."""
-    if method in QUERY_METHODS:
+                      phrases: list[GroundedPhrase], method: str,
+                      as_query: bool = False) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Each phrase's (k,) map and each caption's (k,) mean map for one image (``as_query``: attention and
+    contribution too score each phrase, and each caption, as its own query)."""
+    if method in QUERY_METHODS or as_query:
         maps = query_maps(model, features, [gp.phrase.text for gp in phrases] + captions, method)
         return [maps[:, i] for i in range(len(phrases))], [maps[:, len(phrases) + i] for i in range(len(captions))]
     per_caption = caption_token_maps(model, features, captions, method)
@@ -93,12 +95,13 @@ def image_phrase_maps(model: MatchingModel, features: np.ndarray, captions: list
 
 def pointing_game(model: MatchingModel, features: Sequence[np.ndarray] | np.ndarray, filenames: Sequence[str],
                   entities, method: str, grid: int | None = None,
-                  progress: Callable | bool = False) -> dict:
+                  progress: Callable | bool = False, phrase_as_query: bool = False) -> dict:
     """Pointing accuracy of ``method``'s maps of ``model`` over every grounded phrase of the images.
 
     ``features[i]`` (k, D) are image ``filenames[i]``'s grid features (k = grid²); ``entities`` an
     :class:`~vlmatch.data.entities.EntitiesDir` (or its path). Images without Entities files are skipped
-    (and counted). Returns the JSON the ``grounding`` command writes."""
+    (and counted). ``phrase_as_query``: with attention/contribution, score each phrase as its own query
+    instead of summing its tokens' maps in its caption. Returns the JSON the ``grounding`` command writes."""
     check_method(method)
     ents = entities if isinstance(entities, EntitiesDir) else EntitiesDir(entities)
     if not supports(model, method):
@@ -124,7 +127,7 @@ def pointing_game(model: MatchingModel, features: Sequence[np.ndarray] | np.ndar
         images += 1
         feats = np.asarray(features[i], dtype=np.float32)
         captions = [s.text for s in sentences]
-        maps, caption_maps = image_phrase_maps(model, feats, captions, phrases, method)
+        maps, caption_maps = image_phrase_maps(model, feats, captions, phrases, method, phrase_as_query)
         centres = cell_centres(grid, ann.width, ann.height)
         centre = (ann.width / 2.0, ann.height / 2.0)
         for gp, m in zip(phrases, maps, strict=True):
@@ -143,7 +146,8 @@ def pointing_game(model: MatchingModel, features: Sequence[np.ndarray] | np.ndar
     if total.n == 0:
         raise ConfigError(f"no phrase with a box among the {len(filenames)} images: is {ents.root} the Entities "
                           f"folder of these images?")
-    return {"method": method, "model": model.name, **total.as_dict(),
+    return {"method": method, "phrases_as": "query" if phrase_as_query or method in QUERY_METHODS else "tokens",
+            "model": model.name, **total.as_dict(),
             "by_type": {t: v.as_dict() for t, v in by_type.items() if v.n},
             "images": images, "images_without_entities": skipped, "phrases_past_token_limit": empty,
             "grid": grid, "seconds": round(time.perf_counter() - t0, 1)}

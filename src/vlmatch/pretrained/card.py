@@ -65,6 +65,16 @@ def _pair_lines(e: Pretrained) -> list[str]:
             f"`pretrained:{p['retriever']}`'s (`index build --score {p['score']}`): val rsum {p['rsum']:.1f}; {rec}."]
 
 
+def _explainer_lines(e: Pretrained) -> list[str]:
+    x = e.explainer
+    if not x or x.get("pointing") is None:
+        return []
+    return [f"- Heat maps (`--method {x['method']}`): point inside the named thing's box for {x['pointing']:.1f} % of the "
+            f"{x['phrases']:,} Flickr30k Entities phrases of Flickr8k val (the photo's centre: {x['centre']:.1f} %; "
+            f"`benchmarks/results/grounding.md`)" + ("; the default explainer of `vlmatch explain`." if x.get("default")
+                                                     else ".")]
+
+
 def card(e: Pretrained) -> list[str]:
     v = e.val.get(e.storage, {})
     rec = ", ".join(f"{name} {v[k]:.1f}" for k, name in RECALLS.items() if k in v)
@@ -80,6 +90,7 @@ def card(e: Pretrained) -> list[str]:
              + (f"; {e.val['epochs_trained']} epochs trained, best after epoch {e.val['best_epoch'] + 1}."
                 if "epochs_trained" in e.val and e.val.get("best_epoch") is not None else "."),
              *_pair_lines(e),
+             *_explainer_lines(e),
              *_search_lines(e),
              f"- Expected to be weak: {e.notes}" if e.notes else "",
              f"- Reproduce: `{e.command}`", ""]
