@@ -150,8 +150,13 @@ def convergence_table(runs: dict) -> list[str]:
              "Trained until val rsum had not improved for `train.patience` epochs (at least `train.min_epochs`), or "
              "for a fixed number of epochs (\"fixed\": benchmarks/study.py says why at each such run); the GRU "
              "column is the best run of the same model with the paper's GRU text side (fewer epochs).", "",
+             "The pointing column: heat maps pointing inside the named thing's Flickr30k Entities box on val, with the "
+             "model's own `attention` and the best other method, against the photo's centre on the same phrases "
+             "(`benchmarks/results/grounding.md`; - where that run's checkpoint was not measured).", "",
              "| run | model | text encoder | epochs trained (best after) | val rsum | i2t R@1 | t2i R@1 "
-             "| GRU row: run, epochs, rsum | train min/epoch |", "|---|---|---|---|---|---|---|---|---|"]
+             "| GRU row: run, epochs, rsum | train min/epoch | pointing: attention, best other (centre) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    pointing = grounding_by_run()
     for k, v in conv.items():
         name, m = v["config"]["model"]["name"], v["metrics"]
         g = gru.get(name)
@@ -162,8 +167,32 @@ def convergence_table(runs: dict) -> list[str]:
         stop += "" if v["config"]["train"].get("patience") else ", fixed"
         trained = len(v.get("val_rsum_by_epoch", []))
         lines.append(f"| {k} | {_model(v)} | {_text_encoder(v)} | {trained} ({m['epoch'] + 1}){stop} | "
-                     f"{m['rsum']:.1f} | {m['i2t_r1']:.1f} | {m['t2i_r1']:.1f} | {other} | {v['minutes_per_epoch']:.2f} |")
+                     f"{m['rsum']:.1f} | {m['i2t_r1']:.1f} | {m['t2i_r1']:.1f} | {other} | {v['minutes_per_epoch']:.2f} | "
+                     f"{pointing.get(k, '-')} |")
     return lines + noise_lines(conv) + ensemble_table(runs) + claims_table(runs, noise(conv))
+
+
+def grounding_by_run() -> dict[str, str]:
+    """Run name -> its pointing cell ("attention 33.9, contribution 39.5 (centre 53.9)") from the grounding rows
+    (benchmarks/grounding.py) of that run's checkpoint."""
+    found: dict[str, dict[str, dict]] = {}
+    for p in sorted((RESULTS / "grounding").glob("*.json")):
+        r = json.loads(p.read_text())
+        if r.get("run"):
+            best = found.setdefault(r["run"], {})
+            if r["method"] not in best or r["pointing"] > best[r["method"]]["pointing"]:
+                best[r["method"]] = r
+    cells = {}
+    for run, by_method in found.items():
+        own = by_method.get("attention")
+        others = [r for m, r in by_method.items() if m != "attention"]
+        other = max(others, key=lambda r: r["pointing"]) if others else None
+        parts = [f"attention {own['pointing']:.1f}" if own else "attention -"]
+        if other:
+            parts.append(f"{other['method']} {other['pointing']:.1f}")
+        centre = (own or other)["centre"]
+        cells[run] = ", ".join(parts) + f" ({centre:.1f})"
+    return cells
 
 
 def _setting(run: dict) -> str:

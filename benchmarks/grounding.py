@@ -68,13 +68,15 @@ def run_row(a) -> dict:
     print(format_grounding({a.row: res}))
     run = Path(str(a.model)).parent.name if not str(a.model).startswith("pretrained:") else None
     rsum = None
-    if run and (RESULTS / "flickr8k" / f"{run}.json").is_file():
-        rsum = json.loads((RESULTS / "flickr8k" / f"{run}.json").read_text())["metrics"]["rsum"]
-    if str(a.model).startswith("pretrained:"):
+    if str(a.model).startswith("pretrained:"):  # the run it was trained by: its recorded command's --name
         from vlmatch import pretrained
 
-        rsum = pretrained.get(str(a.model).split(":", 1)[1]).val_rsum
-    row = {"row": a.row, "model": str(a.model), "method": method, "features": folder.name, "val_rsum": rsum,
+        entry = pretrained.get(str(a.model).split(":", 1)[1])
+        rsum, words = entry.val_rsum, shlex.split(entry.command)
+        run = words[words.index("--name") + 1] if "--name" in words else None
+    elif run and (RESULTS / "flickr8k" / f"{run}.json").is_file():
+        rsum = json.loads((RESULTS / "flickr8k" / f"{run}.json").read_text())["metrics"]["rsum"]
+    row = {"row": a.row, "model": str(a.model), "run": run, "method": method, "features": folder.name, "val_rsum": rsum,
            "note": a.note, "command": "python benchmarks/grounding.py " + shlex.join(sys.argv[1:]),
            "host": {"cpu": cpu_model(), "flags": cpu_flags()}, "finished": time.strftime("%Y-%m-%dT%H:%M:%S"), **res}
     write_json(ROWS / f"{a.row}.json", row)
