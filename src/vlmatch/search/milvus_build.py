@@ -154,7 +154,7 @@ class _Build:
             caps, width = caption_rows
             manifest["source"]["captions"] = str(Path(captions).resolve())
             jobs.append(("captions", caps, caption_batches(caps, batch_size), caption_encoder(model, s1, n_regions),
-                         lambda text, i, meta: {"id": i, "text": text}, width, ("captions", caps)))
+                         lambda row, i, meta: {"id": i, "text": caps[row]}, width, ("captions", caps)))
         fp = fingerprint("milvus-build", [j[-1] for j in jobs], model_info["sha256"],
                          retriever_info and retriever_info["sha256"], dtype, ann, nlist, hnsw_m, score, skip_bad)
         pending = self._start(fp)
