@@ -93,3 +93,18 @@ def test_the_cli_builds_searches_and_serves_a_milvus_index(both, tmp_path, capsy
     assert be.size == 20 and be.path_of(3) is not None and be.path_of(999) is None
     assert main(["search", "--backend", "milvus", "--milvus-uri", str(db), "a dog"]) == 2
     assert "--backend milvus needs --milvus-uri URI and --collection NAME" in capsys.readouterr().err
+
+
+def test_explain_draws_an_indexed_photo_from_either_backend(both, tmp_path, capsys):
+    loc = both["loc"]
+    args = ["--backend", "milvus", "--milvus-uri", loc.uri, "--collection", loc.collection]
+    for name, where in (("m", args), ("f", ["--index", str(both["folder"])])):
+        out = tmp_path / f"{name}.png"
+        assert main(["explain", "--id", "7", "--text", "a red ball", "--out", str(out), "--json",
+                     str(tmp_path / f"{name}.json"), *where]) == 0
+        assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    m, f = (json.loads((tmp_path / f"{x}.json").read_text()) for x in "mf")
+    np.testing.assert_allclose(m["weights"], f["weights"], atol=1e-5)
+    assert main(["explain", "--id", "7", "--text", "a", "--out", str(tmp_path / "x.png"), "--image", "y.jpg",
+                 *args]) == 2
+    assert "drop --image" in capsys.readouterr().err

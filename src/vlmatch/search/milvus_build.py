@@ -18,6 +18,7 @@ plan. Readers see its photos appear one batch at a time, all encoded by the inde
 from __future__ import annotations
 
 import math
+import os
 import time
 from pathlib import Path
 
@@ -84,6 +85,9 @@ def build_milvus(loc: MilvusLocation, model_ckpt, images=None, features=None, sp
         raise ConfigError(f"--score {score!r}: expected one of {', '.join(SCORES)}")
     if score == "mean" and retriever_ckpt is None:
         raise ConfigError("--score mean averages the model's and the retriever's scores: give --retriever too")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ConfigError("--backend milvus builds in one process (each batch goes straight to Milvus): run it without "
+                          "torchrun")
     check_name(loc.collection)
     client = connect(loc.uri)
     ensure_anchor(client, loc.collection)

@@ -186,7 +186,9 @@ def create_encodings(client, name: str, layout: Layout) -> None:
     schema.add_field("extra", pm.DataType.JSON)
     ip = client.prepare_index_params()
     ip.add_index("enc", index_type="FLAT", metric_type="IP")  # never searched: Milvus loads only indexed vectors
-    client.create_collection(name, schema=schema, index_params=ip, consistency_level="Strong")
+    # fetched by key, never searched: query nodes map it from their local disk instead of holding it in memory
+    client.create_collection(name, schema=schema, index_params=ip, consistency_level="Strong",
+                             properties={"mmap.enabled": True})
 
 
 def server_vector_type(client, probe_name: str, dtype: str) -> str:
