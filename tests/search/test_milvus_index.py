@@ -108,3 +108,21 @@ def test_explain_draws_an_indexed_photo_from_either_backend(both, tmp_path, caps
     assert main(["explain", "--id", "7", "--text", "a", "--out", str(tmp_path / "x.png"), "--image", "y.jpg",
                  *args]) == 2
     assert "drop --image" in capsys.readouterr().err
+
+
+def test_the_http_service_over_a_milvus_index_answers_as_over_the_folder(both):
+    from fastapi.testclient import TestClient
+
+    from vlmatch.search.app import create_app
+    from vlmatch.search.service import IndexBackend
+
+    a, b = _open(both)
+    with TestClient(create_app(IndexBackend(a))) as ca, TestClient(create_app(IndexBackend(b))) as cb:
+        q = {"text": "a red ball in the park", "k": 5, "candidates": 10}
+        ra, rb = ca.post("/search", json=q).json()["results"], cb.post("/search", json=q).json()["results"]
+        assert [r["id"] for r in ra] == [r["id"] for r in rb]
+        np.testing.assert_allclose([r["score"] for r in ra], [r["score"] for r in rb], atol=1e-4)
+        assert cb.get("/health").json()["index_size"] == 20
+        assert cb.get("/images/4").content == ca.get("/images/4").content
+        assert cb.get("/images/999").status_code == 404
+        assert cb.get("/explain/4.png", params={"text": "a dog"}).headers["content-type"] == "image/png"
