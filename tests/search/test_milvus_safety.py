@@ -182,3 +182,18 @@ def test_a_second_writer_is_refused_and_a_dead_writers_lock_is_taken_over(setup)
     assert update_milvus(setup["loc"], progress=False)["kept"] == 9
     assert read_prop(c, "safe", LOCK) is None and read_prop(c, "safe", PENDING) is None
     assert json.loads(c.describe_collection("safe")["properties"][MANIFEST])["counts"] == {"images": 9}
+
+
+def test_a_stage2_collection_of_another_vector_type_or_size_or_gone_is_refused_at_open(setup):
+    from vlmatch.search.milvus_layout import Layout, create_encodings
+
+    m = _build(setup)
+    c = connect(setup["loc"].uri)
+    c.drop_collection("safe__g1_images_enc")
+    with pytest.raises(DataError, match="safe__g1_images_enc: missing from"):
+        _open(setup)
+    lay = Layout.from_dict(m["collections"]["images"]["layout"])
+    create_encodings(c, "safe__g1_images_enc", Layout(**{**lay.to_dict(), "chunk_dim": lay.chunk_dim + 1}))
+    with pytest.raises(DataError, match=f"enc field is FLOAT_VECTOR of {lay.chunk_dim + 1} values but the manifest "
+                                        f"records FLOAT_VECTOR of {lay.chunk_dim}"):
+        _open(setup)
