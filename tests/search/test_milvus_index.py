@@ -126,3 +126,28 @@ def test_the_http_service_over_a_milvus_index_answers_as_over_the_folder(both):
         assert cb.get("/images/4").content == ca.get("/images/4").content
         assert cb.get("/images/999").status_code == 404
         assert cb.get("/explain/4.png", params={"text": "a dog"}).headers["content-type"] == "image/png"
+
+
+@pytest.mark.parametrize("ann", ["flat", "hnsw", "ivf"])
+def test_an_index_of_precomp_features_matches_the_folders_for_each_stage1_kind(tmp_path, ann):
+    from tests.conftest import write_precomp
+
+    from .test_milvus_safety import _models
+
+    rng = np.random.default_rng(3)
+    write_precomp(tmp_path / "pre", "test", rng.standard_normal((60, 4, 32)), ["x"] * 60,
+                  ids=[f"im{i}.jpg" for i in range(60)])
+    ck = _models(tmp_path / "ck")
+    opts = dict(features=tmp_path / "pre", retriever_ckpt=ck["retriever"], ann=ann, progress=False, batch_size=16,
+                **({"nlist": 4} if ann == "ivf" else {}))
+    build_index(tmp_path / "index", ck["model"], **opts)
+    loc = MilvusLocation(str(tmp_path / "f.db"), "feats")
+    m = build_milvus(loc, ck["model"], **opts)
+    assert m["collections"]["images"]["stage1"]["kind"] == ann
+    a = vlmatch.Index.open(tmp_path / "index")
+    b = vlmatch.Index.open(milvus_uri=loc.uri, collection="feats")
+    assert a.items == b.items and b.items[5]["path"] == "im5.jpg"
+    for q in SENTENCES:
+        _same(a.search(q, k=10, candidates=60), b.search(q, k=10, candidates=60))  # exhaustive on both
+        if ann != "ivf":  # IVF probes lists from its own k-means: the two engines train different ones
+            _same(a.search(q, k=5, candidates=20), b.search(q, k=5, candidates=20))
