@@ -41,7 +41,7 @@ PENDING = "vlmatch.pending"
 LOCK = "vlmatch.lock"
 LOCK_STALE_S = 600  # a lock whose writer has not written for this long (on another host) is taken over
 FORMAT = "milvus-1"
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,180}")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,179}")
 
 
 def pymilvus():
