@@ -197,3 +197,16 @@ def test_a_stage2_collection_of_another_vector_type_or_size_or_gone_is_refused_a
     with pytest.raises(DataError, match=f"enc field is FLOAT_VECTOR of {lay.chunk_dim + 1} values but the manifest "
                                         f"records FLOAT_VECTOR of {lay.chunk_dim}"):
         _open(setup)
+
+
+def test_a_server_over_a_milvus_index_follows_its_commits(setup):
+    from vlmatch.search.service import IndexBackend
+
+    _build(setup)
+    backend = IndexBackend.open(milvus_uri=setup["loc"].uri, collection="safe")
+    v1 = backend.version
+    assert backend.reload() is False and backend.size == 9
+    jpegs(setup["photos"], ["n1.jpg", "n2.jpg"], seed=7)
+    update_milvus(setup["loc"], batch_size=2, progress=False)
+    assert backend.reload() is True and backend.size == 11 and backend.version != v1
+    assert backend.path_of(10) is not None and backend.search("a red dog", 3, 11)[0]["path"].endswith(".jpg")

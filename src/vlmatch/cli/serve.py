@@ -63,7 +63,7 @@ def cmd_serve(a):
         raise ConfigError(f"--reload-every {a.reload_every}: give a number of seconds >= 0 (0: never)")
     from .common import open_index
 
-    backend = IndexBackend(open_index(a, a.index))
+    backend = IndexBackend(open_index(a, a.index), lambda: open_index(a, a.index))
     a.index = a.index or str(backend.root)
     if a.reload_every > 0:
         backend.watch(a.reload_every)

@@ -113,7 +113,7 @@ class Index:
                 m = load_model(ckpts["model"], map_location=device)
                 r = load_model(ckpts["retriever"], map_location=device) if "retriever" in ckpts else None
                 for_queries(m, r, lean=lean_queries)
-                idx = cls(loc, manifest, m, r, device, collections={})
+                idx = cls(loc, manifest, m, r, device, parts=ckpts, collections={})
                 idx.images, idx.captions = (colls(name, idx.model, idx.n_regions) for name in ("images", "captions"))
                 return idx
         if path is None:

@@ -107,6 +107,26 @@ class MilvusCollection:
         return sorted(out, key=lambda r: r["id"])
 
 
+_CLIENTS: dict[str, object] = {}
+
+
+def client_for(uri: str):
+    """One MilvusClient per URI in a process (opening, reloads and the collections share it)."""
+    if uri not in _CLIENTS:
+        _CLIENTS[uri] = connect(uri)
+    return _CLIENTS[uri]
+
+
+def committed_seal(loc: MilvusLocation) -> str | None:
+    """The seal of the committed manifest (None: none, or the server cannot be read now): a new one at
+    every build and update, so a server polls it to see a new version."""
+    try:
+        m = read_prop(client_for(loc.uri), loc.collection, MANIFEST)
+    except Exception:  # noqa: BLE001 - a server briefly away: no new version seen, the served one stays
+        return None
+    return m.get("seal") if isinstance(m, dict) else None
+
+
 def read_manifest(client, loc: MilvusLocation) -> dict:
     """The committed manifest, refused when absent, of another format or edited."""
     m = read_prop(client, loc.collection, MANIFEST)
@@ -147,7 +167,7 @@ def open_milvus(loc: MilvusLocation, model=None, retriever=None):
     """(manifest, part -> checkpoint folder, make) of a Milvus index; ``make(coll, model, n_regions)``
     opens collection ``coll`` (None when the index has none) for the loaded model."""
     check_name(loc.collection)
-    client = connect(loc.uri)
+    client = client_for(loc.uri)
     manifest = read_manifest(client, loc)
     ckpts = checkpoints(loc, manifest, model, retriever)
     gen = int(manifest["generation"])

@@ -148,6 +148,19 @@ class Served:
         return {i: r.get("rel") or Path(r["path"]).name for i, r in self.rows(ids).items()}
 
 
+def index_stamp(root):
+    """Changes whenever a new version of the index is committed: the folder's manifest file was replaced,
+    or a Milvus index's manifest property rewritten (:func:`vlmatch.search.milvus_collection.committed_seal`)."""
+    from .backend import MilvusLocation
+    from .folder import manifest_stamp
+
+    if isinstance(root, MilvusLocation):
+        from .milvus_collection import committed_seal
+
+        return committed_seal(root)
+    return manifest_stamp(root)
+
+
 def index_version(manifest: dict) -> str:
     """A short name of one committed version of an index: the start of its manifest's seal (a new one
     at every build and update)."""
@@ -161,11 +174,11 @@ class IndexBackend:
     one served and then swaps the whole opened index at once. Each request takes the version served when
     it starts and finishes on it; the old version is freed when its last request ends."""
 
-    def __init__(self, index):
-        from .folder import manifest_stamp
-
+    def __init__(self, index, opener=None):
         self.root = index.root  # error messages name it "the index", never by its path
-        self._served = Served(index, manifest_stamp(index.root))
+        # how a reload opens the index again (a Milvus index: with the checkpoints it was opened with)
+        self._opener = opener
+        self._served = Served(index, index_stamp(index.root))
         self._draw = threading.Lock()  # matplotlib's pyplot state is global: one drawing at a time
         self._reloading = threading.Lock()
         self._failed = None  # the stamp of a version that failed to open (tried again when it changes)
@@ -178,7 +191,7 @@ class IndexBackend:
         """``folder``, or a Milvus index: ``milvus_uri=``, ``collection=`` (see ``Index.open``)."""
         from .index import Index
 
-        return cls(Index.open(folder, **milvus))
+        return cls(Index.open(folder, **milvus), lambda: Index.open(folder, **milvus))
 
     # what /health reports: the version served now
     index = property(lambda self: self._served.index)
@@ -191,15 +204,14 @@ class IndexBackend:
         """Serve the version committed in the folder if it is not the one served; True if it swapped.
         A version that cannot be opened is logged and the served one kept (tried again once the manifest
         changes again)."""
-        from .folder import manifest_stamp
         from .index import Index
 
         with self._reloading:
-            stamp = manifest_stamp(self.root)
+            stamp = index_stamp(self.root)
             if stamp is None or stamp == self._served.stamp or stamp == self._failed:
                 return False
             try:
-                new = Served(Index.open(self.root), stamp)
+                new = Served(self._opener() if self._opener is not None else Index.open(self.root), stamp)
             except Exception as e:  # noqa: BLE001 -- keep serving what works; the log says why
                 self._failed = stamp
                 log.warning("vlmatch serve: the index changed but cannot be opened (%s); still serving version %s",
