@@ -85,7 +85,7 @@ def _manifest(model, ckpt, kind: str, n: int) -> dict:
 
 def build_folder(root: Path, n: int, model, ckpt) -> dict:
     from vlmatch.models.base import ImageEncoding
-    from vlmatch.search.build import save_checkpoint, write_collection
+    from vlmatch.search.build import save_checkpoint, stage1_of, write_collection
     from vlmatch.search.folder import commit
     from vlmatch.search.store import EncodingWriter
 
@@ -101,7 +101,7 @@ def build_folder(root: Path, n: int, model, ckpt) -> dict:
     s1.flush()
     del s1
     coll = write_collection(out / "images", work, [{"id": i, "path": f"synthetic/{i:06d}.jpg"} for i in range(n)],
-                            "auto", None, 32)
+                            stage1_of(work, "auto", None, 32))
     save_checkpoint(out / "model", model)
     m = _manifest(model, ckpt, "folder", n)
     m["model"] = {"name": model.name}
