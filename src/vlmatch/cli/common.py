@@ -42,3 +42,48 @@ def utf8_text(text: str, name: str) -> str:
             raise ConfigError(f"{name} is not UTF-8 text (byte {printable(ch)} at character {i + 1} of "
                               f"\"{printable(text, controls=True)}\"): give the text in UTF-8")
     return text
+
+
+# --- where an index lives: a folder (default) or a Milvus collection ---------------------------------
+
+def add_backend_args(p, writing: bool = False) -> None:
+    """``--backend folder|milvus``, ``--milvus-uri``, ``--collection`` (the token: $VLMATCH_MILVUS_TOKEN)."""
+    p.add_argument("--backend", choices=["folder", "milvus"], default="folder",
+                   help="where the index lives: an index folder (default) or a Milvus collection")
+    p.add_argument("--milvus-uri", metavar="URI",
+                   help="with --backend milvus: a milvus-lite .db file or a server URL (http://host:19530); a token, "
+                        "if the server needs one, is read from $VLMATCH_MILVUS_TOKEN, never from the command line")
+    p.add_argument("--collection", metavar="NAME", help="with --backend milvus: the index's collection name")
+    if not writing:
+        p.add_argument("--model-dir", metavar="DIR",
+                       help="with --backend milvus: the model checkpoint, when not at the path the collection records "
+                            "(checked against its digest)")
+        p.add_argument("--retriever-dir", metavar="DIR", help="with --backend milvus: the retriever checkpoint, likewise")
+
+
+def milvus_location(a):
+    """The MilvusLocation of ``--backend milvus`` (None for the folder backend); refuses half of one."""
+    from ..errors import ConfigError
+    from ..search.backend import MilvusLocation
+
+    if a.backend != "milvus":
+        if a.milvus_uri or a.collection:
+            raise ConfigError("--milvus-uri and --collection go with --backend milvus")
+        return None
+    if not a.milvus_uri or not a.collection:
+        raise ConfigError("--backend milvus needs --milvus-uri URI and --collection NAME")
+    return MilvusLocation(a.milvus_uri, a.collection)
+
+
+def open_index(a, folder, **kw):
+    """``Index.open`` of the folder ``folder`` or of the Milvus collection the arguments name."""
+    from ..errors import ConfigError
+    from ..search.index import Index
+
+    loc = milvus_location(a)
+    if loc is None:
+        if not folder:
+            raise ConfigError("name the index folder (or --backend milvus --milvus-uri URI --collection NAME)")
+        return Index.open(folder, **kw)
+    return Index.open(milvus_uri=loc.uri, collection=loc.collection, model=getattr(a, "model_dir", None),
+                      retriever=getattr(a, "retriever_dir", None), **kw)

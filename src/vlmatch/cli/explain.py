@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError, DataError
-from .common import checkpoint_arg, utf8_text
+from .common import add_backend_args, checkpoint_arg, milvus_location, open_index, utf8_text
 
 
 def add_parser(sub):
@@ -19,7 +19,10 @@ def add_parser(sub):
     p.add_argument("--model", type=checkpoint_arg,
                    help="checkpoint folder of an attention model, or pretrained:NAME (default: the shipped default "
                         "re-scorer, see `vlmatch pretrained`)")
-    p.add_argument("--image", required=True, help="image file")
+    p.add_argument("--image", help="image file (or --id of an indexed photo)")
+    p.add_argument("--id", type=int, help="an indexed photo's id: its stored encoding and the index's model, from "
+                                          "--index DIR or --backend milvus --milvus-uri URI --collection NAME")
+    p.add_argument("--index", help="index folder (with --id)")
     p.add_argument("--text", required=True, help="the caption")
     p.add_argument("--out", required=True, help="PNG to write")
     p.add_argument("--json", metavar="OUT", help="also write the raw weights as JSON")
@@ -34,6 +37,7 @@ def add_parser(sub):
     p.add_argument("--weights", help="local weights file for the backbone")
     p.add_argument("--boxes", metavar="FILE.npy", help="(k, 4) region boxes x1 y1 x2 y2 in image pixels "
                                                       "(region features); default: the backbone's grid")
+    add_backend_args(p)
     p.set_defaults(func=cmd_explain)
 
 
@@ -54,6 +58,12 @@ def cmd_explain(a):
     for out in (a.out, a.json):  # before any work, not after it
         if out:
             check_writable(out)
+    if a.id is not None:
+        return explain_indexed(a)
+    if a.index or milvus_location(a) is not None:
+        raise ConfigError("--index / --backend milvus go with --id (an indexed photo); --image explains any file")
+    if a.image is None:
+        raise ConfigError("explain needs --image FILE, or --id ID of an indexed photo")
     boxes = None
     if a.boxes is not None:
         try:
@@ -75,6 +85,23 @@ def cmd_explain(a):
     if a.json:
         write_json(a.json, {"model": str(a.model), "text": a.text, **att.to_dict()})
     print(f"{a.out}: {len(att.words)} {method} maps, score {att.score:.4f}")
+
+
+def explain_indexed(a):
+    """The heat map of indexed photo ``--id`` from its stored encoding (a folder index or a Milvus one)."""
+    from ..io import write_json
+    from ..viz.heatmap import render
+
+    if a.image is not None or a.model is not None or a.boxes is not None:
+        raise ConfigError("--id explains an indexed photo with the index's own model: drop --image, --model and --boxes")
+    idx = open_index(a, a.index, lean_queries=False)
+    att = idx.explain(a.id, a.text, a.method, tuple(a.phrase))
+    if not att.grid:
+        raise ConfigError(f"{idx.root}: no image grid is known (built from features without a backbone)")
+    render(att, att.image, a.out)
+    if a.json:
+        write_json(a.json, {"index": str(idx.root), "id": a.id, "text": a.text, **att.to_dict()})
+    print(f"{a.out}: {len(att.words)} {att.method} maps, score {att.score:.4f}")
 
 
 def default_explainer() -> tuple[str, str]:

@@ -8,7 +8,7 @@ from ..errors import ConfigError, DataError
 from ..io import printable
 from ..search.build import SCORES
 from ..search.stage1 import KINDS
-from .common import positive_int, utf8_text
+from .common import add_backend_args, milvus_location, open_index, positive_int, utf8_text
 
 
 def add_parser(sub):
@@ -33,7 +33,9 @@ def add_parser(sub):
     b.add_argument("--retriever", type=checkpoint_arg,
                    help="checkpoint of a companion stage-1 model (e.g. VSE++ on the same features), "
                         "needed when the model has no global part")
-    b.add_argument("--out", required=True, help="index folder: new, empty or an index (rebuilt); outside --images")
+    b.add_argument("--out", help="index folder: new, empty or an index (rebuilt); outside --images (the folder "
+                                 "backend)")
+    add_backend_args(b, writing=True)
     b.add_argument("--overwrite", action="store_true",
                    help="build into an --out that holds other files too (they are kept; only an index's own entries "
                         "are replaced)")
@@ -51,7 +53,8 @@ def add_parser(sub):
     b.add_argument("--no-progress", action="store_true")
     b.set_defaults(func=cmd_build)
     u = s.add_parser("update", help="add new and changed images, drop deleted ones (no re-encoding of the rest)")
-    u.add_argument("index", help="index folder")
+    u.add_argument("index", nargs="?", help="index folder (or --backend milvus ...)")
+    add_backend_args(u, writing=True)
     u.add_argument("--skip-bad", action="store_true")
     u.add_argument("--batch-size", type=positive_int, default=64)
     u.add_argument("--no-progress", action="store_true")
@@ -60,8 +63,9 @@ def add_parser(sub):
     q = sub.add_parser("search", help="search an index by text (or by image against indexed captions)",
                        description="Stage 1 picks --candidates items by global vectors; stage 2 re-scores them "
                                    "with the model. --candidates >= the index size gives the exhaustive ranking.")
-    q.add_argument("index", help="index folder")
+    q.add_argument("index", nargs="?", help="index folder (omit with --backend milvus)")
     q.add_argument("text", nargs="?", help="the query sentence")
+    add_backend_args(q)
     q.add_argument("--image", help="an image file: search the indexed captions instead")
     q.add_argument("-k", type=int, default=10, help="results to show (default 10)")
     q.add_argument("--candidates", type=int, help="stage-1 candidates re-scored by the model (default 100)")
@@ -107,11 +111,25 @@ def cmd_build(a):
               + (f" --retriever pretrained:{retriever} --score {a.score}" if retriever else ""))
         a.model = resolve_checkpoint(f"pretrained:{model}")
         a.retriever = resolve_checkpoint(f"pretrained:{retriever}") if retriever else None
-    check_out_folder(a.out)
-    m = build_index(a.out, a.model, images=a.images, features=a.features, split=a.split, captions=a.captions,
-                    retriever_ckpt=a.retriever, backbone=a.backbone, dtype=a.dtype, ann=a.ann, nlist=a.nlist,
-                    skip_bad=a.skip_bad, batch_size=a.batch_size, progress=not a.no_progress, weights=a.weights,
-                    overwrite=a.overwrite, score=a.score or "model")
+    loc = milvus_location(a)
+    if loc is not None:
+        from ..search.milvus_build import build_milvus
+
+        if a.out or a.overwrite:
+            raise ConfigError("--out and --overwrite are for the folder backend; a Milvus index is --collection NAME")
+        m = build_milvus(loc, a.model, images=a.images, features=a.features, split=a.split, captions=a.captions,
+                         retriever_ckpt=a.retriever, backbone=a.backbone, dtype=a.dtype, ann=a.ann, nlist=a.nlist,
+                         skip_bad=a.skip_bad, batch_size=a.batch_size, progress=not a.no_progress, weights=a.weights,
+                         score=a.score or "model")
+        a.out = str(loc)
+    else:
+        if not a.out:
+            raise ConfigError("index build needs --out FOLDER (or --backend milvus --milvus-uri URI --collection NAME)")
+        check_out_folder(a.out)
+        m = build_index(a.out, a.model, images=a.images, features=a.features, split=a.split, captions=a.captions,
+                        retriever_ckpt=a.retriever, backbone=a.backbone, dtype=a.dtype, ann=a.ann, nlist=a.nlist,
+                        skip_bad=a.skip_bad, batch_size=a.batch_size, progress=not a.no_progress, weights=a.weights,
+                        overwrite=a.overwrite, score=a.score or "model")
     if m is None:  # a torchrun rank other than 0
         return
     for bad in m.get("skipped", []):
@@ -123,7 +141,17 @@ def cmd_build(a):
 def cmd_update(a):
     from ..search.build import update_index
 
-    rep = update_index(a.index, skip_bad=a.skip_bad, batch_size=a.batch_size, progress=not a.no_progress)
+    loc = milvus_location(a)
+    if loc is not None:
+        from ..search.milvus_build import update_milvus
+
+        if a.index:
+            raise ConfigError("index update takes an index folder or --backend milvus ..., not both")
+        rep = update_milvus(loc, skip_bad=a.skip_bad, batch_size=a.batch_size, progress=not a.no_progress)
+    elif not a.index:
+        raise ConfigError("index update needs the index folder (or --backend milvus --milvus-uri URI --collection NAME)")
+    else:
+        rep = update_index(a.index, skip_bad=a.skip_bad, batch_size=a.batch_size, progress=not a.no_progress)
     for bad in rep.get("skipped", []):
         print(f"skipped {bad['key']}: {bad['error']}")
     print(json.dumps({k: v for k, v in rep.items() if k != "skipped"}))
@@ -141,21 +169,22 @@ def format_results(results, what: str) -> str:
 
 def cmd_search(a):
     from ..io import check_writable, write_json
-    from ..search.index import Index
 
+    if a.backend == "milvus" and a.text is None and a.index is not None:  # no folder: the one positional is the text
+        a.text, a.index = a.index, None
     if (a.text is None) == (a.image is None):
         raise ConfigError("search needs a query text or --image FILE (one of them)")
     if a.text is not None:
         utf8_text(a.text, "the query text")
     if a.json:
         check_writable(a.json)  # before the search, not after the table
-    idx = Index.open(a.index, lean_queries=False)  # one query: the lean forward would cost more than it saves
+    idx = open_index(a, a.index, lean_queries=False)  # one query: the lean forward would cost more than it saves
     if a.image is not None:
         res, what = idx.search_image(a.image, k=a.k, candidates=a.candidates), "caption"
     else:
         res, what = idx.search(a.text, k=a.k, candidates=a.candidates), "file"
     print(format_results(res, what))
     if a.json:
-        write_json(a.json, {"query": a.text if a.image is None else {"image": a.image}, "index": a.index,
+        write_json(a.json, {"query": a.text if a.image is None else {"image": a.image}, "index": a.index or str(idx.root),
                             "candidates": a.candidates, "timings_s": idx.last_timings,
                             "results": [r.to_dict() for r in res]})

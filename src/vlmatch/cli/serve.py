@@ -29,7 +29,10 @@ def add_parser(sub):
                                    "(POST /search, GET /search?q=, POST /search/image, /images/{id}, /thumbs/{id}, "
                                    "/explain/{id}, /explain/{id}.png, /health; schema at /openapi.json). Listens on "
                                    "localhost only unless --host says otherwise.")
-    p.add_argument("index", help="index folder (vlmatch index build)")
+    p.add_argument("index", nargs="?", help="index folder (vlmatch index build; omit with --backend milvus)")
+    from .common import add_backend_args
+
+    add_backend_args(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--workers", type=int, default=2, help="threads doing model work (default 2)")
@@ -58,7 +61,10 @@ def cmd_serve(a):
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // a.workers))
     if not (math.isfinite(a.reload_every) and a.reload_every >= 0):
         raise ConfigError(f"--reload-every {a.reload_every}: give a number of seconds >= 0 (0: never)")
-    backend = IndexBackend.open(a.index)
+    from .common import open_index
+
+    backend = IndexBackend(open_index(a, a.index), lambda: open_index(a, a.index))
+    a.index = a.index or str(backend.root)
     if a.reload_every > 0:
         backend.watch(a.reload_every)
     app = create_app(backend, Limits(workers=a.workers, queue=a.queue, max_upload_bytes=int(a.max_upload_mb * 2**20)))

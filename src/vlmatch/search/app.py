@@ -360,9 +360,12 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
                        (limits.max_upload_bytes if upload_route(scope) else 0))
 
     root = getattr(backend, "root", None)
-    # the index folder as our messages write it (as given, or resolved), where it stands as a whole path
-    folder = None if root is None else re.compile(
-        "|".join(rf"(?<![\w./-]){re.escape(str(r))}(?=[/:\s;,)]|$)" for r in {Path(root), Path(root).resolve()}))
+    # the index folder as our messages write it (as given, or resolved), where it stands as a whole path;
+    # a Milvus index (vlmatch.search.backend.MilvusLocation): its name and its server's URI
+    names = set() if root is None else ({str(root), root.uri} if hasattr(root, "uri") else
+                                        {str(Path(root)), str(Path(root).resolve())})
+    folder = None if not names else re.compile(
+        "|".join(rf"(?<![\w./-]){re.escape(r)}(?=[/:\s;,)]|$)" for r in sorted(names, key=len, reverse=True) if r))
 
     def words(message: str) -> str:
         """A message of ours as the client may see it: UTF-8, and the index named, not its folder."""

@@ -25,11 +25,9 @@ import torch
 from ..errors import ConfigError, DataError, VlmatchError
 from ..evaluation.scoring import score_blocks
 from ..models.base import ImageEncoding, MatchingModel, TextEncoding
-from .checks import COLLECTIONS, read_items
+from .backend import CollectionBackend, FolderCollection, MilvusLocation
 from .encode import Stage1Source
 from .folder import manifest_stamp, open_parts, reading
-from .stage1 import Stage1
-from .store import EncodingStore
 
 DEFAULT_CANDIDATES = 100
 
@@ -53,29 +51,15 @@ class SearchHit:
 SearchResult = SearchHit  # its name before 0.2, kept for one release
 
 
-class Collection:
-    """One indexed collection (images or captions): table, stage-1 index, stage-2 store."""
-
-    def __init__(self, folder: Path, info: dict, template):
-        self.folder = folder
-        self.items = read_items(folder / "items.json", COLLECTIONS.get(folder.name.removesuffix(".prev"), "path"))
-        self.stage1 = Stage1(folder, info["stage1"])
-        self.store = EncodingStore(folder / "enc", template)
-        if not (len(self.items) == len(self.stage1) == len(self.store)):
-            raise DataError(folder, f"inconsistent index: {len(self.items)} items, {len(self.stage1)} stage-1 vectors, "
-                                    f"{len(self.store)} encodings")
-        self.row_of = {it["id"]: r for r, it in enumerate(self.items)}
-
-    def __len__(self) -> int:
-        return len(self.items)
+Collection = FolderCollection  # its name before the backend interface
 
 
 class Index:
     """An index folder opened for search (see :mod:`vlmatch.search.build` for its layout)."""
 
     def __init__(self, root, manifest: dict, model: MatchingModel, retriever: MatchingModel | None = None,
-                 device="cpu", parts: dict | None = None):
-        self.root = Path(root)
+                 device="cpu", parts: dict | None = None, collections: dict[str, CollectionBackend] | None = None):
+        self.root = root if isinstance(root, MilvusLocation) else Path(root)
         self.manifest = manifest
         self.model = model.eval()
         self.retriever = None if retriever is None else retriever.eval()
@@ -88,12 +72,14 @@ class Index:
         self.parts = parts
         self.images = None
         self.captions = None
-        if "images" in colls:
+        if collections is not None:  # opened by another backend (vlmatch.search.milvus_collection)
+            self.images, self.captions = collections.get("images"), collections.get("captions")
+        if "images" in colls and collections is None:
             tmpl = self.model.encode_images(torch.zeros(1, self.n_regions, self.model.cfg.img_dim))
-            self.images = Collection(parts.get("images", self.root / "images"), colls["images"], tmpl)
-        if "captions" in colls:
+            self.images = FolderCollection(parts.get("images", self.root / "images"), colls["images"], tmpl)
+        if "captions" in colls and collections is None:
             tmpl = self.model.encode_texts(*self.model.tokenize(["a"]))
-            self.captions = Collection(parts.get("captions", self.root / "captions"), colls["captions"], tmpl)
+            self.captions = FolderCollection(parts.get("captions", self.root / "captions"), colls["captions"], tmpl)
         self._backbone = None
         self.last_timings: dict[str, float] = {}
         # stage 2's ranking score: the model's own, or the mean of it and the retriever's (= stage 1's exact
@@ -102,14 +88,36 @@ class Index:
 
     # --- opening ---------------------------------------------------------------------------
     @classmethod
-    def open(cls, path, device="cpu", lean_queries: bool = True) -> Index:
+    def open(cls, path=None, device="cpu", lean_queries: bool = True, *, milvus_uri: str | None = None,
+             collection: str | None = None, model=None, retriever=None) -> Index:
         """Open an index folder written by ``vlmatch index build`` (models come from inside it), every
         part checked against the manifest's records (:mod:`vlmatch.search.folder`). ``lean_queries``:
         prepare the lean transformer forward for text queries (:func:`vlmatch.encoders.hf.for_queries`:
-        about half a second here, half the text time of every query after); ``False`` for one query."""
+        about half a second here, half the text time of every query after); ``False`` for one query.
+
+        A Milvus index instead: ``Index.open(milvus_uri=URI, collection=NAME)`` (a token, if the server
+        needs one, from ``$VLMATCH_MILVUS_TOKEN``); its models are the checkpoints the collection
+        records, or ``model`` / ``retriever`` (folders), each checked against the recorded digest
+        (:mod:`vlmatch.search.milvus_collection`)."""
         from ..encoders.hf import for_queries
         from ..models.registry import load_model
 
+        if milvus_uri is not None or collection is not None:
+            if path is not None:
+                raise ConfigError("open an index folder or a Milvus collection, not both")
+            from .milvus_collection import open_milvus
+
+            loc = MilvusLocation(milvus_uri or "", collection or "")
+            manifest, ckpts, colls = open_milvus(loc, model, retriever)
+            with torch.no_grad():
+                m = load_model(ckpts["model"], map_location=device)
+                r = load_model(ckpts["retriever"], map_location=device) if "retriever" in ckpts else None
+                for_queries(m, r, lean=lean_queries)
+                idx = cls(loc, manifest, m, r, device, parts=ckpts, collections={})
+                idx.images, idx.captions = (colls(name, idx.model, idx.n_regions) for name in ("images", "captions"))
+                return idx
+        if path is None:
+            raise ConfigError("Index.open needs an index folder, or milvus_uri= and collection=")
         path = Path(path)
         tries = 3
         while True:
@@ -140,11 +148,12 @@ class Index:
     def path_of(self, item_id: int) -> str:
         """The file path of the image with id ``item_id``."""
         coll = self._need("images")
-        if item_id not in coll.row_of:
+        key = coll.key_of(item_id)
+        if key is None:
             raise VlmatchError(f"no image with id {item_id} in {self.root}")
-        return coll.items[coll.row_of[item_id]]["path"]
+        return coll.items_of([key])[0]["path"]
 
-    def _need(self, which: str) -> Collection:
+    def _need(self, which: str) -> CollectionBackend:
         coll = getattr(self, which)
         if coll is None:
             how = "--images DIR or --features DIR" if which == "images" else "--captions FILE"
@@ -184,7 +193,7 @@ class Index:
         coll = self._need("images")
         kk, cand = _sizes(k, candidates, len(coll))
         t1 = time.perf_counter()
-        s1, rows = coll.stage1.search(q, cand)
+        s1, rows = coll.search(q, cand)
         t2 = time.perf_counter()
         out = []
         for i in range(len(q)):
@@ -193,12 +202,12 @@ class Index:
         self.last_timings = {"stage1": t2 - t1, "stage2": t3 - t2, "queries": len(q)}
         return out
 
-    def _rerank_images(self, coll: Collection, txt: TextEncoding, rows: np.ndarray, s1: np.ndarray, k: int):
+    def _rerank_images(self, coll: CollectionBackend, txt: TextEncoding, rows: np.ndarray, s1: np.ndarray, k: int):
         ok = rows >= 0
         rows, s1 = rows[ok], s1[ok]
         order = np.argsort(rows, kind="stable")  # read the memory map in file order
         rows, s1 = rows[order], s1[order]
-        img = coll.store.take(rows).to(self.device)
+        img = coll.take(rows).to(self.device)
         scores = score_blocks(self.model, img, [(np.arange(1), txt)], 1, max(1, len(rows)), progress=False)[:, 0]
         return _ranked(coll, rows, self._fused(scores, s1), s1, k, "path")
 
@@ -228,13 +237,13 @@ class Index:
         t0 = time.perf_counter()
         img, q = self.encode_image(image)
         t1 = time.perf_counter()
-        s1, rows = coll.stage1.search(q, cand)
+        s1, rows = coll.search(q, cand)
         t2 = time.perf_counter()
         ok = rows[0] >= 0
         r, s = rows[0][ok], s1[0][ok]
         order = np.argsort(r, kind="stable")
         r, s = r[order], s[order]
-        txt = coll.store.take(r).to(self.device)
+        txt = coll.take(r).to(self.device)
         scores = score_blocks(self.model, img, [(np.arange(len(r)), txt)], len(r), 1, progress=False)[0]
         res = _ranked(coll, r, self._fused(scores, s), s, kk, "text")
         self.last_timings = {"image": t1 - t0, "stage1": t2 - t1, "stage2": time.perf_counter() - t2, "queries": 1}
@@ -285,13 +294,14 @@ class Index:
         from ..viz.attention import attention_of_encodings, explain_pair
 
         coll = self._need("images")
-        if item_id not in coll.row_of:
+        key = coll.key_of(item_id)
+        if key is None:
             raise VlmatchError(f"no image with id {item_id} in {self.root}")
         model, method = self.explainer(method)
-        path = coll.items[coll.row_of[item_id]]["path"]
+        path = coll.items_of([key])[0]["path"]
         if method == "attention" and model is self.model and not phrases:
             with torch.no_grad():
-                img = coll.store.take(np.array([coll.row_of[item_id]])).to(self.device)
+                img = coll.take(np.array([key])).to(self.device)
                 att = attention_of_encodings(self.model, img, text)
         else:
             feats = self.image_features(path)[0].cpu().numpy()
@@ -344,11 +354,10 @@ def _sizes(k: int, candidates: int | None, n: int) -> tuple[int, int]:
     return min(k, n), min(cand, n)
 
 
-def _ranked(coll: Collection, rows: np.ndarray, scores: np.ndarray, s1: np.ndarray, k: int, field: str):
-    # by stage-2 score, descending; equal scores keep row order (stable)
+def _ranked(coll: CollectionBackend, rows: np.ndarray, scores: np.ndarray, s1: np.ndarray, k: int, field: str):
+    # by stage-2 score, descending; equal scores keep key order (stable)
     order = np.lexsort((rows, -scores.astype(np.float64)))[:k]
     out = []
-    for rank, j in enumerate(order, start=1):
-        it = coll.items[int(rows[j])]
+    for rank, (j, it) in enumerate(zip(order, coll.items_of(rows[order]), strict=True), start=1):
         out.append(SearchHit(rank, int(it["id"]), float(scores[j]), float(s1[j]), **{field: it[field]}))
     return out

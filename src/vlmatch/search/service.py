@@ -127,10 +127,38 @@ class Served:
         self.model_name = index.manifest["model"]["name"]
         self.size = len(index)
         self.n_captions = len(index.captions) if index.captions is not None else 0
-        self.paths = {int(it["id"]): Path(it["path"]) for it in index.items} if index.images is not None else {}
-        # what a result shows: the path inside the photo folder (the absolute one stays in CLI and Python results)
-        self.shown = ({int(it["id"]): it.get("rel") or Path(it["path"]).name for it in index.items}
-                      if index.images is not None else {})
+
+    def rows(self, ids) -> dict[int, dict]:
+        """Image id -> its table row, for the ids the index holds (looked up per request, not all held:
+        a Milvus index may hold more photos than one process should list)."""
+        coll = self.index.images
+        if coll is None:
+            return {}
+        keys = [(int(i), coll.key_of(int(i))) for i in ids]
+        found = [(i, k) for i, k in keys if k is not None]
+        return dict(zip([i for i, _ in found], coll.items_of([k for _, k in found]), strict=True))
+
+    def path(self, image_id: int) -> Path | None:
+        row = self.rows([image_id]).get(int(image_id))
+        return None if row is None else Path(row["path"])
+
+    def shown(self, ids) -> dict[int, str]:
+        """What a result shows: the path inside the photo folder (the absolute one stays in CLI and Python
+        results)."""
+        return {i: r.get("rel") or Path(r["path"]).name for i, r in self.rows(ids).items()}
+
+
+def index_stamp(root):
+    """Changes whenever a new version of the index is committed: the folder's manifest file was replaced,
+    or a Milvus index's manifest property rewritten (:func:`vlmatch.search.milvus_collection.committed_seal`)."""
+    from .backend import MilvusLocation
+    from .folder import manifest_stamp
+
+    if isinstance(root, MilvusLocation):
+        from .milvus_collection import committed_seal
+
+        return committed_seal(root)
+    return manifest_stamp(root)
 
 
 def index_version(manifest: dict) -> str:
@@ -146,11 +174,11 @@ class IndexBackend:
     one served and then swaps the whole opened index at once. Each request takes the version served when
     it starts and finishes on it; the old version is freed when its last request ends."""
 
-    def __init__(self, index):
-        from .folder import manifest_stamp
-
+    def __init__(self, index, opener=None):
         self.root = index.root  # error messages name it "the index", never by its path
-        self._served = Served(index, manifest_stamp(index.root))
+        # how a reload opens the index again (a Milvus index: with the checkpoints it was opened with)
+        self._opener = opener
+        self._served = Served(index, index_stamp(index.root))
         self._draw = threading.Lock()  # matplotlib's pyplot state is global: one drawing at a time
         self._reloading = threading.Lock()
         self._failed = None  # the stamp of a version that failed to open (tried again when it changes)
@@ -159,10 +187,11 @@ class IndexBackend:
         self.reloads = 0
 
     @classmethod
-    def open(cls, folder) -> IndexBackend:
+    def open(cls, folder=None, **milvus) -> IndexBackend:
+        """``folder``, or a Milvus index: ``milvus_uri=``, ``collection=`` (see ``Index.open``)."""
         from .index import Index
 
-        return cls(Index.open(folder))
+        return cls(Index.open(folder, **milvus), lambda: Index.open(folder, **milvus))
 
     # what /health reports: the version served now
     index = property(lambda self: self._served.index)
@@ -175,15 +204,14 @@ class IndexBackend:
         """Serve the version committed in the folder if it is not the one served; True if it swapped.
         A version that cannot be opened is logged and the served one kept (tried again once the manifest
         changes again)."""
-        from .folder import manifest_stamp
         from .index import Index
 
         with self._reloading:
-            stamp = manifest_stamp(self.root)
+            stamp = index_stamp(self.root)
             if stamp is None or stamp == self._served.stamp or stamp == self._failed:
                 return False
             try:
-                new = Served(Index.open(self.root), stamp)
+                new = Served(self._opener() if self._opener is not None else Index.open(self.root), stamp)
             except Exception as e:  # noqa: BLE001 -- keep serving what works; the log says why
                 self._failed = stamp
                 log.warning("vlmatch serve: the index changed but cannot be opened (%s); still serving version %s",
@@ -215,16 +243,17 @@ class IndexBackend:
         self._stop.set()
 
     def path_of(self, image_id: int) -> Path | None:
-        return self._served.paths.get(image_id)
+        return self._served.path(image_id)
 
     def search(self, text: str, k: int, candidates: int) -> list[dict]:
         s = self._served  # this request's version, whatever a reload does meanwhile
-        return [{"id": r.id, "path": s.shown[r.id], "score": r.score, "stage1_score": r.stage1_score}
-                for r in s.index.search(text, k=k, candidates=candidates)]
+        hits = s.index.search(text, k=k, candidates=candidates)
+        shown = s.shown([r.id for r in hits])
+        return [{"id": r.id, "path": shown[r.id], "score": r.score, "stage1_score": r.stage1_score} for r in hits]
 
     def search_image(self, image: bytes | None, image_id: int | None, k: int) -> list[dict]:
         s = self._served
-        found = s.index.search_image(image if image is not None else s.paths.get(image_id), k=k)
+        found = s.index.search_image(image if image is not None else s.path(image_id), k=k)
         return [{"id": r.id, "text": r.text, "score": r.score} for r in found]
 
     def explain(self, image_id: int, text: str, method: str | None = None) -> dict:

@@ -1,0 +1,409 @@
+"""``vlmatch index build|update --backend milvus``: encode a collection into Milvus
+(layout: :mod:`vlmatch.search.milvus_client`).
+
+Encoding is the folder build's (the same backbone, batches, models and stage-1 source); each batch is
+written straight to Milvus, so no machine holds the whole stage-2 store. **Crash safety.** Before
+its first write a build records in ``vlmatch.pending`` what it builds (a fingerprint of its inputs,
+models and options) and into which generation; after each batch it records how far it got. Re-run
+after a kill, the same build resumes after the last recorded batch: rows are upserted by primary key
+(item id, and item id x chunk), so a batch written twice leaves no duplicates. A different build drops
+the unfinished generation and starts a new one. Nothing of a build is visible to readers until
+``vlmatch.manifest`` -- written last -- names its generation; the previous generation is then dropped.
+An update changes the committed generation in place (copying a collection of 100M photos per update
+is not an option): it records its plan (files to encode, ids to drop) in ``vlmatch.pending`` first,
+then upserts and deletes, then rewrites the manifest; re-run after a kill it finishes the recorded
+plan. Readers see its photos appear one batch at a time, all encoded by the index's own models.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .. import io
+from ..errors import ConfigError, DataError
+from ..weights import sha256_file
+from .backend import MilvusLocation
+from .build import (
+    SCORES,
+    _stage1_source,
+    file_stat,
+    image_batches,
+    image_encoder,
+    image_row,
+    load_index_model,
+    scan_folder,
+    versions,
+)
+from .checks import read_captions
+from .encode import fingerprint
+from .folder import checkpoint_digest, seal
+from .milvus_client import (
+    FORMAT,
+    MANIFEST,
+    MAX_DIM,
+    PENDING,
+    RPC_BYTES,
+    WriterLock,
+    check_name,
+    connect,
+    drop_generation,
+    drop_prop,
+    ensure_anchor,
+    generations,
+    part_name,
+    pymilvus,
+    read_prop,
+    write_prop,
+)
+from .milvus_collection import read_manifest
+from .milvus_layout import Layout, create_encodings, create_items, server_vector_type
+from .stage1 import choose_kind
+
+
+def _model_record(ckpt) -> tuple:
+    model, info = load_index_model(ckpt)
+    return model, {**info, "digest": checkpoint_digest(Path(ckpt))}
+
+
+def build_milvus(loc: MilvusLocation, model_ckpt, images=None, features=None, split: str = "test", captions=None,
+                 retriever_ckpt=None, backbone: str | None = None, dtype: str = "float16", ann: str = "auto",
+                 nlist: int | None = None, hnsw_m: int = 32, skip_bad: bool = False, batch_size: int = 64,
+                 progress: bool = True, weights=None, score: str = "model") -> dict:
+    """Build (or resume building) a Milvus index; returns its manifest. The options are
+    :func:`vlmatch.search.build.build_index`'s."""
+    if images is None and features is None and captions is None:
+        raise ConfigError("index build needs --images DIR, --features DIR or --captions FILE")
+    if images is not None and features is not None:
+        raise ConfigError("index build takes --images or --features, not both")
+    if score not in SCORES:
+        raise ConfigError(f"--score {score!r}: expected one of {', '.join(SCORES)}")
+    if score == "mean" and retriever_ckpt is None:
+        raise ConfigError("--score mean averages the model's and the retriever's scores: give --retriever too")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ConfigError("--backend milvus builds in one process (each batch goes straight to Milvus): run it without "
+                          "torchrun")
+    check_name(loc.collection)
+    client = connect(loc.uri)
+    ensure_anchor(client, loc.collection)
+    with WriterLock(client, loc.collection, "vlmatch index build") as lock:
+        return _Build(client, loc, lock, progress).run(model_ckpt, images, features, split, captions, retriever_ckpt,
+                                                       backbone, dtype, ann, nlist, hnsw_m, skip_bad, batch_size,
+                                                       weights, score)
+
+
+def _features(features, split: str, model, trained, manifest: dict):
+    """A precomp split as the folder build reads it: (regions, item names, images folder, the features);
+    the manifest gets its source and backbone."""
+    from ..data.precomp import open_features, read_caption_lines
+    from ..data.resolve import resolve_data
+    from ..features.provenance import check_backbone
+    from ..io import read_json
+
+    froot = resolve_data(features).resolve()
+    feats = open_features(froot / f"{split}_ims.npy")
+    fj = froot / "features.json"
+    used = read_json(fj).get("backbone") if fj.is_file() else None
+    if used is not None:
+        check_backbone(trained, used, model.cfg.img_dim, fj)
+        manifest["backbone"] = used
+    if feats.shape[2] != model.cfg.img_dim:
+        raise DataError(froot / f"{split}_ims.npy", f"{feats.shape[2]}-d features but the model expects "
+                                                   f"img_dim={model.cfg.img_dim}")
+    ids_path = froot / f"{split}_ids.txt"
+    names = read_caption_lines(ids_path) if ids_path.is_file() else [f"{split}_{i}" for i in range(len(feats))]
+    if len(names) != len(feats):
+        names = names[:: len(names) // len(feats)] if len(names) % len(feats) == 0 else names
+    if len(names) != len(feats):
+        raise DataError(ids_path, f"{len(names)} ids for {len(feats)} images")
+    img_dir = read_json(fj).get("images_dir") if fj.is_file() else None
+    manifest["source"] = {"kind": "features", "root": str(froot), "split": split, "images_dir": img_dir}
+    return feats.shape[1], names, img_dir, feats
+
+
+class _Build:
+    def __init__(self, client, loc: MilvusLocation, lock: WriterLock, progress: bool):
+        self.client, self.loc, self.lock, self.progress = client, loc, lock, progress
+        self.name = loc.collection
+
+    def run(self, model_ckpt, images, features, split, captions, retriever_ckpt, backbone, dtype, ann, nlist, hnsw_m,
+            skip_bad, batch_size, weights, score) -> dict:
+        from ..features.provenance import check_backbone, checkpoint_backbone, resolve_backbone
+
+        model, model_info = _model_record(model_ckpt)
+        retriever, retriever_info = (None, None) if retriever_ckpt is None else _model_record(retriever_ckpt)
+        caption_rows = None if captions is None else read_captions(model, captions, ann, nlist)
+        s1 = _stage1_source(model, retriever)
+        trained = checkpoint_backbone(model_ckpt)
+        manifest = {"format": FORMAT, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "model": model_info, "retriever": retriever_info, "stage1": s1.describe(), "score": score,
+                    "dtype": dtype, "backbone": trained, "source": {}, "collections": {},
+                    "versions": {**versions(), "pymilvus": pymilvus().__version__}}
+        jobs = []  # (collection, keys, batches(done) -> Batch iterator, encode, item row, n_regions, pad_to)
+        n_regions = 1
+        if images is not None:
+            from ..features.backbones import backbone_for
+
+            root = Path(images).resolve()
+            rels = scan_folder(root)
+            bb = backbone_for(resolve_backbone(model_ckpt, backbone), weights)
+            check_backbone(trained, bb.describe(), model.cfg.img_dim, root)
+            manifest["backbone"] = bb.describe()
+            n_regions = bb.info.grid ** 2
+            manifest["source"] = {"kind": "images", "root": str(root)}
+            sizes = [file_stat(root, r)["size"] for r in rels]
+            jobs.append(("images", rels, lambda done: image_batches(root, rels, bb, batch_size, skip_bad)(done),
+                         image_encoder(model, s1), lambda rel, i, meta: image_row(root, rel, i, meta), None,
+                         ("images", rels, sizes, bb.describe())))
+        elif features is not None:
+            from .build import feature_batches
+
+            n_regions, names, img_dir, fsrc = _features(features, split, model, trained, manifest)
+            feats, rows = fsrc, list(range(len(fsrc)))
+            jobs.append(("images", rows, lambda done: feature_batches(feats, rows, batch_size)(done),
+                         image_encoder(model, s1),
+                         lambda row, i, meta: {"id": i, "path": str(Path(img_dir) / names[row]) if img_dir else names[row],
+                                               "rel": names[row]}, None,
+                         ("features", manifest["source"]["root"], split, feats.shape)))
+        dim = s1.check(n_regions)
+        if dim > MAX_DIM:
+            raise ConfigError(f"stage-1 vectors of {dim} values: a Milvus vector field holds at most {MAX_DIM}")
+        manifest["dims"] = {"stage1": dim, "regions": n_regions if jobs else None, "img_dim": model.cfg.img_dim}
+        if captions is not None:
+            from .build import caption_batches, caption_encoder
+
+            caps, width = caption_rows
+            manifest["source"]["captions"] = str(Path(captions).resolve())
+            jobs.append(("captions", caps, caption_batches(caps, batch_size), caption_encoder(model, s1, n_regions),
+                         lambda row, i, meta: {"id": i, "text": caps[row]}, width, ("captions", caps)))
+        fp = fingerprint("milvus-build", [j[-1] for j in jobs], model_info["sha256"],
+                         retriever_info and retriever_info["sha256"], dtype, ann, nlist, hnsw_m, score, skip_bad)
+        pending = self._start(fp)
+        gen = pending["generation"]
+        for coll, keys, batches, encode, row_of, pad_to, _ in jobs:
+            state = pending["collections"].setdefault(coll, {"done": 0, "next_id": 0, "bad": []})
+            if not state.get("finished"):
+                self._fill(pending, coll, keys, batches, encode, row_of, pad_to, model, n_regions, dtype, dim,
+                           choose_kind(ann, len(keys)), nlist, hnsw_m)
+            info = pending["collections"][coll]
+            kind = choose_kind(ann, len(keys))
+            manifest["collections"][coll] = {
+                "count": info["next_id"], "layout": info["layout"],
+                "stage1": {"kind": kind, "dim": dim, "count": info["next_id"], "requested": ann,
+                           **({"nlist": info["nlist"]} if kind == "ivf" else {"M": hnsw_m} if kind == "hnsw" else {})}}
+        if "images" in pending["collections"]:
+            manifest["skipped"] = pending["collections"]["images"]["bad"]
+            manifest["next_id"] = pending["collections"]["images"]["next_id"]
+        manifest["counts"] = {k: v["count"] for k, v in manifest["collections"].items()}
+        manifest["generation"] = gen
+        manifest["seal"] = seal(manifest)
+        io.crash_point("milvus:commit")
+        write_prop(self.client, self.name, MANIFEST, manifest)  # the commit
+        drop_prop(self.client, self.name, PENDING)
+        for g in generations(self.client, self.name) - {gen}:
+            drop_generation(self.client, self.name, g)
+        return manifest
+
+    def _start(self, fp: str) -> dict:
+        """The pending record of this build: the interrupted one with the same fingerprint, resumed, or a
+        new generation (what another unfinished build left is dropped)."""
+        pending = read_prop(self.client, self.name, PENDING)
+        if pending and pending.get("op") == "build" and pending.get("fingerprint") == fp:
+            return pending
+        committed = read_prop(self.client, self.name, MANIFEST)
+        keep = {int(committed["generation"])} if isinstance(committed, dict) and "generation" in committed else set()
+        for g in generations(self.client, self.name) - keep:
+            drop_generation(self.client, self.name, g)
+        gen = max(keep | generations(self.client, self.name) | {0}) + 1
+        pending = {"op": "build", "fingerprint": fp, "generation": gen, "collections": {}}
+        write_prop(self.client, self.name, PENDING, pending)
+        return pending
+
+    def _fill(self, pending, coll, keys, batches, encode, row_of, pad_to, model, n_regions, dtype, dim, kind, nlist,
+              hnsw_m) -> None:
+        gen = pending["generation"]
+        state = pending["collections"][coll]
+        items_name, enc_name = part_name(self.name, gen, coll), part_name(self.name, gen, coll, enc=True)
+        if "layout" not in state:
+            with torch.no_grad():
+                tmpl = (model.encode_images(torch.zeros(1, n_regions, model.cfg.img_dim)) if coll == "images"
+                        else model.encode_texts(*model.tokenize(["a"])))
+            vector = server_vector_type(self.client, f"{self.name}__g{gen}_probe", dtype)
+            layout = Layout.of(tmpl, dtype, vector, pad_to)
+            if kind == "ivf":
+                state["nlist"] = int(nlist or max(1, min(len(keys) // 39, int(4 * math.sqrt(len(keys))))))
+            for name in (items_name, enc_name):
+                if self.client.has_collection(name):
+                    self.client.drop_collection(name)
+            create_items(self.client, items_name, dim, kind, state.get("nlist"), hnsw_m)
+            create_encodings(self.client, enc_name, layout)
+            state["layout"] = layout.to_dict()
+            write_prop(self.client, self.name, PENDING, pending)
+        layout = Layout.from_dict(state["layout"])
+        bar = None
+        if self.progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(keys), initial=state["done"], desc=f"index {coll} into milvus", unit="item")
+        for b in batches(state["done"]):
+            if b.keys:
+                enc, vecs = encode(b)
+                ids = list(range(state["next_id"], state["next_id"] + len(b.keys)))
+                metas = b.meta or [{}] * len(b.keys)
+                write_rows(self.client, items_name, enc_name, layout, ids,
+                           [row_of(k, i, m) for k, i, m in zip(b.keys, ids, metas, strict=True)], vecs, enc)
+                state["next_id"] += len(b.keys)
+            state["done"] += b.consumed
+            state["bad"] += b.bad
+            write_prop(self.client, self.name, PENDING, pending)
+            self.lock.beat()
+            io.crash_point("milvus:batch")
+            if bar is not None:
+                bar.update(b.consumed)
+        if bar is not None:
+            bar.close()
+        if state["next_id"] == 0 and coll == "images":
+            raise DataError(self.loc.uri, "nothing to index: every image was skipped")
+        for name in (items_name, enc_name):
+            self.client.flush(name)
+        state["finished"] = True
+        write_prop(self.client, self.name, PENDING, pending)
+
+
+def write_rows(client, items_name: str, enc_name: str, layout: Layout, ids: list[int], items: list[dict],
+               vecs: torch.Tensor, enc) -> None:
+    """Upsert items (table row + stage-1 vector) and their encodings' chunks, in RPCs under the size limit."""
+    v = vecs.float().cpu().numpy()
+    rows = [{"id": i, "item": it, "s1": v[j]} for j, (i, it) in enumerate(zip(ids, items, strict=True))]
+    step = max(1, RPC_BYTES // (4 * v.shape[1] + 1024))
+    for a in range(0, len(rows), step):
+        client.upsert(items_name, rows[a:a + step])
+    chunks = layout.rows(np.asarray(ids), enc, enc_name)
+    step = layout.rows_per_rpc()
+    for a in range(0, len(chunks), step):
+        client.upsert(enc_name, chunks[a:a + step])
+
+
+# --- update ------------------------------------------------------------------------------------------
+
+def update_milvus(loc: MilvusLocation, skip_bad: bool = False, batch_size: int = 64, progress: bool = True,
+                  weights=None) -> dict:
+    """Re-scan the image folder of a Milvus index: encode new and changed files, drop deleted ones."""
+    check_name(loc.collection)
+    client = connect(loc.uri)
+    manifest = read_manifest(client, loc)
+    with WriterLock(client, loc.collection, "vlmatch index update") as lock:
+        manifest = read_manifest(client, loc)
+        kind = (manifest.get("source") or {}).get("kind")
+        if kind != "images":
+            raise ConfigError(f"{loc}: only an index of an image folder can be updated (this one indexes {kind}); "
+                              "build it again instead")
+        return _update(client, loc, lock, manifest, skip_bad, batch_size, progress, weights)
+
+
+def _all_items(client, name: str) -> list[dict]:
+    out = []
+    it = client.query_iterator(name, batch_size=1000, output_fields=["item"])
+    while batch := it.next():
+        out += [r["item"] for r in batch]
+    it.close()
+    return out
+
+
+def _plan(client, items_name: str, root: Path, manifest: dict) -> dict:
+    old = _all_items(client, items_name)
+    by_rel = {it["rel"]: it for it in old}
+    rels = scan_folder(root)
+    todo, changed, kept = [], {}, 0
+    for rel in rels:
+        st = file_stat(root, rel)
+        it = by_rel.get(rel)
+        if it is not None:
+            same = (it["size"], it["mtime_ns"]) == (st["size"], st["mtime_ns"])
+            if not same and it.get("sha256") and it["size"] == st["size"]:
+                same = sha256_file(root / rel) == it["sha256"]
+            if same:
+                kept += 1
+                continue
+            changed[rel] = it["id"]
+        todo.append(rel)
+    present = set(rels)
+    delete = [it["id"] for it in old if it["rel"] not in present]
+    return {"op": "update", "base": manifest["seal"], "todo": todo, "changed": changed, "delete": delete, "done": 0,
+            "next_id": manifest.get("next_id", len(old)), "bad": [],
+            "report": {"kept": kept, "new": len(todo) - len(changed), "changed": len(changed), "deleted": len(delete)}}
+
+
+def _update(client, loc: MilvusLocation, lock: WriterLock, manifest: dict, skip_bad, batch_size, progress,
+            weights) -> dict:
+    from ..features.backbones import backbone_for
+    from ..models.registry import load_model
+    from .milvus_collection import checkpoints
+
+    name, gen = loc.collection, int(manifest["generation"])
+    items_name, enc_name = part_name(name, gen, "images"), part_name(name, gen, "images", enc=True)
+    root = Path(manifest["source"]["root"])
+    pending = read_prop(client, name, PENDING)
+    if not (pending and pending.get("op") == "update" and pending.get("base") == manifest["seal"]):
+        if pending:  # an unfinished build (or an update of another version): its generation goes
+            for g in generations(client, name) - {gen}:
+                drop_generation(client, name, g)
+        client.load_collection(items_name)
+        pending = _plan(client, items_name, root, manifest)
+        if not pending["todo"] and not pending["delete"]:
+            drop_prop(client, name, PENDING)
+            return {**pending["report"], "skipped": []}
+        write_prop(client, name, PENDING, pending)
+    ckpts = checkpoints(loc, manifest)
+    model = load_model(ckpts["model"]).eval()
+    retriever = load_model(ckpts["retriever"]).eval() if "retriever" in ckpts else None
+    encode = image_encoder(model, _stage1_source(model, retriever))
+    bb = backbone_for(manifest["backbone"], weights)
+    layout = Layout.from_dict(manifest["collections"]["images"]["layout"])
+    todo = pending["todo"]
+    for b in image_batches(root, todo, bb, batch_size, skip_bad)(pending["done"]):
+        if b.keys:
+            enc, vecs = encode(b)
+            ids = []
+            for rel in b.keys:
+                if rel in pending["changed"]:
+                    ids.append(pending["changed"][rel])
+                else:
+                    ids.append(pending["next_id"])
+                    pending["next_id"] += 1
+            write_rows(client, items_name, enc_name, layout, ids,
+                       [image_row(root, rel, i, m) for rel, i, m in zip(b.keys, ids, b.meta, strict=True)], vecs, enc)
+        for bad in b.bad:  # a changed file that no longer reads leaves the index, as the folder's update does
+            if bad["key"] in pending["changed"]:
+                pending["delete"].append(pending["changed"][bad["key"]])
+        pending["done"] += b.consumed
+        pending["bad"] += b.bad
+        write_prop(client, name, PENDING, pending)
+        lock.beat()
+        io.crash_point("milvus:batch")
+    for a in range(0, len(pending["delete"]), 1000):
+        ids = pending["delete"][a:a + 1000]
+        client.delete(items_name, ids=ids)
+        client.delete(enc_name, filter=f"id in {ids}")
+    for n in (items_name, enc_name):
+        client.flush(n)
+    client.load_collection(items_name)
+    count = int(client.query(items_name, filter="", output_fields=["count(*)"])[0]["count(*)"])
+    if count == 0:
+        raise DataError(root, "nothing left to index: every image was deleted or skipped")
+    manifest["collections"]["images"]["count"] = count
+    manifest["collections"]["images"]["stage1"]["count"] = count
+    manifest["counts"]["images"] = count
+    manifest["next_id"] = pending["next_id"]
+    manifest["skipped"] = pending["bad"]
+    manifest["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    manifest["seal"] = seal(manifest)
+    io.crash_point("milvus:commit")
+    write_prop(client, name, MANIFEST, manifest)
+    drop_prop(client, name, PENDING)
+    return {**pending["report"], "skipped": pending["bad"]}

@@ -1,0 +1,205 @@
+"""Opening a Milvus index for search: the committed manifest checked (format, seal, the models'
+digests, each Milvus collection's vector type and size), and each collection read through
+:class:`vlmatch.search.backend.CollectionBackend` with item ids as keys.
+
+The models are not stored in Milvus: the manifest records each checkpoint's folder and digest (the
+one :func:`vlmatch.search.folder.checkpoint_digest` computes, covering ``config.json`` and so the
+weights' SHA-256), and opening takes them from there, or from ``model=`` / ``retriever=``; a
+checkpoint whose digest differs is refused. Every machine that serves the index needs the checkpoints.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError, DataError, VlmatchError
+from ..models.base import Encoding
+from .backend import MilvusLocation
+from .folder import checkpoint_digest, seal
+from .milvus_client import FORMAT, MANIFEST, MAX_RESULTS, PENDING, check_name, connect, part_name, read_prop
+from .milvus_layout import Layout, field_of, search_params
+
+
+class MilvusCollection:
+    """One collection of a Milvus index (keys are item ids)."""
+
+    def __init__(self, client, loc: MilvusLocation, gen: int, coll: str, info: dict, template: Encoding):
+        self.client, self.loc, self.info = client, loc, info
+        self.items_name = part_name(loc.collection, gen, coll)
+        self.enc_name = part_name(loc.collection, gen, coll, enc=True)
+        self.count = int(info["count"])
+        self.layout = Layout.from_dict(info["layout"])
+        self.cls = type(template)
+        missing = set(template.tensors()) - set(self.layout.fields)
+        if missing:
+            raise DataError(self.enc_name, f"stored encodings lack field(s) {sorted(missing)} the model produces: "
+                                           "the index was built with another model")
+
+    def __len__(self) -> int:
+        return self.count
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        q = np.ascontiguousarray(queries, dtype=np.float32)
+        if k >= self.count and self.info["stage1"]["kind"] != "flat":
+            return self._exhaustive(q)
+        if k > MAX_RESULTS:
+            raise ConfigError(f"candidates {k}: Milvus returns at most {MAX_RESULTS} per search")
+        res = self.client.search(self.items_name, data=[v.tolist() for v in q], limit=k, anns_field="s1",
+                                 output_fields=["id"],
+                                 search_params={"metric_type": "IP", "params": search_params(self.info["stage1"], k)})
+        scores = np.full((len(q), k), -np.inf, dtype=np.float32)
+        keys = np.full((len(q), k), -1, dtype=np.int64)
+        for i, hits in enumerate(res):
+            for j, h in enumerate(hits):
+                scores[i, j], keys[i, j] = h["distance"], h["id"]
+        return scores, keys
+
+    def _exhaustive(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ids, vecs = [], []
+        it = self.client.query_iterator(self.items_name, batch_size=1000, output_fields=["id", "s1"])
+        while batch := it.next():
+            ids += [r["id"] for r in batch]
+            vecs += [r["s1"] for r in batch]
+        it.close()
+        order = np.argsort(ids)
+        ids, vecs = np.asarray(ids)[order], np.asarray(vecs, dtype=np.float32)[order]
+        scores = q @ vecs.T
+        rows = np.argsort(-scores, axis=1, kind="stable")
+        return np.take_along_axis(scores, rows, axis=1), ids[rows]
+
+    def take(self, keys) -> Encoding:
+        ids = [int(i) for i in np.asarray(keys).reshape(-1)]
+        pks = self.layout.pks(ids)
+        got = {}
+        step = self.layout.rows_per_rpc()
+        for a in range(0, len(pks), step):
+            for row in self.client.get(self.enc_name, ids=pks[a:a + step], output_fields=["pk", "enc", "extra"]):
+                got[int(row["pk"])] = row
+        return self.layout.decode(ids, got, self.cls, self.enc_name)
+
+    def items_of(self, keys) -> list[dict]:
+        ids = [int(i) for i in np.asarray(keys).reshape(-1)]
+        got = {}
+        for a in range(0, len(ids), MAX_RESULTS):
+            got.update({int(r["id"]): r["item"] for r in self.client.get(self.items_name, ids=ids[a:a + MAX_RESULTS],
+                                                                         output_fields=["id", "item"])})
+        missing = [i for i in ids if i not in got]
+        if missing:
+            raise DataError(self.items_name, f"no row for item(s) {missing[:5]}: the collection is incomplete")
+        return [got[i] for i in ids]
+
+    def key_of(self, item_id: int) -> int | None:
+        if not isinstance(item_id, (int, np.integer)) or item_id < 0:
+            return None
+        return int(item_id) if self.client.get(self.items_name, ids=[int(item_id)], output_fields=["id"]) else None
+
+    @property
+    def items(self) -> list[dict]:
+        """The whole table in id order (one pass over the collection: for tests and small indexes)."""
+        out = []
+        it = self.client.query_iterator(self.items_name, batch_size=1000, output_fields=["item"])
+        while batch := it.next():
+            out += [r["item"] for r in batch]
+        it.close()
+        return sorted(out, key=lambda r: r["id"])
+
+
+_CLIENTS: dict[str, object] = {}
+
+
+def client_for(uri: str):
+    """One MilvusClient per URI in a process (opening, reloads and the collections share it)."""
+    if uri not in _CLIENTS:
+        _CLIENTS[uri] = connect(uri)
+    return _CLIENTS[uri]
+
+
+def committed_seal(loc: MilvusLocation) -> str | None:
+    """The seal of the committed manifest (None: none, or the server cannot be read now): a new one at
+    every build and update, so a server polls it to see a new version."""
+    try:
+        m = read_prop(client_for(loc.uri), loc.collection, MANIFEST)
+    except Exception:  # noqa: BLE001 - a server briefly away: no new version seen, the served one stays
+        return None
+    return m.get("seal") if isinstance(m, dict) else None
+
+
+def read_manifest(client, loc: MilvusLocation) -> dict:
+    """The committed manifest, refused when absent, of another format or edited."""
+    m = read_prop(client, loc.collection, MANIFEST)
+    if m is None:
+        if read_prop(client, loc.collection, PENDING) is not None:
+            raise VlmatchError(f"{loc}: the index build was interrupted; run the same `vlmatch index build` again "
+                               "to resume it")
+        raise DataError(str(loc), "holds no vlmatch index (build one with vlmatch index build --backend milvus)")
+    if not isinstance(m, dict) or m.get("format") != FORMAT:
+        raise DataError(str(loc), f"an index of format {m.get('format') if isinstance(m, dict) else '?'} (this "
+                                  f"vlmatch reads {FORMAT}): build it again")
+    if m.get("seal") != seal(m):
+        raise DataError(str(loc), f"its {MANIFEST} was edited after the index was written (it does not match its "
+                                  "seal): build the index again")
+    return m
+
+
+def checkpoints(loc: MilvusLocation, manifest: dict, model=None, retriever=None) -> dict[str, Path]:
+    """Part -> the checkpoint folder to load, each checked against the digest the collection records."""
+    out = {}
+    for part, given in (("model", model), ("retriever", retriever)):
+        rec = manifest.get(part)
+        if not rec:
+            if given is not None:
+                raise ConfigError(f"{loc} was built without a {part}: drop --{part}")
+            continue
+        folder = Path(given if given is not None else rec["checkpoint"])
+        if not (folder / "config.json").is_file():
+            raise DataError(folder, f"the {part} checkpoint {loc} was built with is not here; pass its folder")
+        if checkpoint_digest(folder) != rec["digest"]:
+            raise ConfigError(f"{folder} is not the {part} {loc} was built with ({rec['name']}, digest "
+                              f"{rec['digest'][:12]}): open it with that checkpoint or build the index again")
+        out[part] = folder
+    return out
+
+
+def open_milvus(loc: MilvusLocation, model=None, retriever=None):
+    """(manifest, part -> checkpoint folder, make) of a Milvus index; ``make(coll, model, n_regions)``
+    opens collection ``coll`` (None when the index has none) for the loaded model."""
+    check_name(loc.collection)
+    client = client_for(loc.uri)
+    manifest = read_manifest(client, loc)
+    ckpts = checkpoints(loc, manifest, model, retriever)
+    gen = int(manifest["generation"])
+    updating = read_prop(client, loc.collection, PENDING) is not None
+    for coll, info in manifest["collections"].items():
+        items, enc = part_name(loc.collection, gen, coll), part_name(loc.collection, gen, coll, enc=True)
+        for name in (items, enc):
+            if not client.has_collection(name):
+                raise DataError(name, f"missing from {loc.uri} (dropped by hand?): build the index again")
+        layout = Layout.from_dict(info["layout"])
+        got = field_of(client, enc, "enc")
+        if got != (layout.vector, layout.chunk_dim):
+            raise DataError(enc, f"its enc field is {got[0]} of {got[1]} values but the manifest records "
+                                 f"{layout.vector} of {layout.chunk_dim}: build the index again")
+        dim = manifest["dims"]["stage1"]
+        if field_of(client, items, "s1") != ("FLOAT_VECTOR", dim):
+            raise DataError(items, f"its s1 field is not FLOAT_VECTOR of {dim} values as the manifest records")
+        for name in (items, enc):
+            client.load_collection(name)
+        n = client.query(items, filter="", output_fields=["count(*)"])[0]["count(*)"]
+        if n != info["count"] and not updating:  # during an update, photos come and go one batch at a time
+            raise DataError(items, f"holds {n} items but the manifest records {info['count']}: an update was "
+                                   "interrupted; run `vlmatch index update` again to finish it")
+
+    def make(coll: str, model, n_regions: int):
+        if coll not in manifest["collections"]:
+            return None
+        with torch.no_grad():
+            if coll == "images":
+                tmpl = model.encode_images(torch.zeros(1, n_regions, model.cfg.img_dim))
+            else:
+                tmpl = model.encode_texts(*model.tokenize(["a"]))
+        return MilvusCollection(client, loc, gen, coll, manifest["collections"][coll], tmpl)
+
+    return manifest, ckpts, make

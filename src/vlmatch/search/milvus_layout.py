@@ -1,0 +1,221 @@
+"""How a collection lies in Milvus: the schemas of its two Milvus collections and the layout of one
+item's stage-2 encoding over rows (a vector cut into chunks of at most 32,768 values).
+
+The float fields of a model's Encoding (``regions``, ``embedding``, ``words`` ...) are flattened, in
+field order, into one vector per item, kept in the index's dtype exactly as the folder's store keeps
+them (float16 by default: values are rounded to float16 even where the server only has
+FLOAT_VECTOR, so both backends score the same numbers), padded to a whole number of chunks and
+stored one chunk per row. Fields that are not floats (masks, lengths), and full-precision fields on
+a FLOAT16_VECTOR server, travel as JSON on the item's first chunk.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+
+from ..errors import DataError
+from ..models.base import Encoding
+from .milvus_client import CHUNK_SLOTS, MAX_DIM, RPC_BYTES, pymilvus
+
+VECTOR_TYPES = ("FLOAT16_VECTOR", "FLOAT_VECTOR")
+
+
+@dataclass
+class Layout:
+    cls: str  # the Encoding class's name
+    fields: dict  # name -> {"shape": [...], "dtype": numpy dtype name, "where": "vector" | "extra"}
+    total: int  # vector values per item
+    chunks: int
+    chunk_dim: int
+    vector: str  # FLOAT16_VECTOR or FLOAT_VECTOR
+
+    @classmethod
+    def of(cls, enc: Encoding, dtype: str, vector: str, pad_to: int | None = None) -> Layout:
+        full = type(enc).full_precision_fields
+        per_word = getattr(enc, "per_word_fields", ())
+        fields, total = {}, 0
+        for name, t in enc.tensors().items():
+            shape = list(t.shape[1:])
+            if name in per_word and pad_to is not None:
+                shape[0] = pad_to
+            if t.dtype.is_floating_point:
+                dt = "float32" if name in full else dtype
+                where = "vector" if dt == dtype or vector == "FLOAT_VECTOR" else "extra"
+            else:
+                dt, where = str(t.dtype).replace("torch.", ""), "extra"
+            fields[name] = {"shape": shape, "dtype": dt, "where": where}
+            if where == "vector":
+                total += math.prod(shape)
+        chunks = max(1, math.ceil(total / MAX_DIM))
+        if chunks > CHUNK_SLOTS:
+            raise DataError(type(enc).__name__, f"{total} values per item need {chunks} rows, more than {CHUNK_SLOTS}")
+        return cls(type(enc).__name__, fields, total, chunks, max(1, math.ceil(total / chunks)), vector)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Layout:
+        return cls(**d)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @property
+    def np_dtype(self):
+        return np.float16 if self.vector == "FLOAT16_VECTOR" else np.float32
+
+    def row_bytes(self) -> int:
+        extra = sum(12 * math.prod(f["shape"]) for f in self.fields.values() if f["where"] == "extra")
+        return self.chunk_dim * np.dtype(self.np_dtype).itemsize + extra + 64
+
+    def rows_per_rpc(self) -> int:
+        return max(1, min(RPC_BYTES // self.row_bytes(), 16_384))
+
+    # --- writing --------------------------------------------------------------------------------
+    def rows(self, ids, enc: Encoding, where: str = "encodings") -> list[dict]:
+        """Milvus rows (``pk``, ``id``, ``chunk``, ``enc``, ``extra``) of the items ``ids`` encoded as ``enc``."""
+        n = len(ids)
+        vec = np.zeros((n, self.chunks * self.chunk_dim), dtype=self.np_dtype)
+        extra = [{} for _ in range(n)]
+        at = 0
+        for name, spec in self.fields.items():
+            a = getattr(enc, name).detach().cpu().numpy()
+            if list(a.shape[1:]) != spec["shape"]:  # a word axis shorter than the padded width
+                pad = np.zeros((n, *spec["shape"]), dtype=a.dtype)
+                pad[:, :a.shape[1]] = a
+                a = pad
+            with np.errstate(over="ignore"):
+                a = a.astype(spec["dtype"])
+            if a.dtype.kind == "f" and not np.isfinite(a).all():
+                raise DataError(where, f"NaN or inf in the {name} of items {int(ids[0])}..{int(ids[-1])} (as "
+                                       f"{spec['dtype']}): the model's output cannot be stored")
+            if spec["where"] == "vector":
+                size = math.prod(spec["shape"])
+                vec[:, at:at + size] = a.reshape(n, size)
+                at += size
+            else:
+                for i in range(n):
+                    extra[i][name] = a[i].tolist()
+        vec = vec.reshape(n, self.chunks, self.chunk_dim)
+        return [{"pk": int(i) * CHUNK_SLOTS + c, "id": int(i), "chunk": c, "enc": vec[j, c],
+                 "extra": extra[j] if c == 0 else {}} for j, i in enumerate(ids) for c in range(self.chunks)]
+
+    # --- reading --------------------------------------------------------------------------------
+    def pks(self, ids) -> list[int]:
+        return [int(i) * CHUNK_SLOTS + c for i in ids for c in range(self.chunks)]
+
+    def decode(self, ids, got: dict[int, dict], enc_cls, where: str) -> Encoding:
+        """The Encoding of ``ids`` from their fetched rows (pk -> row), as float32 torch tensors."""
+        n = len(ids)
+        vec = np.empty((n, self.chunks * self.chunk_dim), dtype=np.float32)
+        firsts = []
+        for j, i in enumerate(ids):
+            for c in range(self.chunks):
+                row = got.get(int(i) * CHUNK_SLOTS + c)
+                if row is None:
+                    raise DataError(where, f"item {int(i)} lacks chunk {c} of its encoding: the collection is "
+                                           "incomplete; build it again")
+                vec[j, c * self.chunk_dim:(c + 1) * self.chunk_dim] = _vector(row["enc"], self.np_dtype)
+            firsts.append(got[int(i) * CHUNK_SLOTS]["extra"] or {})
+        if not np.isfinite(vec).all():
+            raise DataError(where, "NaN or inf in stored encodings: the collection is corrupt; build it again")
+        out, at = {}, 0
+        for name, spec in self.fields.items():
+            if spec["where"] == "vector":
+                size = math.prod(spec["shape"])
+                a = torch.from_numpy(vec[:, at:at + size].reshape(n, *spec["shape"]).copy())
+                at += size
+            else:
+                extra = [f[name] if isinstance(f, dict) else json.loads(f)[name] for f in firsts]
+                a = torch.from_numpy(np.asarray(extra, dtype=spec["dtype"]).reshape(n, *spec["shape"]))
+                if a.is_floating_point():
+                    a = a.float()
+            out[name] = a
+        return enc_cls(**out)
+
+
+def _vector(v, dtype) -> np.ndarray:
+    if isinstance(v, (bytes, bytearray)):
+        return np.frombuffer(v, dtype=dtype).astype(np.float32)
+    if isinstance(v, list) and len(v) == 1 and isinstance(v[0], (bytes, bytearray)):
+        return np.frombuffer(v[0], dtype=dtype).astype(np.float32)
+    return np.asarray(v, dtype=np.float32)
+
+
+# --- schemas ----------------------------------------------------------------------------------------
+
+def stage1_index(kind: str, nlist: int | None, hnsw_m: int) -> tuple[str, dict]:
+    if kind == "hnsw":
+        return "HNSW", {"M": hnsw_m, "efConstruction": 80}
+    if kind == "ivf":
+        return "IVF_FLAT", {"nlist": int(nlist)}
+    return "FLAT", {}
+
+
+def search_params(info: dict, k: int) -> dict:
+    if info["kind"] == "hnsw":
+        return {"ef": max(512, k)}
+    if info["kind"] == "ivf":
+        return {"nprobe": min(info["nlist"], 32)}
+    return {}
+
+
+def create_items(client, name: str, dim: int, kind: str, nlist: int | None, hnsw_m: int) -> None:
+    pm = pymilvus()
+    schema = pm.MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field("id", pm.DataType.INT64, is_primary=True)
+    schema.add_field("item", pm.DataType.JSON)
+    schema.add_field("s1", pm.DataType.FLOAT_VECTOR, dim=dim)
+    ip = client.prepare_index_params()
+    itype, params = stage1_index(kind, nlist, hnsw_m)
+    ip.add_index("s1", index_type=itype, metric_type="IP", params=params)
+    client.create_collection(name, schema=schema, index_params=ip, consistency_level="Strong")
+
+
+def create_encodings(client, name: str, layout: Layout) -> None:
+    pm = pymilvus()
+    schema = pm.MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field("pk", pm.DataType.INT64, is_primary=True)
+    schema.add_field("id", pm.DataType.INT64)
+    schema.add_field("chunk", pm.DataType.INT64)
+    schema.add_field("enc", getattr(pm.DataType, layout.vector), dim=layout.chunk_dim)
+    schema.add_field("extra", pm.DataType.JSON)
+    ip = client.prepare_index_params()
+    ip.add_index("enc", index_type="FLAT", metric_type="IP")  # never searched: Milvus loads only indexed vectors
+    # fetched by key, never searched: query nodes map it from their local disk instead of holding it in memory
+    client.create_collection(name, schema=schema, index_params=ip, consistency_level="Strong",
+                             properties={"mmap.enabled": True})
+
+
+def server_vector_type(client, probe_name: str, dtype: str) -> str:
+    """FLOAT16_VECTOR when the index stores float16 and the server takes it (a Milvus server does,
+    milvus-lite does not), else FLOAT_VECTOR: found by creating, then dropping, a probe collection."""
+    if dtype != "float16":
+        return "FLOAT_VECTOR"
+    pm = pymilvus()
+    schema = pm.MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field("pk", pm.DataType.INT64, is_primary=True)
+    schema.add_field("v", pm.DataType.FLOAT16_VECTOR, dim=8)
+    logging.disable(logging.ERROR)  # pymilvus logs every refusal with a traceback: here it is an answer
+    try:
+        client.create_collection(probe_name, schema=schema)
+    except pm.MilvusException:
+        return "FLOAT_VECTOR"
+    finally:
+        logging.disable(logging.NOTSET)
+    client.drop_collection(probe_name)
+    return "FLOAT16_VECTOR"
+
+
+def field_of(client, name: str, field: str) -> tuple[str, int | None]:
+    """(Milvus type name, dim) of a field of a Milvus collection."""
+    for f in client.describe_collection(name).get("fields", []):
+        if f.get("name") == field:
+            t = f.get("type")
+            dim = (f.get("params") or {}).get("dim")
+            return getattr(t, "name", str(t)), None if dim is None else int(dim)
+    return "missing", None

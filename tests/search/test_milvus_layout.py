@@ -1,0 +1,73 @@
+"""A photo's stage-2 encoding over Milvus rows: both grid sizes round-trip through milvus-lite, every
+row stays under Milvus's 32,768 dimensions and every RPC under its 64 MB."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("milvus_lite")
+
+from vlmatch.models.base import ImageEncoding, TextEncoding  # noqa: E402
+from vlmatch.search.milvus_client import MAX_DIM, RPC_BYTES, connect  # noqa: E402
+from vlmatch.search.milvus_layout import Layout, create_encodings  # noqa: E402
+
+
+def _images(n, grid, d=512, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    k = grid * grid
+    mask = torch.ones(n, k, dtype=torch.bool)
+    mask[0, -3:] = False
+    return ImageEncoding(regions=torch.randn(n, k, d, generator=g), mask=mask)
+
+
+@pytest.mark.parametrize("grid, chunks", [(7, 1), (14, 4)])
+def test_both_grid_sizes_round_trip_through_milvus_lite_in_chunks_under_the_limits(tmp_path, grid, chunks):
+    enc = _images(5, grid)
+    layout = Layout.of(enc.select(slice(0, 1)), "float16", "FLOAT_VECTOR")
+    assert layout.total == grid * grid * 512 and layout.chunks == chunks
+    assert layout.chunk_dim <= MAX_DIM and layout.rows_per_rpc() * layout.row_bytes() <= RPC_BYTES
+    client = connect(str(tmp_path / "l.db"))
+    create_encodings(client, "enc", layout)
+    ids = [3, 10, 11, 40, 41]
+    rows = layout.rows(np.array(ids), enc)
+    assert len(rows) == 5 * chunks and len({r["pk"] for r in rows}) == 5 * chunks
+    client.upsert("enc", rows)
+    client.upsert("enc", rows[:chunks])  # written twice (a resumed batch): still one row per pk
+    client.load_collection("enc")
+    want = [11, 3, 41]
+    got = {int(r["pk"]): r for r in client.get("enc", ids=layout.pks(want), output_fields=["pk", "enc", "extra"])}
+    back = layout.decode(want, got, ImageEncoding, "enc")
+    sel = [ids.index(i) for i in want]
+    # stored as the folder's store stores them: float16 values (exactly), the mask as it was
+    assert torch.equal(back.regions, enc.regions[sel].half().float())
+    assert torch.equal(back.mask, enc.mask[sel])
+    assert client.query("enc", filter="", output_fields=["count(*)"])[0]["count(*)"] == 5 * chunks
+
+
+def test_a_word_axis_is_padded_and_full_precision_fields_stay_float32():
+    enc = TextEncoding(lengths=torch.tensor([3, 5]), words=torch.randn(2, 5, 8) / 3)
+    layout = Layout.of(enc, "float16", "FLOAT16_VECTOR", pad_to=7)
+    assert layout.fields["words"]["shape"] == [7, 8] and layout.fields["lengths"]["where"] == "extra"
+    rows = layout.rows(np.array([0, 1]), enc)
+    back = layout.decode([1, 0], {r["pk"]: r for r in rows}, TextEncoding, "enc")
+    assert back.words.shape == (2, 7, 8) and torch.equal(back.words[:, :5], enc.words[[1, 0]].half().float())
+    assert back.lengths.tolist() == [5, 3]
+
+    class Full(ImageEncoding):
+        full_precision_fields = ("embedding",)
+
+    f = Full(regions=torch.randn(1, 4, 8), embedding=torch.randn(1, 8) / 7)
+    lay16 = Layout.of(f, "float16", "FLOAT16_VECTOR")
+    assert lay16.fields["embedding"] == {"shape": [8], "dtype": "float32", "where": "extra"}
+    back = lay16.decode([0], {r["pk"]: r for r in lay16.rows(np.array([0]), f)}, Full, "enc")
+    assert torch.equal(back.embedding, f.embedding)  # not rounded to float16
+
+
+def test_a_nan_is_refused_naming_the_items():
+    enc = _images(2, 2, d=4)
+    enc.regions[1, 0, 0] = float("nan")
+    layout = Layout.of(enc, "float16", "FLOAT_VECTOR")
+    with pytest.raises(Exception, match=r"NaN or inf in the regions of items 7\.\.8"):
+        layout.rows(np.array([7, 8]), enc)
