@@ -110,7 +110,7 @@ def test_explain_cli_writes_png_and_json(toy_ckpts, tmp_path, capsys):
     out = tmp_path / "heat.png"
     assert main(["explain", "--model", str(toy_ckpts["scan"]), "--image", str(imgs / "a.jpg"), "--text",
                  "a red dog near a blue car", "--out", str(out), "--json", str(tmp_path / "h.json"),
-                 "--backbone", "tiny32"]) == 0
+                 "--backbone", "tiny32", "--method", "attention"]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     j = json.loads((tmp_path / "h.json").read_text())
     w = np.array(j["weights"])

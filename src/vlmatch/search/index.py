@@ -267,8 +267,9 @@ class Index:
     def explainer(self, method: str | None = None) -> tuple[MatchingModel, str]:
         """(model, method) whose maps explain a result. With no ``method``: of the index's two models, the one
         whose shipped registry entry records the better pointing figure on Flickr8k val (``vlmatch pretrained``),
-        with its method; for models that do not ship, the stage-2 model with its best method. With a ``method``:
-        that model if it has the method, else the other one that has it."""
+        with its method; for models that do not ship, the stage-2 model with its best method (an index built from
+        features, with no backbone to extract the photos' features again: its stored attention). With a
+        ``method``: that model if it has the method, else the other one that has it."""
         from ..evaluation.explainers import check_method, default_method, supports
         from ..pretrained import explainer_record
 
@@ -276,6 +277,8 @@ class Index:
         records = {key: explainer_record(Path(self.parts[key]) / "model.safetensors") if key in self.parts else None
                    for key, _ in models}
         ranked = sorted(models, key=lambda km: -(records[km[0]] or {}).get("pointing", -1.0))
+        if method is None and not self.manifest.get("backbone") and supports(self.model, "attention"):
+            return self.model, "attention"  # built from features: only the stored encodings can be explained
         if method is None:
             key, m = ranked[0]
             recorded = (records[key] or {}).get("method")

@@ -70,7 +70,9 @@ def render(att: PairAttention, image, out=None, boxes=None, cols: int | None = N
     pil = pil.resize((max(1, round(pil.size[0] * scale)), max(1, round(pil.size[1] * scale))), Image.BILINEAR)
     rgb = np.asarray(pil)
     maps = word_maps(att, pil.size, boxes)
-    vmax = float(att.weights.max()) or 1.0
+    vmax = float(att.weights.max())
+    if not vmax > 0:  # signed maps (contribution, gradient, occlusion) with no positive weight: nothing to light
+        vmax = 1.0
     n = len(att.words)
     cols = cols or min(n, 6)
     rows = -(-n // cols)
