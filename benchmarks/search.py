@@ -157,7 +157,7 @@ def scale_one(n: int, queries: int, agree_queries: int, k: int = 49, d: int = 10
     from vlmatch.data.vocab import Vocab
     from vlmatch.models.base import TextEncoding
     from vlmatch.search import Index
-    from vlmatch.search.build import save_checkpoint, versions, write_collection
+    from vlmatch.search.build import save_checkpoint, stage1_of, versions, write_collection
     from vlmatch.search.folder import commit
     from vlmatch.search.store import EncodingWriter
 
@@ -192,7 +192,7 @@ def scale_one(n: int, queries: int, agree_queries: int, k: int = 49, d: int = 10
     model.vocab = retriever.vocab = vocab
     t1 = time.time()
     coll = write_collection(root / "images", work, [{"id": i, "path": f"synthetic/{i:06d}.jpg"} for i in range(n)],
-                            "auto", None, 32)
+                            stage1_of(work, "auto", None, 32))
     faiss_secs = time.time() - t1
     save_checkpoint(root / "model", model)
     save_checkpoint(root / "retriever", retriever)

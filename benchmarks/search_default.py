@@ -155,7 +155,7 @@ def default_scale(n: int, queries: int, k: int = 49, candidates: int = 100, keep
 
 
 def _build_synthetic(root: Path, n: int, k: int, model, retriever, rec, rrec, s1) -> dict:
-    from vlmatch.search.build import image_encoder, save_checkpoint, versions, write_collection
+    from vlmatch.search.build import image_encoder, save_checkpoint, stage1_of, versions, write_collection
     from vlmatch.search.encode import encode_part
     from vlmatch.search.folder import commit
 
@@ -167,7 +167,8 @@ def _build_synthetic(root: Path, n: int, k: int, model, retriever, rec, rrec, s1
     enc_secs = time.time() - t0
     t1 = time.time()
     coll = write_collection(root / "images", work / "images",
-                            [{"id": i, "path": f"synthetic/{i:06d}.jpg"} for i in range(prog["written"])], "auto", None, 32)
+                            [{"id": i, "path": f"synthetic/{i:06d}.jpg"} for i in range(prog["written"])],
+                            stage1_of(work / "images", "auto", None, 32))
     faiss_secs = time.time() - t1
     save_checkpoint(root / "model", model)
     if retriever is not None:
