@@ -123,14 +123,13 @@ def query_maps(model: MatchingModel, features, queries: list[str], method: str, 
     if method == "gradient":
         with torch.no_grad():
             txt = model.encode_texts(tokens, lengths)
-        out = np.zeros((k, len(queries)), dtype=np.float32)
-        for q in range(len(queries)):
-            x = f.clone().requires_grad_(True)
-            with torch.enable_grad():
-                s = model.score(model.encode_images(x, m), txt.select(slice(q, q + 1)))[0, 0]
-                (g,) = torch.autograd.grad(s, x)
-            out[:, q] = (g * x.detach())[0].sum(dim=1).numpy()
-        return out
+        # one copy of the image per query, one backward for all: copy q only reaches S(copy q, query q), so the
+        # gradient of the diagonal's sum w.r.t. copy q is that pair's gradient
+        x = f.expand(len(queries), -1, -1).clone().requires_grad_(True)
+        with torch.enable_grad():
+            s = model.score(model.encode_images(x, None if m is None else m.expand(len(queries), -1)), txt)
+            (g,) = torch.autograd.grad(s.diagonal().sum(), x)
+        return (g * x.detach()).sum(dim=2).T.float().numpy()
     if method != "occlusion":
         check_method(method)
     base = torch.ones(k, dtype=torch.bool) if m is None else m[0]
