@@ -32,17 +32,31 @@ LICENCE = ("Flickr8k is released for research purposes only (Hodosh et al. 2013)
            "trained on it, carry the same terms: research use")
 
 
-def val_scores(model):
+def val_scores(model, features: Path = FEATURES):
     from vlmatch.data.precomp import PrecompSplit
     from vlmatch.evaluation.scoring import model_scores
 
-    return model_scores(model, PrecompSplit(FEATURES, "dev"), progress=False)
+    return model_scores(model, PrecompSplit(features, "dev"), progress=False)
 
 
-def val_metrics(model, sims=None) -> dict:
+def val_metrics(model, sims=None, features: Path = FEATURES) -> dict:
     from vlmatch.evaluation.metrics import recall_metrics
 
-    return recall_metrics(val_scores(model) if sims is None else sims)
+    return recall_metrics(val_scores(model, features) if sims is None else sims)
+
+
+def run_features(record: dict) -> Path:
+    """The feature cache a recorded run trained on (its config's data.path, the study's Lite0 224 px by default)."""
+    path = (record.get("config", {}).get("data", {}) or {}).get("path")
+    return HERE.parent / path if path else FEATURES
+
+
+def explainer_record(row: str, default: bool) -> dict:
+    """A grounding row's figures (benchmarks/results/grounding/<row>.json) as a registry entry's ``explainer``."""
+    r = json.loads((HERE / "results" / "grounding" / f"{row}.json").read_text())
+    return {"method": r["method"], "pointing": r["pointing"], "centre": r["centre"], "caption_mean": r["caption_mean"],
+            "ceiling": r["ceiling"], "phrases": r["phrases"], "row": row, "default": default,
+            "by_type": {t: v["pointing"] for t, v in r["by_type"].items()}}
 
 
 def pair_metrics(sims, retriever: str) -> dict:
@@ -66,8 +80,15 @@ def main(argv=None):
     ap.add_argument("--notes", default="", help="where the model is expected to be weak, etc.")
     ap.add_argument("--pair-score", choices=["model", "mean"], default="model",
                     help="a re-scorer's stage-2 score in the default pair (index build --score)")
+    ap.add_argument("--explainer", metavar="ROW", help="the grounding row (benchmarks/results/grounding/ROW.json) whose "
+                                                       "pointing figures the entry records (its heat maps' method)")
+    ap.add_argument("--default-explainer", action="store_true", help="the default explainer of `vlmatch explain`")
+    ap.add_argument("--set-explainer", nargs=2, metavar=("NAME", "ROW"),
+                    help="record a grounding row on a shipped entry without shipping it again")
     a = ap.parse_args(argv)
-    if a.search_figures:
+    if a.set_explainer:
+        set_explainer(*a.set_explainer, a.default_explainer)
+    elif a.search_figures:
         search_figures()
     elif not a.card:
         if not (a.run and a.name and a.role):
@@ -106,6 +127,18 @@ def search_figures() -> None:
     write_json(PRETRAINED / "registry.json", [dataclasses.asdict(e) for e in reg])
 
 
+def set_explainer(name: str, row: str, default: bool) -> None:
+    """Record grounding row ``row`` as shipped entry ``name``'s explainer (its weights are unchanged)."""
+    from vlmatch import pretrained
+    from vlmatch.io import write_json
+
+    rec = explainer_record(row, default)
+    reg = [dataclasses.replace(e, explainer={**e.explainer, "default": False}) if default and e.explainer else e
+           for e in pretrained.entries()]
+    reg = [dataclasses.replace(e, explainer=rec) if e.name == name else e for e in reg]
+    write_json(PRETRAINED / "registry.json", [dataclasses.asdict(e) for e in reg])
+
+
 def write_cards() -> None:
     """The model card block of every file that holds its markers (README.md, the docs page), from the registry."""
     from vlmatch.pretrained import card
@@ -125,11 +158,12 @@ def ship(a) -> None:
     best = HERE / "cache" / "runs" / a.run / "best"
     from inputs import need_features, need_run
 
-    need_features(FEATURES)
     need_run(best)
     record = json.loads((HERE / "results" / "flickr8k" / f"{a.run}.json").read_text())
+    features_dir = run_features(record)
+    need_features(features_dir)
     model = load_model(best)
-    full = val_metrics(model)
+    full = val_metrics(model, features=features_dir)
     out = PRETRAINED / "weights" / a.name
     if out.exists():
         shutil.rmtree(out)
@@ -142,9 +176,9 @@ def ship(a) -> None:
 
     cfg["weights_sha256"] = hashlib.sha256(data).hexdigest()
     write_json(out / "config.json", cfg)
-    features = json.loads((FEATURES / "features.json").read_text())
+    features = json.loads((features_dir / "features.json").read_text())
     write_json(out / "backbone.json", features["backbone"])
-    half_sims = val_scores(load_model(out))
+    half_sims = val_scores(load_model(out), features_dir)
     half = val_metrics(None, half_sims)
     if abs(half["rsum"] - full["rsum"]) >= 0.5:
         shutil.rmtree(out)
@@ -157,7 +191,8 @@ def ship(a) -> None:
         data=DATA, licence=LICENCE, command=record["command"],
         val={"float16": {k: round(v, 2) for k, v in half.items()}, "float32": {k: round(v, 2) for k, v in full.items()},
              "epochs_trained": len(record.get("val_rsum_by_epoch", [])), "best_epoch": record["metrics"].get("epoch")},
-        storage="float16", notes=a.notes, default=a.default, pair_score=a.pair_score)
+        storage="float16", notes=a.notes, default=a.default, pair_score=a.pair_score,
+        explainer=explainer_record(a.explainer, a.default_explainer) if a.explainer else {})
     retrievers = [e.name for e in pretrained.entries() if e.role == "retriever" and e.default]
     if a.role == "rescorer" and a.pair_score == "mean" and retrievers:
         pair = pair_metrics(half_sims, retrievers[0])
@@ -166,6 +201,8 @@ def ship(a) -> None:
     if old is not None and old.sha256 == entry.sha256:  # the same weights again: keep their measured search figures
         entry = dataclasses.replace(entry, search=old.search, ms_per_query=old.ms_per_query)
     reg = [e for e in pretrained.entries() if e.name != a.name]
+    if a.default_explainer:  # one default explainer
+        reg = [dataclasses.replace(e, explainer={**e.explainer, "default": False}) if e.explainer else e for e in reg]
     if a.default:  # one default per role
         reg = [dataclasses.replace(e, default=False) if e.role == a.role else e for e in reg]
     write_json(PRETRAINED / "registry.json", [dataclasses.asdict(e) for e in reg + [entry]])
