@@ -88,3 +88,15 @@ def test_target_cells_take_centres_inside_and_a_small_box_its_own_cell():
     assert cells.reshape(3, 3).tolist() == [[True, True, False], [True, True, False], [False] * 3]
     tiny = target_cells([(80, 50, 85, 55)], 90, 60, 3)  # holds no cell centre: the cell under its centre
     assert tiny.nonzero()[0].tolist() == [8]
+
+
+def test_peak_form_asks_only_that_the_top_is_inside():
+    inside = torch.tensor([[False, False, True, False]])
+    right = torch.tensor([[0.0, 0.0, 5.0, 1.0]])  # peak inside, well above the rest
+    wrong = torch.tensor([[0.0, 5.0, 1.0, 0.0]])
+    assert float(pointing_loss(right, inside, 0.05, "peak")) == 0.0
+    assert float(pointing_loss(wrong, inside, 0.05, "peak")) > 1.0
+    everywhere = torch.ones(1, 4, dtype=torch.bool)
+    assert float(pointing_loss(wrong, everywhere, 0.05, "peak")) == 0.0
+    with pytest.raises(ValueError, match="mass or peak"):
+        pointing_loss(right, inside, 0.2, "other")

@@ -60,19 +60,35 @@ def caption_pair_triplet(scores: Tensor, image_ids: Tensor, margin: float = 0.2,
     return cost.amax(dim=1).sum() if max_violation else cost.sum()
 
 
-def pointing_loss(maps: Tensor, targets: Tensor, temperature: float = 0.2) -> Tensor:
+def pointing_loss(maps: Tensor, targets: Tensor, temperature: float = 0.2, form: str = "mass",
+                  margin: float = 1.0) -> Tensor:
     """The grounding objective: pull each phrase's heat map into its boxes.
 
     ``maps`` (P, k): each phrase's weights over the k image positions (any scale: each map is standardised
     to zero mean and unit spread first, so the term cannot be met by scaling the scores); ``targets``
     (P, k) bool: the positions inside the phrase's boxes. The loss is the mean over phrases of
     -log Σ_{i in boxes} softmax_i(map / temperature): the probability mass inside the boxes (one in-box
-    position may carry it, as the pointing game asks), not a fit to every in-box position."""
+    position may carry it, as the pointing game asks), not a fit to every in-box position.
+
+    ``form="peak"`` asks only what the pointing game scores: the map's (soft) maximum inside the boxes above its
+    (soft) maximum outside by ``margin`` standard deviations, relu(margin + smax(z_out) - smax(z_in)) with
+    smax(x) = temperature * logsumexp(x / temperature); a phrase whose boxes hold every position adds 0."""
     if maps.shape != targets.shape or maps.dim() != 2:
         raise ValueError(f"maps and targets must both be (phrases, positions), got {tuple(maps.shape)} and "
                          f"{tuple(targets.shape)}")
     if maps.shape[0] == 0:
         return maps.sum() * 0.0
+    if form == "peak":
+        z = (maps - maps.mean(dim=1, keepdim=True)) / (maps.std(dim=1, keepdim=True) + 1e-6)
+        some_out = (~targets).any(dim=1)
+        if not bool(some_out.any()):
+            return maps.sum() * 0.0
+        z, inside_cells = z[some_out], targets[some_out]
+        top_in = temperature * torch.logsumexp(z.masked_fill(~inside_cells, float("-inf")) / temperature, dim=1)
+        top_out = temperature * torch.logsumexp(z.masked_fill(inside_cells, float("-inf")) / temperature, dim=1)
+        return (margin + top_out - top_in).clamp(min=0).sum() / maps.shape[0]
+    if form != "mass":
+        raise ValueError(f"grounding form must be mass or peak, not {form!r}")
     z = (maps - maps.mean(dim=1, keepdim=True)) / (maps.std(dim=1, keepdim=True) + 1e-6) / temperature
     logp = torch.log_softmax(z, dim=1)
     inside = torch.logsumexp(logp.masked_fill(~targets, float("-inf")), dim=1)

@@ -67,6 +67,10 @@ class TrainOptions:
                                                    "boxes (needs data.entities; 0: off, as in every paper)")
     grounding_temperature: float = option(0.2, min=0, gt=True, doc="softmax temperature of the grounding objective "
                                                                    "over the standardised map")
+    grounding_form: str = option("mass", choices=("mass", "peak"), doc="the grounding objective: 'mass', the map's "
+                                                                      "softmax mass inside the boxes; 'peak', its "
+                                                                      "maximum inside above its maximum outside by a "
+                                                                      "margin (what the pointing game scores)")
     grad_clip: float = option(2.0, min=0)
     margin: float = option(0.2, min=0)
     max_violation: bool = option(True)

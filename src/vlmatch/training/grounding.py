@@ -124,7 +124,8 @@ class GroundingTargets:
         return rows, self.span[idx], self.cells[idx]
 
 
-def grounding_term(model: MatchingModel, targets: GroundingTargets, batch: dict, device, temperature: float) -> Tensor:
+def grounding_term(model: MatchingModel, targets: GroundingTargets, batch: dict, device, temperature: float,
+                   form: str = "mass") -> Tensor:
     """The batch's grounding loss: its phrases' contribution maps against their boxes."""
     rows, span, cells = targets.of_batch(batch["caption_index"])
     if len(rows) == 0:
@@ -137,4 +138,4 @@ def grounding_term(model: MatchingModel, targets: GroundingTargets, batch: dict,
     pos = torch.arange(contrib.shape[2])
     in_span = ((pos[None] >= span[:, :1]) & (pos[None] < span[:, 1:])).to(contrib.dtype).to(device)  # (P, L)
     maps = torch.einsum("pkl,pl->pk", contrib[where[rows].to(device)], in_span)
-    return pointing_loss(maps, cells.to(device), temperature)
+    return pointing_loss(maps, cells.to(device), temperature, form)

@@ -230,7 +230,8 @@ def _train(cfg: dict, run_dir: Path, resume: bool, progress: bool, overwrite: bo
             loss = model.loss(scores, batch, tc, hardest)  # the model's own objective (default: hinge triplet)
             ground = None
             if grounding is not None:
-                ground = grounding_term(model, grounding, batch, device, tc["grounding_temperature"])
+                ground = grounding_term(model, grounding, batch, device, tc["grounding_temperature"],
+                                        tc["grounding_form"])
                 loss = loss + tc["grounding_loss"] * ground
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
