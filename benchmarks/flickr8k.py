@@ -375,7 +375,10 @@ def main(argv=None):
                 run["note"] = a.note
         changed = list(results["runs"])
     elif not a.extract_only:
-        cfg = load_config(a.config, a.overrides, extra=None)
+        # the grounding objective reads the Flickr30k Entities boxes beside the Flickr8k folder unless told otherwise
+        grounding = any(o.startswith("train.grounding_loss=") and float(o.split("=", 1)[1]) > 0 for o in a.overrides)
+        entities = {"data": {"entities": str(shared.parent / "flickr30k_entities")}} if grounding else None
+        cfg = load_config(a.config, a.overrides, extra=entities)
         cfg["data"]["path"] = str(features_dir(a.input_size, a.backbone))
         name = a.name or Path(a.config).stem
         run_dir = HERE / "cache" / "runs" / name

@@ -144,8 +144,11 @@ def write_cards() -> None:
     from vlmatch.pretrained import card
 
     for path in [HERE.parent / "README.md", *sorted((HERE.parent / "docs").rglob("*.md"))]:
-        if path.is_file() and card.BEGIN in path.read_text(encoding="utf-8"):
-            print(f"{path.relative_to(HERE.parent)}: {'rewritten' if card.update(path) else 'up to date'}")
+        text = path.read_text(encoding="utf-8") if path.is_file() else ""
+        for marker, short in ((card.BEGIN, False), (card.SUMMARY_BEGIN, True)):
+            if marker in text:
+                changed = card.update(path, summary_block=short)
+                print(f"{path.relative_to(HERE.parent)}: {'rewritten' if changed else 'up to date'}")
 
 
 def ship(a) -> None:

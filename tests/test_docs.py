@@ -25,7 +25,8 @@ PAGES = sorted(p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md"))
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^[ \t]*```.*?^[ \t]*```", re.M | re.S)
 HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t]*#*[ \t]*$", re.M)
-MARKERS = ("<!-- pretrained-table:begin -->", "<!-- pretrained-table:end -->")
+MARKERS = ("<!-- pretrained-table:begin -->", "<!-- pretrained-table:end -->")  # the full card (docs/pretrained.md)
+SUMMARY = ("<!-- pretrained-summary:begin -->", "<!-- pretrained-summary:end -->")  # the README's table
 
 
 def nav_pages(node) -> list[str]:
@@ -98,8 +99,9 @@ def test_readme_keeps_its_first_commands_and_the_shipped_model_markers():
     assert [ln.split("#")[0].strip() for ln in first.splitlines()] == ["vlmatch quickstart", "python -m pytest -q"]
     assert "vlmatch index build --images ~/Pictures --out my-index" in text
     assert 'vlmatch search my-index "a dog running on the beach"' in text
-    for doc in (text.split("## Shipped models", 1)[1], (DOCS / "pretrained.md").read_text(encoding="utf-8")):
-        begin, end = doc.index(MARKERS[0]), doc.index(MARKERS[1])
+    for doc, (a, b) in ((text.split("## Shipped models", 1)[1], SUMMARY),
+                        ((DOCS / "pretrained.md").read_text(encoding="utf-8"), MARKERS)):
+        begin, end = doc.index(a), doc.index(b)
         assert begin < end and "| name |" in doc[begin:end]
 
 

@@ -16,6 +16,9 @@ from . import Pretrained, entries
 
 BEGIN = "<!-- pretrained-table:begin -->"
 END = "<!-- pretrained-table:end -->"
+# the README's shorter block: the table and a link to the full cards (the README is a front page)
+SUMMARY_BEGIN = "<!-- pretrained-summary:begin -->"
+SUMMARY_END = "<!-- pretrained-summary:end -->"
 ROLES = {"retriever": "stage 1: one global vector per image and caption",
          "rescorer": "stage 2: re-scores stage 1's candidates pair by pair"}
 RECALLS = {"i2t_r1": "image-to-text R@1", "i2t_r5": "R@5", "i2t_r10": "R@10",
@@ -111,14 +114,26 @@ def render(found: list[Pretrained] | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
-def update(path: Path, block: str | None = None) -> bool:
-    """Rewrite the block between the markers in ``path``; True when the file changed."""
+def summary(found: list[Pretrained] | None = None) -> str:
+    """The README's block: the table, and where each model's full card is."""
+    found = entries() if found is None else found
+    if not found:
+        return "No trained models ship with this installation.\n"
+    return "\n".join(table(found) + ["", "Each model's card (features, data and terms, heat maps, the command that "
+                                         "trained it): [Shipped models](docs/pretrained.md)."]) + "\n"
+
+
+def update(path: Path, block: str | None = None, summary_block: bool = False) -> bool:
+    """Rewrite the block between the markers in ``path`` (the full card's, or with ``summary_block`` the
+    summary's); True when the file changed."""
     path = Path(path)
     text = path.read_text(encoding="utf-8")
-    a, b = text.find(BEGIN), text.find(END)
+    begin, end = (SUMMARY_BEGIN, SUMMARY_END) if summary_block else (BEGIN, END)
+    a, b = text.find(begin), text.find(end)
     if a < 0 or b < a:
-        raise DataError(path, f"holds no {BEGIN} ... {END} block for the model card")
-    new = text[:a + len(BEGIN)] + "\n" + (render() if block is None else block) + text[b:]
+        raise DataError(path, f"holds no {begin} ... {end} block for the model card")
+    new = text[:a + len(begin)] + "\n" + ((summary() if summary_block else render()) if block is None else block) \
+        + text[b:]
     if new == text:
         return False
     write_text(path, new)
