@@ -62,6 +62,32 @@ def test_grounding_errors_are_one_line(grid_data, tmp_path, capsys):
     assert len(err.splitlines()) == 1 and "no Annotations/ folder" in err
 
 
+def _photo_world(tmp_path):
+    photos = draw_photos(tmp_path / "photos" / "images", 3)
+    names = sorted(p.name for p in photos.iterdir())
+    meta = {"images": [{"filename": n, "split": "val", "sentences": []} for n in names]}
+    (tmp_path / "photos" / "dataset.json").write_text(json.dumps(meta))
+    ents = tmp_path / "ents"
+    (ents / "Sentences").mkdir(parents=True)
+    (ents / "Annotations").mkdir()
+    (ents / "Sentences" / "photo.txt").write_text("[/EN#1/scene the whole scene] .\n")
+    (ents / "Annotations" / "photo.xml").write_text(
+        "<annotation><size><width>320</width><height>240</height></size><object><name>1</name><bndbox>"
+        "<xmin>1</xmin><ymin>1</ymin><xmax>320</xmax><ymax>240</ymax></bndbox></object></annotation>")
+    return tmp_path / "photos", ents
+
+
+def test_grounding_without_model_uses_the_shipped_default_explainer(tmp_path, capsys):
+    from vlmatch import pretrained
+
+    name, method = pretrained.default_explainer()
+    photos, ents = _photo_world(tmp_path)
+    assert main(["grounding", "--data", str(photos), "--split", "val", "--entities", str(ents), "--no-progress"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert name in res["model"] and res["method"] == method and res["phrases"] == 3
+    assert res["grid"] == pretrained.get(name).features["grid"]
+
+
 def test_grounding_on_a_photo_folder_with_a_karpathy_json(tmp_path, capsys):
     photos = draw_photos(tmp_path / "photos" / "images", 3)
     names = sorted(p.name for p in photos.iterdir())

@@ -47,5 +47,7 @@ def test_explain_without_model_draws_the_shipped_explainers_maps(tmp_path, capsy
     att = json.loads((tmp_path / "h.json").read_text())
     assert att["method"] == method
     assert (tmp_path / "h.png").stat().st_size > 1000
-    weights = att["weights"]  # (image positions, words): the 7 x 7 grid of the shipped backbone
-    assert "dog" in att["words"] and len(weights) == 49 and {len(w) for w in weights} == {len(att["words"])}
+    grid = pretrained.get(model).features["grid"]
+    weights = att["weights"]  # (image positions, words): the grid of the explainer's backbone
+    assert "dog" in att["words"] and len(weights) == grid * grid and {len(w) for w in weights} == {len(att["words"])}
+    assert att["grid"] == grid

@@ -147,7 +147,7 @@ def pointing_game(model: MatchingModel, features: Sequence[np.ndarray] | np.ndar
         raise ConfigError(f"no phrase with a box among the {len(filenames)} images: is {ents.root} the Entities "
                           f"folder of these images?")
     return {"method": method, "phrases_as": "query" if phrase_as_query or method in QUERY_METHODS else "tokens",
-            "model": model.name, **total.as_dict(),
+            "model_name": model.name, **total.as_dict(),
             "by_type": {t: v.as_dict() for t, v in by_type.items() if v.n},
             "images": images, "images_without_entities": skipped, "phrases_past_token_limit": empty,
             "grid": grid, "seconds": round(time.perf_counter() - t0, 1)}
