@@ -89,21 +89,9 @@ def test_grounding_without_model_uses_the_shipped_default_explainer(tmp_path, ca
 
 
 def test_grounding_on_a_photo_folder_with_a_karpathy_json(tmp_path, capsys):
-    photos = draw_photos(tmp_path / "photos" / "images", 3)
-    names = sorted(p.name for p in photos.iterdir())
-    meta = {"images": [{"filename": n, "split": "val", "sentences": []} for n in names]}
-    (tmp_path / "photos" / "dataset.json").write_text(json.dumps(meta))
-    ents = tmp_path / "ents"
-    (ents / "Sentences").mkdir(parents=True)
-    (ents / "Annotations").mkdir()
-    for n in names:
-        pid = n.rsplit(".", 1)[0].split("_")[0]
-        (ents / "Sentences" / f"{pid}.txt").write_text("[/EN#1/scene the whole scene] .\n")
-        (ents / "Annotations" / f"{pid}.xml").write_text(
-            "<annotation><size><width>320</width><height>240</height></size><object><name>1</name><bndbox>"
-            "<xmin>1</xmin><ymin>1</ymin><xmax>320</xmax><ymax>240</ymax></bndbox></object></annotation>")
+    photos, ents = _photo_world(tmp_path)
     # photo_000 .. photo_002 share the id "photo": one annotation for all three
-    assert main(["grounding", "--model", "pretrained:vsepp-minilm-f8k", "--data", str(tmp_path / "photos"),
+    assert main(["grounding", "--model", "pretrained:vsepp-minilm-f8k", "--data", str(photos),
                  "--split", "val", "--entities", str(ents), "--method", "contribution", "--no-progress"]) == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert res["phrases"] == 3 and res["pointing"] == 100.0 and res["centre"] == 100.0

@@ -261,6 +261,35 @@ def stage1_of(folder: Path, ann: str, nlist: int | None, hnsw_m: int):
     return index, {**info, "requested": ann}
 
 
+def precomp_features(features, split: str, model, trained, manifest: dict):
+    """A precomp split checked against the model it is indexed with: (regions, item names, images folder, the
+    features); the manifest gets its source and backbone. The folder build and the Milvus build read it so."""
+    from ..data.precomp import open_features, read_caption_lines
+    from ..data.resolve import resolve_data
+    from ..features.provenance import check_backbone
+    from ..io import read_json
+
+    froot = resolve_data(features).resolve()
+    feats = open_features(froot / f"{split}_ims.npy")
+    fj = froot / "features.json"
+    used = read_json(fj).get("backbone") if fj.is_file() else None
+    if used is not None:
+        check_backbone(trained, used, model.cfg.img_dim, fj)
+        manifest["backbone"] = used
+    if feats.shape[2] != model.cfg.img_dim:
+        raise DataError(froot / f"{split}_ims.npy", f"{feats.shape[2]}-d features but the model expects "
+                                                   f"img_dim={model.cfg.img_dim}")
+    ids_path = froot / f"{split}_ids.txt"
+    names = read_caption_lines(ids_path) if ids_path.is_file() else [f"{split}_{i}" for i in range(len(feats))]
+    if len(names) != len(feats):
+        names = names[:: len(names) // len(feats)] if len(names) % len(feats) == 0 else names
+    if len(names) != len(feats):
+        raise DataError(ids_path, f"{len(names)} ids for {len(feats)} images")
+    img_dir = read_json(fj).get("images_dir") if fj.is_file() else None
+    manifest["source"] = {"kind": "features", "root": str(froot), "split": split, "images_dir": img_dir}
+    return feats.shape[1], names, img_dir, feats
+
+
 def write_collection(dest: Path, folder: Path, items: list[dict], stage1) -> dict:
     """Make the collection folder ``dest`` of the encoded rows in ``folder`` (hard links: ``folder``
     stays whole), ``items`` and ``stage1`` (:func:`stage1_of`); the old version stays as ``dest.prev``
@@ -370,28 +399,9 @@ def _build(out: Path, model_ckpt, images, features, split, captions, retriever_c
             manifest["skipped"] = rec["bad"]
             manifest["next_id"] = len(items)
     elif features is not None:
-        from ..data.precomp import open_features, read_caption_lines
-        from ..data.resolve import resolve_data
-
-        froot = resolve_data(features).resolve()  # "toyworld" names the bundled toy world
-        feats = open_features(froot / f"{split}_ims.npy")
-        fj = froot / "features.json"
-        used = read_json(fj).get("backbone") if fj.is_file() else None
-        if used is not None:
-            check_backbone(trained, used, model.cfg.img_dim, fj)
-            manifest["backbone"] = used
-        if feats.shape[2] != model.cfg.img_dim:
-            raise DataError(froot / f"{split}_ims.npy", f"{feats.shape[2]}-d features but the model expects "
-                                                       f"img_dim={model.cfg.img_dim}")
-        n_regions = feats.shape[1]
+        n_regions, names, img_dir, feats = precomp_features(features, split, model, trained, manifest)
+        froot = Path(manifest["source"]["root"])
         dim = s1.check(n_regions)
-        ids_path = froot / f"{split}_ids.txt"
-        names = read_caption_lines(ids_path) if ids_path.is_file() else [f"{split}_{i}" for i in range(len(feats))]
-        if len(names) != len(feats):
-            names = names[:: len(names) // len(feats)] if len(names) % len(feats) == 0 else names
-        if len(names) != len(feats):
-            raise DataError(ids_path, f"{len(names)} ids for {len(feats)} images")
-        img_dir = read_json(fj).get("images_dir") if fj.is_file() else None
         rows = list(range(len(feats)))
         fp = fingerprint("features", str(froot), split, feats.shape, model_info["sha256"],
                          retriever_info and retriever_info["sha256"], dtype)
@@ -399,7 +409,6 @@ def _build(out: Path, model_ckpt, images, features, split, captions, retriever_c
                              lambda ks, done: feature_batches(feats[ks[0]:ks[-1] + 1], ks, batch_size)(done),
                              image_encoder(model, s1), dtype, fp, rank=rank, world=world, progress=progress,
                              desc="index images")
-        manifest["source"] = {"kind": "features", "root": str(froot), "split": split, "images_dir": img_dir}
         if rec is not None:
             items = [{"id": i, "path": str(Path(img_dir) / names[i]) if img_dir else names[i], "rel": names[i]}
                      for i in rec["keys"]]

@@ -37,6 +37,7 @@ from .build import (
     image_encoder,
     image_row,
     load_index_model,
+    precomp_features,
     scan_folder,
     versions,
 )
@@ -97,35 +98,6 @@ def build_milvus(loc: MilvusLocation, model_ckpt, images=None, features=None, sp
                                                        weights, score)
 
 
-def _features(features, split: str, model, trained, manifest: dict):
-    """A precomp split as the folder build reads it: (regions, item names, images folder, the features);
-    the manifest gets its source and backbone."""
-    from ..data.precomp import open_features, read_caption_lines
-    from ..data.resolve import resolve_data
-    from ..features.provenance import check_backbone
-    from ..io import read_json
-
-    froot = resolve_data(features).resolve()
-    feats = open_features(froot / f"{split}_ims.npy")
-    fj = froot / "features.json"
-    used = read_json(fj).get("backbone") if fj.is_file() else None
-    if used is not None:
-        check_backbone(trained, used, model.cfg.img_dim, fj)
-        manifest["backbone"] = used
-    if feats.shape[2] != model.cfg.img_dim:
-        raise DataError(froot / f"{split}_ims.npy", f"{feats.shape[2]}-d features but the model expects "
-                                                   f"img_dim={model.cfg.img_dim}")
-    ids_path = froot / f"{split}_ids.txt"
-    names = read_caption_lines(ids_path) if ids_path.is_file() else [f"{split}_{i}" for i in range(len(feats))]
-    if len(names) != len(feats):
-        names = names[:: len(names) // len(feats)] if len(names) % len(feats) == 0 else names
-    if len(names) != len(feats):
-        raise DataError(ids_path, f"{len(names)} ids for {len(feats)} images")
-    img_dir = read_json(fj).get("images_dir") if fj.is_file() else None
-    manifest["source"] = {"kind": "features", "root": str(froot), "split": split, "images_dir": img_dir}
-    return feats.shape[1], names, img_dir, feats
-
-
 class _Build:
     def __init__(self, client, loc: MilvusLocation, lock: WriterLock, progress: bool):
         self.client, self.loc, self.lock, self.progress = client, loc, lock, progress
@@ -163,7 +135,7 @@ class _Build:
         elif features is not None:
             from .build import feature_batches
 
-            n_regions, names, img_dir, fsrc = _features(features, split, model, trained, manifest)
+            n_regions, names, img_dir, fsrc = precomp_features(features, split, model, trained, manifest)
             feats, rows = fsrc, list(range(len(fsrc)))
             jobs.append(("images", rows, lambda done: feature_batches(feats, rows, batch_size)(done),
                          image_encoder(model, s1),
