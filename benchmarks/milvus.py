@@ -1,7 +1,7 @@
 """The folder index and the Milvus backend (milvus-lite) side by side on the same synthetic photos.
 
     python benchmarks/milvus.py --sizes 2000              # minutes on a small machine (the default)
-    python benchmarks/milvus.py --sizes 100000            # the issue's size (#37): hours and ~25 GB here
+    python benchmarks/milvus.py --sizes 100000            # the issue's size (#37): about 25 minutes and 14 GB
 
 Each photo is a 7 x 7 x 512 stage-2 encoding (25,088 values: one Milvus row; today's grid) from the
 search benchmark's generator (region vectors near shared random codes), stage 1 the mean of its
@@ -221,8 +221,9 @@ def main() -> None:
     p.add_argument("--sizes", type=int, nargs="+", default=[2000])
     p.add_argument("--queries", type=int, default=100)
     p.add_argument("--out", default=str(RESULTS / "milvus"))
+    p.add_argument("--note", help="how the machine was used meanwhile (e.g. 'shared with a training job')")
     a = p.parse_args()
-    host = f"{cpu_model()}, {os.cpu_count()} cores (shared with a training job), OMP_NUM_THREADS=" \
+    host = f"{cpu_model()}, {os.cpu_count()} cores{f' ({a.note})' if a.note else ''}, OMP_NUM_THREADS=" \
            f"{os.environ.get('OMP_NUM_THREADS', 'unset')}"
     rows = []
     for n in a.sizes:
