@@ -113,7 +113,7 @@ def test_the_index_explains_with_the_model_that_records_the_better_pointing(serv
     assert idx.explainer()[0] is idx.model
     records = {"retriever": {"method": "occlusion", "pointing": 60.0}, "model": {"method": "attention", "pointing": 34.0}}
     part_of = {str(idx.parts[k]): k for k in ("model", "retriever")}
-    monkeypatch.setattr(pretrained, "explainer_record", lambda w: records[part_of[str(w.parent)]])
+    monkeypatch.setattr(pretrained, "explainer_record", lambda folder: records[part_of[str(folder)]])
     model, method = idx.explainer()
     assert model is idx.retriever and method == "occlusion"
     att = idx.explain(5, "a dog on the grass")

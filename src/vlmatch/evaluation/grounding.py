@@ -82,15 +82,13 @@ def image_phrase_maps(model: MatchingModel, features: np.ndarray, captions: list
         maps = query_maps(model, features, [gp.phrase.text for gp in phrases] + captions, method)
         return [maps[:, i] for i in range(len(phrases))], [maps[:, len(phrases) + i] for i in range(len(captions))]
     per_caption = caption_token_maps(model, features, captions, method)
-    out = []
+    maps: list[np.ndarray] = [np.empty(0)] * len(phrases)
     for ci, caption in enumerate(captions):
-        mine = [gp for gp in phrases if gp.caption == ci]
-        spans = token_spans(model, caption, [(gp.phrase.start, gp.phrase.end) for gp in mine])
-        for gp, (a, b) in zip(mine, spans, strict=True):
-            out.append((gp, per_caption[ci][:, a:b].sum(axis=1) if b > a else np.full(per_caption[ci].shape[0], np.nan)))
-    order = {id(gp): i for i, gp in enumerate(phrases)}
-    out.sort(key=lambda t: order[id(t[0])])
-    return [m for _, m in out], [w.sum(axis=1) for w in per_caption]
+        mine = [i for i, gp in enumerate(phrases) if gp.caption == ci]
+        spans = token_spans(model, caption, [(phrases[i].phrase.start, phrases[i].phrase.end) for i in mine])
+        for i, (a, b) in zip(mine, spans, strict=True):  # past the token limit (a == b): no tokens, no peak
+            maps[i] = per_caption[ci][:, a:b].sum(axis=1) if b > a else np.full(per_caption[ci].shape[0], np.nan)
+    return maps, [w.sum(axis=1) for w in per_caption]
 
 
 def pointing_game(model: MatchingModel, features: Sequence[np.ndarray] | np.ndarray, filenames: Sequence[str],

@@ -120,20 +120,16 @@ def default_explainer() -> tuple[str, str]:
     return model, get(model).explainer.get("method", "attention")
 
 
-_SHA_CACHE: dict[tuple, str] = {}
-
-
-def explainer_record(weights) -> dict | None:
-    """The ``explainer`` record ({method, pointing, ...}) of the shipped model whose weights file is ``weights``
-    (matched by SHA-256), or None for a model that does not ship or records none."""
-    weights = Path(weights)
-    if not weights.is_file():
+def explainer_record(checkpoint) -> dict | None:
+    """The ``explainer`` record ({method, pointing, ...}) of the shipped model whose weights a checkpoint folder
+    holds (matched by the ``weights_sha256`` of its config.json, which ``load_model`` checks against the
+    weights), or None for a model that does not ship or records none."""
+    cfg = Path(checkpoint) / "config.json"
+    try:
+        digest = json.loads(cfg.read_text(encoding="utf-8")).get("weights_sha256")
+    except (OSError, ValueError, AttributeError):
         return None
-    st = weights.stat()
-    key = (str(weights), st.st_size, st.st_mtime_ns)
-    if key not in _SHA_CACHE:
-        _SHA_CACHE[key] = sha256_file(weights)
-    found = [e for e in entries() if e.sha256 == _SHA_CACHE[key] and e.explainer.get("pointing") is not None]
+    found = [e for e in entries() if e.sha256 == digest and e.explainer.get("pointing") is not None]
     return dict(found[0].explainer) if found else None
 
 

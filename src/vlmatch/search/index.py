@@ -274,8 +274,7 @@ class Index:
         from ..pretrained import explainer_record
 
         models = [(key, m) for key, m in (("model", self.model), ("retriever", self.retriever)) if m is not None]
-        records = {key: explainer_record(Path(self.parts[key]) / "model.safetensors") if key in self.parts else None
-                   for key, _ in models}
+        records = {key: explainer_record(self.parts[key]) if key in self.parts else None for key, _ in models}
         ranked = sorted(models, key=lambda km: -(records[km[0]] or {}).get("pointing", -1.0))
         if method is None and not self.manifest.get("backbone") and supports(self.model, "attention"):
             return self.model, "attention"  # built from features: only the stored encodings can be explained

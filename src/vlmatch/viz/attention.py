@@ -78,12 +78,14 @@ def explain_pair(model: MatchingModel, features, caption: str, method: str = "at
     check_method(method)
     if not isinstance(caption, str) or not caption.strip():
         raise ConfigError("the caption to explain is empty")
-    if method == "attention" and not phrases:
-        att = pair_attention(model, features, caption, mask)
-        return att
     if method in TOKEN_METHODS:
-        tm = token_maps(model, features, caption, method, mask)
-        cols, words = [tm.weights], list(tm.tokens)
+        if method == "attention":  # the model's own weights, with its extra vectors
+            att = pair_attention(model, features, caption, mask)
+        else:
+            tm = token_maps(model, features, caption, method, mask)
+            att = PairAttention(list(tm.tokens), tm.weights, tm.axis, tm.score, method=method)
+        if not phrases:
+            return att
         low = caption.lower()
         spans = []
         for p in phrases:
@@ -91,13 +93,10 @@ def explain_pair(model: MatchingModel, features, caption: str, method: str = "at
             if at < 0 or not p.strip():
                 raise ConfigError(f"--phrase {p!r} is not part of the caption {caption!r}")
             spans.append((at, at + len(p.strip())))
-        for p, (a, b) in zip(phrases, token_spans(model, caption, spans), strict=True):
-            cols.append(tm.weights[:, a:b].sum(axis=1, keepdims=True))
-            words.append(p.strip())
-        extra = {}
-        if method == "attention":
-            extra = {k: v for k, v in pair_attention(model, features, caption, mask).extra.items()}
-        return PairAttention(words, np.concatenate(cols, axis=1), tm.axis, tm.score, extra=extra, method=method)
+        cols = [att.weights[:, a:b].sum(axis=1, keepdims=True) for a, b in token_spans(model, caption, spans)]
+        att.weights = np.concatenate([att.weights, *cols], axis=1)
+        att.words = list(att.words) + [p.strip() for p in phrases]
+        return att
     words = caption.split() + [p.strip() for p in phrases]
     weights = query_maps(model, features, words, method, mask)
     score = float(query_maps_score(model, features, caption, mask))
