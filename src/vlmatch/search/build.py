@@ -261,6 +261,21 @@ def stage1_of(folder: Path, ann: str, nlist: int | None, hnsw_m: int):
     return index, {**info, "requested": ann}
 
 
+def photo_folder(images, model_ckpt, backbone, weights, model, trained, manifest: dict):
+    """A photo folder checked against the model it is indexed with: (its resolved root, the photos' relative
+    paths, the backbone, regions per photo); the manifest gets the backbone and the source. The folder build
+    and the Milvus build read it so."""
+    from ..features.backbones import backbone_for
+
+    root = Path(images).resolve()
+    rels = scan_folder(root)
+    bb = backbone_for(resolve_backbone(model_ckpt, backbone), weights)
+    check_backbone(trained, bb.describe(), model.cfg.img_dim, root)
+    manifest["backbone"] = bb.describe()
+    manifest["source"] = {"kind": "images", "root": str(root)}
+    return root, rels, bb, bb.info.grid ** 2
+
+
 def precomp_features(features, split: str, model, trained, manifest: dict):
     """A precomp split checked against the model it is indexed with: (regions, item names, images folder, the
     features); the manifest gets its source and backbone. The folder build and the Milvus build read it so."""
@@ -377,14 +392,7 @@ def _build(out: Path, model_ckpt, images, features, split, captions, retriever_c
     bb = None
     n_regions = None
     if images is not None:
-        from ..features.backbones import backbone_for
-
-        root = Path(images).resolve()
-        rels = scan_folder(root)
-        bb = backbone_for(resolve_backbone(model_ckpt, backbone), weights)
-        check_backbone(trained, bb.describe(), model.cfg.img_dim, root)
-        manifest["backbone"] = bb.describe()
-        n_regions = bb.info.grid ** 2
+        root, rels, bb, n_regions = photo_folder(images, model_ckpt, backbone, weights, model, trained, manifest)
         dim = s1.check(n_regions)
         fp = fingerprint("images", rels, [file_stat(root, r)["size"] for r in rels], model_info["sha256"],
                          retriever_info and retriever_info["sha256"], bb.describe(), dtype)
@@ -392,7 +400,6 @@ def _build(out: Path, model_ckpt, images, features, split, captions, retriever_c
                              lambda ks, done: image_batches(root, ks, bb, batch_size, skip_bad)(done),
                              image_encoder(model, s1), dtype, fp, rank=rank, world=world, progress=progress,
                              desc="index images")
-        manifest["source"] = {"kind": "images", "root": str(root)}
         if rec is not None:
             items = [image_row(root, rel, i, meta) for i, (rel, meta) in enumerate(zip(rec["keys"], rec["meta"],
                                                                                          strict=True))]

@@ -37,6 +37,7 @@ from .build import (
     image_encoder,
     image_row,
     load_index_model,
+    photo_folder,
     precomp_features,
     scan_folder,
     versions,
@@ -105,7 +106,7 @@ class _Build:
 
     def run(self, model_ckpt, images, features, split, captions, retriever_ckpt, backbone, dtype, ann, nlist, hnsw_m,
             skip_bad, batch_size, weights, score) -> dict:
-        from ..features.provenance import check_backbone, checkpoint_backbone, resolve_backbone
+        from ..features.provenance import checkpoint_backbone
 
         model, model_info = _model_record(model_ckpt)
         retriever, retriever_info = (None, None) if retriever_ckpt is None else _model_record(retriever_ckpt)
@@ -119,15 +120,7 @@ class _Build:
         jobs = []  # (collection, keys, batches(done) -> Batch iterator, encode, item row, n_regions, pad_to)
         n_regions = 1
         if images is not None:
-            from ..features.backbones import backbone_for
-
-            root = Path(images).resolve()
-            rels = scan_folder(root)
-            bb = backbone_for(resolve_backbone(model_ckpt, backbone), weights)
-            check_backbone(trained, bb.describe(), model.cfg.img_dim, root)
-            manifest["backbone"] = bb.describe()
-            n_regions = bb.info.grid ** 2
-            manifest["source"] = {"kind": "images", "root": str(root)}
+            root, rels, bb, n_regions = photo_folder(images, model_ckpt, backbone, weights, model, trained, manifest)
             sizes = [file_stat(root, r)["size"] for r in rels]
             jobs.append(("images", rels, lambda done: image_batches(root, rels, bb, batch_size, skip_bad)(done),
                          image_encoder(model, s1), lambda rel, i, meta: image_row(root, rel, i, meta), None,
