@@ -113,6 +113,9 @@ def render(results: dict) -> str:
 def _text_encoder(run: dict) -> str:
     m = run.get("config", {}).get("model", {})
     name = "transformer (MiniLM)" if m.get("name") == "mmca" else str(m.get("text_encoder", "gru"))
+    lora = m.get("text_lora")
+    if lora:
+        return name + f", LoRA r{lora.get('rank', 8)}"
     return name + (", fine-tuned" if m.get("finetune") else "")
 
 

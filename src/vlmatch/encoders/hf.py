@@ -249,7 +249,8 @@ def for_queries(*models: nn.Module, lean: bool = True) -> None:
             if isinstance(mod, HFTextEncoder):
                 mod.disk_cache = False
                 mod.lean = lean
-                mod.query_hash = mod.hash()  # the folder's hash once, not its files' stat on every query
+                mod.merge_adapters()  # queries run the base model with the adapters folded in
+                mod.query_hash = mod.content_hash()  # once, not the folder's files' stat on every query
                 if lean:
                     mod.lean_forward()
 
@@ -260,7 +261,8 @@ class HFTextEncoder(nn.Module):
     disk_cache = True  # False: frozen outputs through the in-memory memo (see for_queries)
     lean = False  # True: the memo runs the lean inference forward where it reproduces the model
 
-    def __init__(self, path: str | os.PathLike | None = None, trainable: bool = False, max_length: int = 64):
+    def __init__(self, path: str | os.PathLike | None = None, trainable: bool = False, max_length: int = 64,
+                 lora=None):
         super().__init__()
         self.path = resolve_encoder_path(path)
         self.trainable = trainable
@@ -268,12 +270,38 @@ class HFTextEncoder(nn.Module):
         self.tokenizer = load_tokenizer(self.path)
         model = load_transformer(self.path)
         check_fits(self.tokenizer, model, self.path)
+        if trainable and lora is not None:
+            raise ConfigError("text_lora trains low-rank adapters on a frozen transformer: it excludes finetune: "
+                              "true (which trains every weight); set one of them")
         if trainable:
             self.transformer = model
         else:  # outside the parameter tree: not trained, not saved, moved by _apply below
             model.eval().requires_grad_(False)
             self.__dict__["_frozen"] = model
+        self.lora = None
+        if lora is not None:  # trained adapters on the frozen base (encoders/lora.py): in the parameter tree
+            from .lora import LoRAAdapters
+
+            try:
+                self.lora = LoRAAdapters(model, lora, source=str(self.path))
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
         self.hidden_size = int(model.config.hidden_size)
+
+    @property
+    def adapted(self) -> bool:
+        """Whether training changes the transformer's outputs (fine-tuned, or adapters not yet merged)."""
+        return self.trainable or (self.lora is not None and not self.lora.merged)
+
+    def content_hash(self) -> str:
+        """The folder's SHA-256, with the adapters' digest where there are adapters: what the outputs
+        depend on (the in-memory memo and the lean forward are keyed by it)."""
+        return self.hash() if self.lora is None else f"{self.hash()}+lora:{self.lora.digest()}"
+
+    def merge_adapters(self) -> None:
+        """Fold the LoRA adapters into the frozen base weights (inference; see encoders/lora.py)."""
+        if self.lora is not None:
+            self.lora.merge()
 
     @property
     def model(self) -> nn.Module:
@@ -307,7 +335,10 @@ class HFTextEncoder(nn.Module):
 
     def forward(self, tokens: Tensor, lengths: Tensor) -> Tensor:
         mask = torch.arange(tokens.shape[1], device=tokens.device)[None, :] < lengths[:, None].to(tokens.device)
-        with torch.set_grad_enabled(self.trainable and torch.is_grad_enabled()):
+        if self.lora is not None and self.lora.merged and torch.is_grad_enabled() and self.training:
+            raise RuntimeError("the LoRA adapters were merged into the base weights for inference: "
+                               "load the checkpoint again to train it")
+        with torch.set_grad_enabled(self.adapted and torch.is_grad_enabled()):
             out = self.model(input_ids=tokens, attention_mask=mask.long()).last_hidden_state
         return out * mask[..., None].to(out.dtype)
 
@@ -319,9 +350,9 @@ class HFTextEncoder(nn.Module):
         disk cache off (``cache=False``, or :func:`for_queries`): through a small in-memory memo shared by
         every encoder of the same folder, so the two models of a search pair run the transformer once
         per query."""
-        if self.trainable:
+        if self.trainable or (self.lora is not None and self.disk_cache):  # adapters: never the disk cache
             return self(tokens, lengths).to(dtype)
-        if not (cache and self.disk_cache):
+        if not (cache and self.disk_cache):  # (queries, adapters merged by for_queries among them)
             return self._memo(tokens, lengths).to(dtype)
         from .text_cache import cached_outputs
 
@@ -329,7 +360,7 @@ class HFTextEncoder(nn.Module):
 
     def _memo(self, tokens: Tensor, lengths: Tensor) -> Tensor:
         p = next(self.model.parameters())
-        key = (self.query_hash if self.lean else self.hash(), self.max_length, p.dtype, p.device, tuple(tokens.shape),
+        key = (self.query_hash if self.lean else self.content_hash(), self.max_length, p.dtype, p.device, tuple(tokens.shape),
                tokens.cpu().numpy().tobytes(), lengths.cpu().numpy().tobytes())
         out = _MEMO.get(key)
         if out is None:
@@ -347,7 +378,7 @@ class HFTextEncoder(nn.Module):
         encoder of the folder: built and checked against the model on first use; ``None`` where it does
         not reproduce the model (the model's own forward is used then)."""
         p = next(self.model.parameters())
-        key = (self.query_hash if self.lean else self.hash(), self.max_length, p.dtype, p.device)
+        key = (self.query_hash if self.lean else self.content_hash(), self.max_length, p.dtype, p.device)
         if key not in _LEAN:
             from .bert_lean import lean_forward
 
@@ -365,6 +396,8 @@ class HFTextEncoder(nn.Module):
 
     def prefill(self, token_lists: list[list[int]], progress: bool = False) -> int:
         """Put every caption of ``token_lists`` into the output cache (see text_cache.prefill)."""
+        if self.trainable or self.lora is not None:
+            raise RuntimeError("a trained transformer's outputs change as it trains: they are never cached")
         from .text_cache import prefill
 
         return prefill(self, self.output_cache(), token_lists, progress=progress)
@@ -382,8 +415,10 @@ class HFTextEncoder(nn.Module):
 
         directory = Path(directory)
         self.save_tokenizer(directory / "tokenizer")
-        write_json(directory / "text_encoder.json", {"path": str(self.path), "sha256": self.hash(),
-                                                     "finetuned": self.trainable})
+        record = {"path": str(self.path), "sha256": self.hash(), "finetuned": self.trainable}
+        if self.lora is not None:  # the checkpoint holds only the adapters: the base is this folder's content
+            record["lora"] = self.lora.spec.record()
+        write_json(directory / "text_encoder.json", record)
 
     def check_record(self, directory: str | os.PathLike) -> None:
         """Refuse a checkpoint whose encoder record names another folder content; use its tokenizer copy."""
@@ -396,9 +431,15 @@ class HFTextEncoder(nn.Module):
             raise DataError(directory / "text_encoder.json", "expected an object with 'path' and 'sha256'")
         have = self.hash()
         if info.get("sha256") != have:
+            what = "its LoRA adapters belong to base text encoder" if info.get("lora") else \
+                "the checkpoint was trained with text encoder"
             raise DataError(directory / "text_encoder.json",
-                            f"the checkpoint was trained with text encoder {info.get('path')} (sha256 "
+                            f"{what} {info.get('path')} (sha256 "
                             f"{str(info.get('sha256'))[:12]}...), but {self.path} has sha256 {have[:12]}...")
+        mine = None if self.lora is None else self.lora.spec.record()
+        if info.get("lora") != mine:
+            raise DataError(directory / "text_encoder.json",
+                            f"records text_lora {info.get('lora')}, but the model was built with {mine}")
         if (directory / "tokenizer").is_dir():
             self.use_tokenizer(directory / "tokenizer")
 

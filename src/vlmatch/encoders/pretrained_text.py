@@ -14,7 +14,8 @@ trained with, and since the layer is affine ``final = mean(E) W_p + b_p``. ``for
 other without touching its equations.
 
 With ``finetune=True`` the transformer is a trained submodule (its weights are saved with the model's;
-no cache). Frozen, it stays outside the parameter tree (a checkpoint records its folder and SHA-256).
+no cache). Frozen, it stays outside the parameter tree (a checkpoint records its folder and SHA-256);
+``lora`` (a :class:`vlmatch.encoders.lora.LoRASpec`) trains low-rank adapters on it, saved alone.
 """
 
 from __future__ import annotations
@@ -31,10 +32,10 @@ class PretrainedWords(nn.Module):
     """Transformer token vectors -> learned affine layer -> (words (B, L, D), final (B, D))."""
 
     def __init__(self, path: str | os.PathLike | None, out_dim: int, finetune: bool = False, cache: bool = True,
-                 max_tokens: int = 64, dropout: float = 0.0, context: bool = True):
+                 max_tokens: int = 64, dropout: float = 0.0, context: bool = True, lora=None):
         super().__init__()
         self.context = context
-        self.hf = HFTextEncoder(path, trainable=finetune, max_length=max_tokens)
+        self.hf = HFTextEncoder(path, trainable=finetune, max_length=max_tokens, lora=lora)
         self.cache = cache
         self.proj = nn.Linear(self.hf.hidden_size, out_dim)
         self.drop = nn.Dropout(dropout)

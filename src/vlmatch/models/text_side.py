@@ -7,7 +7,9 @@ Hugging Face BERT-family folder. Then :class:`vlmatch.encoders.pretrained_text.P
 the word vectors (and the sentence vector) the model's equations start from, the model tokenises with
 the transformer's own tokenizer (no vocabulary), and a checkpoint keeps the tokenizer files and the
 folder's SHA-256 (checked on load), as MMCA's does. Frozen by default, with the transformer's token
-outputs cached on disk; ``finetune: true`` trains it (no cache; its weights are saved with the model's).
+outputs cached on disk; ``finetune: true`` trains it (no cache; its weights are saved with the model's);
+``text_lora: {rank, targets, alpha}`` trains low-rank adapters on its frozen weights instead (no cache; only
+the adapters are saved, the base folder's SHA-256 is checked on load: :mod:`vlmatch.encoders.lora`).
 
 A model uses it by inheriting :class:`TextSideOptions` in its Config and :class:`TextSide` before
 :class:`MatchingModel`, and building its text side with :meth:`TextSide.make_text_side`.
@@ -36,6 +38,21 @@ class TextSideOptions:
                                           "embeddings, word-level: each token alone, no sentence context)")
     max_tokens: int = option(64, min=3, max=4096, doc="with a transformer: WordPiece tokens per caption, "
                                                         "[CLS] and [SEP] included")
+    text_lora: dict | None = option(None, doc="with a transformer: train low-rank adapters on its frozen weights, "
+                                              "{rank, targets, alpha} (encoders/lora.py); only they are saved")
+
+    def __post_init__(self):
+        from ..encoders.lora import parse_lora
+
+        spec = parse_lora(self.text_lora)
+        if spec is not None:
+            if not uses_transformer(self):
+                raise ValueError("text_lora adapts a pretrained transformer: it needs text_encoder: minilm (or a "
+                                 "local Hugging Face folder), not the GRU")
+            if self.finetune:
+                raise ValueError("text_lora trains adapters on a frozen transformer: it excludes finetune: true")
+            if not self.text_context:
+                raise ValueError("text_lora adapts the transformer's layers, which text_context: false skips")
 
 
 def uses_transformer(options) -> bool:
@@ -59,10 +76,12 @@ class TextSide:
         object.__setattr__(self, "pretrained_text", None)  # a plain reference: the caller registers the module
         if self.uses_vocab:
             return gru()
+        from ..encoders.lora import parse_lora
         from ..encoders.pretrained_text import PretrainedWords
 
         enc = PretrainedWords(cfg.text_encoder, out_dim, finetune=cfg.finetune, cache=cfg.text_cache,
-                              max_tokens=cfg.max_tokens, dropout=dropout, context=cfg.text_context)
+                              max_tokens=cfg.max_tokens, dropout=dropout, context=cfg.text_context,
+                              lora=parse_lora(cfg.text_lora))
         object.__setattr__(self, "pretrained_text", enc)
         return enc
 
@@ -78,7 +97,7 @@ class TextSide:
 
     def prepare_captions(self, token_lists: list[list[int]], progress: bool = False) -> None:
         side = self.pretrained_text
-        if side is not None and side.cache and side.context and not side.hf.trainable:
+        if side is not None and side.cache and side.context and not side.hf.trainable and side.hf.lora is None:
             side.hf.prefill(token_lists, progress)
 
     def save_extra(self, directory: Path) -> None:
