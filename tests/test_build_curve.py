@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from vlmatch import load_model, pretrained
 from tests.benchmark_scripts import load_script
+from vlmatch import load_model, pretrained
 
 
 def test_the_timed_pair_is_the_default_pairs_shape_on_the_asked_backbone(tmp_path):
