@@ -138,33 +138,42 @@ def test_training_reads_frozen_outputs_from_the_cache(tiny_bert, monkeypatch, tm
     torch.testing.assert_close(again, first[[3, 1], : again.shape[1]])
 
 
-@pytest.mark.slow
-def test_scan_with_a_transformer_text_side_learns_and_reloads_its_finetuned_weights(small_world, tmp_path):
-    """The toy world with a tiny random BERT, fine-tuned (a frozen *random* transformer gives SCAN nothing to
-    bind: rsum stayed at chance, ~20). Fine-tuned, SCAN t-i climbs to a plateau (54, 173, 312, 446, 486 after
-    epochs 1-5 on an AVX2 host), far above the 96 asserted."""
+def _train_toy_scan(world, tmp_path, text: dict, train: dict) -> tuple[dict, object]:
+    """SCAN t-i (D=128) on the toy world with a tiny random BERT text side (``text``: its options); the best
+    validation and the reloaded best checkpoint, checked to score as the one validated."""
+    from vlmatch.data.precomp import PrecompSplit
     from vlmatch.encoders.hf import tiny_bert_folder
+    from vlmatch.evaluation.metrics import recall_metrics
+    from vlmatch.evaluation.scoring import model_scores
     from vlmatch.training.config import load_config
-    from vlmatch.training.loop import train
+    from vlmatch.training.loop import train as run
 
     from .test_mmca import toy_words
 
     bert = tiny_bert_folder(tmp_path / "bert", hidden=32, layers=2, heads=2, words=toy_words())
     cfg = load_config(None, extra={
-        "model": {"name": "scan_t2i_avg", "embed_dim": 128, "text_encoder": str(bert), "finetune": True},
-        "data": {"path": str(small_world), "val_max_images": 200},
-        "train": {"epochs": 5, "batch_size": 64, "lr": 1e-3, "lr_update": 5, "warmup_epochs": 1, "threads": 2,
-                  "log_every": 50}})
-    best = train(cfg, tmp_path / "run", progress=False)
-    assert best["rsum"] > 4 * 3 * (0.5 + 2.5 + 5.0), best  # 4 x chance (200 images / 1000 captions)
+        "model": {"name": "scan_t2i_avg", "embed_dim": 128, "text_encoder": str(bert), **text},
+        "data": {"path": str(world), "val_max_images": 200},
+        "train": {"batch_size": 64, "lr": 1e-3, "threads": 2, "log_every": 50, **train}})
+    best = run(cfg, tmp_path / "run", progress=False)
     model = load_model(tmp_path / "run" / "best")
-    assert any(".hf.transformer." in n for n, _ in model.named_parameters())  # the fine-tuned weights came back
-    from vlmatch.data.precomp import PrecompSplit
-    from vlmatch.evaluation.metrics import recall_metrics
-    from vlmatch.evaluation.scoring import model_scores
-
-    again = recall_metrics(model_scores(model, PrecompSplit(small_world, "dev", max_images=200), progress=False))
+    again = recall_metrics(model_scores(model, PrecompSplit(world, "dev", max_images=200), progress=False))
     assert abs(again["rsum"] - best["rsum"]) < 0.5  # the reloaded checkpoint scores as the one validated
+    return best, model
+
+
+CHANCE = 3 * (0.5 + 2.5 + 5.0)  # rsum of random scores: 200 images / 1000 captions
+
+
+@pytest.mark.slow
+def test_scan_with_a_transformer_text_side_learns_and_reloads_its_finetuned_weights(small_world, tmp_path):
+    """The toy world with a tiny random BERT, fine-tuned (a frozen *random* transformer gives SCAN nothing to
+    bind: rsum stayed at chance, ~20). Fine-tuned, SCAN t-i climbs to a plateau (54, 173, 312, 446, 486 after
+    epochs 1-5 on an AVX2 host), far above the 96 asserted."""
+    best, model = _train_toy_scan(small_world, tmp_path, {"finetune": True},
+                                  {"epochs": 5, "lr_update": 5, "warmup_epochs": 1})
+    assert best["rsum"] > 4 * CHANCE, best
+    assert any(".hf.transformer." in n for n, _ in model.named_parameters())  # the fine-tuned weights came back
 
 
 def test_word_level_input_ignores_the_sentence_and_context_does_not(tiny_bert):  # noqa: F811
@@ -181,32 +190,16 @@ def test_word_level_input_ignores_the_sentence_and_context_does_not(tiny_bert): 
 
 @pytest.mark.slow
 def test_scan_with_lora_adapters_on_a_tiny_random_bert_learns_and_reloads_them(small_world, tmp_path):
-    """The toy world with a tiny random BERT, frozen, with low-rank adapters on every linear layer (a frozen
-    random transformer alone leaves SCAN at chance, ~20 rsum): the adapters alone make it learn. Only the
-    adapters (and the model's own layers) are saved, and the reloaded checkpoint scores as the one validated."""
+    """The same tiny random BERT, frozen, with rank-8 adapters on every linear layer: the adapters alone make
+    SCAN learn (52.9, 79.0, 108.5, 111.8, 137.0, 136.3, 144.6, 154.5 after epochs 1-8 on an AVX-512 host,
+    far above the 96 asserted; hardest negatives from the second epoch collapsed it, so the hinge sums over
+    negatives throughout). Only the adapters (and the model's own layers) are saved."""
     from safetensors import safe_open
 
-    from vlmatch.data.precomp import PrecompSplit
-    from vlmatch.encoders.hf import tiny_bert_folder
-    from vlmatch.evaluation.metrics import recall_metrics
-    from vlmatch.evaluation.scoring import model_scores
-    from vlmatch.training.config import load_config
-    from vlmatch.training.loop import train
-
-    from .test_mmca import toy_words
-
-    bert = tiny_bert_folder(tmp_path / "bert", hidden=32, layers=2, heads=2, words=toy_words())
-    lora = {"rank": 16, "targets": ["query", "key", "value", "dense"], "alpha": 32}
-    cfg = load_config(None, extra={
-        "model": {"name": "scan_t2i_avg", "embed_dim": 128, "text_encoder": str(bert), "text_lora": lora},
-        "data": {"path": str(small_world), "val_max_images": 200},
-        "train": {"epochs": 5, "batch_size": 64, "lr": 1e-3, "lr_update": 5, "warmup_epochs": 1, "threads": 2,
-                  "log_every": 50}})
-    best = train(cfg, tmp_path / "run", progress=False)
-    assert best["rsum"] > 4 * 3 * (0.5 + 2.5 + 5.0), best  # 4 x chance (200 images / 1000 captions)
+    lora = {"rank": 8, "targets": ["query", "key", "value", "dense"], "alpha": 16}
+    best, _ = _train_toy_scan(small_world, tmp_path, {"text_lora": lora},
+                              {"epochs": 8, "lr": 3e-3, "lr_update": 8, "warmup_epochs": 8})
+    assert best["rsum"] > 4 * CHANCE, best
     with safe_open(str(tmp_path / "run" / "best" / "model.safetensors"), "pt") as f:
         keys = list(f.keys())
     assert any(".lora." in k for k in keys) and not any(".transformer." in k for k in keys)
-    model = load_model(tmp_path / "run" / "best")
-    again = recall_metrics(model_scores(model, PrecompSplit(small_world, "dev", max_images=200), progress=False))
-    assert abs(again["rsum"] - best["rsum"]) < 0.5
