@@ -132,7 +132,9 @@ def _model(run: dict) -> str:
     return run["config"]["model"]["name"] + (f" ({', '.join(shown)})" if shown else "")
 
 
-FIXED_BUDGET_PREFIX = "c22_"  # benchmarks/study.py names the convergence study's runs c22_<what>
+# benchmarks/study.py names the convergence study's runs c22_<what>; c35_<what> are its commands run again for
+# the pointing column (issue #35: the checkpoints of the c22_ runs were not kept)
+FIXED_BUDGET_PREFIX = ("c22_", "c35_")
 
 
 def convergence_table(runs: dict) -> list[str]:
