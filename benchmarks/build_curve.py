@@ -125,6 +125,8 @@ def main(argv=None):
     if a.one:
         print(json.dumps(one(a.one[0], int(a.one[1]), a.images)))
         return
+    from vlmatch.io import write_json
+
     res = _load()
     if not a.rerender:
         if a.images <= WARM:
@@ -149,8 +151,6 @@ def main(argv=None):
                   flush=True)
             res["rows"] = [r for r in res["rows"] if (r["isa"], r["backbone"], r["input_size"]) != (a.isa, b, s)]
             res["rows"].append(row)
-            from vlmatch.io import write_json
-
             write_json(RESULTS / "build_curve.json", res)
     (RESULTS / "build_curve.md").write_text(render(res))
     print(render(res))

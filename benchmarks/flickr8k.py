@@ -139,9 +139,10 @@ FIXED_BUDGET_PREFIX = ("c22_", "c35_")
 
 def convergence_table(runs: dict) -> list[str]:
     """The seed systems trained to convergence (runs with train.patience, and the study's fixed-budget runs,
-    named ``c22_``, each of which says in its note why that budget), each beside the best run of the same model
-    with the paper's GRU text side, where one exists. A later stage of a multi-stage model (MTFN's text-text
-    branch) is not a system of its own: its figures are in the row that uses it."""
+    named ``c22_`` or, run again for the pointing column, ``c35_``, each of which says in its note why that
+    budget), each beside the best run of the same model with the paper's GRU text side, where one exists. A
+    later stage of a multi-stage model (MTFN's text-text branch) is not a system of its own: its figures are in
+    the row that uses it."""
     conv = {k: v for k, v in runs.items() if "config" in v and v["config"].get("train", {}).get("stage") is None
             and (v["config"].get("train", {}).get("patience") or k.startswith(FIXED_BUDGET_PREFIX))}
     if not conv:

@@ -289,6 +289,12 @@ class HFTextEncoder(nn.Module):
         self.hidden_size = int(model.config.hidden_size)
 
     @property
+    def cacheable(self) -> bool:
+        """Whether the outputs depend on the folder alone (neither fine-tuned nor adapted), as the on-disk
+        output cache, keyed by the folder's hash, requires."""
+        return not self.trainable and self.lora is None
+
+    @property
     def adapted(self) -> bool:
         """Whether training changes the transformer's outputs (fine-tuned, or adapters not yet merged)."""
         return self.trainable or (self.lora is not None and not self.lora.merged)
@@ -396,7 +402,7 @@ class HFTextEncoder(nn.Module):
 
     def prefill(self, token_lists: list[list[int]], progress: bool = False) -> int:
         """Put every caption of ``token_lists`` into the output cache (see text_cache.prefill)."""
-        if self.trainable or self.lora is not None:
+        if not self.cacheable:
             raise RuntimeError("a trained transformer's outputs change as it trains: they are never cached")
         from .text_cache import prefill
 

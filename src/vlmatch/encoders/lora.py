@@ -116,20 +116,20 @@ class LoRAAdapters(nn.Module):
 
     def _hook(self, key: str):
         def add_delta(module, inputs, output):
-            if self.merged:
-                return output
             return output + self.layers[key].delta(inputs[0], self.spec.scale)
         return add_delta
 
     @torch.no_grad()
     def merge(self) -> None:
         """Fold the adapters into the base weights (W += scale B A) for inference; from then on the base
-        model alone computes the adapted forward. Training after a merge is refused."""
+        model alone computes the adapted forward (the hooks are removed). Training after a merge is refused."""
         if self.merged:
             return
         for name, base in self.__dict__["_base"].items():
             lay = self.layers[name.replace(".", "__")]
             base.weight += (lay.B @ lay.A).to(base.weight.dtype) * self.spec.scale
+        for handle in self._handles:
+            handle.remove()
         self.merged = True
 
     def digest(self) -> str:

@@ -97,7 +97,7 @@ class TextSide:
 
     def prepare_captions(self, token_lists: list[list[int]], progress: bool = False) -> None:
         side = self.pretrained_text
-        if side is not None and side.cache and side.context and not side.hf.trainable and side.hf.lora is None:
+        if side is not None and side.cache and side.context and side.hf.cacheable:
             side.hf.prefill(token_lists, progress)
 
     def save_extra(self, directory: Path) -> None:
