@@ -52,8 +52,8 @@ class Backbone(nn.Module):
         x = torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).float()
         return self._normalise(x)
 
-    # Images per forward pass on a CPU. A convolutional backbone's elementwise layers (batch norm, ReLU6,
-    # padding) are memory-bound: a few images' activations stay in the CPU caches, a batch of 64 does not
+    # Images per forward pass on a CPU. A convolutional backbone's elementwise layers (ReLU6, padding) are
+    # memory-bound: a few images' activations stay in the CPU caches, a batch of 64 does not
     # (EfficientNet-Lite0 at 224 on 2 cores: ~19 images/s at 64 per pass, 40-60 at 4; see
     # benchmarks/results/search.md). Each image's features do not depend on the others in its batch.
     cpu_micro_batch = 4
@@ -107,6 +107,30 @@ def load_weights_file(net: nn.Module, weights, name: str) -> None:
         raise DataError(path, f"not weights of {name} ({what}): {why}") from None
 
 
+# (conv, batch norm) attribute pairs of efficientnet-lite-pytorch's modules: the stem and head of the network,
+# and each MBConv block's expansion, depthwise and projection convolutions.
+_CONV_BN = (("_conv_stem", "_bn0"), ("_conv_head", "_bn1"), ("_expand_conv", "_bn0"), ("_depthwise_conv", "_bn1"),
+            ("_project_conv", "_bn2"))
+
+
+def fold_batch_norms(net: nn.Module) -> int:
+    """Fold each eval-mode batch norm into the convolution before it (w' = w g / sqrt(v + e), b' = (b - m) g /
+    sqrt(v + e) + beta) and replace it with an identity: the same function in one pass over the activations
+    instead of two (last-bit differences only). The backbone is never trained, so nothing needs the batch
+    norms back. Returns how many were folded."""
+    from torch.nn.utils.fusion import fuse_conv_bn_eval
+
+    folded = 0
+    for module in list(net.modules()):
+        for conv, bn in _CONV_BN:
+            if isinstance(getattr(module, conv, None), nn.Conv2d) and isinstance(getattr(module, bn, None),
+                                                                                  nn.BatchNorm2d):
+                setattr(module, conv, fuse_conv_bn_eval(getattr(module, conv), getattr(module, bn)))
+                setattr(module, bn, nn.Identity())
+                folded += 1
+    return folded
+
+
 class EfficientNetLite(Backbone):
     """EfficientNet-Lite ``variant`` (0, 1 or 2) with its packaged ImageNet weights (or ``weights``)."""
 
@@ -131,13 +155,19 @@ class EfficientNetLite(Backbone):
         self.net = EfficientNet.from_name(name)
         load_weights_file(self.net, weights, name)
         self.net.eval()
+        fold_batch_norms(self.net)
+        # NHWC: oneDNN's depthwise and 1x1 convolutions run 1.5-2x faster on CPUs in this layout
+        # (benchmarks/results/build_curve.md)
+        self.net.to(memory_format=torch.channels_last)
         self.info = BackboneInfo(name, input_size, grid, 1280, "(pixel - 127) / 128")
 
     def _normalise(self, x):
         return (x - 127.0) / 128.0
 
+    cpu_micro_batch = 2  # with folded, NHWC layers 1-2 images per pass are fastest on 2 cores (build_curve.md)
+
     def feature_map(self, x):
-        return self.net.extract_features(x)
+        return self.net.extract_features(x.contiguous(memory_format=torch.channels_last))
 
 
 class ResNet152(Backbone):
