@@ -54,8 +54,8 @@ def test_the_manifest_records_models_backbone_format_and_a_chunked_float_layout(
     assert m["format"] == "milvus-1" and m["backbone"]["name"] == "efficientnet-lite0"
     assert len(m["model"]["digest"]) == 64 and len(m["retriever"]["digest"]) == 64
     lay = m["collections"]["images"]["layout"]
-    # milvus-lite refuses FLOAT16_VECTOR: the float16 values are kept in FLOAT_VECTOR
-    assert lay["vector"] == "FLOAT_VECTOR" and lay["chunks"] == 1 and m["counts"] == {"images": 20, "captions": 6}
+    # milvus-lite refuses FLOAT16_VECTOR: the float16 values are packed two to a FLOAT_VECTOR dimension
+    assert lay["vector"] == "FLOAT16_PACKED" and lay["chunks"] == 1 and m["counts"] == {"images": 20, "captions": 6}
 
 
 @pytest.mark.parametrize("candidates", [5, 12, None])

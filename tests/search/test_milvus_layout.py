@@ -11,7 +11,7 @@ pytest.importorskip("milvus_lite")
 
 from vlmatch.models.base import ImageEncoding, TextEncoding  # noqa: E402
 from vlmatch.search.milvus_client import MAX_DIM, RPC_BYTES, connect  # noqa: E402
-from vlmatch.search.milvus_layout import Layout, create_encodings  # noqa: E402
+from vlmatch.search.milvus_layout import Layout, create_encodings, pack_float16, unpack_float16  # noqa: E402
 
 
 def _images(n, grid, d=512, seed=0):
@@ -22,12 +22,15 @@ def _images(n, grid, d=512, seed=0):
     return ImageEncoding(regions=torch.randn(n, k, d, generator=g), mask=mask)
 
 
-@pytest.mark.parametrize("grid, chunks", [(7, 1), (14, 4)])
-def test_both_grid_sizes_round_trip_through_milvus_lite_in_chunks_under_the_limits(tmp_path, grid, chunks):
+@pytest.mark.parametrize("grid, vector, chunks", [(7, "FLOAT_VECTOR", 1), (14, "FLOAT_VECTOR", 4),
+                                                 (7, "FLOAT16_PACKED", 1), (10, "FLOAT16_PACKED", 1),
+                                                 (14, "FLOAT16_PACKED", 2)])
+def test_both_grid_sizes_round_trip_through_milvus_lite_in_chunks_under_the_limits(tmp_path, grid, vector, chunks):
     enc = _images(5, grid)
-    layout = Layout.of(enc.select(slice(0, 1)), "float16", "FLOAT_VECTOR")
+    layout = Layout.of(enc.select(slice(0, 1)), "float16", vector)
     assert layout.total == grid * grid * 512 and layout.chunks == chunks
-    assert layout.chunk_dim <= MAX_DIM and layout.rows_per_rpc() * layout.row_bytes() <= RPC_BYTES
+    assert layout.field_dim <= MAX_DIM and layout.rows_per_rpc() * layout.row_bytes() <= RPC_BYTES
+    assert layout.field_dim * (2 if vector == "FLOAT16_PACKED" else 1) == layout.chunk_dim
     client = connect(str(tmp_path / "l.db"))
     create_encodings(client, "enc", layout)
     ids = [3, 10, 11, 40, 41]
@@ -71,3 +74,36 @@ def test_a_nan_is_refused_naming_the_items():
     layout = Layout.of(enc, "float16", "FLOAT_VECTOR")
     with pytest.raises(Exception, match=r"NaN or inf in the regions of items 7\.\.8"):
         layout.rows(np.array([7, 8]), enc)
+
+
+def _every_float16() -> np.ndarray:
+    """Every finite float16 value (subnormals, both zeros, the largest), in a random order."""
+    bits = np.arange(2**16, dtype=np.uint32).astype(np.uint16)
+    vals = bits.view(np.float16)
+    vals = vals[np.isfinite(vals)]
+    return np.random.default_rng(0).permutation(vals)
+
+
+def test_packing_keeps_every_finite_float16_bit_for_bit_and_makes_only_finite_floats():
+    vals = _every_float16()
+    packed = pack_float16(vals.reshape(1, -1))
+    assert packed.dtype == np.float32 and packed.shape == (1, len(vals) // 2) and np.isfinite(packed).all()
+    assert np.array_equal(unpack_float16(packed).view(np.uint16), vals.reshape(1, -1).view(np.uint16))
+    # the layout is the same on every host: value 2k in the high half of float32 k
+    one = pack_float16(np.array([1.0, -2.0], dtype=np.float16))
+    assert one.view(np.uint32).tolist() == [0x3C00C000]
+
+
+def test_milvus_lite_returns_packed_float16_rows_bit_for_bit(tmp_path):
+    """Subnormal and negative-zero float32s travel through the server and pymilvus's Python floats intact."""
+    vals = _every_float16()[: 2 * 12_544]
+    enc = ImageEncoding(regions=torch.from_numpy(vals.astype(np.float32)).reshape(1, 49, 512),
+                        mask=torch.ones(1, 49, dtype=torch.bool))
+    layout = Layout.of(enc, "float16", "FLOAT16_PACKED")
+    client = connect(str(tmp_path / "p.db"))
+    create_encodings(client, "enc", layout)
+    client.upsert("enc", layout.rows(np.array([5]), enc))
+    client.load_collection("enc")
+    got = {int(r["pk"]): r for r in client.get("enc", ids=layout.pks([5]), output_fields=["pk", "enc", "extra"])}
+    back = layout.decode([5], got, ImageEncoding, "enc")
+    assert np.array_equal(back.regions.numpy().astype(np.float16).view(np.uint16).ravel(), vals.view(np.uint16))

@@ -11,13 +11,14 @@ A vlmatch collection NAME on a Milvus server is a set of Milvus collections:
                                 ``s1`` (the stage-1 vector, FLOAT_VECTOR with an IP index)
     NAME__g<G>_images_enc       per image and chunk of its stage-2 encoding: ``pk`` = id * 4096 + chunk,
                                 ``id``, ``chunk``, ``enc`` (FLOAT16_VECTOR where the server has it,
-                                else FLOAT_VECTOR), ``extra`` (JSON: its small non-float fields)
+                                else float16 pairs packed in FLOAT_VECTOR), ``extra`` (JSON: its
+                                small non-float fields)
     NAME__g<G>_captions[_enc]   the same for an indexed caption file
 
 A build writes a new generation G and commits by writing ``vlmatch.manifest`` last (it names G);
 readers only ever open the generation the manifest names. Milvus's documented limits shape the
 layout: a vector field holds at most 32,768 dimensions (a 7 x 7 x 512 encoding, 25,088 values, is one
-row; a 14 x 14 x 512 one, 100,352, four), and one insert or query RPC carries at most 64 MB
+row; a 14 x 14 x 512 one, 100,352, four FLOAT16_VECTOR rows or two packed ones), and one insert or query RPC carries at most 64 MB
 (writes and reads are cut into RPCs of at most :data:`RPC_BYTES`).
 """
 

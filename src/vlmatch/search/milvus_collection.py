@@ -179,9 +179,9 @@ def open_milvus(loc: MilvusLocation, model=None, retriever=None):
                 raise DataError(name, f"missing from {loc.uri} (dropped by hand?): build the index again")
         layout = Layout.from_dict(info["layout"])
         got = field_of(client, enc, "enc")
-        if got != (layout.vector, layout.chunk_dim):
+        if got != (layout.field_type, layout.field_dim):
             raise DataError(enc, f"its enc field is {got[0]} of {got[1]} values but the manifest records "
-                                 f"{layout.vector} of {layout.chunk_dim}: build the index again")
+                                 f"{layout.field_type} of {layout.field_dim}: build the index again")
         dim = manifest["dims"]["stage1"]
         if field_of(client, items, "s1") != ("FLOAT_VECTOR", dim):
             raise DataError(items, f"its s1 field is not FLOAT_VECTOR of {dim} values as the manifest records")

@@ -3,9 +3,18 @@ item's stage-2 encoding over rows (a vector cut into chunks of at most 32,768 va
 
 The float fields of a model's Encoding (``regions``, ``embedding``, ``words`` ...) are flattened, in
 field order, into one vector per item, kept in the index's dtype exactly as the folder's store keeps
-them (float16 by default: values are rounded to float16 even where the server only has
-FLOAT_VECTOR, so both backends score the same numbers), padded to a whole number of chunks and
-stored one chunk per row. Fields that are not floats (masks, lengths), and full-precision fields on
+them (float16 by default), padded to a whole number of chunks and stored one chunk per row.
+
+Three ways to hold the vector (``Layout.vector``):
+
+- ``FLOAT16_VECTOR``: the server's float16 vectors (a Milvus server has them).
+- ``FLOAT16_PACKED``: float16 values two to a FLOAT_VECTOR dimension, bit for bit (the first value's
+  16 bits high, the second's low), for servers without FLOAT16_VECTOR (milvus-lite). A float32 made of
+  two finite float16 values is itself finite (its exponent is all ones only when the high half's is),
+  so the server stores and returns it unchanged, and the row costs what a float16 row costs: half a
+  float32 row's memory and transfer, and twice the values per 32,768-dimension field.
+- ``FLOAT_VECTOR``: float32 values (an index whose dtype is float32; also collections written before
+  the packed form, whose float16 values were widened to float32). Fields that are not floats (masks, lengths), and full-precision fields on
 a FLOAT16_VECTOR server, travel as JSON on the item's first chunk.
 """
 
@@ -23,7 +32,8 @@ from ..errors import DataError
 from ..models.base import Encoding
 from .milvus_client import CHUNK_SLOTS, MAX_DIM, RPC_BYTES, pymilvus
 
-VECTOR_TYPES = ("FLOAT16_VECTOR", "FLOAT_VECTOR")
+VECTOR_TYPES = ("FLOAT16_VECTOR", "FLOAT16_PACKED", "FLOAT_VECTOR")
+PACKED = "FLOAT16_PACKED"
 
 
 @dataclass
@@ -33,7 +43,7 @@ class Layout:
     total: int  # vector values per item
     chunks: int
     chunk_dim: int
-    vector: str  # FLOAT16_VECTOR or FLOAT_VECTOR
+    vector: str  # one of VECTOR_TYPES
 
     @classmethod
     def of(cls, enc: Encoding, dtype: str, vector: str, pad_to: int | None = None) -> Layout:
@@ -52,10 +62,12 @@ class Layout:
             fields[name] = {"shape": shape, "dtype": dt, "where": where}
             if where == "vector":
                 total += math.prod(shape)
-        chunks = max(1, math.ceil(total / MAX_DIM))
+        per_dim = 2 if vector == PACKED else 1  # values per dimension of the Milvus field
+        chunks = max(1, math.ceil(total / (MAX_DIM * per_dim)))
         if chunks > CHUNK_SLOTS:
             raise DataError(type(enc).__name__, f"{total} values per item need {chunks} rows, more than {CHUNK_SLOTS}")
-        return cls(type(enc).__name__, fields, total, chunks, max(1, math.ceil(total / chunks)), vector)
+        chunk_dim = per_dim * max(1, math.ceil(total / (chunks * per_dim)))
+        return cls(type(enc).__name__, fields, total, chunks, chunk_dim, vector)
 
     @classmethod
     def from_dict(cls, d: dict) -> Layout:
@@ -66,7 +78,18 @@ class Layout:
 
     @property
     def np_dtype(self):
-        return np.float16 if self.vector == "FLOAT16_VECTOR" else np.float32
+        """The dtype of the values (not of the Milvus field)."""
+        return np.float32 if self.vector == "FLOAT_VECTOR" else np.float16
+
+    @property
+    def field_type(self) -> str:
+        """The Milvus type of the ``enc`` field."""
+        return "FLOAT_VECTOR" if self.vector == PACKED else self.vector
+
+    @property
+    def field_dim(self) -> int:
+        """The dimensions of the ``enc`` field (a packed row holds two values per dimension)."""
+        return self.chunk_dim // 2 if self.vector == PACKED else self.chunk_dim
 
     def row_bytes(self) -> int:
         extra = sum(12 * math.prod(f["shape"]) for f in self.fields.values() if f["where"] == "extra")
@@ -101,6 +124,8 @@ class Layout:
                 for i in range(n):
                     extra[i][name] = a[i].tolist()
         vec = vec.reshape(n, self.chunks, self.chunk_dim)
+        if self.vector == PACKED:
+            vec = pack_float16(vec)
         return [{"pk": int(i) * CHUNK_SLOTS + c, "id": int(i), "chunk": c, "enc": vec[j, c],
                  "extra": extra[j] if c == 0 else {}} for j, i in enumerate(ids) for c in range(self.chunks)]
 
@@ -119,7 +144,7 @@ class Layout:
                 if row is None:
                     raise DataError(where, f"item {int(i)} lacks chunk {c} of its encoding: the collection is "
                                            "incomplete; build it again")
-                vec[j, c * self.chunk_dim:(c + 1) * self.chunk_dim] = _vector(row["enc"], self.np_dtype)
+                vec[j, c * self.chunk_dim:(c + 1) * self.chunk_dim] = self._values(row["enc"])
             firsts.append(got[int(i) * CHUNK_SLOTS]["extra"] or {})
         if not np.isfinite(vec).all():
             raise DataError(where, "NaN or inf in stored encodings: the collection is corrupt; build it again")
@@ -138,12 +163,32 @@ class Layout:
         return enc_cls(**out)
 
 
-def _vector(v, dtype) -> np.ndarray:
-    if isinstance(v, (bytes, bytearray)):
-        return np.frombuffer(v, dtype=dtype).astype(np.float32)
-    if isinstance(v, list) and len(v) == 1 and isinstance(v[0], (bytes, bytearray)):
-        return np.frombuffer(v[0], dtype=dtype).astype(np.float32)
-    return np.asarray(v, dtype=np.float32)
+    def _values(self, v) -> np.ndarray:
+        """One fetched ``enc`` field as float32 values: float16 bytes (FLOAT16_VECTOR), packed float32s or
+        float32s."""
+        if isinstance(v, list) and len(v) == 1 and isinstance(v[0], (bytes, bytearray)):
+            v = v[0]
+        if isinstance(v, (bytes, bytearray)):
+            return np.frombuffer(v, dtype=self.np_dtype).astype(np.float32)
+        if self.vector == PACKED:
+            return unpack_float16(np.asarray(v, dtype=np.float32)).astype(np.float32)
+        return np.asarray(v, dtype=np.float32)
+
+
+def pack_float16(a: np.ndarray) -> np.ndarray:
+    """float16 values (an even number on the last axis) -> float32s holding two each, bit for bit: value
+    2k's bits in the high half of float32 k, value 2k + 1's in the low half (the same on any host)."""
+    bits = np.ascontiguousarray(a, dtype=np.float16).view(np.uint16).astype(np.uint32)
+    return ((bits[..., 0::2] << 16) | bits[..., 1::2]).view(np.float32)
+
+
+def unpack_float16(p: np.ndarray) -> np.ndarray:
+    """The inverse of :func:`pack_float16`."""
+    bits = np.ascontiguousarray(p, dtype=np.float32).view(np.uint32)
+    out = np.empty((*bits.shape[:-1], 2 * bits.shape[-1]), dtype=np.uint16)
+    out[..., 0::2] = bits >> 16
+    out[..., 1::2] = bits & 0xFFFF
+    return out.view(np.float16)
 
 
 # --- schemas ----------------------------------------------------------------------------------------
@@ -182,7 +227,7 @@ def create_encodings(client, name: str, layout: Layout) -> None:
     schema.add_field("pk", pm.DataType.INT64, is_primary=True)
     schema.add_field("id", pm.DataType.INT64)
     schema.add_field("chunk", pm.DataType.INT64)
-    schema.add_field("enc", getattr(pm.DataType, layout.vector), dim=layout.chunk_dim)
+    schema.add_field("enc", getattr(pm.DataType, layout.field_type), dim=layout.field_dim)
     schema.add_field("extra", pm.DataType.JSON)
     ip = client.prepare_index_params()
     ip.add_index("enc", index_type="FLAT", metric_type="IP")  # never searched: Milvus loads only indexed vectors
@@ -192,8 +237,9 @@ def create_encodings(client, name: str, layout: Layout) -> None:
 
 
 def server_vector_type(client, probe_name: str, dtype: str) -> str:
-    """FLOAT16_VECTOR when the index stores float16 and the server takes it (a Milvus server does,
-    milvus-lite does not), else FLOAT_VECTOR: found by creating, then dropping, a probe collection."""
+    """How the stage-2 values are held: FLOAT16_VECTOR when the index stores float16 and the server takes
+    it (a Milvus server does, milvus-lite does not: found by creating, then dropping, a probe collection),
+    FLOAT16_PACKED for float16 on a server without it, FLOAT_VECTOR for a float32 index."""
     if dtype != "float16":
         return "FLOAT_VECTOR"
     pm = pymilvus()
@@ -204,7 +250,7 @@ def server_vector_type(client, probe_name: str, dtype: str) -> str:
     try:
         client.create_collection(probe_name, schema=schema)
     except pm.MilvusException:
-        return "FLOAT_VECTOR"
+        return PACKED
     finally:
         logging.disable(logging.NOTSET)
     client.drop_collection(probe_name)
