@@ -109,6 +109,15 @@ def render(res: dict) -> str:
         lines.append(f"| {r['isa']} | {r['backbone']} | {r['input_size']} | {r['grid']} x {r['grid']} | "
                      f"{r['images_per_s']:.1f}{ok} | {r['startup_s']:.1f} | {r['images']} | {r['threads']} | "
                      f"{r['host']['cpu']}; {'AVX-512' if 'avx512f' in r['host']['flags'] else 'AVX2'} |")
+    for isa in sorted({r["isa"] for r in res["rows"]}):
+        rows = {(r["backbone"], r["input_size"]): r["images_per_s"] for r in res["rows"] if r["isa"] == isa}
+        sizes = sorted({s for _, s in rows})
+        lines += ["", f"{isa}, images/s (bold: >= {GOAL:.0f}):", "",
+                  "| backbone | " + " | ".join(f"{s} px" for s in sizes) + " |", "|---|" + "---|" * len(sizes)]
+        for b in sorted({b for b, _ in rows}):
+            cells = [rows.get((b, s)) for s in sizes]
+            lines.append(f"| {b} | " + " | ".join("-" if c is None else f"**{c:.1f}**" if c >= GOAL else f"{c:.1f}"
+                                                   for c in cells) + " |")
     notes = sorted({r.get("note", "") for r in res["rows"]} - {""})
     return "\n".join(lines + ([""] + [f"- {n}" for n in notes] if notes else [])) + "\n"
 
