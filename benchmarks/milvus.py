@@ -211,7 +211,8 @@ def markdown(rows: list[dict], host: str) -> str:
                          f"{b['query']['stage1']['p50_ms']:.1f} | {b['query']['stage2']['p50_ms']:.1f} | "
                          f"{r['same_top10']:.2f} |")
     lines += ["", "Same top-10: the share of queries whose ten ids are the same, in the same order, on both backends. "
-              "milvus-lite stores the float16 values in FLOAT_VECTOR (it has no FLOAT16_VECTOR), hence its larger disk; "
+              "milvus-lite has no FLOAT16_VECTOR: runs before 2026-11-26 widened the float16 values to float32 "
+              "(FLOAT_VECTOR), later runs pack two float16 values to a FLOAT_VECTOR dimension (layout in each row); "
               "its stage 2 is the fetch of 100 rows of 25,088 floats through gRPC and pymilvus's Python lists."]
     return "\n".join(lines) + "\n"
 

@@ -96,10 +96,12 @@ def test_packing_keeps_every_finite_float16_bit_for_bit_and_makes_only_finite_fl
 
 def test_milvus_lite_returns_packed_float16_rows_bit_for_bit(tmp_path):
     """Subnormal and negative-zero float32s travel through the server and pymilvus's Python floats intact."""
-    vals = _every_float16()[: 2 * 12_544]
-    enc = ImageEncoding(regions=torch.from_numpy(vals.astype(np.float32)).reshape(1, 49, 512),
-                        mask=torch.ones(1, 49, dtype=torch.bool))
+    every = _every_float16()
+    vals = np.resize(every, 14 * 14 * 512)  # every finite float16 once, then again from the start
+    enc = ImageEncoding(regions=torch.from_numpy(vals.astype(np.float32)).reshape(1, 196, 512),
+                        mask=torch.ones(1, 196, dtype=torch.bool))
     layout = Layout.of(enc, "float16", "FLOAT16_PACKED")
+    assert layout.chunks == 2 and len(every) < len(vals)
     client = connect(str(tmp_path / "p.db"))
     create_encodings(client, "enc", layout)
     client.upsert("enc", layout.rows(np.array([5]), enc))
@@ -107,3 +109,16 @@ def test_milvus_lite_returns_packed_float16_rows_bit_for_bit(tmp_path):
     got = {int(r["pk"]): r for r in client.get("enc", ids=layout.pks([5]), output_fields=["pk", "enc", "extra"])}
     back = layout.decode([5], got, ImageEncoding, "enc")
     assert np.array_equal(back.regions.numpy().astype(np.float16).view(np.uint16).ravel(), vals.view(np.uint16))
+
+
+def test_full_precision_fields_keep_float_vector_rows_rather_than_json_on_a_server_without_float16():
+    class Full(ImageEncoding):
+        full_precision_fields = ("embedding",)
+
+    f = Full(regions=torch.randn(2, 4, 8), embedding=torch.randn(2, 8) / 7)
+    layout = Layout.of(f, "float16", "FLOAT16_PACKED")
+    assert layout.vector == "FLOAT_VECTOR" and layout.fields["embedding"]["where"] == "vector"
+    back = layout.decode([1], {r["pk"]: r for r in layout.rows(np.array([0, 1]), f)}, Full, "enc")
+    assert torch.equal(back.embedding, f.embedding[1:]) and torch.equal(back.regions, f.regions[1:].half().float())
+    plain = ImageEncoding(regions=torch.randn(1, 4, 8), mask=torch.ones(1, 4, dtype=torch.bool))
+    assert Layout.of(plain, "float16", "FLOAT16_PACKED").vector == "FLOAT16_PACKED"

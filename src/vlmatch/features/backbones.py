@@ -52,7 +52,7 @@ class Backbone(nn.Module):
         x = torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).float()
         return self._normalise(x)
 
-    # Images per forward pass on a CPU. A convolutional backbone's elementwise layers (ReLU6, padding) are
+    # Images per forward pass on a CPU. A convolutional backbone's elementwise layers (batch norm, ReLU6, padding) are
     # memory-bound: a few images' activations stay in the CPU caches, a batch of 64 does not
     # (EfficientNet-Lite0 at 224 on 2 cores: ~19 images/s at 64 per pass, 40-60 at 4; see
     # benchmarks/results/search.md). Each image's features do not depend on the others in its batch.
@@ -155,7 +155,9 @@ class EfficientNetLite(Backbone):
         self.net = EfficientNet.from_name(name)
         load_weights_file(self.net, weights, name)
         self.net.eval()
-        fold_batch_norms(self.net)
+        if not fold_batch_norms(self.net) or any(isinstance(m, nn.BatchNorm2d) for m in self.net.modules()):
+            raise VlmatchError(f"{name}: efficientnet-lite-pytorch's layers are not the ones vlmatch folds (another "
+                               "version of the package?)")
         # NHWC: oneDNN's depthwise and 1x1 convolutions run 1.5-2x faster on CPUs in this layout
         # (benchmarks/results/build_curve.md)
         self.net.to(memory_format=torch.channels_last)

@@ -18,8 +18,8 @@ A vlmatch collection NAME on a Milvus server is a set of Milvus collections:
 A build writes a new generation G and commits by writing ``vlmatch.manifest`` last (it names G);
 readers only ever open the generation the manifest names. Milvus's documented limits shape the
 layout: a vector field holds at most 32,768 dimensions (a 7 x 7 x 512 encoding, 25,088 values, is one
-row; a 14 x 14 x 512 one, 100,352, four FLOAT16_VECTOR rows or two packed ones), and one insert or query RPC carries at most 64 MB
-(writes and reads are cut into RPCs of at most :data:`RPC_BYTES`).
+row; a 14 x 14 x 512 one, 100,352, four FLOAT16_VECTOR rows or two packed ones), and one insert or
+query RPC carries at most 64 MB (writes and reads are cut into RPCs of at most :data:`RPC_BYTES`).
 """
 
 from __future__ import annotations

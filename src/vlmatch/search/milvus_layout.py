@@ -13,9 +13,13 @@ Three ways to hold the vector (``Layout.vector``):
   two finite float16 values is itself finite (its exponent is all ones only when the high half's is),
   so the server stores and returns it unchanged, and the row costs what a float16 row costs: half a
   float32 row's memory and transfer, and twice the values per 32,768-dimension field.
-- ``FLOAT_VECTOR``: float32 values (an index whose dtype is float32; also collections written before
-  the packed form, whose float16 values were widened to float32). Fields that are not floats (masks, lengths), and full-precision fields on
-a FLOAT16_VECTOR server, travel as JSON on the item's first chunk.
+- ``FLOAT_VECTOR``: float32 values: an index whose dtype is float32; an encoding with full-precision
+  fields (CAAN's) on a server without FLOAT16_VECTOR, which keeps them in the vector at 4 bytes a
+  value rather than as JSON at about 20; collections written before the packed form, whose float16
+  values were widened to float32.
+
+Fields that are not floats (masks, lengths), and full-precision fields on a FLOAT16_VECTOR server,
+travel as JSON on the item's first chunk.
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ class Layout:
     @classmethod
     def of(cls, enc: Encoding, dtype: str, vector: str, pad_to: int | None = None) -> Layout:
         full = type(enc).full_precision_fields
+        if vector == PACKED and any(n in full and t.dtype.is_floating_point for n, t in enc.tensors().items()):
+            vector = "FLOAT_VECTOR"  # float32 fields as whole values in the vector, not as JSON
         per_word = getattr(enc, "per_word_fields", ())
         fields, total = {}, 0
         for name, t in enc.tensors().items():
@@ -169,6 +175,8 @@ class Layout:
         if isinstance(v, list) and len(v) == 1 and isinstance(v[0], (bytes, bytearray)):
             v = v[0]
         if isinstance(v, (bytes, bytearray)):
+            if self.vector == PACKED:  # a FLOAT_VECTOR as little-endian float32 bytes
+                return unpack_float16(np.frombuffer(v, dtype="<f4")).astype(np.float32)
             return np.frombuffer(v, dtype=self.np_dtype).astype(np.float32)
         if self.vector == PACKED:
             return unpack_float16(np.asarray(v, dtype=np.float32)).astype(np.float32)
