@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import search_default
 import torch
-from hostinfo import cpu_model
+from hostinfo import cpu_flags, cpu_model
 
 HERE = Path(__file__).resolve().parent
 CACHE = HERE / "cache" / "milvus"
@@ -200,13 +200,15 @@ def markdown(rows: list[dict], host: str) -> str:
              f"`python benchmarks/milvus.py --sizes {' '.join(str(r['n']) for r in rows)}` on {host}. Synthetic photos: "
              "7 x 7 x 512 float16 stage-2 encodings (one Milvus row each), 512-d stage 1; per query stage 1 (top 100) "
              "+ stage 2 (SCAN t-i re-scoring) to the top 10, text encoding left out (the same on both).", "",
-             "| photos | backend | stage 1 | build s | disk MB | p50 ms | p99 ms | stage 1 p50 ms | stage 2 p50 ms "
-             "| same top-10 |",
-             "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| photos | backend | stage 1 | stage-2 rows | build s | disk MB | p50 ms | p99 ms | stage 1 p50 ms | "
+             "stage 2 p50 ms | same top-10 |",
+             "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         for name, key in (("folder", "folder"), ("milvus-lite", "milvus_lite")):
             b = r[key]
-            lines.append(f"| {r['n']:,} | {name} | {b['stage1']} | {b['build_s']:.1f} | {b['disk_mb']:.0f} | "
+            rows_kind = ("float16 store" if key == "folder" else
+                         {"FLOAT16_PACKED": "float16 packed in FLOAT_VECTOR"}.get(b.get("vector"), "float32 FLOAT_VECTOR"))
+            lines.append(f"| {r['n']:,} | {name} | {b['stage1']} | {rows_kind} | {b['build_s']:.1f} | {b['disk_mb']:.0f} | "
                          f"{b['query']['p50_ms']:.1f} | {b['query']['p99_ms']:.1f} | "
                          f"{b['query']['stage1']['p50_ms']:.1f} | {b['query']['stage2']['p50_ms']:.1f} | "
                          f"{r['same_top10']:.2f} |")
@@ -225,7 +227,7 @@ def main() -> None:
     p.add_argument("--note", help="how the machine was used meanwhile (e.g. 'shared with a training job')")
     a = p.parse_args()
     host = f"{cpu_model()}, {os.cpu_count()} cores{f' ({a.note})' if a.note else ''}, OMP_NUM_THREADS=" \
-           f"{os.environ.get('OMP_NUM_THREADS', 'unset')}"
+           f"{os.environ.get('OMP_NUM_THREADS', 'unset')}, flags {' '.join(cpu_flags())}"
     rows = []
     for n in a.sizes:
         rows.append(run_size(n, a.queries))
