@@ -10,28 +10,48 @@ from vlmatch import Index, pretrained
 from vlmatch.cli import main
 
 
-def test_index_build_without_model_uses_the_shipped_default_and_search_ranks_the_images(tmp_path, capsys):
-    model, retriever = pretrained.default_pair()
+COLOURS = {"red": (200, 30, 30), "green": (30, 160, 40), "blue": (30, 60, 200), "white": (245, 245, 245)}
+
+
+def _build_and_search(tmp_path, capsys, args: list[str]) -> dict:
+    """`index build` of four colour photos with ``args``, then `search "a green field"`: the manifest."""
     photos = tmp_path / "photos"
     photos.mkdir()
-    colours = {"red": (200, 30, 30), "green": (30, 160, 40), "blue": (30, 60, 200), "white": (245, 245, 245)}
-    for name, rgb in colours.items():
+    for name, rgb in COLOURS.items():
         Image.new("RGB", (160, 120), rgb).save(photos / f"{name}.jpg", "JPEG")
-    assert main(["index", "build", "--images", str(photos), "--out", str(tmp_path / "idx"), "--no-progress"]) == 0
-    assert f"--model pretrained:{model}" in capsys.readouterr().out
+    assert main(["index", "build", "--images", str(photos), "--out", str(tmp_path / "idx"), "--no-progress",
+                 *args]) == 0
+    out = capsys.readouterr().out
     manifest = json.loads((tmp_path / "idx" / "manifest.json").read_text())
-    assert manifest["counts"]["images"] == 4 and manifest["model"]["name"] == pretrained.get(model).model
+    manifest["_out"] = out
+    assert manifest["counts"]["images"] == 4
+    assert main(["search", str(tmp_path / "idx"), "a green field", "-k", "4", "--json", str(tmp_path / "r.json")]) == 0
+    hits = json.loads((tmp_path / "r.json").read_text())["results"]
+    assert sorted(h["path"].split("/")[-1] for h in hits) == sorted(f"{c}.jpg" for c in COLOURS)
+    # the trained models know their colours: green first, by a margin
+    assert hits[0]["path"].endswith("green.jpg") and hits[0]["score"] > hits[1]["score"] + 0.02, hits
+    assert len(Index.open(tmp_path / "idx").search("a green field", k=4)) == 4
+    return manifest
+
+
+def test_index_build_without_model_uses_the_shipped_default_and_search_ranks_the_images(tmp_path, capsys):
+    model, retriever = pretrained.default_pair()
+    manifest = _build_and_search(tmp_path, capsys, [])
+    assert f"--model pretrained:{model}" in manifest["_out"]
+    assert manifest["model"]["name"] == pretrained.get(model).model
     assert manifest["score"] == pretrained.default_score()
+    assert manifest["backbone"] == pretrained.get(model).features
     if retriever is not None:
         assert manifest["retriever"]["name"] == pretrained.get(retriever).model
-    assert main(["search", str(tmp_path / "idx"), "a green field", "-k", "4", "--json", str(tmp_path / "r.json")]) == 0
-    results = json.loads((tmp_path / "r.json").read_text())
-    hits = results["results"]
-    assert sorted(h["path"].split("/")[-1] for h in hits) == sorted(f"{c}.jpg" for c in colours)
-    # the trained model knows its colours: green first (0.290 against 0.244 for the next when measured)
-    assert hits[0]["path"].endswith("green.jpg") and hits[0]["score"] > hits[1]["score"] + 0.02, hits
-    index = Index.open(tmp_path / "idx")
-    assert len(index.search("a green field", k=4)) == 4
+
+
+def test_the_first_shipped_pair_stays_available_by_name(tmp_path, capsys):
+    """The faster pair of earlier releases (EfficientNet-Lite0 224 px) keeps its registry entries: indexes built
+    with it keep opening, and `--model/--retriever pretrained:NAME` builds one."""
+    manifest = _build_and_search(tmp_path, capsys, ["--model", "pretrained:scan-t2i-minilm-f8k", "--retriever",
+                                                    "pretrained:vsepp-minilm-f8k", "--score", "mean"])
+    assert manifest["backbone"]["name"] == "efficientnet-lite0" and manifest["backbone"]["input_size"] == 224
+    assert manifest["model"]["name"] == "scan_t2i_avg" and manifest["retriever"]["name"] == "vsepp"
 
 
 def test_explain_without_model_draws_the_shipped_explainers_maps(tmp_path, capsys):
