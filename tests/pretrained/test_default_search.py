@@ -9,7 +9,6 @@ from PIL import Image
 from vlmatch import Index, pretrained
 from vlmatch.cli import main
 
-
 COLOURS = {"red": (200, 30, 30), "green": (30, 160, 40), "blue": (30, 60, 200), "white": (245, 245, 245)}
 
 

@@ -109,6 +109,7 @@ def test_the_index_explains_with_the_model_that_records_the_better_pointing(serv
     import vlmatch.pretrained as pretrained
 
     c, idx = served
+    monkeypatch.setattr(idx, "_shipped_explainer", False)  # as where the shipped explainer's backbone is missing
     # models that do not ship record nothing: the stage-2 model with its best method
     assert idx.explainer()[0] is idx.model
     records = {"retriever": {"method": "occlusion", "pointing": 60.0}, "model": {"method": "attention", "pointing": 34.0}}
@@ -129,3 +130,30 @@ def _encode(model, idx, item_id, text):
     feats = idx.image_features(idx.items[[it["id"] for it in idx.items].index(item_id)]["path"])
     with torch.no_grad():
         return model.encode_images(feats), model.encode_texts(*model.tokenize([text]))
+
+
+def test_the_shipped_explainer_draws_the_maps_when_it_points_better_than_the_index_s_models(served, monkeypatch):
+    """The index's toy models record no pointing figure: by default the shipped explainer (``vlmatch explain``'s)
+    reads the photo again with its own backbone and draws the maps, named in the answer; a method asked for
+    by name is the index's own models' (the shipped explainer does not replace them)."""
+    import vlmatch.pretrained as pretrained
+
+    c, idx = served
+    name, method = pretrained.default_explainer()
+    entry = pretrained.get(name)
+    monkeypatch.setattr(idx, "_shipped_explainer", None)
+    model, got = idx.explainer()
+    assert got == method and model is not idx.model and model is not idx.retriever
+    att = idx.explain(5, "a dog on the grass")
+    assert att.model == f"pretrained:{name}" and att.method == method and att.grid == entry.features["grid"]
+    assert att.weights.shape[0] == entry.features["grid"] ** 2
+    body = c.get("/explain/5", params={"text": "a dog on the grass"}).json()
+    assert body["model"] == f"pretrained:{name}" and body["grid"] == [att.grid, att.grid]
+    np.testing.assert_allclose(np.array(body["weights"]).T, att.weights, rtol=1e-5, atol=1e-6)
+    assert idx.explainer("attention")[0] is idx.model  # by name: the index's model that has the method
+    # an index model that records a better pointing figure than the shipped explainer keeps the maps
+    monkeypatch.setattr(idx, "_shipped_explainer", None)
+    better = {"method": "contribution", "pointing": entry.explainer["pointing"] + 1}
+    monkeypatch.setattr(pretrained, "explainer_record", lambda folder: better if str(folder) == str(idx.parts["model"])
+                        else None)
+    assert idx.explainer() == (idx.model, "contribution")

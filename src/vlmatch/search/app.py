@@ -250,6 +250,8 @@ class ExplainResponse(BaseModel):
     text: str
     method: str = Field("attention", description="the explanation method that made the maps: attention, "
                                                  "contribution, gradient or occlusion")
+    model: str | None = Field(None, description="the checkpoint whose maps these are: one of the index's two models, "
+                                               "or the shipped default explainer when it points better")
     score: float | None
     words: list[str]
     weights: list[list[float]] = Field(..., description="one list per word: its weight on each image position")

@@ -81,6 +81,7 @@ class Index:
             tmpl = self.model.encode_texts(*self.model.tokenize(["a"]))
             self.captions = FolderCollection(parts.get("captions", self.root / "captions"), colls["captions"], tmpl)
         self._backbone = None
+        self._shipped_explainer = None  # (model, method, backbone) of the shipped default explainer, once loaded
         self.last_timings: dict[str, float] = {}
         # stage 2's ranking score: the model's own, or the mean of it and the retriever's (= stage 1's exact
         # inner product of the retriever's unit vectors); indexes from before the option rank by the model's
@@ -249,27 +250,29 @@ class Index:
         self.last_timings = {"image": t1 - t0, "stage1": t2 - t1, "stage2": time.perf_counter() - t2, "queries": 1}
         return res
 
-    def image_features(self, image) -> torch.Tensor:
+    def image_features(self, image, backbone=None) -> torch.Tensor:
         """Grid features (1, k, dim) of an image (path, bytes, PIL image or uint8 array) with the
-        backbone the index was built with."""
+        backbone the index was built with (or ``backbone``)."""
         from ..features.backbones import backbone_for
 
         bb_info = self.manifest.get("backbone")
         if not bb_info:
             raise ConfigError(f"{self.root} was built from features without a known backbone; pass features, not an image")
-        if self._backbone is None:
+        if backbone is None and self._backbone is None:
             self._backbone = backbone_for(bb_info)
-        bb = self._backbone
+        bb = backbone or self._backbone
         with torch.inference_mode():
             return bb(bb.preprocess([_pixels(image, bb.info.input_size)])).clone()
 
     # --- attention of one result -----------------------------------------------------------
     def explainer(self, method: str | None = None) -> tuple[MatchingModel, str]:
-        """(model, method) whose maps explain a result. With no ``method``: of the index's two models, the one
-        whose shipped registry entry records the better pointing figure on Flickr8k val (``vlmatch pretrained``),
-        with its method; for models that do not ship, the stage-2 model with its best method (an index built from
-        features, with no backbone to extract the photos' features again: its stored attention). With a
-        ``method``: that model if it has the method, else the other one that has it."""
+        """(model, method) whose maps explain a result. With no ``method``: of the index's two models and the
+        shipped default explainer (``vlmatch explain``'s, which reads the photo file again with its own
+        backbone), the one whose registry entry records the best pointing figure on Flickr8k val (``vlmatch
+        pretrained``), with its method; for models that do not ship, the stage-2 model with its best method (an
+        index built from features, with no backbone to extract the photos' features again: its stored
+        attention). With a ``method``: the index's model that records the better pointing if it has the method,
+        else the other one that has it (the shipped explainer only explains by default)."""
         from ..evaluation.explainers import check_method, default_method, supports
         from ..pretrained import explainer_record
 
@@ -280,6 +283,9 @@ class Index:
             return self.model, "attention"  # built from features: only the stored encodings can be explained
         if method is None:
             key, m = ranked[0]
+            shipped = self._shipped_explainer_if_better((records[key] or {}).get("pointing", -1.0))
+            if shipped is not None:
+                return shipped[0], shipped[1]
             recorded = (records[key] or {}).get("method")
             return m, recorded if recorded and supports(m, recorded) else default_method(m)
         check_method(method)
@@ -287,6 +293,27 @@ class Index:
             if supports(m, method):
                 return m, method
         raise ConfigError(f"--method {method}: neither model of {self.root} has such maps")
+
+    def _shipped_explainer_if_better(self, pointing: float):
+        """(model, method, backbone or None when it is the index's) of the shipped default explainer when its
+        registry entry records a better pointing figure than ``pointing`` and its backbone is installed; else
+        None. Loaded once, on first use."""
+        from ..features.backbones import backbone_for
+        from ..models.registry import load_model
+        from ..pretrained import default_explainer, get
+
+        if self._shipped_explainer is None:
+            self._shipped_explainer = False
+            try:
+                name, method = default_explainer()
+                entry = get(name)
+                if entry.explainer.get("pointing", -1.0) > pointing:
+                    same = entry.features == self.manifest.get("backbone")
+                    bb = None if same else backbone_for(entry.features)
+                    self._shipped_explainer = (load_model(f"pretrained:{name}", self.device).eval(), method, bb, name)
+            except VlmatchError:  # none ships, or its backbone is an extra that is not installed
+                pass
+        return self._shipped_explainer or None
 
     def explain(self, item_id: int, text: str, method: str | None = None, phrases=()):
         """Heat maps of image ``item_id`` and ``text`` (a :class:`vlmatch.viz.attention.PairAttention`) by
@@ -301,15 +328,22 @@ class Index:
             raise VlmatchError(f"no image with id {item_id} in {self.root}")
         model, method = self.explainer(method)
         path = coll.items_of([key])[0]["path"]
+        shipped = self._shipped_explainer or None
+        own_backbone = shipped[2] if shipped and model is shipped[0] else None  # the shipped explainer's, if another
         if method == "attention" and model is self.model and not phrases:
             with torch.no_grad():
                 img = coll.take(np.array([key])).to(self.device)
                 att = attention_of_encodings(self.model, img, text)
         else:
-            feats = self.image_features(path)[0].cpu().numpy()
+            feats = self.image_features(path, own_backbone)[0].cpu().numpy()
             att = explain_pair(model, feats, text, method, tuple(phrases))
-        bb = self.manifest.get("backbone") or {}
+        bb = own_backbone.describe() if own_backbone is not None else self.manifest.get("backbone") or {}
         att.grid = bb.get("grid")
+        if shipped and model is shipped[0]:
+            att.model = f"pretrained:{shipped[3]}"
+        else:
+            key = "model" if model is self.model else "retriever"
+            att.model = (self.manifest.get(key) or {}).get("checkpoint") or model.name
         att.image = path
         return att
 

@@ -27,9 +27,11 @@ class PairAttention:
     image: str | None = None  # the image file, when known
     extra: dict = field(default_factory=dict)  # model-specific vectors (e.g. CAAN's f and g)
     method: str = "attention"  # the explanation method that made the maps (vlmatch.evaluation.explainers)
+    model: str | None = None  # the checkpoint whose maps these are, when another than the caller's (an index's)
 
     def to_dict(self) -> dict:
-        return {"method": self.method, "words": self.words, "weights": self.weights.tolist(), "axis": self.axis,
+        named = {"model": self.model} if self.model else {}
+        return {"method": self.method, **named, "words": self.words, "weights": self.weights.tolist(), "axis": self.axis,
                 "score": self.score,
                 "grid": self.grid, "image": self.image, "shape": list(self.weights.shape),
                 **{k: np.asarray(v).tolist() for k, v in self.extra.items()}}
