@@ -16,9 +16,10 @@ import argparse
 import shlex
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
-from flickr8k import CACHE, HERE, RESULTS, RUNS, load_results, render
+from flickr8k import HERE, RESULTS, RUNS, features_dir, load_results, render
 from inputs import need_features
 
 from vlmatch.evaluation.metrics import ensemble, evaluate_protocol, format_table
@@ -37,11 +38,21 @@ def member_checkpoint(member: str) -> str:
     return str(best)
 
 
+def member_features(member: str) -> Path:
+    """The val feature cache of the backbone and input size a member was trained on (the study's Lite0 224 px
+    when its checkpoint does not say)."""
+    from vlmatch.features.provenance import checkpoint_backbone
+    from vlmatch.models.registry import resolve_checkpoint
+
+    bb = checkpoint_backbone(resolve_checkpoint(member_checkpoint(member))) or {}
+    return features_dir(bb.get("input_size", 224), bb.get("name", "efficientnet-lite0"))
+
+
 def member_sims(member: str) -> np.ndarray:
     path = SIMS / (member.replace(":", "_") + ".npy")
     if path.is_file():
         return np.load(path)
-    sims = checkpoint_scores(member_checkpoint(member), str(CACHE), "dev", progress=True)
+    sims = checkpoint_scores(member_checkpoint(member), str(member_features(member)), "dev", progress=True)
     save_npy(path, sims.astype(np.float32))
     return sims
 
@@ -54,9 +65,8 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if len(a.members) < 2:
         ap.error("an ensemble needs two or more --members")
-    need_features(CACHE)
-    for m in a.members:  # every member's checkpoint, before the first is scored
-        member_checkpoint(m)
+    for m in a.members:  # every member's checkpoint and features, before the first is scored
+        need_features(member_features(m))
     mats = [member_sims(m) for m in a.members]
     members = {m: evaluate_protocol(s, "single", source=m) for m, s in zip(a.members, mats, strict=True)}
     res = evaluate_protocol(ensemble(mats, a.members), "single", source=a.name)
