@@ -61,6 +61,15 @@ def _recalls(ranks: np.ndarray) -> dict:
 
 # --- real ----------------------------------------------------------------------------------------
 
+def features_of(checkpoint) -> Path:
+    """The Flickr8k feature cache of the backbone and input size a checkpoint was trained on (Lite0 224 px when it
+    does not say): benchmarks/flickr8k.py --extract-only [--backbone B --input-size S] makes it."""
+    from vlmatch.features.provenance import checkpoint_backbone
+
+    bb = checkpoint_backbone(checkpoint) or {}
+    name, size = bb.get("name", "efficientnet-lite0"), bb.get("input_size", 224)
+    return CACHE / (f"flickr8k-{name}" + ("" if size == 224 else f"-{size}"))
+
 def real(a) -> dict:
     from vlmatch.data.precomp import PrecompSplit
     from vlmatch.evaluation.metrics import evaluate_protocol
@@ -69,15 +78,16 @@ def real(a) -> dict:
     from vlmatch.search import Index
     from vlmatch.search.build import build_index
 
-    split = PrecompSplit(F8K, "dev")
+    feats = features_of(resolve_checkpoint(a.model))
+    split = PrecompSplit(feats, "dev")
     score = getattr(a, "score", "model")
     out = {"model": str(a.model), "retriever": str(a.retriever), "host": host(), "score": score, "images": split.n_images,
            "captions": len(split.captions)}
     idx_dir = CACHE / "search" / "f8k_dev"
     t0 = time.time()
-    build_index(idx_dir, resolve_checkpoint(a.model), features=F8K, split="dev",
+    build_index(idx_dir, resolve_checkpoint(a.model), features=feats, split="dev",
                 retriever_ckpt=a.retriever and resolve_checkpoint(a.retriever), score=score,
-                captions=F8K / "dev_caps.txt", progress=False)
+                captions=feats / "dev_caps.txt", progress=False)
     out["build_s"] = time.time() - t0
     out["index_mb"] = _dir_mb(idx_dir)
     idx = Index.open(idx_dir)
