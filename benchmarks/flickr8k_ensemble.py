@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from flickr8k import HERE, RESULTS, RUNS, features_dir, load_results, render
+from flickr8k import CACHE, HERE, RESULTS, RUNS, load_results, render
 from inputs import need_features
 
 from vlmatch.evaluation.metrics import ensemble, evaluate_protocol, format_table
@@ -39,13 +39,22 @@ def member_checkpoint(member: str) -> str:
 
 
 def member_features(member: str) -> Path:
-    """The val feature cache of the backbone and input size a member was trained on (the study's Lite0 224 px
-    when its checkpoint does not say)."""
+    """The val feature cache of the backbone and input size a member was trained on: ``CACHE`` (the study's
+    Lite0 224 px) when its checkpoint does not say, or does not exist yet (the caller names what is missing)."""
+    from vlmatch.errors import VlmatchError
     from vlmatch.features.provenance import checkpoint_backbone
     from vlmatch.models.registry import resolve_checkpoint
 
-    bb = checkpoint_backbone(resolve_checkpoint(member_checkpoint(member))) or {}
-    return features_dir(bb.get("input_size", 224), bb.get("name", "efficientnet-lite0"))
+    best = HERE / "cache" / "runs" / member / "best"
+    try:
+        ckpt = resolve_checkpoint(member) if member.startswith("pretrained:") else best
+    except VlmatchError:
+        return CACHE
+    bb = (checkpoint_backbone(ckpt) if Path(ckpt).is_dir() else None) or {}
+    name, size = bb.get("name", "efficientnet-lite0"), bb.get("input_size", 224)
+    if (name, size) == ("efficientnet-lite0", 224):
+        return CACHE
+    return CACHE.with_name(f"flickr8k-{name}" + ("" if size == 224 else f"-{size}"))
 
 
 def member_sims(member: str) -> np.ndarray:
@@ -65,8 +74,10 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if len(a.members) < 2:
         ap.error("an ensemble needs two or more --members")
-    for m in a.members:  # every member's checkpoint and features, before the first is scored
+    for m in a.members:  # every member's features, then its checkpoint, before the first is scored
         need_features(member_features(m))
+    for m in a.members:
+        member_checkpoint(m)
     mats = [member_sims(m) for m in a.members]
     members = {m: evaluate_protocol(s, "single", source=m) for m, s in zip(a.members, mats, strict=True)}
     res = evaluate_protocol(ensemble(mats, a.members), "single", source=a.name)
