@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from flickr8k import CACHE, HERE, RESULTS, RUNS, load_results, render
+from flickr8k import CACHE, HERE, RESULTS, RUNS, features_dir, load_results, render
 from inputs import need_features
 
 from vlmatch.evaluation.metrics import ensemble, evaluate_protocol, format_table
@@ -52,9 +52,7 @@ def member_features(member: str) -> Path:
         return CACHE
     bb = (checkpoint_backbone(ckpt) if Path(ckpt).is_dir() else None) or {}
     name, size = bb.get("name", "efficientnet-lite0"), bb.get("input_size", 224)
-    if (name, size) == ("efficientnet-lite0", 224):
-        return CACHE
-    return CACHE.with_name(f"flickr8k-{name}" + ("" if size == 224 else f"-{size}"))
+    return CACHE if (name, size) == ("efficientnet-lite0", 224) else features_dir(size, name)
 
 
 def member_sims(member: str) -> np.ndarray:

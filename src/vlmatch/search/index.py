@@ -81,7 +81,7 @@ class Index:
             tmpl = self.model.encode_texts(*self.model.tokenize(["a"]))
             self.captions = FolderCollection(parts.get("captions", self.root / "captions"), colls["captions"], tmpl)
         self._backbone = None
-        self._shipped_explainer = None  # (model, method, backbone) of the shipped default explainer, once loaded
+        self._shipped_explainer: _ShippedExplainer | bool | None = None  # None: not looked up; False: none applies
         self.last_timings: dict[str, float] = {}
         # stage 2's ranking score: the model's own, or the mean of it and the retriever's (= stage 1's exact
         # inner product of the retriever's unit vectors); indexes from before the option rank by the model's
@@ -285,7 +285,7 @@ class Index:
             key, m = ranked[0]
             shipped = self._shipped_explainer_if_better((records[key] or {}).get("pointing", -1.0))
             if shipped is not None:
-                return shipped[0], shipped[1]
+                return shipped.model, shipped.method
             recorded = (records[key] or {}).get("method")
             return m, recorded if recorded and supports(m, recorded) else default_method(m)
         check_method(method)
@@ -294,8 +294,8 @@ class Index:
                 return m, method
         raise ConfigError(f"--method {method}: neither model of {self.root} has such maps")
 
-    def _shipped_explainer_if_better(self, pointing: float):
-        """(model, method, backbone or None when it is the index's) of the shipped default explainer when its
+    def _shipped_explainer_if_better(self, pointing: float) -> _ShippedExplainer | None:
+        """The shipped default explainer (its backbone None when it is the index's) when its
         registry entry records a better pointing figure than ``pointing`` and its backbone is installed; else
         None. Loaded once, on first use."""
         from ..features.backbones import backbone_for
@@ -310,7 +310,8 @@ class Index:
                 if entry.explainer.get("pointing", -1.0) > pointing:
                     same = entry.features == self.manifest.get("backbone")
                     bb = None if same else backbone_for(entry.features)
-                    self._shipped_explainer = (load_model(f"pretrained:{name}", self.device).eval(), method, bb, name)
+                    model = load_model(f"pretrained:{name}", self.device).eval()
+                    self._shipped_explainer = _ShippedExplainer(model, method, bb, name)
             except VlmatchError:  # none ships, or its backbone is an extra that is not installed
                 pass
         return self._shipped_explainer or None
@@ -328,8 +329,8 @@ class Index:
             raise VlmatchError(f"no image with id {item_id} in {self.root}")
         model, method = self.explainer(method)
         path = coll.items_of([key])[0]["path"]
-        shipped = self._shipped_explainer or None
-        own_backbone = shipped[2] if shipped and model is shipped[0] else None  # the shipped explainer's, if another
+        shipped = self._shipped_explainer if self._shipped_explainer and self._shipped_explainer.model is model else None
+        own_backbone = shipped.backbone if shipped else None  # the shipped explainer's, when not the index's
         if method == "attention" and model is self.model and not phrases:
             with torch.no_grad():
                 img = coll.take(np.array([key])).to(self.device)
@@ -339,8 +340,8 @@ class Index:
             att = explain_pair(model, feats, text, method, tuple(phrases))
         bb = own_backbone.describe() if own_backbone is not None else self.manifest.get("backbone") or {}
         att.grid = bb.get("grid")
-        if shipped and model is shipped[0]:
-            att.model = f"pretrained:{shipped[3]}"
+        if shipped:
+            att.model = f"pretrained:{shipped.name}"
         else:
             key = "model" if model is self.model else "retriever"
             att.model = (self.manifest.get(key) or {}).get("checkpoint") or model.name
@@ -355,6 +356,16 @@ class Index:
         if not att.grid:
             raise ConfigError(f"{self.root}: no image grid is known (built from features without a backbone)")
         return render(att, att.image)
+
+
+@dataclass
+class _ShippedExplainer:
+    """The shipped default explainer as an index loaded it (:meth:`Index._shipped_explainer_if_better`)."""
+
+    model: MatchingModel
+    method: str
+    backbone: object | None  # a Backbone when it is not the index's own
+    name: str  # its registry name
 
 
 def _pixels(image, size: int) -> np.ndarray:
