@@ -1,17 +1,20 @@
 """The folder index and the Milvus backend (milvus-lite) side by side on the same synthetic photos.
 
     python benchmarks/milvus.py --sizes 2000              # minutes on a small machine (the default)
-    python benchmarks/milvus.py --sizes 100000            # the issue's size (#37): about 25 minutes and 14 GB
+    python benchmarks/milvus.py --sizes 100000 --shape global-1024   # the default model's shape at the issue's size
 
-Each photo is a 7 x 7 x 512 stage-2 encoding (25,088 values: one Milvus row; today's grid) from the
-search benchmark's generator (region vectors near shared random codes), stage 1 the mean of its
-regions; the same arrays go into an index folder (EncodingWriter, FAISS) and into a milvus-lite
-``.db`` (the backend's own row writer, its chunked layout, the manifest committed last). Then the
-same synthetic queries (words drawn near one photo's regions, 8 words) are ranked on both through
-``Index.rank_images`` (stage 1 top 100, stage 2 SCAN t-i re-scoring, top 10), and the figures are:
+Two shapes (``--shape``). ``scan-7x7`` (the first shipped pair's): each photo is a 7 x 7 x 512 stage-2
+encoding (25,088 values: one Milvus row) from the search benchmark's generator (region vectors near
+shared random codes), stage 1 the mean of its regions, stage 2 SCAN t-i re-scoring; 100,000 photos
+need more than this host's 24 GB in milvus-lite. ``global-1024`` (today's default,
+vsepp-lite2-320-lora-f8k): each photo is one 1024-d VSE++ embedding (near a mix of shared codes), stage 1
+the same vector, stage 2 its float16 copy re-scored by the inner product. The same arrays go into an
+index folder (EncodingWriter, FAISS) and into a milvus-lite ``.db`` (the backend's own row writer, its
+chunked layout, the manifest committed last). Then the same synthetic queries (near one photo's codes)
+are ranked on both through ``Index.rank_images`` (stage 1 top 100, stage 2, top 10), and the figures are:
 build seconds, disk MB, p50 / p99 ms of stage 1 + stage 2 per query, and how often both backends
 return the same top-10 ids. Text encoding is the same on both and left out. Results go to
-benchmarks/results/milvus.{json,md}.
+benchmarks/results/milvus.{json,md}; a run replaces the rows of its own sizes and shape and keeps the others.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ HERE = Path(__file__).resolve().parent
 CACHE = HERE / "cache" / "milvus"
 RESULTS = HERE / "results"
 GRID, D, STAGE1_D = 7, 512, 512
+GLOBAL_D, MIX = 1024, 4  # global-1024: one embedding per photo, made from MIX shared codes
+SHAPES = ("scan-7x7", "global-1024")
 
 
 def _l2(x):
@@ -44,47 +49,69 @@ def _size_mb(p: Path) -> float:
     return sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) / 2**20
 
 
-def _models(root: Path):
+def _models(root: Path, shape: str):
     from vlmatch import create_model
     from vlmatch.data.vocab import Vocab
 
     vocab = Vocab.build(["a dog runs on the beach with a red ball near the water and a child"], 1)
     torch.manual_seed(0)
-    model = create_model("scan_t2i_avg", img_dim=2048, embed_dim=D, word_dim=300, vocab_size=len(vocab))
+    if shape == "scan-7x7":
+        model = create_model("scan_t2i_avg", img_dim=2048, embed_dim=D, word_dim=300, vocab_size=len(vocab))
+    else:
+        model = create_model("vsepp", img_dim=2048, embed_dim=GLOBAL_D, word_dim=300, vocab_size=len(vocab))
     model.vocab = vocab
     return model, model.save(root / "ckpt")
 
 
-def _photos(n: int, seed: int = 0):
-    """Batches of (first id, regions (b, 49, 512) float32, stage-1 (b, 512)), and the codes that made them."""
+def _dims(shape: str) -> tuple[int, int]:
+    """(values per code, stage-1 dims) of a shape."""
+    return (D, STAGE1_D) if shape == "scan-7x7" else (GLOBAL_D, GLOBAL_D)
+
+
+def _photos(n: int, shape: str, seed: int = 0):
+    """Batches of (first id, the photo's stage-2 encoding, stage-1 (b, d)), and the codes that made them:
+    scan-7x7: 49 region vectors (b, 49, 512), each near one code; global-1024: one vector (b, 1024) near the
+    mean of MIX codes."""
+    d = _dims(shape)[0]
+    per_photo = GRID * GRID if shape == "scan-7x7" else MIX
     rng = np.random.default_rng(seed)
-    codes = _l2(rng.standard_normal((4096, D)).astype(np.float32))
-    noise = rng.standard_normal((8192, D)).astype(np.float32) * 0.03
-    which = rng.integers(0, len(codes), (n, GRID * GRID))
+    codes = _l2(rng.standard_normal((4096, d)).astype(np.float32))
+    noise = rng.standard_normal((8192, d)).astype(np.float32) * 0.03
+    which = rng.integers(0, len(codes), (n, per_photo))
 
     def batches(step=500):
         for a in range(0, n, step):
             b = min(n, a + step)
-            v = _l2(codes[which[a:b]] + noise[rng.integers(0, len(noise), (b - a, GRID * GRID))])
-            yield a, v, _l2(v.mean(axis=1))
+            v = _l2(codes[which[a:b]] + noise[rng.integers(0, len(noise), (b - a, per_photo))])
+            if shape == "scan-7x7":
+                yield a, v, _l2(v.mean(axis=1))
+            else:
+                e = _l2(v.mean(axis=1))
+                yield a, e, e
     return codes, which, batches
 
 
-def _manifest(model, ckpt, kind: str, n: int) -> dict:
+def _encoding(shape: str, v: np.ndarray):
+    from vlmatch.models.base import ImageEncoding
+
+    t = torch.from_numpy(np.ascontiguousarray(v))
+    return ImageEncoding(regions=t) if shape == "scan-7x7" else ImageEncoding(embedding=t)
+
+
+def _manifest(model, ckpt, kind: str, n: int, shape: str) -> dict:
     from vlmatch.search.build import versions
     from vlmatch.search.folder import checkpoint_digest
     from vlmatch.weights import sha256_file
 
     return {"model": {"name": model.name, "checkpoint": str(ckpt), "sha256": sha256_file(ckpt / "model.safetensors"),
                       "digest": checkpoint_digest(ckpt)},
-            "retriever": None, "stage1": "synthetic: mean of regions / of words", "dtype": "float16", "backbone": None,
+            "retriever": None, "stage1": f"synthetic ({shape})", "dtype": "float16", "backbone": None,
             "source": {"kind": "synthetic"}, "counts": {"images": n},
-            "dims": {"stage1": STAGE1_D, "regions": GRID * GRID, "img_dim": 2048}, "versions": versions(),
+            "dims": {"stage1": _dims(shape)[1], "regions": GRID * GRID, "img_dim": 2048}, "versions": versions(),
             "score": "model", "kind": kind}
 
 
-def build_folder(root: Path, n: int, model, ckpt) -> dict:
-    from vlmatch.models.base import ImageEncoding
+def build_folder(root: Path, n: int, model, ckpt, shape: str) -> dict:
     from vlmatch.search.build import save_checkpoint, stage1_of, write_collection
     from vlmatch.search.folder import commit
     from vlmatch.search.store import EncodingWriter
@@ -93,9 +120,9 @@ def build_folder(root: Path, n: int, model, ckpt) -> dict:
     t0 = time.time()
     work = out / "build"
     w = EncodingWriter(work / "enc", n, "float16")
-    s1 = np.lib.format.open_memmap(work / "stage1.npy", mode="w+", dtype=np.float32, shape=(n, STAGE1_D))
-    for a, v, s in _photos(n)[2](step=200):
-        w.write(a, ImageEncoding(regions=torch.from_numpy(v)))
+    s1 = np.lib.format.open_memmap(work / "stage1.npy", mode="w+", dtype=np.float32, shape=(n, _dims(shape)[1]))
+    for a, v, s in _photos(n, shape)[2](step=200):
+        w.write(a, _encoding(shape, v))
         s1[a:a + len(v)] = s
     w.finish()
     s1.flush()
@@ -103,14 +130,13 @@ def build_folder(root: Path, n: int, model, ckpt) -> dict:
     coll = write_collection(out / "images", work, [{"id": i, "path": f"synthetic/{i:06d}.jpg"} for i in range(n)],
                             stage1_of(work, "auto", None, 32))
     save_checkpoint(out / "model", model)
-    m = _manifest(model, ckpt, "folder", n)
+    m = _manifest(model, ckpt, "folder", n, shape)
     m["model"] = {"name": model.name}
     commit(out, {**m, "collections": {"images": coll}})
     return {"build_s": time.time() - t0, "disk_mb": _size_mb(out), "stage1": coll["stage1"]["kind"]}
 
 
-def build_milvus(root: Path, n: int, model, ckpt) -> dict:
-    from vlmatch.models.base import ImageEncoding
+def build_milvus(root: Path, n: int, model, ckpt, shape: str) -> dict:
     from vlmatch.search.folder import seal
     from vlmatch.search.milvus_build import write_rows
     from vlmatch.search.milvus_client import FORMAT, MANIFEST, connect, ensure_anchor, part_name, write_prop
@@ -125,18 +151,19 @@ def build_milvus(root: Path, n: int, model, ckpt) -> dict:
     layout = Layout.of(model.encode_images(torch.zeros(1, GRID * GRID, 2048)), "float16",
                        server_vector_type(client, "bench__g1_probe", "float16"))
     items, enc = part_name("bench", 1, "images"), part_name("bench", 1, "images", enc=True)
-    create_items(client, items, STAGE1_D, kind, None, 32)
+    stage1_d = _dims(shape)[1]
+    create_items(client, items, stage1_d, kind, None, 32)
     create_encodings(client, enc, layout)
-    for a, v, s in _photos(n)[2](step=200):
+    for a, v, s in _photos(n, shape)[2](step=200):
         ids = list(range(a, a + len(v)))
         write_rows(client, items, enc, layout, ids, [{"id": i, "path": f"synthetic/{i:06d}.jpg"} for i in ids],
-                   torch.from_numpy(s), ImageEncoding(regions=torch.from_numpy(v)))
+                   torch.from_numpy(np.ascontiguousarray(s)), _encoding(shape, v))
     for name in (items, enc):
         client.flush(name)
-    m = _manifest(model, ckpt, "milvus", n)
+    m = _manifest(model, ckpt, "milvus", n, shape)
     m.update(format=FORMAT, generation=1, next_id=n, collections={"images": {
         "count": n, "layout": layout.to_dict(),
-        "stage1": {"kind": kind, "dim": STAGE1_D, "count": n, "requested": "auto", **({"M": 32} if kind == "hnsw" else {})}}})
+        "stage1": {"kind": kind, "dim": stage1_d, "count": n, "requested": "auto", **({"M": 32} if kind == "hnsw" else {})}}})
     m["seal"] = seal(m)
     write_prop(client, "bench", MANIFEST, m)
     client.close()
@@ -144,18 +171,23 @@ def build_milvus(root: Path, n: int, model, ckpt) -> dict:
             "rows_per_photo": layout.chunks}
 
 
-def queries(n: int, count: int, seed: int = 1):
+def queries(n: int, count: int, shape: str, seed: int = 1):
     from vlmatch.models.base import TextEncoding
 
-    codes, which, _ = _photos(n)
+    codes, which, _ = _photos(n, shape)
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(count):
         t = int(rng.integers(n))
-        pick = rng.choice(GRID * GRID, 8, replace=False)
-        words = _l2(codes[which[t, pick]] + rng.standard_normal((8, D)).astype(np.float32) * 0.03)
-        out.append((TextEncoding(lengths=torch.tensor([8]), words=torch.from_numpy(words)[None]),
-                    _l2(words.mean(axis=0))[None]))
+        if shape == "scan-7x7":  # 8 words, each near one of the photo's region codes
+            pick = rng.choice(GRID * GRID, 8, replace=False)
+            words = _l2(codes[which[t, pick]] + rng.standard_normal((8, D)).astype(np.float32) * 0.03)
+            out.append((TextEncoding(lengths=torch.tensor([8]), words=torch.from_numpy(words)[None]),
+                        _l2(words.mean(axis=0))[None]))
+        else:  # a sentence vector near the mean of 3 of the photo's 4 codes
+            pick = rng.choice(MIX, 3, replace=False)
+            e = _l2(codes[which[t, pick]].mean(axis=0) + rng.standard_normal(GLOBAL_D).astype(np.float32) * 0.03)
+            out.append((TextEncoding(lengths=torch.tensor([8]), embedding=torch.from_numpy(e)[None]), e[None]))
     return out
 
 
@@ -174,17 +206,18 @@ def measure(idx, qs) -> tuple[dict, list]:
             "stage2": search_default.latency(s2)}, tops
 
 
-def run_size(n: int, n_queries: int) -> dict:
+def run_size(n: int, n_queries: int, shape: str) -> dict:
     from vlmatch.search import Index
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
-    root = CACHE / f"synth_{n}"
+    root = CACHE / f"synth_{shape}_{n}"
     if root.exists():
         shutil.rmtree(root)
     root.mkdir(parents=True)
-    model, ckpt = _models(root)
-    row = {"n": n, "folder": build_folder(root, n, model, ckpt), "milvus_lite": build_milvus(root, n, model, ckpt)}
-    qs = queries(n, n_queries)
+    model, ckpt = _models(root, shape)
+    row = {"n": n, "shape": shape, "folder": build_folder(root, n, model, ckpt, shape),
+           "milvus_lite": build_milvus(root, n, model, ckpt, shape)}
+    qs = queries(n, n_queries, shape)
     folder = Index.open(root / "folder")
     t0 = time.time()
     lite = Index.open(milvus_uri=str(root / "milvus.db"), collection="bench")
@@ -195,33 +228,56 @@ def run_size(n: int, n_queries: int) -> dict:
     return row
 
 
-def markdown(rows: list[dict], host: str) -> str:
+def markdown(rows: list[dict], oom_at: int | None = None) -> str:
     lines = ["# Folder index vs Milvus (milvus-lite), side by side", "",
-             f"`python benchmarks/milvus.py --sizes {' '.join(str(r['n']) for r in rows)}` on {host}. Synthetic photos: "
-             "7 x 7 x 512 float16 stage-2 encodings (one Milvus row each), 512-d stage 1; per query stage 1 (top 100) "
-             "+ stage 2 (SCAN t-i re-scoring) to the top 10, text encoding left out (the same on both).", "",
-             "| photos | backend | stage 1 | stage-2 rows | build s | disk MB | p50 ms | p99 ms | stage 1 p50 ms | "
-             "stage 2 p50 ms | same top-10 |",
-             "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "`python benchmarks/milvus.py --sizes N ... --shape SHAPE` (`OMP_NUM_THREADS=1`, nothing else running). "
+             "Synthetic photos of two shapes: `scan-7x7`, the first shipped pair's (7 x 7 x 512 float16 stage-2 "
+             "encodings, one Milvus row each, 512-d stage 1, stage 2 SCAN t-i re-scoring), and `global-1024`, "
+             "today's default's (one 1024-d VSE++ embedding per photo, stage 1 the same vector, stage 2 its float16 "
+             "copy). Per query stage 1 (top 100) + stage 2 to the top 10; text encoding left out (the same on both). "
+             "Hosts below the table.", "",
+             "| photos | shape | backend | stage 1 | stage-2 rows | build s | disk MB | p50 ms | p99 ms | "
+             "stage 1 p50 ms | stage 2 p50 ms | same top-10 |",
+             "|---:|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    hosts = []
     for r in rows:
+        if r["host"] not in hosts:
+            hosts.append(r["host"])
         for name, key in (("folder", "folder"), ("milvus-lite", "milvus_lite")):
             b = r[key]
             rows_kind = ("float16 store" if key == "folder" else
                          {"FLOAT16_PACKED": "float16 packed in FLOAT_VECTOR"}.get(b.get("vector"), "float32 FLOAT_VECTOR"))
-            lines.append(f"| {r['n']:,} | {name} | {b['stage1']} | {rows_kind} | {b['build_s']:.1f} | {b['disk_mb']:.0f} | "
-                         f"{b['query']['p50_ms']:.1f} | {b['query']['p99_ms']:.1f} | "
+            lines.append(f"| {r['n']:,} | {r['shape']} | {name} | {b['stage1']} | {rows_kind} | {b['build_s']:.1f} | "
+                         f"{b['disk_mb']:.0f} | {b['query']['p50_ms']:.1f} | {b['query']['p99_ms']:.1f} | "
                          f"{b['query']['stage1']['p50_ms']:.1f} | {b['query']['stage2']['p50_ms']:.1f} | "
                          f"{r['same_top10']:.2f} |")
     lines += ["", "Same top-10: the share of queries whose ten ids are the same, in the same order, on both backends. "
               "milvus-lite has no FLOAT16_VECTOR: runs before 2026-11-26 widened the float16 values to float32 "
               "(FLOAT_VECTOR), later runs pack two float16 values to a FLOAT_VECTOR dimension (layout in each row); "
-              "its stage 2 is the fetch of 100 rows of 25,088 floats through gRPC and pymilvus's Python lists."]
+              "its stage 2 is the fetch of 100 rows through gRPC and pymilvus's Python lists."]
+    if oom_at:
+        lines += ["", f"scan-7x7 at {oom_at:,} photos: milvus-lite holds a collection inside its process; it passed 13 GB "
+                  "while loading and the kernel's OOM killer stopped it at 24 GB resident (float32 and packed rows alike)."]
+    lines += ["", "Hosts:", ""]
+    lines += [f"- {h}" for h in hosts]
     return "\n".join(lines) + "\n"
+
+
+def merge(old: dict | None, rows: list[dict]) -> list[dict]:
+    """The earlier file's rows (each given the file's host if it has none) with this run's replacing the same
+    (size, shape); ordered by shape, then size."""
+    kept = []
+    for r in (old or {}).get("rows", []):
+        r = {"shape": "scan-7x7", "host": old.get("host", "unknown"), **r}
+        if not any((r["n"], r["shape"]) == (x["n"], x["shape"]) for x in rows):
+            kept.append(r)
+    return sorted(kept + rows, key=lambda r: (SHAPES.index(r["shape"]), r["n"]))
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[2000])
+    p.add_argument("--shape", choices=SHAPES, default="scan-7x7")
     p.add_argument("--queries", type=int, default=100)
     p.add_argument("--out", default=str(RESULTS / "milvus"))
     p.add_argument("--note", help="how the machine was used meanwhile (e.g. 'shared with a training job')")
@@ -230,12 +286,19 @@ def main() -> None:
            f"{os.environ.get('OMP_NUM_THREADS', 'unset')}, flags {' '.join(cpu_flags())}"
     rows = []
     for n in a.sizes:
-        rows.append(run_size(n, a.queries))
+        rows.append({**run_size(n, a.queries, a.shape), "host": host,
+                     "command": f"python benchmarks/milvus.py --sizes {n} --shape {a.shape} --queries {a.queries}"})
         print(json.dumps(rows[-1]), flush=True)
-    out = Path(a.out)
-    out.with_suffix(".json").write_text(json.dumps({"host": host, "rows": rows}, indent=2) + "\n")
-    out.with_suffix(".md").write_text(markdown(rows, host))
-    print(markdown(rows, host))
+    out = Path(a.out).with_suffix(".json")
+    old = json.loads(out.read_text()) if out.is_file() else None
+    rows = merge(old, rows)
+    extra = {k: v for k, v in (old or {}).items() if k not in ("host", "rows", "command")}
+    tmp = out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({**extra, "rows": rows}, indent=2) + "\n")
+    tmp.replace(out)
+    text = markdown(rows, extra.get("oom_at"))
+    out.with_suffix(".md").write_text(text)
+    print(text)
 
 
 if __name__ == "__main__":

@@ -268,3 +268,27 @@ def test_a_checkpoint_trained_at_another_size_is_fed_that_size(tmp_path):
     assert resolve_backbone(ck, "efficientnet-lite0") == {"name": "efficientnet-lite0", "input_size": 448}
     with pytest.raises(DataError, match="trained on efficientnet-lite0"):
         resolve_backbone(ck, "resnet152")
+
+
+def _photo(h, w):
+    y, x = np.mgrid[0:h, 0:w]
+    return np.stack([x * 255 // w, y * 255 // h, (np.sin(x / 37.0) * np.cos(y / 23.0) * 120 + 128).astype(int)],
+                    axis=2).astype(np.uint8)
+
+
+@pytest.mark.parametrize("hw,scaled", [((2400, 3200), True), ((375, 500), False)])
+def test_a_large_jpeg_is_decoded_at_a_reduced_scale_to_nearly_the_same_pixels(tmp_path, monkeypatch, hw, scaled):
+    from vlmatch.features import extract as ex
+
+    path = tmp_path / "p.jpg"
+    Image.fromarray(_photo(*hw)).save(path, quality=92)
+    with Image.open(path) as im:  # the full decode, then the same resize
+        full = np.asarray(im.convert("RGB").resize((320, 320), Image.BILINEAR)).astype(int)
+    decoded = []
+    real_convert = Image.Image.convert
+    monkeypatch.setattr(Image.Image, "convert", lambda im, *a, **k: decoded.append(im.size) or real_convert(im, *a, **k))
+    got = ex.load_image(path, 320).astype(int)
+    assert got.shape == (320, 320, 3)
+    assert decoded and min(decoded[0]) >= 320  # never below the size asked for
+    assert (decoded[0][0] < hw[1]) == scaled  # 3200 x 2400 decodes at 1/4 (800 x 600); 500 x 375 in full
+    assert np.abs(got - full).mean() < 1.0 and np.abs(got - full).max() <= 8

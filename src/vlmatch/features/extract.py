@@ -41,10 +41,16 @@ class Job:
 
 
 def load_image(path: Path, size: int) -> np.ndarray:
+    """An image's RGB pixels resized to size x size. A JPEG at least twice the size on both sides is decoded
+    at 1/2, 1/4 or 1/8 scale first (PIL's draft: the DCT scaled in the decoder, still >= size x size), so a
+    12-megapixel photo decodes in a fraction of the time; smaller JPEGs (Flickr's 500 x 375 at 224 or 320 px)
+    and other formats decode in full as before."""
     from PIL import Image
 
     try:
         with Image.open(path) as im:
+            if im.format == "JPEG" and im.mode in ("RGB", "L", "CMYK", "YCbCr"):
+                im.draft(im.mode, (size, size))
             im = _to_rgb(im).resize((size, size), Image.BILINEAR)
             return np.asarray(im, dtype=np.uint8)
     except Exception as e:  # PIL raises many types (OSError, DecompressionBombError, SyntaxError, ...)

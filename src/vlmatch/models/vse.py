@@ -3,6 +3,13 @@
 Image: mean of the region features -> FC -> l2-norm. Text: embedding -> (bi)GRU -> final state
 (or mean of words) -> l2-norm. Score: cosine (inner product of the normalised vectors).
 
+Two options of the image side from VSE-infinity (Chen et al., CVPR 2021), both off by default (the
+paper's VSE++): ``img_pool`` (``mean``; ``max``; ``gpo``, the learned pooling of
+:mod:`vlmatch.encoders.pooling`) pools the projected regions FC(v_i) instead of projecting their mean, and
+``img_mlp`` adds a two-layer MLP to the projection of every region (FC(v_i) + MLP(v_i)). Either one makes
+the image vector a non-linear function of the regions, so the exact per-cell decomposition
+(``contribution``) is refused for them; the gradient and occlusion methods still draw maps.
+
 ``text_encoder`` (see :mod:`vlmatch.models.text_side`): with a pretrained transformer, the GRU over
 learned embeddings is replaced by the transformer's token vectors through a learned affine layer
 (H -> D), and the sentence vector is their mean over the tokens (``text_pool`` is then moot: the
@@ -18,6 +25,7 @@ import torch
 from torch import Tensor
 
 from ..encoders.image import RegionProjection
+from ..encoders.pooling import GPO, RegionMLP, masked_max
 from ..encoders.text import GRUTextEncoder
 from ..errors import VlmatchError
 from .base import ImageEncoding, MatchingModel, ModelConfig, TextEncoding, l2norm, length_mask, masked_mean
@@ -32,6 +40,8 @@ class VSEConfig(ModelConfig, TextSideOptions):
     text_pool: Literal["last", "mean"] = "last"  # "last": final GRU state(s); "mean": mean of the word states
     precomp_enc_type: Literal["basic", "weight_norm"] = "basic"
     no_imgnorm: bool = False
+    img_pool: Literal["mean", "max", "gpo"] = "mean"  # how the regions become one vector (see the module)
+    img_mlp: bool = False  # FC(v_i) + MLP(v_i) per region (VSE-infinity's image head)
 
 
 class VSE(TextSide, MatchingModel):
@@ -40,12 +50,29 @@ class VSE(TextSide, MatchingModel):
     def __init__(self, cfg: VSEConfig):
         super().__init__(cfg)
         self.img_fc = RegionProjection(cfg.img_dim, cfg.embed_dim, cfg.precomp_enc_type)
+        self.img_mlp = RegionMLP(cfg.img_dim, cfg.embed_dim) if cfg.img_mlp else None
+        self.img_gpo = GPO() if cfg.img_pool == "gpo" else None
         self.txt_enc = self.make_text_side(cfg.embed_dim, lambda: GRUTextEncoder(
             cfg.vocab_size, cfg.word_dim, cfg.embed_dim, cfg.num_layers, cfg.bi_gru))
 
+    @property
+    def linear_image_side(self) -> bool:
+        """True for VSE++'s own image side: FC of the regions' mean (= the mean of FC of each region)."""
+        return self.cfg.img_pool == "mean" and self.img_mlp is None
+
     def encode_images(self, features: Tensor, mask: Tensor | None = None) -> ImageEncoding:
-        pooled = masked_mean(features, None if mask is None else mask[..., None], dim=1)
-        emb = self.img_fc(pooled)
+        if self.linear_image_side:  # FC(mean) = mean(FC): one projection instead of one per region
+            emb = self.img_fc(masked_mean(features, None if mask is None else mask[..., None], dim=1))
+        else:
+            regions = self.img_fc(features)
+            if self.img_mlp is not None:
+                regions = regions + self.img_mlp(features)
+            if self.cfg.img_pool == "mean":
+                emb = masked_mean(regions, None if mask is None else mask[..., None], dim=1)
+            elif self.cfg.img_pool == "max":
+                emb = masked_max(regions, mask)
+            else:
+                emb = self.img_gpo(regions, mask)
         return ImageEncoding(embedding=emb if self.cfg.no_imgnorm else l2norm(emb))
 
     def encode_texts(self, tokens: Tensor, lengths: Tensor) -> TextEncoding:
@@ -61,6 +88,10 @@ class VSE(TextSide, MatchingModel):
         """Exact: the image vector is FC(mean_i v_i) = mean_i FC(v_i) (FC is affine), and with a transformer
         (or ``text_pool: mean``) the caption vector is the mean of its word vectors w_j, so
         score = sum_ij FC(v_i) . w_j / (k n ||FC(v̄)|| ||w̄||)."""
+        if not self.linear_image_side:
+            raise VlmatchError(f"VSE++ with img_pool {self.cfg.img_pool!r}{' and img_mlp' if self.img_mlp else ''} has "
+                               "a non-linear image side, no per-cell decomposition of its score: use the gradient "
+                               "or occlusion method")
         if self.uses_vocab and self.cfg.text_pool != "mean":
             raise VlmatchError("VSE++ with text_pool 'last' (a GRU's final state) has no per-word decomposition of its "
                                "score: use text_pool 'mean', a transformer text side, or the gradient/occlusion method")
