@@ -266,11 +266,17 @@ class _PairLogits(torch.autograd.Function):
         return dk, dq, dw
 
 
-@torch.compiler.disable
+_EAGER_PAIR_LOGITS = None
+
+
 def pair_logits(keys: Tensor, q: Tensor, w: Tensor) -> Tensor:
     """w · tanh(keys ⊙ q) for every pair of a block (see ``_PairLogits``); a Python loop over pieces, which
-    ``torch.compile`` leaves to eager."""
-    return _PairLogits.apply(keys, q, w)
+    ``torch.compile`` leaves to eager. ``torch.compiler.disable`` is applied at the first call, not at import:
+    it imports torch._dynamo (1.8 s), which every command paid before, SMAN or not."""
+    global _EAGER_PAIR_LOGITS
+    if _EAGER_PAIR_LOGITS is None:
+        _EAGER_PAIR_LOGITS = torch.compiler.disable(_PairLogits.apply)
+    return _EAGER_PAIR_LOGITS(keys, q, w)
 
 
 def _cos(a: Tensor, b: Tensor) -> Tensor:
