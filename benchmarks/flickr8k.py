@@ -43,6 +43,15 @@ def features_dir(input_size: int = 224, backbone: str = BACKBONE) -> Path:
     return CACHE.with_name(f"flickr8k-{backbone}" + ("" if input_size == 224 else f"-{input_size}"))
 
 
+def features_of(checkpoint) -> Path:
+    """The feature cache of the backbone and input size a checkpoint was trained on (Lite0 224 px when its
+    checkpoint folder does not say): ``--extract-only [--backbone B --input-size S]`` makes it."""
+    from vlmatch.features.provenance import checkpoint_backbone
+
+    bb = checkpoint_backbone(checkpoint) or {}
+    return features_dir(bb.get("input_size", 224), bb.get("name", BACKBONE))
+
+
 def ensure_features(shared: Path, input_size: int = 224, backbone: str = BACKBONE) -> dict:
     out = features_dir(input_size, backbone)
     meta = out / "features.json"

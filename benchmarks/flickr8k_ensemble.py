@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from flickr8k import CACHE, HERE, RESULTS, RUNS, features_dir, load_results, render
+from flickr8k import CACHE, HERE, RESULTS, RUNS, features_dir, features_of, load_results, render
 from inputs import need_features
 
 from vlmatch.evaluation.metrics import ensemble, evaluate_protocol, format_table
@@ -42,7 +42,6 @@ def member_features(member: str) -> Path:
     """The val feature cache of the backbone and input size a member was trained on: ``CACHE`` (the study's
     Lite0 224 px) when its checkpoint does not say, or does not exist yet (the caller names what is missing)."""
     from vlmatch.errors import VlmatchError
-    from vlmatch.features.provenance import checkpoint_backbone
     from vlmatch.models.registry import resolve_checkpoint
 
     best = HERE / "cache" / "runs" / member / "best"
@@ -50,9 +49,8 @@ def member_features(member: str) -> Path:
         ckpt = resolve_checkpoint(member) if member.startswith("pretrained:") else best
     except VlmatchError:
         return CACHE
-    bb = (checkpoint_backbone(ckpt) if Path(ckpt).is_dir() else None) or {}
-    name, size = bb.get("name", "efficientnet-lite0"), bb.get("input_size", 224)
-    return CACHE if (name, size) == ("efficientnet-lite0", 224) else features_dir(size, name)
+    feats = features_of(ckpt) if Path(ckpt).is_dir() else CACHE
+    return CACHE if feats == features_dir() else feats  # CACHE: the name this module's callers may point elsewhere
 
 
 def member_sims(member: str) -> np.ndarray:

@@ -61,17 +61,9 @@ def _recalls(ranks: np.ndarray) -> dict:
 
 # --- real ----------------------------------------------------------------------------------------
 
-def features_of(checkpoint) -> Path:
-    """The Flickr8k feature cache of the backbone and input size a checkpoint was trained on (Lite0 224 px when it
-    does not say): benchmarks/flickr8k.py --extract-only [--backbone B --input-size S] makes it."""
-    from flickr8k import features_dir
-
-    from vlmatch.features.provenance import checkpoint_backbone
-
-    bb = checkpoint_backbone(checkpoint) or {}
-    return features_dir(bb.get("input_size", 224), bb.get("name", "efficientnet-lite0"))
-
 def real(a) -> dict:
+    from flickr8k import features_of
+
     from vlmatch.data.precomp import PrecompSplit
     from vlmatch.evaluation.metrics import evaluate_protocol
     from vlmatch.evaluation.scoring import model_scores
