@@ -5,8 +5,9 @@
 Takes ``benchmarks/cache/runs/<run>/best``, stores its trained parameters in float16 (the frozen image
 backbone and text transformer are not part of them), measures Flickr8k val recalls of the float32 and
 the float16 weights through the same engine, refuses the float16 copy when it moves val rsum by 0.5 or
-more, writes the checkpoint folder (config.json, model.safetensors, tokenizer/, text_encoder.json,
-backbone.json) to ``src/vlmatch/pretrained/weights/<name>/`` and its entry to ``registry.json``: config,
+more, writes the checkpoint folder (config.json, model.safetensors, text_encoder.json, backbone.json, and
+calibration.* with ``--calibration``; no tokenizer copy: the base encoder's, whose hash is pinned) to
+``src/vlmatch/pretrained/weights/<name>/`` and its entry to ``registry.json``: config,
 SHA-256, features, text encoder, role, data and licence, the command that trained it (from the run's
 record in benchmarks/results/flickr8k/) and the measured recalls.
 """
@@ -59,6 +60,13 @@ def explainer_record(row: str, default: bool) -> dict:
             "by_type": {t: v["pointing"] for t, v in r["by_type"].items()}}
 
 
+def calibration_record(folder: Path, uncalibrated: dict) -> dict:
+    """A shipped calibration as its registry entry records it (the files' record, the val figures without it)."""
+    rec = json.loads((folder / "calibration.json").read_text())
+    return {"method": rec["method"], "beta": rec["beta"], "banks": rec["banks"], "sha256": rec["sha256"],
+            "uncalibrated": {k: round(v, 2) for k, v in uncalibrated.items()}}
+
+
 def text_encoder_line(tenc: str, config: dict) -> str:
     """How a shipped model's text side is described on its card: MiniLM frozen, or frozen with LoRA adapters."""
     if tenc not in ("", "minilm"):
@@ -96,6 +104,9 @@ def main(argv=None):
                     help="a re-scorer's stage-2 score in the default pair (index build --score)")
     ap.add_argument("--explainer", metavar="ROW", help="the grounding row (benchmarks/results/grounding/ROW.json) whose "
                                                        "pointing figures the entry records (its heat maps' method)")
+    ap.add_argument("--calibration", type=Path, metavar="DIR",
+                    help="ship the query-bank calibration written by benchmarks/calibration.py --write DIR with it "
+                         "(val figures are then the calibrated ones; the uncalibrated are kept beside them)")
     ap.add_argument("--default-explainer", action="store_true", help="the default explainer of `vlmatch explain`")
     ap.add_argument("--set-explainer", nargs=2, metavar=("NAME", "ROW"),
                     help="record a grounding row on a shipped entry without shipping it again")
@@ -184,11 +195,22 @@ def ship(a) -> None:
     features_dir = run_features(record)
     need_features(features_dir)
     model = load_model(best)
+    uncalibrated = val_metrics(model, features=features_dir) if a.calibration else None
+    if a.calibration:
+        from vlmatch.models.calibration import load_calibration
+
+        model.calibration = load_calibration(a.calibration, model.cfg.embed_dim)
+        if model.calibration is None:
+            sys.exit(f"{a.calibration}: no calibration.json / calibration.safetensors (benchmarks/calibration.py --write)")
     full = val_metrics(model, features=features_dir)
     out = PRETRAINED / "weights" / a.name
     if out.exists():
         shutil.rmtree(out)
     model.save(out)
+    if (out / "text_encoder.json").is_file():
+        # no copy of the tokenizer: the base encoder's own is used, and text_encoder.json pins that folder's hash
+        # (its tokenizer files included); 0.7 MB a model of the package's weight budget
+        shutil.rmtree(out / "tokenizer", ignore_errors=True)
     state = {k: v.half() if v.is_floating_point() else v for k, v in load_file(str(out / "model.safetensors")).items()}
     data = safetensors_bytes(state)
     write_bytes(out / "model.safetensors", data)
@@ -213,13 +235,15 @@ def ship(a) -> None:
         val={"float16": {k: round(v, 2) for k, v in half.items()}, "float32": {k: round(v, 2) for k, v in full.items()},
              "epochs_trained": len(record.get("val_rsum_by_epoch", [])), "best_epoch": record["metrics"].get("epoch")},
         storage="float16", notes=a.notes, default=a.default, pair_score=a.pair_score,
-        explainer=explainer_record(a.explainer, a.default_explainer) if a.explainer else {})
+        explainer=explainer_record(a.explainer, a.default_explainer) if a.explainer else {},
+        calibration=calibration_record(out, uncalibrated) if a.calibration else {})
     retrievers = [e.name for e in pretrained.entries() if e.role == "retriever" and e.default]
     if a.role == "rescorer" and a.pair_score == "mean" and retrievers:
         pair = pair_metrics(half_sims, retrievers[0])
         entry.val["pair"] = {"retriever": retrievers[0], "score": "mean", **{k: round(v, 2) for k, v in pair.items()}}
     old = {e.name: e for e in pretrained.entries()}.get(a.name)
-    if old is not None and old.sha256 == entry.sha256:  # the same weights again: keep their measured search figures
+    if old is not None and old.sha256 == entry.sha256 and old.calibration.get("sha256") == entry.calibration.get("sha256"):
+        # the same weights (and calibration) again: keep their measured search figures
         entry = dataclasses.replace(entry, search=old.search, ms_per_query=old.ms_per_query)
     reg = [e for e in pretrained.entries() if e.name != a.name]
     if a.default_explainer:  # one default explainer

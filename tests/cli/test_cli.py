@@ -93,3 +93,28 @@ def test_evaluate_top_k_is_two_stage_and_k_everything_equals_exhaustive(small_wo
     assert "(top 1)" in capsys.readouterr().out
     assert main([*base, "--top-k", "5", "--rerank"]) == 2
     assert "--top-k needs exactly one --checkpoint" in capsys.readouterr().err
+
+
+def test_evaluate_scores_a_calibrated_checkpoint_with_its_calibration_unless_told_not_to(small_world, tmp_path):
+    from vlmatch.models.calibration import Calibration
+
+    sp = PrecompSplit(small_world, "test", max_images=40)
+    vocab = Vocab.build(PrecompSplit(small_world, "train").captions, 1)
+    torch.manual_seed(0)
+    m = create_model("vsepp", img_dim=sp.img_dim, embed_dim=16, word_dim=8, vocab_size=len(vocab))
+    m.vocab = vocab
+    raw = evaluate_protocol(model_scores(m, sp, vocab, progress=False), "single")
+    with torch.no_grad():  # a caption bank on the first images: they are the hubs it pushes down
+        hubs = m.encode_images(torch.from_numpy(np.array(sp.features[:10], np.float32))).embedding
+    m.calibration = Calibration.fit(30.0, rank=16, text=hubs)
+    m.save(tmp_path / "m")
+    cal = evaluate_protocol(model_scores(m, sp, vocab, progress=False), "single")
+    assert cal["t2i_meanr"] != pytest.approx(raw["t2i_meanr"])
+    base = ["evaluate", "--checkpoint", str(tmp_path / "m"), "--data", str(small_world), "--split", "test",
+            "--max-images", "40", "--no-progress"]
+    for extra, want in (([], cal), (["--no-calibration"], raw), (["--no-calibration", "--top-k", "200"], raw),
+                        (["--top-k", "200"], cal)):
+        assert main([*base, *extra, "--json", str(tmp_path / "r.json")]) == 0
+        got = json.loads((tmp_path / "r.json").read_text())
+        for key in ("rsum", "t2i_meanr", "i2t_meanr"):
+            assert got[key] == pytest.approx(want[key]), (extra, key)

@@ -74,3 +74,33 @@ def test_every_shipped_model_matches_its_hash_and_loads():
     for entry in pretrained.entries():  # the package's own registry
         model = load_model(f"pretrained:{entry.name}")
         assert model.name == entry.model and entry.role in ("retriever", "rescorer"), entry.name
+
+
+def test_a_shipped_calibration_is_pinned_by_the_registry(shipped):
+    from vlmatch.models.calibration import Calibration
+
+    folder = pretrained.WEIGHTS / "tiny"
+    shipped.calibration = Calibration.fit(10.0, rank=4, text=torch.nn.functional.normalize(torch.randn(6, 8), dim=1))
+    shipped.calibration.save(folder)
+    with pytest.raises(DataError, match="calibration.safetensors: the registry records no calibration"):
+        load_model("pretrained:tiny")
+    reg = json.loads(pretrained.REGISTRY.read_text())
+    reg[0]["calibration"] = {"beta": 10.0, "sha256": sha256_file(folder / "calibration.safetensors")}
+    pretrained.REGISTRY.write_text(json.dumps(reg))
+    assert load_model("pretrained:tiny").calibration.beta == 10.0
+    # replaced together with its own record (so calibration.json's hash agrees): the registry still refuses it
+    Calibration.fit(99.0, rank=4, text=torch.nn.functional.normalize(torch.randn(6, 8), dim=1)).save(folder)
+    with pytest.raises(DataError, match="calibration.safetensors: not the file the registry records"):
+        load_model("pretrained:tiny")
+    (folder / "calibration.safetensors").unlink()
+    with pytest.raises(DataError, match="calibration.safetensors: not found for pretrained model 'tiny'"):
+        load_model("pretrained:tiny")
+
+
+def test_the_default_ships_a_calibration_that_fits_it():
+    name, _ = pretrained.default_pair()
+    entry = pretrained.get(name)
+    model = load_model(f"pretrained:{name}")
+    if entry.calibration:  # the registry's record is the file it loads, and the val figures are the calibrated ones
+        assert model.calibration is not None and model.calibration.beta == entry.calibration["beta"]
+        assert entry.val["float16"]["rsum"] > entry.calibration["uncalibrated"]["rsum"]

@@ -35,6 +35,8 @@ def _add_evaluate(sub):
                         "query's top K with the full score (models with a global part: vsepp, sman, mtfn, mmca); "
                         "one checkpoint, --protocol single")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-calibration", action="store_true",
+                   help="score without the query-bank calibration a checkpoint keeps (calibration.safetensors)")
     p.add_argument("--rerank", action="store_true",
                    help="also report the recalls after cross-modal re-ranking (MTFN-RR, both directions); T2I uses "
                         "S_TT from --text-sims / --text-model, or from the checkpoint's own text-text branch")
@@ -80,7 +82,8 @@ def cmd_evaluate(a):
         mats, sources = [], list(a.checkpoint)
         for ck in a.checkpoint:  # under torchrun every rank scores its share, rank 0 gets the matrix
             mats.append(checkpoint_scores(ck, a.data, a.split, a.max_images, a.device, not a.no_progress,
-                                          budget=int(a.budget_mb * 2**20), compile=a.compile))
+                                          budget=int(a.budget_mb * 2**20), compile=a.compile,
+                                          calibrated=not a.no_calibration))
         if D.world()[0] != 0:
             D.shutdown()
             return
@@ -128,6 +131,8 @@ def evaluate_two_stage(a) -> None:
         raise VlmatchError("--checkpoint needs --data")
     dev = pick_device(a.device)
     model = load_checkpoint(a.checkpoint[0], map_location=dev)
+    if a.no_calibration:
+        model.calibration = None
     split = PrecompSplit(resolve_data(a.data), a.split, max_images=a.max_images)
     res = validate(model, split, dev, progress=not a.no_progress, top_k=a.top_k)  # the trainer's two-stage recalls
     print(format_table({f"{a.checkpoint[0]} (top {a.top_k})": res}))

@@ -265,14 +265,17 @@ def gather_rows(part: np.ndarray, n_rows: int, block: int, device="cpu") -> np.n
 
 
 def checkpoint_scores(checkpoint, data, split, max_images=None, device="auto", progress=False, budget=None,
-                      compile=False) -> np.ndarray | None:
+                      compile=False, calibrated: bool = True) -> np.ndarray | None:
     """The full score matrix of the checkpoint folder ``checkpoint`` on ``data``/``split`` (see
     :func:`model_scores`); launched by torchrun, this process joins the group and scores its share
-    (rank 0 gets the matrix, the others None)."""
+    (rank 0 gets the matrix, the others None). ``calibrated=False``: without the query-bank calibration
+    a checkpoint may keep (:mod:`vlmatch.models.calibration`), the model's raw scores."""
     from ..data.resolve import resolve_data
     from ..models.registry import load_checkpoint
 
     dev = D.setup(D.pick_device(device))  # joins the process group when launched by torchrun
     model = load_checkpoint(checkpoint, map_location=dev)
+    if not calibrated:
+        model.calibration = None
     sp = PrecompSplit(resolve_data(data), split, max_images=max_images)
     return model_scores(model, sp, device=dev, progress=progress, budget=budget or DEFAULT_BUDGET, compile=compile)

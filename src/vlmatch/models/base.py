@@ -124,6 +124,7 @@ class ImageEncoding(Encoding):
     regions: Tensor | None = None  # (B, k, D) projected region vectors
     mask: Tensor | None = None  # (B, k) bool, valid regions
     embedding: Tensor | None = None  # (B, D) a global vector
+    offset: Tensor | None = None  # (B,) a calibrated model's c(I), subtracted from every score (models.calibration)
 
 
 @dataclass
@@ -131,6 +132,7 @@ class TextEncoding(Encoding):
     lengths: Tensor | None = None  # (B,) number of valid words
     words: Tensor | None = None  # (B, L, D) word vectors
     embedding: Tensor | None = None  # (B, D) a global vector
+    offset: Tensor | None = None  # (B,) a calibrated model's d(T), subtracted from every score (models.calibration)
 
     # Fields with one row per word on axis 1; subclasses with per-word extras extend this.
     per_word_fields: ClassVar[tuple[str, ...]] = ("words",)
@@ -206,6 +208,9 @@ class MatchingModel(nn.Module):
     # it was written: the value such a checkpoint was trained and scored with. ``load_model`` fills a
     # missing key from here, never from today's default, so an old checkpoint scores exactly as before.
     legacy_options: ClassVar[dict[str, Any]] = {}
+    # whether the model takes a query-bank calibration (vlmatch.models.calibration): global-vector models,
+    # whose offsets are per item and whose calibrated score is again one inner product
+    calibrates: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -223,6 +228,8 @@ class MatchingModel(nn.Module):
         self.cfg = config
         self.name: str = type(self).__name__.lower()
         self.vocab = None  # a vlmatch.data.vocab.Vocab once attached (saved with the model)
+        # a vlmatch.models.calibration.Calibration once attached (saved with the model; None while training)
+        self.calibration = None
 
     # --- protocol -------------------------------------------------------------------------
     def encode_images(self, features: Tensor, mask: Tensor | None = None) -> ImageEncoding:
@@ -355,6 +362,8 @@ class MatchingModel(nn.Module):
         if self.vocab is not None:
             self.vocab.save(directory / "vocab.json")
         self.save_extra(directory)
+        if self.calibration is not None:
+            self.calibration.save(directory)
         return directory
 
     def load_weights(self, path, sha256: str | None = None) -> None:

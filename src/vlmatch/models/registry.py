@@ -12,6 +12,7 @@ from ..errors import ConfigError, DataError
 from ..io import complete_dir
 from ..weights import describe_problems, read_header, shape_problems, verify_sha256
 from .base import MatchingModel, check_options, make_config, read_config_json
+from .calibration import attach_calibration
 
 _REGISTRY: dict[str, tuple[type[MatchingModel], dict, str]] = {}
 
@@ -160,6 +161,7 @@ def load_model(checkpoint_dir, map_location="cpu") -> MatchingModel:
             raise DataError(d / "vocab.json", f"{len(model.vocab)} words, but the model's vocab_size in config.json "
                                               f"is {size}: this vocabulary does not belong to these weights")
     model.load_extra(d)
+    attach_calibration(model, d)
     return model.to(map_location).eval()
 
 

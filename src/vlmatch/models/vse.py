@@ -46,6 +46,7 @@ class VSEConfig(ModelConfig, TextSideOptions):
 
 class VSE(TextSide, MatchingModel):
     Config = VSEConfig
+    calibrates = True  # per-item offsets, and [v, -c, 1] . [t, 1, -d] is the calibrated score
 
     def __init__(self, cfg: VSEConfig):
         super().__init__(cfg)
@@ -73,16 +74,25 @@ class VSE(TextSide, MatchingModel):
                 emb = masked_max(regions, mask)
             else:
                 emb = self.img_gpo(regions, mask)
-        return ImageEncoding(embedding=emb if self.cfg.no_imgnorm else l2norm(emb))
+        emb = emb if self.cfg.no_imgnorm else l2norm(emb)
+        cal = self.calibration
+        return ImageEncoding(embedding=emb, offset=None if cal is None else cal.image_offsets(emb))
 
     def encode_texts(self, tokens: Tensor, lengths: Tensor) -> TextEncoding:
         words, final = self.txt_enc(tokens, lengths)
         if self.cfg.text_pool == "mean" and self.uses_vocab:
             final = masked_mean(words, length_mask(lengths, words.shape[1])[..., None], dim=1)
-        return TextEncoding(lengths=lengths, embedding=l2norm(final))
+        emb, cal = l2norm(final), self.calibration
+        return TextEncoding(lengths=lengths, embedding=emb, offset=None if cal is None else cal.text_offsets(emb))
 
     def score(self, img: ImageEncoding, txt: TextEncoding) -> Tensor:
-        return img.embedding @ txt.embedding.T
+        """Cosine similarity; minus each item's offset when the model is calibrated (models.calibration)."""
+        s = img.embedding @ txt.embedding.T
+        if img.offset is not None:
+            s = s - img.offset[:, None]
+        if txt.offset is not None:
+            s = s - txt.offset[None, :]
+        return s
 
     def position_contributions(self, features: Tensor, mask: Tensor | None, tokens: Tensor, lengths: Tensor) -> Tensor:
         """Exact: the image vector is FC(mean_i v_i) = mean_i FC(v_i) (FC is affine), and with a transformer
@@ -122,8 +132,14 @@ class VSE(TextSide, MatchingModel):
         return 8
 
     def global_embeddings(self, img: ImageEncoding, txt: TextEncoding) -> tuple[Tensor, Tensor]:
-        """The score is exactly the inner product of the two embeddings."""
-        return img.embedding, txt.embedding
+        """The score is exactly the inner product of the two embeddings; calibrated, of ``[v, -c(I), 1]`` and
+        ``[t, 1, -d(T)]`` (each extra column only where that side has an offset)."""
+        a, b = [img.embedding], [txt.embedding]
+        for own, other, own_side in ((img, txt, a), (txt, img, b)):
+            if own.offset is not None:
+                own_side.append(-own.offset[:, None].to(own.embedding.dtype))
+                (b if own_side is a else a).append(other.embedding.new_ones(len(other.embedding), 1))
+        return torch.cat(a, dim=1), torch.cat(b, dim=1)
 
 
 register("vsepp", VSE, "VSE++ global baseline: mean-pooled regions + bi-GRU, cosine score")

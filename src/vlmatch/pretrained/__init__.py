@@ -49,6 +49,9 @@ class Pretrained:
     notes: str = ""
     default: bool = False
     explainer: dict = field(default_factory=dict)  # {"method", "default", pointing figures on Flickr8k val}
+    # its query-bank calibration (vlmatch.models.calibration), when it ships one: {"method", "beta", "banks",
+    # "sha256" of calibration.safetensors, "uncalibrated": val recalls without it}; ``val`` holds the calibrated ones
+    calibration: dict = field(default_factory=dict)
 
     @property
     def folder(self) -> Path:
@@ -88,6 +91,12 @@ def checkpoint_dir(name: str) -> Path:
     if have != entry.sha256:
         raise DataError(weights, f"SHA-256 {have[:12]}... is not the registry's {entry.sha256[:12]}... for pretrained "
                                  f"model {name!r}: the file was changed or damaged; reinstall vlmatch")
+    cal = entry.folder / "calibration.safetensors"
+    if entry.calibration and (not cal.is_file() or sha256_file(cal) != entry.calibration.get("sha256")):
+        raise DataError(cal, f"{'not found' if not cal.is_file() else 'not the file the registry records'} for "
+                             f"pretrained model {name!r}: the file was changed or damaged; reinstall vlmatch")
+    if not entry.calibration and cal.is_file():
+        raise DataError(cal, f"the registry records no calibration for pretrained model {name!r}; reinstall vlmatch")
     return entry.folder
 
 

@@ -68,6 +68,17 @@ def _pair_lines(e: Pretrained) -> list[str]:
             f"`pretrained:{p['retriever']}`'s (`index build --score {p['score']}`): val rsum {p['rsum']:.1f}; {rec}."]
 
 
+def _calibration_lines(e: Pretrained) -> list[str]:
+    c = e.calibration
+    if not c:
+        return []
+    banks = " and ".join(f"{b.get('source') or str(b.get('rows')) + ' ' + side + 's'}" for side, b in c["banks"].items())
+    u = c["uncalibrated"]
+    return [f"- Scores calibrated against a query bank (`calibration.safetensors`; {c['method']}, beta {c['beta']:g}): "
+            f"{banks}. The val figures above are calibrated; without it rsum {u['rsum']:.1f}, image-to-text R@1 "
+            f"{u['i2t_r1']:.1f}, text-to-image R@1 {u['t2i_r1']:.1f} (`benchmarks/results/calibration.md`)."]
+
+
 def _explainer_lines(e: Pretrained) -> list[str]:
     x = e.explainer
     if not x or x.get("pointing") is None:
@@ -93,6 +104,7 @@ def card(e: Pretrained) -> list[str]:
              + (f"; {e.val['epochs_trained']} epochs trained, best after epoch {e.val['best_epoch'] + 1}."
                 if "epochs_trained" in e.val and e.val.get("best_epoch") is not None else "."),
              *_pair_lines(e),
+             *_calibration_lines(e),
              *_explainer_lines(e),
              *_search_lines(e),
              f"- Expected to be weak: {e.notes}" if e.notes else "",

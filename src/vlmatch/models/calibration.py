@@ -1,0 +1,191 @@
+"""Score calibration against a query bank: the dual inverted softmax (hubness correction).
+
+A joint embedding has *hubs*: images close to nearly every caption (and captions close to nearly every
+image), which come back for queries they do not match. The inverted softmax (Smith et al., ICLR 2017)
+and querybank normalisation (QB-Norm, Bogolin et al., CVPR 2022) normalise each gallery item by how well
+it matches a bank of typical queries -- the training captions for images, the training images for
+captions -- before ranking:
+
+    p(I | T) = exp(beta s(I, T)) / sum_{b in bank} exp(beta s(I, b))
+
+Ranking the images for a caption by p(I | T) is ranking them by the additive form
+
+    s'(I, T) = s(I, T) - c(I),   c(I) = (1 / beta) log( (1/m) sum_{b=1..m} exp(beta s(I, b)) )
+
+and likewise the captions for an image by s(I, T) - d(T) with the image bank. Both offsets together,
+``s(I, T) - c(I) - d(T)``, rank images for a caption as the first and captions for an image as the second
+(an item's own offset is a constant of its query's ranking), so one calibrated score matrix gives both
+directions of the usual recall table. An offset depends on one item only: it is computed once when the
+item is encoded (at index build for photos), and with a global-vector model the calibrated score is again
+one inner product, ``[v, -c(I), 1] . [t, 1, -d(T)]``, so the first stage of a search ranks by it exactly.
+
+A bank is kept small: ``rows`` random training items, in the ``rank`` leading directions of their singular
+value decomposition, each row's coefficients in int8 with one float16 scale (a 2,048-caption bank at
+rank 128 is 0.5 MB; Flickr8k val rsum within 0.3 of the full 30,000-caption bank's float32 offsets at
+equal beta, benchmarks/results/calibration.md).
+
+Files beside a checkpoint's weights: ``calibration.safetensors`` (``{side}_coef`` int8, ``{side}_scale``
+and ``{side}_basis`` float16 per bank) and ``calibration.json`` (beta, each bank's rows, rank and source,
+the SHA-256 of the safetensors file, checked on load).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+from safetensors.torch import save as safetensors_bytes
+from torch import Tensor
+
+from ..errors import ConfigError, DataError
+from ..io import read_json, write_bytes, write_json
+from ..weights import verify_sha256
+
+FILE = "calibration.safetensors"
+RECORD = "calibration.json"
+METHOD = "dual inverted softmax"
+SIDES = ("text", "image")  # the text bank calibrates images, the image bank captions
+
+
+def bank_offsets(bank: Tensor, emb: Tensor, beta: float) -> Tensor:
+    """c(x) = (1/beta) log((1/m) sum_b exp(beta <b, x>)) for each row x of ``emb`` (n, d): (n,)."""
+    dt = torch.promote_types(emb.dtype, torch.float32)  # float16 encodings: offsets in float32
+    logits = beta * (emb.to(dt) @ bank.to(dt).T)
+    return (torch.logsumexp(logits, dim=1) - math.log(bank.shape[0])) / beta
+
+
+def compress(bank: Tensor, rank: int) -> dict[str, Tensor]:
+    """A bank (m, d) as int8 coefficients (m, r) with a float16 scale per row, in the float16 basis (r, d)
+    of its ``rank`` leading right singular vectors."""
+    bank = bank.float()
+    r = min(rank, *bank.shape)
+    _, _, vh = torch.linalg.svd(bank, full_matrices=False)
+    basis = vh[:r].half()
+    coef = bank @ basis.float().T
+    scale = (coef.abs().amax(dim=1) / 127).clamp(min=1e-12)
+    q = torch.round(coef / scale[:, None]).clamp(-127, 127).to(torch.int8)
+    return {"coef": q, "scale": scale.half(), "basis": basis}
+
+
+def expand(parts: dict[str, Tensor]) -> Tensor:
+    """The bank (m, d) float32 that :func:`compress` stored."""
+    return (parts["coef"].float() * parts["scale"].float()[:, None]) @ parts["basis"].float()
+
+
+@dataclass
+class Calibration:
+    """Banks of training embeddings and the inverse temperature ``beta`` (see the module doc).
+    ``text_bank`` (m, d): caption embeddings, which give each image its offset; ``image_bank``: image
+    embeddings, which give each caption its offset. Either may be None (that side gets no offset)."""
+
+    beta: float
+    text_bank: Tensor | None = None
+    image_bank: Tensor | None = None
+    sources: dict = field(default_factory=dict)  # side -> {"rows", "rank", "source"}
+    stored: dict = field(default_factory=dict, repr=False)  # side -> the compressed parts the banks came from
+
+    def __post_init__(self):
+        if not (self.beta > 0 and math.isfinite(self.beta)):
+            raise ConfigError(f"calibration beta must be a positive number, not {self.beta}")
+        if self.text_bank is None and self.image_bank is None:
+            raise ConfigError("a calibration needs a text bank, an image bank or both")
+
+    @property
+    def dim(self) -> int:
+        return (self.text_bank if self.text_bank is not None else self.image_bank).shape[1]
+
+    def image_offsets(self, emb: Tensor) -> Tensor | None:
+        """c(I) of each image embedding (n, d), or None without a text bank."""
+        if self.text_bank is None:
+            return None
+        return bank_offsets(self.text_bank.to(emb.device), emb, self.beta).to(emb.dtype)
+
+    def text_offsets(self, emb: Tensor) -> Tensor | None:
+        """d(T) of each caption embedding (n, d), or None without an image bank."""
+        if self.image_bank is None:
+            return None
+        return bank_offsets(self.image_bank.to(emb.device), emb, self.beta).to(emb.dtype)
+
+    def describe(self) -> str:
+        banks = ", ".join(f"{s} bank {self.sources.get(s, {}).get('rows', len(b))} rows"
+                          for s, b in (("text", self.text_bank), ("image", self.image_bank)) if b is not None)
+        return f"{METHOD}, beta {self.beta:g}, {banks}"
+
+    # --- files ---------------------------------------------------------------------------------
+    @classmethod
+    def fit(cls, beta: float, rank: int = 128, **banks) -> Calibration:
+        """From full banks ``text=(m, d)`` / ``image=(m, d)`` (each with ``{side}_source=...``): compressed
+        as they will be stored, so the object scores exactly as the loaded files will."""
+        kept, sources, stored = {}, {}, {}
+        for side in SIDES:
+            bank = banks.get(side)
+            if bank is None:
+                continue
+            stored[side] = compress(bank, rank)
+            kept[side] = expand(stored[side])
+            sources[side] = {"rows": int(bank.shape[0]), "rank": int(stored[side]["basis"].shape[0]),
+                             "source": banks.get(f"{side}_source", "")}
+        return cls(beta, kept.get("text"), kept.get("image"), sources, stored)
+
+    def save(self, directory) -> None:
+        """Write calibration.safetensors and calibration.json into ``directory`` (each atomically)."""
+        directory = Path(directory)
+        tensors = {}
+        for side, bank in (("text", self.text_bank), ("image", self.image_bank)):
+            if bank is not None:
+                parts = self.stored.get(side) or compress(bank, self.sources.get(side, {}).get("rank") or min(bank.shape))
+                tensors.update({f"{side}_{k}": v.contiguous() for k, v in parts.items()})
+        data = safetensors_bytes(tensors)
+        write_bytes(directory / FILE, data)
+        write_json(directory / RECORD, {"method": METHOD, "beta": self.beta, "banks": self.sources,
+                                        "sha256": hashlib.sha256(data).hexdigest()})
+
+
+def load_calibration(directory, dim: int) -> Calibration | None:
+    """The calibration kept in a checkpoint folder (None when it has none), hash-checked; its banks
+    must be ``dim``-wide (the model's embedding)."""
+    directory = Path(directory)
+    rec_path, path = directory / RECORD, directory / FILE
+    if not rec_path.is_file() and not path.is_file():
+        return None
+    rec = read_json(rec_path, f"not found (but {FILE} is: the two files belong together)")
+    if not isinstance(rec, dict) or not isinstance(rec.get("beta"), (int, float)) or not rec.get("sha256"):
+        raise DataError(rec_path, "expected an object with 'beta', 'banks' and 'sha256'")
+    verify_sha256(path, rec["sha256"], rec_path)
+    tensors = load_file(str(path))
+    banks, stored = {}, {}
+    for side in SIDES:
+        parts = {k: tensors.get(f"{side}_{k}") for k in ("coef", "scale", "basis")}
+        if all(v is None for v in parts.values()):
+            continue
+        if any(v is None for v in parts.values()):
+            raise DataError(path, f"the {side} bank needs {side}_coef, {side}_scale and {side}_basis")
+        c, s, b = parts["coef"], parts["scale"], parts["basis"]
+        if c.dim() != 2 or b.dim() != 2 or s.shape != (c.shape[0],) or c.shape[1] != b.shape[0]:
+            raise DataError(path, f"the {side} bank's shapes do not fit together (coef {tuple(c.shape)}, scale "
+                                  f"{tuple(s.shape)}, basis {tuple(b.shape)})")
+        if b.shape[1] != dim:
+            raise DataError(path, f"the {side} bank is {b.shape[1]}-d, but the model embeds in {dim} dimensions: "
+                                  "it belongs to another model")
+        banks[side], stored[side] = expand(parts), parts
+    if not banks:
+        raise DataError(path, "holds no bank (text_coef ... or image_coef ...)")
+    try:
+        return Calibration(float(rec["beta"]), banks.get("text"), banks.get("image"), rec.get("banks") or {},
+                           stored)
+    except ConfigError as e:
+        raise DataError(rec_path, str(e)) from None
+
+
+def attach_calibration(model, directory) -> None:
+    """Set ``model.calibration`` from the checkpoint folder ``directory`` (left None when it keeps none);
+    refused for a model whose scores cannot take one."""
+    cal = load_calibration(directory, model.cfg.embed_dim)
+    if cal is not None and not model.calibrates:
+        raise DataError(Path(directory) / RECORD, f"model {model.name} takes no calibration (only global-vector "
+                                                  "models, whose calibrated score is one inner product)")
+    model.calibration = cal
