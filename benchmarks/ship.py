@@ -60,11 +60,14 @@ def explainer_record(row: str, default: bool) -> dict:
             "by_type": {t: v["pointing"] for t, v in r["by_type"].items()}}
 
 
-def calibration_record(folder: Path, uncalibrated: dict) -> dict:
-    """A shipped calibration as its registry entry records it (the files' record, the val figures without it)."""
+def calibration_record(folder: Path, uncalibrated: dict, run: str) -> dict:
+    """A shipped calibration as its registry entry records it: the files' record, the val figures without it,
+    and the command that made it (benchmarks/results/calibration/<run>.json)."""
     rec = json.loads((folder / "calibration.json").read_text())
+    made = HERE / "results" / "calibration" / f"{run}.json"
+    command = json.loads(made.read_text())["command"] if made.is_file() else ""
     return {"method": rec["method"], "beta": rec["beta"], "banks": rec["banks"], "sha256": rec["sha256"],
-            "uncalibrated": {k: round(v, 2) for k, v in uncalibrated.items()}}
+            "command": command, "uncalibrated": {k: round(v, 2) for k, v in uncalibrated.items()}}
 
 
 def text_encoder_line(tenc: str, config: dict) -> str:
@@ -236,7 +239,7 @@ def ship(a) -> None:
              "epochs_trained": len(record.get("val_rsum_by_epoch", [])), "best_epoch": record["metrics"].get("epoch")},
         storage="float16", notes=a.notes, default=a.default, pair_score=a.pair_score,
         explainer=explainer_record(a.explainer, a.default_explainer) if a.explainer else {},
-        calibration=calibration_record(out, uncalibrated) if a.calibration else {})
+        calibration=calibration_record(out, uncalibrated, a.run) if a.calibration else {})
     retrievers = [e.name for e in pretrained.entries() if e.role == "retriever" and e.default]
     if a.role == "rescorer" and a.pair_score == "mean" and retrievers:
         pair = pair_metrics(half_sims, retrievers[0])

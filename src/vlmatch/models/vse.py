@@ -97,7 +97,8 @@ class VSE(TextSide, MatchingModel):
     def position_contributions(self, features: Tensor, mask: Tensor | None, tokens: Tensor, lengths: Tensor) -> Tensor:
         """Exact: the image vector is FC(mean_i v_i) = mean_i FC(v_i) (FC is affine), and with a transformer
         (or ``text_pool: mean``) the caption vector is the mean of its word vectors w_j, so
-        score = sum_ij FC(v_i) . w_j / (k n ||FC(v̄)|| ||w̄||)."""
+        score = sum_ij FC(v_i) . w_j / (k n ||FC(v̄)|| ||w̄||). The shares sum to the cosine: a calibrated model's
+        offsets (one number per image and per caption, models.calibration) belong to no cell and are left out."""
         if not self.linear_image_side:
             raise VlmatchError(f"VSE++ with img_pool {self.cfg.img_pool!r}{' and img_mlp' if self.img_mlp else ''} has "
                                "a non-linear image side, no per-cell decomposition of its score: use the gradient "

@@ -76,7 +76,8 @@ def _calibration_lines(e: Pretrained) -> list[str]:
     u = c["uncalibrated"]
     return [f"- Scores calibrated against a query bank (`calibration.safetensors`; {c['method']}, beta {c['beta']:g}): "
             f"{banks}. The val figures above are calibrated; without it rsum {u['rsum']:.1f}, image-to-text R@1 "
-            f"{u['i2t_r1']:.1f}, text-to-image R@1 {u['t2i_r1']:.1f} (`benchmarks/results/calibration.md`)."]
+            f"{u['i2t_r1']:.1f}, text-to-image R@1 {u['t2i_r1']:.1f} (`benchmarks/results/calibration.md`"
+            + (f"; made by `{c['command']}`)." if c.get("command") else ").")]
 
 
 def _explainer_lines(e: Pretrained) -> list[str]:
