@@ -1,0 +1,59 @@
+"""benchmarks/calibration.py: beta is picked on val half A only, the written calibration is the one its row
+reports, and the record and the table say so."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from tests.benchmark_scripts import BENCHMARKS, load_script
+from vlmatch.evaluation.metrics import recall_metrics
+from vlmatch.models.calibration import load_calibration
+
+
+def _unit(rng, n, d=8):
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+@pytest.fixture
+def bench(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    mod = load_script("calibration")
+    monkeypatch.setattr(mod, "HERE", tmp_path)
+    monkeypatch.setattr(mod, "CACHE", tmp_path / "cache")
+    monkeypatch.setattr(mod, "RESULTS", tmp_path / "results" / "calibration")
+    rng = np.random.default_rng(0)
+    img = _unit(rng, 40)  # val: 40 images with 5 captions each, near their image; a few hub images
+    txt = np.repeat(img, 5, axis=0) + 0.6 * rng.standard_normal((200, 8)).astype(np.float32)
+    txt /= np.linalg.norm(txt, axis=1, keepdims=True)
+    hubs = _unit(rng, 3)
+    train_txt = np.concatenate([hubs[rng.integers(0, 3, 150)] + 0.3 * rng.standard_normal((150, 8)), _unit(rng, 150)])
+    (tmp_path / "cache").mkdir()
+    np.savez(tmp_path / "cache" / "toy.npz", dev_img=img, dev_txt=txt, train_img=_unit(rng, 60),
+             train_txt=(train_txt / np.linalg.norm(train_txt, axis=1, keepdims=True)).astype(np.float32))
+    return mod
+
+
+def test_the_written_calibration_is_the_reported_one_and_beta_comes_from_half_a(bench, tmp_path):
+    bench.main(["--model", "toy", "--rows", "50", "--rank", "6", "--banks", "both", "--write", str(tmp_path / "w")])
+    rec = json.loads((tmp_path / "results" / "calibration" / "toy.json").read_text())
+    assert [s["setting"].split(":")[0].split(" (")[0] for s in rec["settings"]] == [
+        "full banks", "shipped", "shipped + image bank 50 rows, rank 6, int8"]
+    row = rec["settings"][2]
+    a_curve = {float(b): v for b, v in row["curve_A"].items()}
+    assert row["beta"] == max(a_curve, key=lambda b: (a_curve[b], -b))  # the best on half A, not on B or all
+    cal = load_calibration(tmp_path / "w", 8)
+    assert cal.beta == row["beta"] and cal.text_bank.shape == (50, 8) and cal.image_bank.shape == (50, 8)
+    e = np.load(tmp_path / "cache" / "toy.npz")
+    s = e["dev_img"] @ e["dev_txt"].T
+    s = s - cal.image_offsets(torch.from_numpy(e["dev_img"])).numpy()[:, None]
+    s = s - cal.text_offsets(torch.from_numpy(e["dev_txt"])).numpy()[None, :]
+    assert recall_metrics(s)["rsum"] == pytest.approx(row["val"]["rsum"], abs=0.01)
+    assert rec["uncalibrated"]["val"]["rsum"] == pytest.approx(recall_metrics(e["dev_img"] @ e["dev_txt"].T)["rsum"],
+                                                               abs=0.01)
+    md = (tmp_path / "results" / "calibration.md").read_text()
+    assert "### toy" in md and "Shipped with the model: both banks" in md and f"**{row['val']['rsum']:.2f}**" in md
