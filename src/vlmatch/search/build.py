@@ -30,6 +30,7 @@ import platform
 import shutil
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -124,26 +125,37 @@ def _stage1_source(model, retriever) -> Stage1Source:
 # --- inputs ------------------------------------------------------------------------------------
 
 def image_batches(root: Path, rels: list[str], backbone, batch_size: int, skip_bad: bool):
+    size = backbone.info.input_size
+
+    def read_batch(a: int):
+        names, arrays, bad, meta = [], [], [], []
+        for rel in rels[a:a + batch_size]:
+            try:
+                pixels, m = read_image(root, rel, size)
+            except DataError as e:
+                if not skip_bad:
+                    raise DataError(e.path, f"{e.problem}; pass --skip-bad to index the rest without it") from None
+                bad.append({"key": rel, "error": e.problem})
+                continue
+            arrays.append(pixels)
+            names.append(rel)
+            meta.append(m)
+        return names, arrays, bad, meta
+
     def gen(done: int) -> Iterator[Batch]:
-        size = backbone.info.input_size
-        for a in range(done, len(rels), batch_size):
-            names, arrays, bad, meta = [], [], [], []
-            for rel in rels[a:a + batch_size]:
-                try:
-                    pixels, m = read_image(root, rel, size)
-                except DataError as e:
-                    if not skip_bad:
-                        raise DataError(e.path, f"{e.problem}; pass --skip-bad to index the rest without it") from None
-                    bad.append({"key": rel, "error": e.problem})
-                    continue
-                arrays.append(pixels)
-                names.append(rel)
-                meta.append(m)
-            feats = None
-            if arrays:
-                with torch.inference_mode():
-                    feats = backbone(backbone.preprocess(arrays)).clone()
-            yield Batch(len(rels[a:a + batch_size]), names, features=feats, bad=bad, meta=meta)
+        starts = list(range(done, len(rels), batch_size))
+        # the next batch's files are read and decoded in a thread while the backbone encodes this one (the
+        # decoders release the GIL); a batch's problems still surface in batch order, after the batches before it
+        with ThreadPoolExecutor(1, thread_name_prefix="vlmatch-read") as pool:
+            ahead = pool.submit(read_batch, starts[0]) if starts else None
+            for i, a in enumerate(starts):
+                names, arrays, bad, meta = ahead.result()
+                ahead = pool.submit(read_batch, starts[i + 1]) if i + 1 < len(starts) else None
+                feats = None
+                if arrays:
+                    with torch.inference_mode():
+                        feats = backbone(backbone.preprocess(arrays)).clone()
+                yield Batch(len(rels[a:a + batch_size]), names, features=feats, bad=bad, meta=meta)
     return gen
 
 
