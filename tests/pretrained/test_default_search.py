@@ -73,7 +73,7 @@ def test_explain_without_model_draws_the_shipped_explainers_maps(tmp_path, capsy
 
 
 def test_the_best_shipped_model_builds_by_name(tmp_path, capsys):
-    """The slower, better model (Lite2 448 px, 347.6 val rsum) is one name away, alone (its own stage 1)."""
+    """The slower, better model (Lite2 448 px, 360.8 val rsum calibrated) is one name away, alone (its own stage 1)."""
     manifest = _build_and_search(tmp_path, capsys, ["--model", "pretrained:vsepp-lite2-448-lora-f8k"])
     assert manifest["backbone"]["name"] == "efficientnet-lite2" and manifest["backbone"]["input_size"] == 448
     assert manifest["model"]["name"] == "vsepp" and manifest["retriever"] is None

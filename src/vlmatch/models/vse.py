@@ -136,10 +136,12 @@ class VSE(TextSide, MatchingModel):
         """The score is exactly the inner product of the two embeddings; calibrated, of ``[v, -c(I), 1]`` and
         ``[t, 1, -d(T)]`` (each extra column only where that side has an offset)."""
         a, b = [img.embedding], [txt.embedding]
-        for own, other, own_side in ((img, txt, a), (txt, img, b)):
-            if own.offset is not None:
-                own_side.append(-own.offset[:, None].to(own.embedding.dtype))
-                (b if own_side is a else a).append(other.embedding.new_ones(len(other.embedding), 1))
+        if img.offset is not None:  # -c(I) on the image side, against a 1 on the text side
+            a.append(-img.offset[:, None].to(img.embedding.dtype))
+            b.append(txt.embedding.new_ones(len(txt.embedding), 1))
+        if txt.offset is not None:  # a 1 on the image side, against -d(T) on the text side
+            a.append(img.embedding.new_ones(len(img.embedding), 1))
+            b.append(-txt.offset[:, None].to(txt.embedding.dtype))
         return torch.cat(a, dim=1), torch.cat(b, dim=1)
 
 
