@@ -4,7 +4,7 @@ network as published."""
 import pytest
 import torch
 
-from vlmatch.features.backbones import create_backbone, fold_batch_norms
+from vlmatch.features.backbones import create_backbone, fold_batch_norms, fold_same_padding
 
 lite = pytest.importorskip("efficientnet_lite_pytorch")
 
@@ -51,6 +51,27 @@ def test_every_batch_norm_of_the_network_is_folded():
     n_bn = sum(isinstance(m, torch.nn.BatchNorm2d) for m in net.modules())
     assert fold_batch_norms(net) == n_bn > 40
     assert fold_batch_norms(net) == 0  # nothing left to fold
+
+
+@pytest.mark.parametrize("size", [260, 320])
+def test_symmetric_same_paddings_move_into_their_convolutions(size):
+    """Every symmetric pad becomes the convolution's own padding (the same function: the equality test above runs
+    the folded network); the asymmetric ones (stride 2 over an even input) are kept as they are."""
+    net = lite.EfficientNet.from_name("efficientnet-lite2").eval()
+    pads = [m.static_padding.padding for m in net.modules() if isinstance(getattr(m, "static_padding", None),
+                                                                          torch.nn.ZeroPad2d)]
+    symmetric = sum(p[0] == p[1] and p[2] == p[3] for p in pads)
+    assert 0 < symmetric < len(pads)  # the network has both kinds
+    x = torch.randn(1, 3, size, size)
+    with torch.no_grad():
+        want = net.extract_features(x)
+        assert fold_same_padding(net) == symmetric
+        assert fold_same_padding(net) == 0
+        got = net.extract_features(x)
+    left = [m.static_padding.padding for m in net.modules() if isinstance(getattr(m, "static_padding", None),
+                                                                          torch.nn.ZeroPad2d)]
+    assert len(left) == len(pads) - symmetric and all(p[0] != p[1] for p in left)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_micro_batches_do_not_change_an_image_s_features(tmp_path):

@@ -1,0 +1,124 @@
+"""EfficientNet-Lite's convolutions as single oneDNN primitives on CPU: each convolution and the ReLU6 after it
+run as one kernel (the activation applied while the output is still in registers: no second pass over it),
+with the weights reordered into oneDNN's blocked layout once, at load, instead of on every call.
+
+This is what ``torch.compile``'s freezing pass does for a CPU convolutional network, without its minutes of
+compilation on 2 cores (an index build is a one-off job). It uses the two operators Inductor itself calls
+(``torch.ops.mkldnn._convolution_pointwise`` and ``_reorder_convolution_weight``); where they are missing (a
+build of PyTorch without oneDNN, another version), or the fused network does not give the unfused one's output
+on a probe batch, nothing is replaced and the backbone runs as before. The network computes the same function:
+oneDNN runs the same convolution kernels either way (the probe compares to float rounding).
+
+A fused layer keeps its original convolution and uses it for anything but a float32 CPU batch without autograd,
+so a backbone moved to another device or differentiated still works (the backbone is never trained: the packed
+weights are a copy made once).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# (convolution, followed by the block's ReLU6?) of efficientnet-lite-pytorch's modules, batch norms folded first
+_LAYERS = (("_conv_stem", True), ("_conv_head", True), ("_expand_conv", True), ("_depthwise_conv", True),
+           ("_project_conv", False))
+
+
+def available() -> bool:
+    ops = getattr(torch.ops, "mkldnn", None)
+    return (torch.backends.mkldnn.is_available() and hasattr(ops, "_convolution_pointwise")
+            and hasattr(ops, "_reorder_convolution_weight"))
+
+
+class FusedConv(nn.Module):
+    """``conv`` (with its TensorFlow-"same" padding module, if any), then ReLU6 when ``relu6``, as one oneDNN
+    primitive whose weights were reordered for inputs of ``input_shape``."""
+
+    def __init__(self, conv: nn.Conv2d, relu6: bool, input_shape: tuple[int, ...]):
+        super().__init__()
+        self.conv = conv
+        self.relu6 = relu6
+        self._args = (list(conv.padding), list(conv.stride), list(conv.dilation), conv.groups)
+        self._attr = ("hardtanh", [0.0, 6.0], "") if relu6 else ("none", [], "")
+        with torch.no_grad():
+            self._weight = torch.ops.mkldnn._reorder_convolution_weight(conv.weight.detach(), *self._args,
+                                                                        list(input_shape))
+        self._bias = None if conv.bias is None else conv.bias.detach().clone()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        fast = (x.device.type == "cpu" and x.dtype == torch.float32
+                and not (torch.is_grad_enabled() and (x.requires_grad or self.conv.weight.requires_grad)))
+        if not fast:
+            y = self.conv(x)
+            return F.relu6(y) if self.relu6 else y
+        pad = getattr(self.conv, "static_padding", None)
+        if pad is not None:
+            x = pad(x)
+        return torch.ops.mkldnn._convolution_pointwise(x, self._weight, self._bias, *self._args, *self._attr)
+
+
+def _sites(net: nn.Module) -> list[tuple[nn.Module, str, bool]]:
+    """(module, attribute, relu6) of every convolution to fuse; none where a block has a squeeze-and-excitation
+    unit (its ReLU6 module is shared with layers that are not convolutions)."""
+    sites = []
+    for module in net.modules():
+        here = [(module, name, act) for name, act in _LAYERS if isinstance(getattr(module, name, None), nn.Conv2d)]
+        if here and (hasattr(module, "_se_reduce") or not isinstance(getattr(module, "_swish", None), nn.ReLU6)):
+            return []
+        sites += here
+    return sites
+
+
+def fuse_conv_relu6(net: nn.Module, probe: torch.Tensor, extract) -> int:
+    """Replace the convolutions of the (batch-norm-folded) EfficientNet-Lite ``net`` by :class:`FusedConv` layers
+    prepacked for ``probe``'s shapes and drop the ReLU6 modules they absorb, if ``extract(probe)`` then equals
+    what it was before (else undo). ``extract`` runs the network on a batch. Returns how many were fused."""
+    sites = _sites(net) if available() else []
+    if not sites:
+        return 0
+    shapes, hooks = {}, []
+
+    def record(conv, args) -> None:  # a pre-hook that returns None leaves the call's arguments as they are
+        shapes.setdefault(id(conv), tuple(args[0].shape))
+
+    for module, name, _ in sites:
+        hooks.append(getattr(module, name).register_forward_pre_hook(record))
+    try:
+        with torch.no_grad():
+            want = extract(probe)
+    finally:
+        for h in hooks:
+            h.remove()
+    swishes = {m: m._swish for m in net.modules() if isinstance(getattr(m, "_swish", None), nn.ReLU6)}
+    try:
+        for module, name, act in sites:
+            conv = getattr(module, name)
+            setattr(module, name, FusedConv(conv, act, _padded(conv, shapes[id(conv)])))
+        for m in swishes:
+            m._swish = nn.Identity()
+        with torch.no_grad():
+            got = extract(probe)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * float(want.abs().max()) + 1e-6)
+    except (RuntimeError, AssertionError, KeyError):
+        _undo(sites, swishes)
+        return 0
+    return len(sites)
+
+
+def _padded(conv: nn.Conv2d, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape the convolution itself sees: ``shape`` after the layer's own padding module, if any."""
+    pad = getattr(conv, "static_padding", None)
+    if isinstance(pad, nn.ZeroPad2d):
+        left, right, top, bottom = pad.padding
+        return (*shape[:2], shape[2] + top + bottom, shape[3] + left + right)
+    return shape
+
+
+def _undo(sites, swishes) -> None:
+    for module, name, _ in sites:
+        layer = getattr(module, name)
+        if isinstance(layer, FusedConv):
+            setattr(module, name, layer.conv)
+    for m, swish in swishes.items():
+        m._swish = swish

@@ -1,0 +1,95 @@
+"""vlmatch.features.fused: convolution + ReLU6 as one oneDNN primitive with packed weights computes the
+unfused network's features, falls back to the plain layers wherever it cannot be used, and undoes itself when
+a probe disagrees."""
+
+import pytest
+import torch
+from torch import nn
+
+from vlmatch.features import fused
+from vlmatch.features.backbones import create_backbone, fold_batch_norms, fold_same_padding
+
+lite = pytest.importorskip("efficientnet_lite_pytorch")
+needs_onednn = pytest.mark.skipif(not fused.available(), reason="this PyTorch build has no oneDNN operators")
+
+
+def _net(seed=0):
+    torch.manual_seed(seed)
+    net = lite.EfficientNet.from_name("efficientnet-lite0").eval()
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, nn.BatchNorm2d):  # far from identity, so folding them is not a no-op
+                m.running_mean.normal_(0, 0.1)
+                m.running_var.uniform_(0.5, 1.5)
+                m.weight.uniform_(0.5, 1.5)
+    fold_batch_norms(net)
+    fold_same_padding(net)
+    return net.to(memory_format=torch.channels_last)
+
+
+def _extract(net):
+    return lambda x: net.extract_features(x.contiguous(memory_format=torch.channels_last))
+
+
+def _layers(net):
+    return sum(isinstance(m, fused.FusedConv) for m in net.modules()), sum(isinstance(m, nn.ReLU6)
+                                                                            for m in net.modules())
+
+
+@needs_onednn
+@pytest.mark.parametrize("batch", [1, 2, 3])
+def test_the_fused_network_gives_the_unfused_features_at_any_batch(batch):
+    """Packed for batches of 2 at 64 px; run on other batch sizes and another input size too."""
+    net = _net()
+    with torch.no_grad():
+        x = torch.randn(batch, 3, 96, 96)
+        want = _extract(net)(x)
+        n = fused.fuse_conv_relu6(net, torch.randn(2, 3, 64, 64), _extract(net))
+        got = _extract(net)(x)
+    assert n == _layers(net)[0] == 49 and _layers(net)[1] == 0  # every convolution; the ReLU6 modules absorbed
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
+
+
+@needs_onednn
+def test_under_autograd_the_plain_layers_run_and_give_the_same_gradient():
+    net = _net(1)
+    x = torch.randn(1, 3, 64, 64)
+    xa = x.clone().requires_grad_()
+    _extract(net)(xa).square().sum().backward()
+    fused.fuse_conv_relu6(net, torch.randn(2, 3, 64, 64), _extract(net))
+    xb = x.clone().requires_grad_()
+    _extract(net)(xb).square().sum().backward()
+    torch.testing.assert_close(xb.grad, xa.grad, rtol=1e-4, atol=1e-5 * float(xa.grad.abs().max()))
+
+
+@needs_onednn
+def test_a_probe_that_disagrees_undoes_the_fusion():
+    net = _net(2)
+    plain = _extract(net)
+    calls = []
+
+    def extract(x):  # the second call (the fused network) returns something else
+        calls.append(1)
+        y = plain(x)
+        return y if len(calls) == 1 else y + 1
+
+    before = _layers(net)
+    assert fused.fuse_conv_relu6(net, torch.randn(2, 3, 64, 64), extract) == 0
+    assert _layers(net) == before == (0, before[1]) and before[1] > 0
+
+
+def test_nothing_is_fused_without_the_operators_or_with_a_squeeze_and_excitation_unit(monkeypatch):
+    net = _net(3)
+    monkeypatch.setattr(fused, "available", lambda: False)
+    assert fused.fuse_conv_relu6(net, torch.randn(2, 3, 64, 64), _extract(net)) == 0
+    monkeypatch.setattr(fused, "available", lambda: True)
+    block = next(m for m in net.modules() if hasattr(m, "_depthwise_conv"))
+    block._se_reduce = nn.Conv2d(4, 4, 1)  # its ReLU6 would be shared with a layer that is not fused
+    assert fused.fuse_conv_relu6(net, torch.randn(2, 3, 64, 64), _extract(net)) == 0
+    assert _layers(net)[0] == 0
+
+
+@needs_onednn
+def test_the_shipped_backbones_are_fused():
+    # the stem, the head and 16 blocks' convolutions (the first block has no expansion)
+    assert create_backbone("efficientnet-lite0", input_size=64).fused_layers == 2 + 16 * 3 - 1
