@@ -123,7 +123,7 @@ def render(res: dict) -> str:
             cells = [rows.get((b, s)) for s in sizes]
             lines.append(f"| {b} | " + " | ".join("-" if c is None else f"**{c:.1f}**" if c >= GOAL else f"{c:.1f}"
                                                    for c in cells) + " |")
-    notes = sorted({r.get("note", "") for r in res["rows"]} - {""})
+    notes = sorted({r.get("note", "") for r in res["rows"]} - {""}) + res.get("notes", [])  # rows', then the file's
     return "\n".join(lines + ([""] + [f"- {n}" for n in notes] if notes else [])) + "\n"
 
 
