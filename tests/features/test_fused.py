@@ -2,6 +2,9 @@
 unfused network's features, falls back to the plain layers wherever it cannot be used, and undoes itself when
 a probe disagrees."""
 
+import copy
+import pickle
+
 import pytest
 import torch
 from torch import nn
@@ -93,3 +96,31 @@ def test_nothing_is_fused_without_the_operators_or_with_a_squeeze_and_excitation
 def test_the_shipped_backbones_are_fused():
     # the stem, the head and 16 blocks' convolutions (the first block has no expansion)
     assert create_backbone("efficientnet-lite0", input_size=64).fused_layers == 2 + 16 * 3 - 1
+
+
+@needs_onednn
+def test_inference_takes_the_fused_path_and_a_copy_or_new_weights_repack():
+    """Under inference mode no original convolution runs (the fused primitive does); a deepcopy and a pickle
+    round trip work (the opaque packed weights are left out and packed again), and weights loaded afterwards are
+    the ones used."""
+    net = _net(4)
+    x = torch.randn(2, 3, 64, 64)
+    fused.fuse_conv_relu6(net, torch.randn(2, 3, 64, 64), _extract(net))
+
+    def boom(*a):
+        raise AssertionError("the plain convolution ran")
+
+    clone = copy.deepcopy(net)
+    again = pickle.loads(pickle.dumps(net))
+    for layer in (m for m in net.modules() if isinstance(m, fused.FusedConv)):
+        layer.conv.forward = boom
+    with torch.inference_mode():
+        got = _extract(net)(x)
+        torch.testing.assert_close(_extract(clone)(x), got, rtol=0, atol=0)
+        torch.testing.assert_close(_extract(again)(x), got, rtol=0, atol=0)
+    other = _net(5)  # other weights, loaded into the fused copy through its (fused) state-dict layout
+    fused.fuse_conv_relu6(other, torch.randn(2, 3, 64, 64), _extract(other))
+    clone.load_state_dict(other.state_dict())
+    with torch.inference_mode():
+        torch.testing.assert_close(_extract(clone)(x), _extract(other)(x), rtol=1e-5, atol=1e-5)
+        assert (_extract(clone)(x) - got).abs().max() > 1e-3

@@ -10,8 +10,11 @@ on a probe batch, nothing is replaced and the backbone runs as before. The netwo
 oneDNN runs the same convolution kernels either way (the probe compares to float rounding).
 
 A fused layer keeps its original convolution and uses it for anything but a float32 CPU batch without autograd,
-so a backbone moved to another device or differentiated still works (the backbone is never trained: the packed
-weights are a copy made once).
+so a backbone moved to another device or differentiated still works. The packed weights are a copy made once (the
+backbone is never trained): a state dict loaded into the network, a deepcopy or an unpickled backbone packs them
+again at its next call; weights edited in place by hand are not seen until then. The network's state-dict keys
+gain a ``.conv`` (``_conv_stem.conv.weight``) where a layer is fused: load weights before fusing, as
+``EfficientNetLite`` does.
 """
 
 from __future__ import annotations
@@ -39,23 +42,38 @@ class FusedConv(nn.Module):
         super().__init__()
         self.conv = conv
         self.relu6 = relu6
+        self._shape = list(input_shape)
         self._args = (list(conv.padding), list(conv.stride), list(conv.dilation), conv.groups)
         self._attr = ("hardtanh", [0.0, 6.0], "") if relu6 else ("none", [], "")
+        self._weight = self._pack()
+        # weights loaded into the layer later (a state dict) are packed again at the next call
+        self.register_load_state_dict_post_hook(_unpack)
+
+    def _pack(self) -> torch.Tensor:
+        """The convolution's weights in oneDNN's layout (an opaque tensor: no storage to copy or save)."""
         with torch.no_grad():
-            self._weight = torch.ops.mkldnn._reorder_convolution_weight(conv.weight.detach(), *self._args,
-                                                                        list(input_shape))
-        self._bias = None if conv.bias is None else conv.bias.detach().clone()
+            return torch.ops.mkldnn._reorder_convolution_weight(self.conv.weight.detach(), *self._args, self._shape)
+
+    def __getstate__(self):  # deepcopy, pickle: the packed copy is left out and made again at the next call
+        return {**self.__dict__, "_weight": None}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        fast = (x.device.type == "cpu" and x.dtype == torch.float32
+        fast = (x.device.type == "cpu" and x.dtype == torch.float32 and self.conv.weight.device.type == "cpu"
                 and not (torch.is_grad_enabled() and (x.requires_grad or self.conv.weight.requires_grad)))
         if not fast:
             y = self.conv(x)
             return F.relu6(y) if self.relu6 else y
+        if self._weight is None:
+            self._weight = self._pack()
         pad = getattr(self.conv, "static_padding", None)
         if pad is not None:
             x = pad(x)
-        return torch.ops.mkldnn._convolution_pointwise(x, self._weight, self._bias, *self._args, *self._attr)
+        bias = None if self.conv.bias is None else self.conv.bias.detach()
+        return torch.ops.mkldnn._convolution_pointwise(x, self._weight, bias, *self._args, *self._attr)
+
+
+def _unpack(layer: FusedConv, incompatible_keys) -> None:
+    layer._weight = None
 
 
 def _sites(net: nn.Module) -> list[tuple[nn.Module, str, bool]]:
@@ -100,7 +118,7 @@ def fuse_conv_relu6(net: nn.Module, probe: torch.Tensor, extract) -> int:
         with torch.no_grad():
             got = extract(probe)
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * float(want.abs().max()) + 1e-6)
-    except (RuntimeError, AssertionError, KeyError):
+    except Exception:  # noqa: BLE001 -- any failure of the operators or the probe leaves the network as it was
         _undo(sites, swishes)
         return 0
     return len(sites)
