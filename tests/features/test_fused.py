@@ -112,10 +112,14 @@ def test_inference_takes_the_fused_path_and_a_copy_or_new_weights_repack():
 
     clone = copy.deepcopy(net)
     again = pickle.loads(pickle.dumps(net))
-    for layer in (m for m in net.modules() if isinstance(m, fused.FusedConv)):
+    layers = [m for m in net.modules() if isinstance(m, fused.FusedConv)]
+    for layer in layers:
         layer.conv.forward = boom
     with torch.inference_mode():
         got = _extract(net)(x)
+        assert all(len(m._packed) == 1 for m in layers)  # the probe's shape: packed once, at fusion
+        torch.testing.assert_close(_extract(net)(x[:1]), got[:1], rtol=1e-5, atol=1e-5)
+        assert all(len(m._packed) == 2 for m in layers)  # a batch of one is packed for too, and kept
         torch.testing.assert_close(_extract(clone)(x), got, rtol=0, atol=0)
         torch.testing.assert_close(_extract(again)(x), got, rtol=0, atol=0)
     other = _net(5)  # other weights, loaded into the fused copy through its (fused) state-dict layout

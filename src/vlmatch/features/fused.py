@@ -24,6 +24,8 @@ import torch.nn.functional as F
 from torch import nn
 
 # (convolution, followed by the block's ReLU6?) of efficientnet-lite-pytorch's modules, batch norms folded first
+_SHAPES = 8  # packed copies a layer keeps (input shapes); more distinct shapes start the cache afresh
+
 _LAYERS = (("_conv_stem", True), ("_conv_head", True), ("_expand_conv", True), ("_depthwise_conv", True),
            ("_project_conv", False))
 
@@ -36,26 +38,33 @@ def available() -> bool:
 
 class FusedConv(nn.Module):
     """``conv`` (with its TensorFlow-"same" padding module, if any), then ReLU6 when ``relu6``, as one oneDNN
-    primitive whose weights were reordered for inputs of ``input_shape``."""
+    primitive, its weights reordered for each input shape it meets (``input_shape`` at once)."""
 
     def __init__(self, conv: nn.Conv2d, relu6: bool, input_shape: tuple[int, ...]):
         super().__init__()
         self.conv = conv
         self.relu6 = relu6
-        self._shape = list(input_shape)
         self._args = (list(conv.padding), list(conv.stride), list(conv.dilation), conv.groups)
         self._attr = ("hardtanh", [0.0, 6.0], "") if relu6 else ("none", [], "")
-        self._weight = self._pack()
+        # packed weights by input shape: oneDNN picks its blocked layout for a shape, and a call with a shape the
+        # weights were not packed for reorders them every time (a batch of one photo ran 1.45x slower per image)
+        self._packed: dict[tuple[int, ...], torch.Tensor] = {}
+        self._pack(tuple(input_shape))
         # weights loaded into the layer later (a state dict) are packed again at the next call
         self.register_load_state_dict_post_hook(_unpack)
 
-    def _pack(self) -> torch.Tensor:
-        """The convolution's weights in oneDNN's layout (an opaque tensor: no storage to copy or save)."""
+    def _pack(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """The convolution's weights in oneDNN's layout for inputs of ``shape`` (an opaque tensor: no storage to
+        copy or save), kept for the next call of that shape (a few shapes: a build's micro-batches, a query's 1)."""
+        if len(self._packed) >= _SHAPES:
+            self._packed.clear()
         with torch.no_grad():
-            return torch.ops.mkldnn._reorder_convolution_weight(self.conv.weight.detach(), *self._args, self._shape)
+            w = torch.ops.mkldnn._reorder_convolution_weight(self.conv.weight.detach(), *self._args, list(shape))
+        self._packed[shape] = w
+        return w
 
-    def __getstate__(self):  # deepcopy, pickle: the packed copy is left out and made again at the next call
-        return {**self.__dict__, "_weight": None}
+    def __getstate__(self):  # deepcopy, pickle: the packed copies are left out and made again at the next call
+        return {**self.__dict__, "_packed": {}}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         fast = (x.device.type == "cpu" and x.dtype == torch.float32 and self.conv.weight.device.type == "cpu"
@@ -63,17 +72,19 @@ class FusedConv(nn.Module):
         if not fast:
             y = self.conv(x)
             return F.relu6(y) if self.relu6 else y
-        if self._weight is None:
-            self._weight = self._pack()
         pad = getattr(self.conv, "static_padding", None)
         if pad is not None:
             x = pad(x)
+        shape = tuple(x.shape)
+        w = self._packed.get(shape)
+        if w is None:
+            w = self._pack(shape)
         bias = None if self.conv.bias is None else self.conv.bias.detach()
-        return torch.ops.mkldnn._convolution_pointwise(x, self._weight, bias, *self._args, *self._attr)
+        return torch.ops.mkldnn._convolution_pointwise(x, w, bias, *self._args, *self._attr)
 
 
 def _unpack(layer: FusedConv, incompatible_keys) -> None:
-    layer._weight = None
+    layer._packed.clear()
 
 
 def _sites(net: nn.Module) -> list[tuple[nn.Module, str, bool]]:
