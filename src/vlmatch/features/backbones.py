@@ -187,7 +187,7 @@ class EfficientNetLite(Backbone):
         # (benchmarks/results/build_curve.md)
         self.net.to(memory_format=torch.channels_last)
         self.info = BackboneInfo(name, input_size, grid, 1280, "(pixel - 127) / 128")
-        # each convolution and its ReLU6 as one oneDNN primitive with weights packed once (kept only where the
+        # each convolution and its ReLU6 as one oneDNN primitive, weights packed once per shape (kept only where the
         # probe batch gives the same features; vlmatch.features.fused)
         probe = torch.rand(self.cpu_micro_batch, 3, input_size, input_size, generator=torch.Generator().manual_seed(0))
         self.fused_layers = fuse_conv_relu6(self.net, self._normalise(probe * 255), self.feature_map)

@@ -1,6 +1,6 @@
 """EfficientNet-Lite's convolutions as single oneDNN primitives on CPU: each convolution and the ReLU6 after it
 run as one kernel (the activation applied while the output is still in registers: no second pass over it),
-with the weights reordered into oneDNN's blocked layout once, at load, instead of on every call.
+with the weights reordered into oneDNN's blocked layout once per input shape, instead of on every call.
 
 This is what ``torch.compile``'s freezing pass does for a CPU convolutional network, without its minutes of
 compilation on 2 cores (an index build is a one-off job). It uses the two operators Inductor itself calls
@@ -23,9 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-# (convolution, followed by the block's ReLU6?) of efficientnet-lite-pytorch's modules, batch norms folded first
 _SHAPES = 8  # packed copies a layer keeps (input shapes); more distinct shapes start the cache afresh
 
+# (convolution, followed by the block's ReLU6?) of efficientnet-lite-pytorch's modules, batch norms folded first
 _LAYERS = (("_conv_stem", True), ("_conv_head", True), ("_expand_conv", True), ("_depthwise_conv", True),
            ("_project_conv", False))
 
@@ -38,9 +38,9 @@ def available() -> bool:
 
 class FusedConv(nn.Module):
     """``conv`` (with its TensorFlow-"same" padding module, if any), then ReLU6 when ``relu6``, as one oneDNN
-    primitive, its weights reordered for each input shape it meets (``input_shape`` at once)."""
+    primitive, its weights reordered for each input shape it meets, at its first call of that shape."""
 
-    def __init__(self, conv: nn.Conv2d, relu6: bool, input_shape: tuple[int, ...]):
+    def __init__(self, conv: nn.Conv2d, relu6: bool):
         super().__init__()
         self.conv = conv
         self.relu6 = relu6
@@ -49,7 +49,6 @@ class FusedConv(nn.Module):
         # packed weights by input shape: oneDNN picks its blocked layout for a shape, and a call with a shape the
         # weights were not packed for reorders them every time (a batch of one photo ran 1.45x slower per image)
         self._packed: dict[tuple[int, ...], torch.Tensor] = {}
-        self._pack(tuple(input_shape))
         # weights loaded into the layer later (a state dict) are packed again at the next call
         self.register_load_state_dict_post_hook(_unpack)
 
@@ -101,29 +100,18 @@ def _sites(net: nn.Module) -> list[tuple[nn.Module, str, bool]]:
 
 def fuse_conv_relu6(net: nn.Module, probe: torch.Tensor, extract) -> int:
     """Replace the convolutions of the (batch-norm-folded) EfficientNet-Lite ``net`` by :class:`FusedConv` layers
-    prepacked for ``probe``'s shapes and drop the ReLU6 modules they absorb, if ``extract(probe)`` then equals
-    what it was before (else undo). ``extract`` runs the network on a batch. Returns how many were fused."""
+    and drop the ReLU6 modules they absorb, if ``extract(probe)`` then equals what it was before (else undo); that
+    check packs each layer's weights for ``probe``'s shapes. ``extract`` runs the network on a batch. Returns how
+    many were fused."""
     sites = _sites(net) if available() else []
     if not sites:
         return 0
-    shapes, hooks = {}, []
-
-    def record(conv, args) -> None:  # a pre-hook that returns None leaves the call's arguments as they are
-        shapes.setdefault(id(conv), tuple(args[0].shape))
-
-    for module, name, _ in sites:
-        hooks.append(getattr(module, name).register_forward_pre_hook(record))
-    try:
-        with torch.no_grad():
-            want = extract(probe)
-    finally:
-        for h in hooks:
-            h.remove()
+    with torch.no_grad():
+        want = extract(probe)
     swishes = {m: m._swish for m in net.modules() if isinstance(getattr(m, "_swish", None), nn.ReLU6)}
     try:
         for module, name, act in sites:
-            conv = getattr(module, name)
-            setattr(module, name, FusedConv(conv, act, _padded(conv, shapes[id(conv)])))
+            setattr(module, name, FusedConv(getattr(module, name), act))
         for m in swishes:
             m._swish = nn.Identity()
         with torch.no_grad():
@@ -133,15 +121,6 @@ def fuse_conv_relu6(net: nn.Module, probe: torch.Tensor, extract) -> int:
         _undo(sites, swishes)
         return 0
     return len(sites)
-
-
-def _padded(conv: nn.Conv2d, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The shape the convolution itself sees: ``shape`` after the layer's own padding module, if any."""
-    pad = getattr(conv, "static_padding", None)
-    if isinstance(pad, nn.ZeroPad2d):
-        left, right, top, bottom = pad.padding
-        return (*shape[:2], shape[2] + top + bottom, shape[3] + left + right)
-    return shape
 
 
 def _undo(sites, swishes) -> None:
