@@ -141,6 +141,8 @@ def test_update_turns_upright_what_an_older_reader_indexed_sideways(toy_ckpts, t
     assert np.abs(old["o6.jpg"] - old["upright.jpg"]).max() > 0.1  # indexed sideways
     Tiny32.images = 0
     capsys.readouterr()
+    assert main(["search", str(tmp_path / "idx"), "a red dog"]) == 0
+    assert "ignored EXIF orientation" in capsys.readouterr().err  # one line says what to do
     assert main(["index", "update", str(tmp_path / "idx"), "--no-progress"]) == 0
     rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rep == {"kept": 2, "new": 0, "changed": 0, "reoriented": 3, "deleted": 0}
@@ -152,3 +154,5 @@ def test_update_turns_upright_what_an_older_reader_indexed_sideways(toy_ckpts, t
     assert main(["index", "update", str(tmp_path / "idx"), "--no-progress"]) == 0  # now current: nothing to do
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == {"kept": 5, "new": 0, "changed": 0,
                                                                            "deleted": 0}
+    assert main(["search", str(tmp_path / "idx"), "a red dog"]) == 0
+    assert "EXIF" not in capsys.readouterr().err

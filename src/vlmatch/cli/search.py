@@ -167,6 +167,19 @@ def format_results(results, what: str) -> str:
     return "\n".join(lines)
 
 
+def stale_reader_note(idx) -> None:
+    """One line on stderr when an index of photos was encoded by the photo reader that ignored EXIF
+    orientation (its rotated photos are indexed sideways until `index update` encodes them again)."""
+    import sys
+
+    from ..features.photo import READER_VERSION
+
+    m = idx.manifest
+    if (m.get("source") or {}).get("kind") == "images" and m.get("reader", 1) < READER_VERSION:
+        print(f"note: {idx.root} was built by a vlmatch that ignored EXIF orientation (its rotated photos are indexed "
+              "sideways): `vlmatch index update` encodes them again", file=sys.stderr)
+
+
 def cmd_search(a):
     from ..io import check_writable, write_json
 
@@ -179,6 +192,7 @@ def cmd_search(a):
     if a.json:
         check_writable(a.json)  # before the search, not after the table
     idx = open_index(a, a.index, lean_queries=False)  # one query: the lean forward would cost more than it saves
+    stale_reader_note(idx)
     if a.image is not None:
         res, what = idx.search_image(a.image, k=a.k, candidates=a.candidates), "caption"
     else:
