@@ -186,3 +186,28 @@ class Stage1:
             return self.index.search(q, k)
         finally:
             torch.set_num_threads(torch_threads)
+
+    def search_subset(self, queries: np.ndarray, k: int, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`search` among the rows where ``mask`` is true (a filter: :mod:`vlmatch.search.filters`):
+        few rows (at most ``EXACT_BELOW`` or ``k``) are scored exactly, more through FAISS with an id
+        selector (a bitmap of the rows), so the top ``k`` are the best matching rows, not the matching
+        survivors of an unfiltered top ``k``."""
+        from .filters import EXACT_BELOW, top_k_of
+
+        q = np.ascontiguousarray(queries, dtype=np.float32)
+        rows = np.flatnonzero(mask)
+        if len(rows) <= max(k, EXACT_BELOW) or self.info["kind"] == "flat":
+            return top_k_of(q, self.vectors, rows, k)
+        faiss = _faiss()
+        bits = np.packbits(np.asarray(mask, dtype=bool), bitorder="little")
+        sel = faiss.IDSelectorBitmap(len(mask), faiss.swig_ptr(bits))
+        if self.info["kind"] == "hnsw":
+            params = faiss.SearchParametersHNSW(sel=sel, efSearch=max(int(self.params.get("efSearch", 512)), k))
+        else:
+            params = faiss.SearchParametersIVF(sel=sel, nprobe=int(self.params.get("nprobe", 32)))
+        torch_threads = torch.get_num_threads()
+        faiss.omp_set_num_threads(1 if len(q) < 8 else max(1, os.cpu_count() or 1))
+        try:
+            return self.index.search(q, k, params=params)  # bits stays referenced until the search returns
+        finally:
+            torch.set_num_threads(torch_threads)
