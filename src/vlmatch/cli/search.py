@@ -172,7 +172,8 @@ def cmd_update(a):
 def format_results(results, what: str) -> str:
     """The result table; a name with a line break, a tab or bytes that are not UTF-8 is shown escaped
     (``\\n``, ``\\xe9``), so every result is one line."""
-    taken = what == "file"  # a photo's capture time (minutes), "-" when it has none
+    # a photo's capture time (to the minute; "-" when it has none), when any result records one
+    taken = what == "file" and any(getattr(r, "taken", None) for r in results)
     lines = [f"{'rank':>4}  {'score':>8}  {'stage1':>8}  " + (f"{'taken':<16}  " if taken else "") + what]
     for r in results:
         name = printable(str(r.path if what == 'file' else r.text), controls=True)
