@@ -221,3 +221,14 @@ def test_milvus_filters_give_the_folder_results(lib, milvus, where):
         np.testing.assert_allclose([r.score for r in got], [r.score for r in ref], atol=1e-4)
         assert [(r.taken, r.camera, r.gps, r.size) for r in got] == [(r.taken, r.camera, r.gps, r.size) for r in ref]
     assert [r.id for r in milvus.search(QUERY, k=4, candidates=max(4, n_match), where=where)] == [r.id for r in want]
+
+
+@pytest.mark.parametrize("where", [FILTERS[0], FILTERS[3], FILTERS[7]])
+def test_milvus_filters_read_the_json_rows_of_a_collection_without_the_scalar_fields(lib, milvus, where):
+    folder = vlmatch.Index.open(lib["root"] / "flat")
+    milvus.images.scalars = False  # as a collection written before the fields were added reads
+    try:
+        got = milvus.search(QUERY, k=4, candidates=4, where=where)
+    finally:
+        milvus.images.scalars = None
+    assert [r.id for r in got] == [r.id for r in folder.search(QUERY, k=4, candidates=4, where=where)]

@@ -75,6 +75,7 @@ class FolderCollection:
                                     f"{len(self.store)} encodings")
         self.row_of = {it["id"]: r for r, it in enumerate(self.items)}
         self._columns = None
+        self._masks: dict = {}
 
     def __len__(self) -> int:
         return len(self.items)
@@ -85,7 +86,13 @@ class FolderCollection:
             return self.stage1.search(queries, k)
         if self._columns is None:  # the filterable columns of the table, built at the first filtered query
             self._columns = Columns(self.items)
-        return self.stage1.search_subset(queries, k, where.mask(self._columns))
+        mask = self._masks.pop(where, None)
+        if mask is None:
+            mask = where.mask(self._columns)
+        self._masks[where] = mask  # the latest few filters' rows (a page asks for the same filter again)
+        while len(self._masks) > 8:
+            self._masks.pop(next(iter(self._masks)))
+        return self.stage1.search_subset(queries, k, mask)
 
     def take(self, keys) -> Encoding:
         return self.store.take(keys)
