@@ -119,6 +119,7 @@ def run(a) -> dict:
     from vlmatch.search.filters import Columns, Where
 
     torch.set_num_threads(2)
+    load_before = os.getloadavg()
     root = CACHE / f"filters_{a.n}"
     built = None
     if not (a.keep and (root / "manifest.json").is_file()):
@@ -172,7 +173,8 @@ def run(a) -> dict:
                                           f"torch {torch.__version__}",
             "threads": torch.get_num_threads(), "exact_below": exact_below, "build": built, "rows": rows,
             "stage1": idx.images.stage1.info, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "date": time.strftime("%Y-%m-%d")}
+            "date": time.strftime("%Y-%m-%d"),
+            "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()]}}
 
 
 def render(res: dict) -> str:
@@ -192,6 +194,11 @@ def render(res: dict) -> str:
                      f"{lat['total']['p50_ms']:.1f} / {lat['total']['p99_ms']:.1f} | {lat['text']['p50_ms']:.1f} | "
                      f"{lat['stage1']['p50_ms']:.1f} / {lat['stage1']['p99_ms']:.1f} | "
                      f"{lat['stage2']['p50_ms']:.1f} / {lat['stage2']['p99_ms']:.1f} | {r['recall_at_10']:.3f} |")
+    if res.get("load_average"):
+        la = res["load_average"]
+        lines += ["", f"Host load average (1, 5, 15 min) before the queries {la['before']}, after {la['after']} on "
+                      f"{res['host'].split(',')[1].strip()}: on a shared, busy host the text encoder's time (and so the "
+                      "totals) is inflated; stage 1 is the part a filter changes."]
     if res.get("build"):
         b = res["build"]
         lines += ["", f"Index build: encode {b['encode_s']:.0f} s, FAISS {b['faiss_s']:.0f} s "

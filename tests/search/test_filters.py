@@ -96,10 +96,12 @@ def test_each_filter_returns_the_filtered_exhaustive_top_k(lib, where):
         assert s1[0].id == idx.items[best]["id"]
 
 
-@pytest.mark.parametrize("kind", ["hnsw", "ivf"])
+@pytest.mark.parametrize("kind, through", [("hnsw", "graph"), ("ivf", "lists"), ("hnsw", "flat storage"),
+                                           ("ivf", "gathered rows")])
 @pytest.mark.parametrize("where", FILTERS[:8])
-def test_the_faiss_id_selector_gives_the_brute_force_stage1(lib, kind, where, monkeypatch):
-    monkeypatch.setattr(F, "EXACT_BELOW", 0)  # through FAISS with the selector, not the exact path
+def test_the_faiss_id_selector_gives_the_brute_force_stage1(lib, kind, through, where, monkeypatch):
+    if through in ("graph", "lists"):
+        monkeypatch.setattr(F, "EXACT_BELOW", 0)  # through the ANN index with the selector, not the exact path
     idx = vlmatch.Index.open(lib["root"] / kind)
     if kind == "ivf":
         idx.images.stage1.set_params({"nprobe": 4})  # every list: the IVF search is exact here

@@ -14,6 +14,7 @@ store) and a Milvus collection set (``--backend milvus``; :mod:`vlmatch.search.m
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
@@ -76,6 +77,7 @@ class FolderCollection:
         self.row_of = {it["id"]: r for r, it in enumerate(self.items)}
         self._columns = None
         self._masks: dict = {}
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self.items)
@@ -84,14 +86,15 @@ class FolderCollection:
         where = Where.of(where)
         if where is None:
             return self.stage1.search(queries, k)
-        if self._columns is None:  # the filterable columns of the table, built at the first filtered query
-            self._columns = Columns(self.items)
-        mask = self._masks.pop(where, None)
-        if mask is None:
-            mask = where.mask(self._columns)
-        self._masks[where] = mask  # the latest few filters' rows (a page asks for the same filter again)
-        while len(self._masks) > 8:
-            self._masks.pop(next(iter(self._masks)))
+        with self._lock:  # the service searches from several threads
+            if self._columns is None:  # the filterable columns of the table, built at the first filtered query
+                self._columns = Columns(self.items)
+            mask = self._masks.pop(where, None)
+            if mask is None:
+                mask = where.mask(self._columns)
+            self._masks[where] = mask  # the latest few filters' rows (a page asks for the same filter again)
+            while len(self._masks) > 8:
+                self._masks.pop(next(iter(self._masks)))
         return self.stage1.search_subset(queries, k, mask)
 
     def take(self, keys) -> Encoding:
