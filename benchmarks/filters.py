@@ -216,6 +216,9 @@ def main(argv=None):
     a = p.parse_args(argv)
     need_shared(SHARED)
     res = run(a)
+    prev = Path(a.out).with_suffix(".json")
+    if res["build"] is None and prev.is_file():  # --keep: the build figures of the run that built the index
+        res["build"] = json.loads(prev.read_text()).get("build")
     write_report(a.out, res, render)
 
 
