@@ -234,3 +234,23 @@ def test_milvus_filters_read_the_json_rows_of_a_collection_without_the_scalar_fi
     finally:
         milvus.images.scalars = None
     assert [r.id for r in got] == [r.id for r in folder.search(QUERY, k=4, candidates=4, where=where)]
+
+
+def test_cli_date_from_mtime_on_build_and_its_refusal_on_milvus(lib, tmp_path, monkeypatch, capsys):
+    from tests.features.photo_exif import save_photo
+
+    from .tiny import build_args
+
+    monkeypatch.setitem(backbones.BACKBONES, "tiny32", Tiny32)
+    photos = tmp_path / "photos"
+    save_photo(photos / "undated.jpg")
+    os.utime(photos / "undated.jpg", (1_500_000_000, 1_500_000_000))
+    assert main(build_args(lib["ck"]["model"], photos, tmp_path / "idx", "--date-from-mtime",
+                           retriever=lib["ck"]["retriever"])) == 0
+    idx = vlmatch.Index.open(tmp_path / "idx")
+    assert idx.items[0]["taken"].startswith("2017-07-1") and idx.manifest["source"]["date_from_mtime"] is True
+    assert [r.id for r in idx.search(QUERY, k=1, where={"before": "2017-12-31"})] == [idx.items[0]["id"]]
+    capsys.readouterr()
+    assert main(["index", "build", "--model", str(lib["ck"]["model"]), "--images", str(photos), "--backend", "milvus",
+                 "--milvus-uri", str(tmp_path / "m.db"), "--collection", "c", "--date-from-mtime"]) == 2
+    assert "--date-from-mtime is for the folder backend" in capsys.readouterr().err
