@@ -95,6 +95,11 @@ def test_page_in_chromium(served_index, tmp_path):
 @pytest.fixture
 def served_index(photo_index):  # noqa: F811
     """``vlmatch serve`` on the photo index, in its own process on a free loopback port."""
+    yield from serve(photo_index)
+
+
+def serve(index):
+    """``vlmatch serve`` on ``index``, in its own process on a free loopback port: yields (base URL, size)."""
     import socket
     import subprocess
     import sys
@@ -106,7 +111,7 @@ def served_index(photo_index):  # noqa: F811
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.Popen([sys.executable, "-m", "vlmatch.cli", "serve", str(photo_index), "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "vlmatch.cli", "serve", str(index), "--port", str(port),
                              "--log-level", "warning"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env)
     base = f"http://127.0.0.1:{port}"
@@ -126,3 +131,67 @@ def served_index(photo_index):  # noqa: F811
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.fixture
+def dated_index(tmp_path):
+    """``vlmatch serve`` on an index of drawn photos with EXIF capture times: photo i taken in month i + 1 of
+    2023, camera "Canon" for even i, "Apple" for odd; photos 9 and 10 without a date."""
+    from PIL import Image
+
+    from vlmatch.search.build import build_index
+
+    from .photo_index import draw_photos, save_models
+
+    photos = draw_photos(tmp_path / "photos", 12)
+    for i, p in enumerate(sorted(photos.glob("*.jpg"))):
+        ex = Image.Exif()
+        ex[271] = "Canon" if i % 2 == 0 else "Apple"
+        if i not in (9, 10):
+            ex.get_ifd(0x8769)[36867] = f"2023:{i + 1:02d}:15 12:00:00"
+        with Image.open(p) as im:
+            im.load()
+        im.save(p, quality=90, exif=ex)
+    ck = save_models(tmp_path / "ckpt")
+    build_index(tmp_path / "index", ck["model"], images=photos, retriever_ckpt=ck["retriever"],
+                backbone="efficientnet-lite0", progress=False)
+    yield from serve(tmp_path / "index")
+
+
+def test_page_filters_in_chromium(dated_index, tmp_path):
+    """The page's filter controls: a date range and a camera narrow the results to the matching photos (the
+    dates under each card), go into the URL, and a shared link with them fills the controls again."""
+    from playwright.sync_api import sync_playwright
+
+    base, _ = dated_index
+    shots = Path(os.environ.get("VLMATCH_SCREENSHOTS", tmp_path))
+    shots.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = launch(p)
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 820})
+            errors = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(base + "/")
+            page.fill("#q", "a dog on the grass")
+            page.press("#q", "Enter")
+            page.wait_for_selector("#results .card")
+            assert page.locator("#results .card").count() == 12
+            page.fill("#f-after", "2023-03-01")
+            page.fill("#f-before", "2023-07-31")  # a change searches again
+            page.wait_for_function("() => document.querySelectorAll('#results .card').length === 5")
+            dates = page.locator("#results .card .when").all_inner_texts()
+            assert sorted(d[:10] for d in dates) == [f"2023-{m:02d}-15" for m in range(3, 8)]
+            assert "after=2023-03-01" in page.url and "before=2023-07-31" in page.url
+            page.fill("#f-camera", "canon")
+            page.press("#f-camera", "Enter")  # the form's submit: the query with every filter
+            page.wait_for_function("() => document.querySelectorAll('#results .card').length === 3")
+            assert all("Canon" in d for d in page.locator("#results .card .when").all_inner_texts())
+            page.screenshot(path=str(shots / "filters-desktop.png"), full_page=False)
+            page.goto(base + "/?q=a+dog&after=2023-11-01&camera=apple")  # a shared link
+            page.wait_for_selector("#results .card")
+            assert page.input_value("#f-after") == "2023-11-01" and page.input_value("#f-camera") == "apple"
+            assert page.locator("#results .card .when").all_inner_texts() == ["2023-12-15 · Apple"]
+            assert not errors, errors
+        finally:
+            browser.close()

@@ -9,6 +9,10 @@ from ..io import printable
 from ..search.build import SCORES
 from ..search.stage1 import KINDS
 from .common import add_backend_args, milvus_location, open_index, positive_int, utf8_text
+from .filters import add_filter_args, where_of
+
+DATE_FROM_MTIME = ("date a photo without an EXIF capture time by its file's modification time (else it has no "
+                   "date, and a date filter leaves it out)")
 
 
 def add_parser(sub):
@@ -51,6 +55,7 @@ def add_parser(sub):
     b.add_argument("--skip-bad", action="store_true", help="skip unreadable images (listed in the manifest)")
     b.add_argument("--batch-size", type=positive_int, default=64)
     b.add_argument("--no-progress", action="store_true")
+    b.add_argument("--date-from-mtime", action="store_true", help=DATE_FROM_MTIME)
     b.set_defaults(func=cmd_build)
     u = s.add_parser("update", help="add new and changed images, drop deleted ones (no re-encoding of the rest)")
     u.add_argument("index", nargs="?", help="index folder (or --backend milvus ...)")
@@ -58,6 +63,7 @@ def add_parser(sub):
     u.add_argument("--skip-bad", action="store_true")
     u.add_argument("--batch-size", type=positive_int, default=64)
     u.add_argument("--no-progress", action="store_true")
+    u.add_argument("--date-from-mtime", action="store_true", help=DATE_FROM_MTIME)
     u.set_defaults(func=cmd_update)
 
     q = sub.add_parser("search", help="search an index by text (or by image against indexed captions)",
@@ -70,6 +76,7 @@ def add_parser(sub):
     q.add_argument("-k", type=int, default=10, help="results to show (default 10)")
     q.add_argument("--candidates", type=int, help="stage-1 candidates re-scored by the model (default 100)")
     q.add_argument("--json", metavar="OUT", help="write the results (rank order) as JSON")
+    add_filter_args(q)
     q.set_defaults(func=cmd_search)
 
 
@@ -117,6 +124,8 @@ def cmd_build(a):
 
         if a.out or a.overwrite:
             raise ConfigError("--out and --overwrite are for the folder backend; a Milvus index is --collection NAME")
+        if a.date_from_mtime:
+            raise ConfigError("--date-from-mtime is for the folder backend (a Milvus index dates photos by EXIF only)")
         m = build_milvus(loc, a.model, images=a.images, features=a.features, split=a.split, captions=a.captions,
                          retriever_ckpt=a.retriever, backbone=a.backbone, dtype=a.dtype, ann=a.ann, nlist=a.nlist,
                          skip_bad=a.skip_bad, batch_size=a.batch_size, progress=not a.no_progress, weights=a.weights,
@@ -129,7 +138,7 @@ def cmd_build(a):
         m = build_index(a.out, a.model, images=a.images, features=a.features, split=a.split, captions=a.captions,
                         retriever_ckpt=a.retriever, backbone=a.backbone, dtype=a.dtype, ann=a.ann, nlist=a.nlist,
                         skip_bad=a.skip_bad, batch_size=a.batch_size, progress=not a.no_progress, weights=a.weights,
-                        overwrite=a.overwrite, score=a.score or "model")
+                        overwrite=a.overwrite, score=a.score or "model", date_from_mtime=a.date_from_mtime)
     if m is None:  # a torchrun rank other than 0
         return
     for bad in m.get("skipped", []):
@@ -147,11 +156,14 @@ def cmd_update(a):
 
         if a.index:
             raise ConfigError("index update takes an index folder or --backend milvus ..., not both")
+        if a.date_from_mtime:
+            raise ConfigError("--date-from-mtime is for the folder backend (a Milvus index dates photos by EXIF only)")
         rep = update_milvus(loc, skip_bad=a.skip_bad, batch_size=a.batch_size, progress=not a.no_progress)
     elif not a.index:
         raise ConfigError("index update needs the index folder (or --backend milvus --milvus-uri URI --collection NAME)")
     else:
-        rep = update_index(a.index, skip_bad=a.skip_bad, batch_size=a.batch_size, progress=not a.no_progress)
+        rep = update_index(a.index, skip_bad=a.skip_bad, batch_size=a.batch_size, progress=not a.no_progress,
+                           date_from_mtime=a.date_from_mtime)
     for bad in rep.get("skipped", []):
         print(f"skipped {bad['key']}: {bad['error']}")
     print(json.dumps({k: v for k, v in rep.items() if k != "skipped"}))
@@ -160,10 +172,13 @@ def cmd_update(a):
 def format_results(results, what: str) -> str:
     """The result table; a name with a line break, a tab or bytes that are not UTF-8 is shown escaped
     (``\\n``, ``\\xe9``), so every result is one line."""
-    lines = [f"{'rank':>4}  {'score':>8}  {'stage1':>8}  {what}"]
+    # a photo's capture time (to the minute; "-" when it has none), when any result records one
+    taken = what == "file" and any(getattr(r, "taken", None) for r in results)
+    lines = [f"{'rank':>4}  {'score':>8}  {'stage1':>8}  " + (f"{'taken':<16}  " if taken else "") + what]
     for r in results:
         name = printable(str(r.path if what == 'file' else r.text), controls=True)
-        lines.append(f"{r.rank:>4}  {r.score:8.4f}  {r.stage1_score:8.4f}  {name}")
+        when = f"{(getattr(r, 'taken', None) or '-')[:16].replace('T', ' '):<16}  " if taken else ""
+        lines.append(f"{r.rank:>4}  {r.score:8.4f}  {r.stage1_score:8.4f}  {when}{name}")
     return "\n".join(lines)
 
 
@@ -189,6 +204,9 @@ def cmd_search(a):
         raise ConfigError("search needs a query text or --image FILE (one of them)")
     if a.text is not None:
         utf8_text(a.text, "the query text")
+    where = where_of(a)
+    if where is not None and a.image is not None:
+        raise ConfigError("--after/--before/--camera/--under/--near filter photos; --image searches captions")
     if a.json:
         check_writable(a.json)  # before the search, not after the table
     idx = open_index(a, a.index, lean_queries=False)  # one query: the lean forward would cost more than it saves
@@ -196,9 +214,10 @@ def cmd_search(a):
     if a.image is not None:
         res, what = idx.search_image(a.image, k=a.k, candidates=a.candidates), "caption"
     else:
-        res, what = idx.search(a.text, k=a.k, candidates=a.candidates), "file"
+        res, what = idx.search(a.text, k=a.k, candidates=a.candidates, where=where), "file"
     print(format_results(res, what))
     if a.json:
         write_json(a.json, {"query": a.text if a.image is None else {"image": a.image}, "index": a.index or str(idx.root),
                             "candidates": a.candidates, "timings_s": idx.last_timings,
+                            **({"where": where.to_dict()} if where is not None else {}),
                             "results": [r.to_dict() for r in res]})

@@ -38,10 +38,11 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from ..errors import DataError, VlmatchError
+from ..errors import ConfigError, DataError, VlmatchError
 from ..features.photo import MissingDecoder, PhotoTooLarge, open_photo, sniff
 from ..io import printable
 from ..version import __version__
+from .filters import Where
 from .service import Busy, Limits, ModelPool, SearchBackend
 
 log = logging.getLogger("vlmatch.search")
@@ -201,12 +202,27 @@ async def _refuse(send, cap: int, close: bool) -> None:
 
 
 # --- request / response models (they document the OpenAPI schema) -----------------------------
+FILTER_HELP = {  # the filters of a photo search (vlmatch.search.filters), applied in stage 1
+    "after": "only photos taken on or after this date (YYYY-MM-DD or ISO 8601 time); undated photos are left out",
+    "before": "only photos taken on or before this date (YYYY-MM-DD: the whole day)",
+    "camera": "only photos whose camera make and model contain this text (any case)",
+    "under": "only photos in this subfolder of the indexed photo folder (any depth)",
+    "near": "only photos whose GPS position is within KM kilometres of LAT,LON: 'LAT,LON,KM'",
+}
+
+
 class SearchRequest(BaseModel):
     text: str = Field(..., description="the query sentence", examples=["a dog runs on the beach"])
     k: int = Field(10, description="results to return (1 .. max_k)")
     candidates: int | None = Field(None, description="stage-1 candidates re-scored by the model (k .. max_candidates; "
                                                      "default 100, or k if larger, within the cap)")
     min_score: float | None = Field(None, description="drop results whose (stage-2) score is below this")
+    after: str | None = Field(None, description=FILTER_HELP["after"], examples=["2023-06-01"])
+    before: str | None = Field(None, description=FILTER_HELP["before"], examples=["2023-08-31"])
+    camera: str | None = Field(None, description=FILTER_HELP["camera"])
+    under: str | None = Field(None, description=FILTER_HELP["under"])
+    near: str | list[float] | None = Field(None, description=FILTER_HELP["near"] + " (or [LAT, LON, KM])",
+                                           examples=["48.8566,2.3522,25"])
 
 
 class SearchResult(BaseModel):
@@ -214,6 +230,10 @@ class SearchResult(BaseModel):
     path: str = Field(..., description="the file's path inside the photo folder the index was built from")
     score: float = Field(..., description="the model's own (stage-2) score; results are ranked by it")
     stage1_score: float | None = Field(None, description="the stage-1 (global vector) score that chose the candidate")
+    taken: str | None = Field(None, description="capture time, ISO 8601 (EXIF; absent when the photo records none)")
+    camera: str | None = Field(None, description="camera make and model (EXIF)")
+    gps: list[float] | None = Field(None, description="[latitude, longitude] in decimal degrees (EXIF GPS)")
+    size: list[int] | None = Field(None, description="[width, height] in pixels, as the photo is displayed")
 
 
 class SearchResponse(BaseModel):
@@ -460,15 +480,23 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
         return path
 
     # --- search ----------------------------------------------------------------------------------
-    async def do_search(text: str, k: int, candidates: int | None, min_score: float | None) -> dict:
+    async def do_search(text: str, k: int, candidates: int | None, min_score: float | None,
+                        filters: dict | None = None) -> dict:
         text = check_text(text)
+        try:
+            where = Where.of({f: v for f, v in (filters or {}).items() if v is not None})
+        except ConfigError as e:
+            raise ApiError(400, "bad_filter", words(str(e))) from None
         if candidates is None:
             candidates = max(k, min(100, limits.max_candidates))
         check_k(k, candidates)
         if min_score is not None and not math.isfinite(min_score):
             raise ApiError(400, "bad_min_score", f"min_score is {min_score}; it must be a finite number")
         t0 = time.perf_counter()
-        results, waited = await run_model(backend.search, text, k, candidates)
+        if where is None:
+            results, waited = await run_model(backend.search, text, k, candidates)
+        else:
+            results, waited = await run_model(backend.search, text, k, candidates, where)
         total = time.perf_counter() - t0
         if min_score is not None:
             results = [r for r in results if r["score"] >= min_score]
@@ -479,13 +507,20 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
     @app.post("/search", response_model=SearchResponse, responses=ERRORS, tags=["search"])
     async def search(req: SearchRequest):
         """Images ranked by the model's score for a sentence (two-stage search)."""
-        return await do_search(req.text, req.k, req.candidates, req.min_score)
+        return await do_search(req.text, req.k, req.candidates, req.min_score,
+                               {f: getattr(req, f) for f in FILTER_HELP})
 
     @app.get("/search", response_model=SearchResponse, responses=ERRORS, tags=["search"])
     async def search_get(q: str = Query(..., description="the query sentence"), k: int = 10, candidates: int | None = None,
-                         min_score: float | None = None):
-        """The same as ``POST /search``, for links: ``/search?q=a+dog+on+the+beach&k=20``."""
-        return await do_search(q, k, candidates, min_score)
+                         min_score: float | None = None,
+                         after: Annotated[str | None, Query(description=FILTER_HELP["after"])] = None,
+                         before: Annotated[str | None, Query(description=FILTER_HELP["before"])] = None,
+                         camera: Annotated[str | None, Query(description=FILTER_HELP["camera"])] = None,
+                         under: Annotated[str | None, Query(description=FILTER_HELP["under"])] = None,
+                         near: Annotated[str | None, Query(description=FILTER_HELP["near"])] = None):
+        """The same as ``POST /search``, for links: ``/search?q=a+dog+on+the+beach&k=20&after=2023-06-01``."""
+        return await do_search(q, k, candidates, min_score,
+                               {"after": after, "before": before, "camera": camera, "under": under, "near": near})
 
     @app.post("/search/image", response_model=ImageSearchResponse, responses=ERRORS, tags=["search"])
     async def search_image(image: Annotated[UploadFile | None, File(description="a JPEG/PNG/GIF/BMP/WebP image")] = None,

@@ -14,6 +14,7 @@ store) and a Milvus collection set (``--backend milvus``; :mod:`vlmatch.search.m
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
@@ -22,6 +23,7 @@ import numpy as np
 from ..errors import DataError
 from ..models.base import Encoding
 from .checks import COLLECTIONS, read_items
+from .filters import Columns, Where
 from .stage1 import Stage1
 from .store import EncodingStore
 
@@ -33,9 +35,11 @@ class CollectionBackend(Protocol):
 
     def __len__(self) -> int: ...
 
-    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, queries: np.ndarray, k: int, where=None) -> tuple[np.ndarray, np.ndarray]:
         """Top ``k`` (scores, keys) per query row, best first; keys are -1 where fewer were found.
-        ``k >= len(self)``: every item, scored exactly."""
+        ``k >= len(self)``: every item, scored exactly. ``where``: only the items that pass this filter
+        (a :class:`vlmatch.search.filters.Where`, a dict of its fields, or None), applied in the search
+        itself, so the top ``k`` are the best matching items."""
 
     def take(self, keys: np.ndarray) -> Encoding:
         """The stage-2 encodings of ``keys`` (in that order), float32, in the model's Encoding class."""
@@ -71,12 +75,27 @@ class FolderCollection:
             raise DataError(folder, f"inconsistent index: {len(self.items)} items, {len(self.stage1)} stage-1 vectors, "
                                     f"{len(self.store)} encodings")
         self.row_of = {it["id"]: r for r, it in enumerate(self.items)}
+        self._columns = None
+        self._masks: dict = {}
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self.items)
 
-    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        return self.stage1.search(queries, k)
+    def search(self, queries: np.ndarray, k: int, where=None) -> tuple[np.ndarray, np.ndarray]:
+        where = Where.of(where)
+        if where is None:
+            return self.stage1.search(queries, k)
+        with self._lock:  # the service searches from several threads
+            if self._columns is None:  # the filterable columns of the table, built at the first filtered query
+                self._columns = Columns(self.items)
+            mask = self._masks.pop(where, None)
+            if mask is None:
+                mask = where.mask(self._columns)
+            self._masks[where] = mask  # the latest few filters' rows (a page asks for the same filter again)
+            while len(self._masks) > 8:
+                self._masks.pop(next(iter(self._masks)))
+        return self.stage1.search_subset(queries, k, mask)
 
     def take(self, keys) -> Encoding:
         return self.store.take(keys)

@@ -40,6 +40,7 @@ import torch
 from .. import distributed as D
 from ..errors import ConfigError, DataError
 from ..features.photo import PHOTO_SUFFIXES, READER_VERSION, file_orientation, load_image, sniff
+from ..features.photometa import mtime_taken, photo_meta
 from ..features.provenance import check_backbone, checkpoint_backbone, resolve_backbone
 from ..io import atomic_dir, link_tree, read_json, write_json
 from ..models.base import MatchingModel
@@ -90,10 +91,11 @@ class _Bytes(io.BytesIO):
         return repr(str(self.path))
 
 
-def read_image(root: Path, rel: str, size: int) -> tuple[np.ndarray, dict]:
-    """An image file's pixels and what its table row records (size, mtime, SHA-256), all from one read
-    of its bytes: the hash is of the content encoded, whatever happens to the file meanwhile (its
-    mtime is taken before the read, so a later change shows as a later mtime)."""
+def read_image(root: Path, rel: str, size: int, date_from_mtime: bool = False) -> tuple[np.ndarray, dict]:
+    """An image file's pixels and what its table row records (size, mtime, SHA-256, and when, where, with
+    what and how large it was taken: :func:`photo_row`), all from one read of its bytes: the hash is of
+    the content encoded, whatever happens to the file meanwhile (its mtime is taken before the read, so a
+    later change shows as a later mtime)."""
     path = root / rel
     try:
         with open(path, "rb") as f:
@@ -105,7 +107,28 @@ def read_image(root: Path, rel: str, size: int) -> tuple[np.ndarray, dict]:
         pixels = load_image(_Bytes(data, path), size)
     except DataError as e:
         raise DataError(path, e.problem) from None
-    return pixels, {"size": len(data), "mtime_ns": st.st_mtime_ns, "sha256": hashlib.sha256(data).hexdigest()}
+    row = {"size": len(data), "mtime_ns": st.st_mtime_ns, "sha256": hashlib.sha256(data).hexdigest()}
+    return pixels, {**row, **photo_row(data, path, st.st_mtime_ns if date_from_mtime else None)}
+
+
+def photo_row(data: bytes, path: Path, mtime_ns: int | None = None) -> dict:
+    """What a table row records of a photo's EXIF (:func:`vlmatch.features.photometa.photo_meta`): ``taken``
+    (ISO 8601), ``camera``, ``gps`` [lat, lon], ``pixels`` [w, h] as displayed (``size`` is the file's bytes),
+    ``notes`` on tags that were there but unusable. ``mtime_ns``: ``--date-from-mtime``, the file's mtime
+    is the capture time of a photo without one (``taken_from``: ``"mtime"``). Never raises: the pixels
+    were read already, and a photo whose EXIF cannot be read is indexed without it."""
+    from PIL import Image
+
+    try:
+        with Image.open(_Bytes(data, path)) as im:  # the header only: nothing is decoded
+            meta = photo_meta(im)
+    except Exception as e:  # noqa: BLE001 - whatever the decoder raises, the photo indexes without EXIF
+        meta = {"notes": [f"EXIF not read ({type(e).__name__})"]}
+    if "size" in meta:
+        meta["pixels"] = meta.pop("size")
+    if mtime_ns is not None and "taken" not in meta:
+        meta["taken"], meta["taken_from"] = mtime_taken(mtime_ns), "mtime"
+    return meta
 
 
 def image_row(root: Path, rel: str, item_id: int, meta: dict) -> dict:
@@ -136,14 +159,15 @@ def _stage1_source(model, retriever) -> Stage1Source:
 
 # --- inputs ------------------------------------------------------------------------------------
 
-def image_batches(root: Path, rels: list[str], backbone, batch_size: int, skip_bad: bool):
+def image_batches(root: Path, rels: list[str], backbone, batch_size: int, skip_bad: bool,
+                  date_from_mtime: bool = False):
     size = backbone.info.input_size
 
     def read_batch(a: int):
         names, arrays, bad, meta = [], [], [], []
         for rel in rels[a:a + batch_size]:
             try:
-                pixels, m = read_image(root, rel, size)
+                pixels, m = read_image(root, rel, size, date_from_mtime)
             except DataError as e:
                 if not skip_bad:
                     raise DataError(e.path, f"{e.problem}; pass --skip-bad to index the rest without it") from None
@@ -367,7 +391,8 @@ SCORES = ("model", "mean")  # stage 2's ranking score (see build_index)
 def build_index(out, model_ckpt, images=None, features=None, split: str = "test", captions=None,
                 retriever_ckpt=None, backbone: str | None = None, dtype: str = "float16", ann: str = "auto",
                 nlist: int | None = None, hnsw_m: int = 32, skip_bad: bool = False, batch_size: int = 64,
-                progress: bool = True, weights=None, overwrite: bool = False, score: str = "model") -> dict | None:
+                progress: bool = True, weights=None, overwrite: bool = False, score: str = "model",
+                date_from_mtime: bool = False) -> dict | None:
     """Build (or resume building) an index folder; returns the manifest (None on ranks > 0).
 
     ``score``: how stage 2 ranks the candidates: ``"model"`` (the model's own score) or ``"mean"`` (the
@@ -375,7 +400,9 @@ def build_index(out, model_ckpt, images=None, features=None, split: str = "test"
     --checkpoint A B`` measures; needs a retriever).
     ``out`` must be new, empty or an index (or an interrupted build) of its own, and lie outside the
     image folder; ``overwrite`` lets it hold other files too, which are kept (see
-    :func:`vlmatch.search.folder.check_out`). One build or update of a folder at a time."""
+    :func:`vlmatch.search.folder.check_out`). One build or update of a folder at a time.
+    ``date_from_mtime``: a photo without an EXIF capture time is dated by its file's mtime (recorded in the
+    manifest's source, so updates do the same)."""
     if images is None and features is None and captions is None:
         raise ConfigError("index build needs --images DIR, --features DIR or --captions FILE")
     if images is not None and features is not None:
@@ -398,11 +425,12 @@ def build_index(out, model_ckpt, images=None, features=None, split: str = "test"
             recover(out)
         D.barrier()  # the other ranks write into build/ only once rank 0 holds the folder
         return _build(out, model_ckpt, images, features, split, captions, retriever_ckpt, backbone, dtype, ann, nlist,
-                      hnsw_m, skip_bad, batch_size, progress, weights, rank, world, score)
+                      hnsw_m, skip_bad, batch_size, progress, weights, rank, world, score, date_from_mtime)
 
 
 def _build(out: Path, model_ckpt, images, features, split, captions, retriever_ckpt, backbone, dtype, ann, nlist,
-           hnsw_m, skip_bad, batch_size, progress, weights, rank, world, score="model") -> dict | None:
+           hnsw_m, skip_bad, batch_size, progress, weights, rank, world, score="model",
+           date_from_mtime=False) -> dict | None:
     model, model_info = load_index_model(model_ckpt)
     retriever, retriever_info = (None, None) if retriever_ckpt is None else load_index_model(retriever_ckpt)
     # a bad caption file is refused before any encoding (the image collection is written first)
@@ -420,9 +448,12 @@ def _build(out: Path, model_ckpt, images, features, split, captions, retriever_c
         root, rels, bb, n_regions = photo_folder(images, model_ckpt, backbone, weights, model, trained, manifest)
         dim = s1.check(n_regions)
         fp = fingerprint("images", rels, [file_stat(root, r)["size"] for r in rels], model_info["sha256"],
-                         retriever_info and retriever_info["sha256"], bb.describe(), dtype)
+                         retriever_info and retriever_info["sha256"], bb.describe(), dtype,
+                         *(["date-from-mtime"] if date_from_mtime else []))
+        if date_from_mtime:
+            manifest["source"]["date_from_mtime"] = True
         rec = encode_sharded(work / "images", rels,
-                             lambda ks, done: image_batches(root, ks, bb, batch_size, skip_bad)(done),
+                             lambda ks, done: image_batches(root, ks, bb, batch_size, skip_bad, date_from_mtime)(done),
                              image_encoder(model, s1), dtype, fp, rank=rank, world=world, progress=progress,
                              desc="index images")
         if rec is not None:
@@ -481,16 +512,20 @@ def _encode_captions(work, model, s1, caption_rows, dtype, n_regions, batch_size
     return folder, [{"id": i, "text": c} for i, c in enumerate(caps)]
 
 
-def update_index(path, skip_bad: bool = False, batch_size: int = 64, progress: bool = True, weights=None) -> dict:
-    """Re-scan an image-folder index: encode new and changed files, drop deleted ones, keep the rest."""
+def update_index(path, skip_bad: bool = False, batch_size: int = 64, progress: bool = True, weights=None,
+                 date_from_mtime: bool = False) -> dict:
+    """Re-scan an image-folder index: encode new and changed files, drop deleted ones, keep the rest.
+    ``date_from_mtime`` (or a build that asked for it): new and changed photos without an EXIF capture
+    time are dated by their file's mtime."""
     out = Path(path)
     require_manifest(out)  # before the lock file is made in a folder that holds no index
     with writer_lock(out, "vlmatch index update"):
         recover(out)
-        return _update(out, *open_parts(out), skip_bad, batch_size, progress, weights)
+        return _update(out, *open_parts(out), skip_bad, batch_size, progress, weights, date_from_mtime)
 
 
-def _update(out: Path, manifest: dict, parts: dict, skip_bad, batch_size, progress, weights) -> dict:
+def _update(out: Path, manifest: dict, parts: dict, skip_bad, batch_size, progress, weights,
+            date_from_mtime=False) -> dict:
     from ..features.backbones import backbone_for
     from ..models.registry import load_model
 
@@ -540,7 +575,10 @@ def _update(out: Path, manifest: dict, parts: dict, skip_bad, batch_size, progre
     rec = {"keys": [], "meta": [], "bad": [], "folder": None}
     if todo:
         fp = fingerprint("update", todo, manifest["model"]["sha256"], manifest["created"])
-        rec = encode_sharded(work, todo, lambda ks, done: image_batches(root, ks, bb, batch_size, skip_bad)(done),
+        dfm = date_from_mtime or bool(manifest["source"].get("date_from_mtime"))
+        if dfm:
+            manifest["source"]["date_from_mtime"] = True
+        rec = encode_sharded(work, todo, lambda ks, done: image_batches(root, ks, bb, batch_size, skip_bad, dfm)(done),
                              image_encoder(model, s1), dtype, fp, progress=progress, desc="index new images")
     next_id = manifest.get("next_id", len(old_items))
     new_items = []

@@ -27,6 +27,7 @@ from ..evaluation.scoring import score_blocks
 from ..models.base import ImageEncoding, MatchingModel, TextEncoding
 from .backend import CollectionBackend, FolderCollection, MilvusLocation
 from .encode import Stage1Source
+from .filters import Where
 from .folder import manifest_stamp, open_parts, reading
 
 DEFAULT_CANDIDATES = 100
@@ -43,6 +44,10 @@ class SearchHit:
     stage1_score: float
     path: str | None = None
     text: str | None = None
+    taken: str | None = None  # capture time, ISO 8601 (EXIF; absent when the photo records none)
+    camera: str | None = None  # make and model
+    gps: list[float] | None = None  # [lat, lon], decimal degrees
+    size: list[int] | None = None  # [w, h] in pixels, as displayed (EXIF orientation applied)
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -169,32 +174,37 @@ class Index:
         q = self.stage1_source.text_vectors(texts, txt, self.n_regions)
         return txt, q.float().cpu().numpy()
 
-    def search(self, text: str, k: int = 10, candidates: int | None = None) -> list[SearchHit]:
-        """The ``k`` best images for ``text``: top ``candidates`` by stage 1, re-ranked by the model."""
-        return self.search_many([text], k, candidates)[0]
+    def search(self, text: str, k: int = 10, candidates: int | None = None, where=None) -> list[SearchHit]:
+        """The ``k`` best images for ``text``: top ``candidates`` by stage 1, re-ranked by the model.
+        ``where``: only photos that pass this filter (a :class:`vlmatch.search.filters.Where` or a dict of
+        its fields: ``after``, ``before``, ``camera``, ``under``, ``near``), applied in stage 1."""
+        return self.search_many([text], k, candidates, where)[0]
 
     @torch.no_grad()
-    def search_many(self, texts: list[str], k: int = 10, candidates: int | None = None) -> list[list[SearchHit]]:
+    def search_many(self, texts: list[str], k: int = 10, candidates: int | None = None, where=None
+                    ) -> list[list[SearchHit]]:
         """:meth:`search` for several queries (text encoding and stage 1 batched)."""
         if not texts or any(not isinstance(t, str) or not t.strip() for t in texts):
             raise ConfigError("a search query must be a non-empty text")
         self._need("images")
+        where = Where.of(where)  # a bad filter is refused before any model work
         t0 = time.perf_counter()
         txt, q = self.encode_queries(texts)
         t_text = time.perf_counter() - t0
-        out = self.rank_images(txt, q, k, candidates)
+        out = self.rank_images(txt, q, k, candidates, where)
         self.last_timings = {"text": t_text, **self.last_timings}
         return out
 
     @torch.no_grad()
-    def rank_images(self, txt: TextEncoding, q: np.ndarray, k: int = 10, candidates: int | None = None
-                    ) -> list[list[SearchHit]]:
+    def rank_images(self, txt: TextEncoding, q: np.ndarray, k: int = 10, candidates: int | None = None,
+                    where=None) -> list[list[SearchHit]]:
         """Two-stage ranking of encoded queries: ``txt`` (the model's text encodings, one row per
-        query) and ``q`` (their stage-1 vectors, (n, d))."""
+        query) and ``q`` (their stage-1 vectors, (n, d)); ``where``: a filter (see :meth:`search`)."""
         coll = self._need("images")
         kk, cand = _sizes(k, candidates, len(coll))
+        where = Where.of(where)
         t1 = time.perf_counter()
-        s1, rows = coll.search(q, cand)
+        s1, rows = coll.search(q, cand) if where is None else coll.search(q, cand, where=where)
         t2 = time.perf_counter()
         out = []
         for i in range(len(q)):
@@ -402,5 +412,11 @@ def _ranked(coll: CollectionBackend, rows: np.ndarray, scores: np.ndarray, s1: n
     order = np.lexsort((rows, -scores.astype(np.float64)))[:k]
     out = []
     for rank, (j, it) in enumerate(zip(order, coll.items_of(rows[order]), strict=True), start=1):
-        out.append(SearchHit(rank, int(it["id"]), float(scores[j]), float(s1[j]), **{field: it[field]}))
+        out.append(SearchHit(rank, int(it["id"]), float(scores[j]), float(s1[j]), **{field: it[field]},
+                             **(photo_fields(it) if field == "path" else {})))
     return out
+
+
+def photo_fields(row: dict) -> dict:
+    """A table row's photo metadata as :class:`SearchHit` fields (its ``pixels`` are the hit's ``size``)."""
+    return {"taken": row.get("taken"), "camera": row.get("camera"), "gps": row.get("gps"), "size": row.get("pixels")}

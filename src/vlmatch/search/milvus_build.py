@@ -64,6 +64,7 @@ from .milvus_client import (
     write_prop,
 )
 from .milvus_collection import read_manifest
+from .milvus_filters import has_scalars, scalars_of
 from .milvus_layout import Layout, create_encodings, create_items, server_vector_type
 from .stage1 import choose_kind
 
@@ -244,7 +245,9 @@ def write_rows(client, items_name: str, enc_name: str, layout: Layout, ids: list
                vecs: torch.Tensor, enc) -> None:
     """Upsert items (table row + stage-1 vector) and their encodings' chunks, in RPCs under the size limit."""
     v = vecs.float().cpu().numpy()
-    rows = [{"id": i, "item": it, "s1": v[j]} for j, (i, it) in enumerate(zip(ids, items, strict=True))]
+    scalars = has_scalars(client, items_name)  # not in collections written before the filters' fields
+    rows = [{"id": i, "item": it, "s1": v[j], **(scalars_of(it) if scalars else {})}
+            for j, (i, it) in enumerate(zip(ids, items, strict=True))]
     step = max(1, RPC_BYTES // (4 * v.shape[1] + 1024))
     for a in range(0, len(rows), step):
         client.upsert(items_name, rows[a:a + step])

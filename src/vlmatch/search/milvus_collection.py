@@ -18,8 +18,10 @@ import torch
 from ..errors import ConfigError, DataError, VlmatchError
 from ..models.base import Encoding
 from .backend import MilvusLocation
+from .filters import Where
 from .folder import checkpoint_digest, seal
 from .milvus_client import FORMAT, MANIFEST, MAX_RESULTS, PENDING, check_name, connect, part_name, read_prop
+from .milvus_filters import filtered_search
 from .milvus_layout import Layout, field_of, search_params
 
 
@@ -33,6 +35,7 @@ class MilvusCollection:
         self.count = int(info["count"])
         self.layout = Layout.from_dict(info["layout"])
         self.cls = type(template)
+        self.scalars = None  # whether the items carry the filter's scalar fields (asked at the first filter)
         missing = set(template.tensors()) - set(self.layout.fields)
         if missing:
             raise DataError(self.enc_name, f"stored encodings lack field(s) {sorted(missing)} the model produces: "
@@ -41,14 +44,21 @@ class MilvusCollection:
     def __len__(self) -> int:
         return self.count
 
-    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, queries: np.ndarray, k: int, where=None) -> tuple[np.ndarray, np.ndarray]:
         q = np.ascontiguousarray(queries, dtype=np.float32)
+        where = Where.of(where)
+        if where is not None:
+            return filtered_search(self, q, k, where)
         if k >= self.count and self.info["stage1"]["kind"] != "flat":
             return self._exhaustive(q)
+        return self.ann_search(q, k)
+
+    def ann_search(self, q: np.ndarray, k: int, expr: str = "") -> tuple[np.ndarray, np.ndarray]:
+        """Milvus's search of the stage-1 vectors among the items that pass ``expr`` (a boolean expression)."""
         if k > MAX_RESULTS:
             raise ConfigError(f"candidates {k}: Milvus returns at most {MAX_RESULTS} per search")
         res = self.client.search(self.items_name, data=[v.tolist() for v in q], limit=k, anns_field="s1",
-                                 output_fields=["id"],
+                                 output_fields=["id"], filter=expr,
                                  search_params={"metric_type": "IP", "params": search_params(self.info["stage1"], k)})
         scores = np.full((len(q), k), -np.inf, dtype=np.float32)
         keys = np.full((len(q), k), -1, dtype=np.int64)

@@ -35,6 +35,7 @@ import torch
 from ..errors import DataError
 from ..models.base import Encoding
 from .milvus_client import CHUNK_SLOTS, MAX_DIM, RPC_BYTES, pymilvus
+from .milvus_filters import add_scalar_fields
 
 VECTOR_TYPES = ("FLOAT16_VECTOR", "FLOAT16_PACKED", "FLOAT_VECTOR")
 PACKED = "FLOAT16_PACKED"
@@ -223,6 +224,7 @@ def create_items(client, name: str, dim: int, kind: str, nlist: int | None, hnsw
     schema.add_field("id", pm.DataType.INT64, is_primary=True)
     schema.add_field("item", pm.DataType.JSON)
     schema.add_field("s1", pm.DataType.FLOAT_VECTOR, dim=dim)
+    add_scalar_fields(schema, pm)  # what a search filter reads (vlmatch.search.milvus_filters)
     ip = client.prepare_index_params()
     itype, params = stage1_index(kind, nlist, hnsw_m)
     ip.add_index("s1", index_type=itype, metric_type="IP", params=params)

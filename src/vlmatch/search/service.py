@@ -27,9 +27,11 @@ class SearchBackend(Protocol):
     size: int  # number of indexed images
     n_captions: int  # size of the indexed caption collection (0: none, image -> text search is off)
 
-    def search(self, text: str, k: int, candidates: int) -> list[dict]:
-        """Ranked results ``{id, path, score, stage1_score}``, best first; ``path`` relative to the photo
-        folder the index was built from (a page served to others never shows the server's own paths)."""
+    def search(self, text: str, k: int, candidates: int, where=None) -> list[dict]:
+        """Ranked results ``{id, path, score, stage1_score}`` (and the photo's ``taken``, ``camera``, ``gps``,
+        ``size`` where known), best first; ``path`` relative to the photo folder the index was built from (a
+        page served to others never shows the server's own paths). ``where``: a filter
+        (:class:`vlmatch.search.filters.Where`), applied in stage 1."""
 
     def search_image(self, image: bytes | None, image_id: int | None, k: int) -> list[dict]:
         """Nearest captions ``{id, text, score}`` of the caption collection for an uploaded image
@@ -245,11 +247,13 @@ class IndexBackend:
     def path_of(self, image_id: int) -> Path | None:
         return self._served.path(image_id)
 
-    def search(self, text: str, k: int, candidates: int) -> list[dict]:
+    def search(self, text: str, k: int, candidates: int, where=None) -> list[dict]:
         s = self._served  # this request's version, whatever a reload does meanwhile
-        hits = s.index.search(text, k=k, candidates=candidates)
+        hits = s.index.search(text, k=k, candidates=candidates, where=where)
         shown = s.shown([r.id for r in hits])
-        return [{"id": r.id, "path": shown[r.id], "score": r.score, "stage1_score": r.stage1_score} for r in hits]
+        meta = ("taken", "camera", "gps", "size")
+        return [{"id": r.id, "path": shown[r.id], "score": r.score, "stage1_score": r.stage1_score,
+                 **{f: getattr(r, f) for f in meta if getattr(r, f) is not None}} for r in hits]
 
     def search_image(self, image: bytes | None, image_id: int | None, k: int) -> list[dict]:
         s = self._served

@@ -186,3 +186,37 @@ class Stage1:
             return self.index.search(q, k)
         finally:
             torch.set_num_threads(torch_threads)
+
+    def search_subset(self, queries: np.ndarray, k: int, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`search` among the rows where ``mask`` is true (a filter: :mod:`vlmatch.search.filters`),
+        so the top ``k`` are the best matching rows, not the matching survivors of an unfiltered top ``k``.
+        Few rows (at most ``EXACT_BELOW``, or ``k``) are scored exactly: FAISS's flat scan with an id
+        selector (the flat index, or the HNSW graph's own flat storage: only the selected rows are
+        scored, none copied); more go through the graph or the IVF lists with the selector."""
+        from .filters import EXACT_BELOW, top_k_of
+
+        q = np.ascontiguousarray(queries, dtype=np.float32)
+        kind = self.info["kind"]
+        n_rows = int(np.count_nonzero(mask))
+        exact = n_rows <= max(k, EXACT_BELOW) or kind == "flat"
+        if exact and kind == "ivf":  # no flat storage beside the lists: the matching rows gathered and scored
+            return top_k_of(q, self.vectors, np.flatnonzero(mask), k)
+        faiss = _faiss()
+        bits = np.packbits(np.asarray(mask, dtype=bool), bitorder="little")
+        sel = faiss.IDSelectorBitmap(len(mask), faiss.swig_ptr(bits))
+        if exact:
+            index = self.index if kind == "flat" else faiss.downcast_index(self.index.storage)
+            params = faiss.SearchParameters(sel=sel)
+        elif kind == "hnsw":
+            index = self.index
+            params = faiss.SearchParametersHNSW(sel=sel, efSearch=max(int(self.params.get("efSearch", 512)), k))
+        else:
+            index = self.index
+            params = faiss.SearchParametersIVF(sel=sel, nprobe=int(self.params.get("nprobe", 32)))
+        torch_threads = torch.get_num_threads()
+        faiss.omp_set_num_threads(1 if len(q) < 8 else max(1, os.cpu_count() or 1))
+        try:
+            scores, rows = index.search(q, k, params=params)  # bits stays referenced until the search returns
+        finally:
+            torch.set_num_threads(torch_threads)
+        return np.where(rows >= 0, scores, -np.inf).astype(np.float32), rows
