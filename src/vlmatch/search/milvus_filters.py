@@ -101,9 +101,12 @@ def _vectors(client, name: str, ids: list[int]) -> np.ndarray:
 
 
 def has_scalars(client, name: str) -> bool:
-    from .milvus_layout import field_of
-
-    return field_of(client, name, "taken")[0] == "INT64"
+    """Whether the items collection ``name`` has the filter fields (written since they exist): its
+    ``taken`` field is an INT64 (this module sits below milvus_layout, so it reads the schema itself)."""
+    for f in client.describe_collection(name).get("fields", []):
+        if f.get("name") == "taken":
+            return getattr(f.get("type"), "name", str(f.get("type"))) == "INT64"
+    return False
 
 
 def filtered_search(coll, q: np.ndarray, k: int, where: Where) -> tuple[np.ndarray, np.ndarray]:
