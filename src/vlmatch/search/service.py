@@ -35,6 +35,11 @@ class SearchBackend(Protocol):
         """Nearest captions ``{id, text, score}`` of the caption collection for an uploaded image
         (encoded bytes) or an indexed image id."""
 
+    def search_like(self, image: bytes | None, image_id: int | None, k: int, candidates: int,
+                    text: str | None = None, text_weight: float | None = None) -> list[dict]:
+        """Search by photo: results as :meth:`search` gives them, for an uploaded image (encoded bytes) or an
+        indexed image id, optionally with a text (``vlmatch.Index.search_like``)."""
+
     def path_of(self, image_id: int) -> Path | None:
         """The file the index's table holds for ``image_id`` (None when there is no such id)."""
 
@@ -248,6 +253,14 @@ class IndexBackend:
     def search(self, text: str, k: int, candidates: int) -> list[dict]:
         s = self._served  # this request's version, whatever a reload does meanwhile
         hits = s.index.search(text, k=k, candidates=candidates)
+        shown = s.shown([r.id for r in hits])
+        return [{"id": r.id, "path": shown[r.id], "score": r.score, "stage1_score": r.stage1_score} for r in hits]
+
+    def search_like(self, image: bytes | None, image_id: int | None, k: int, candidates: int,
+                    text: str | None = None, text_weight: float | None = None) -> list[dict]:
+        s = self._served
+        hits = s.index.search_like(image if image is not None else int(image_id), k=k, text=text,
+                                   candidates=candidates, text_weight=text_weight)
         shown = s.shown([r.id for r in hits])
         return [{"id": r.id, "path": shown[r.id], "score": r.score, "stage1_score": r.stage1_score} for r in hits]
 
