@@ -155,6 +155,10 @@ def test_cli_search_like_id_path_and_text(idx, tmp_path, capsys):
     photo = idx.path_of(_id(idx, "photo_003.jpg"))
     assert main(["search", str(idx.root), "at night", "--like", photo, "-k", "2", "--text-weight", "0"]) == 0
     assert capsys.readouterr().out.splitlines()[1].endswith("photo_003.jpg")
+    # the text may follow the photo (argparse takes the positionals before the first option)
+    assert main(["search", str(idx.root), "--like", photo, "at night", "-k", "2", "--text-weight", "0",
+                 "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["query"] == {"like": photo, "text": "at night"}
 
 
 @pytest.mark.parametrize("args, message", [
@@ -162,6 +166,8 @@ def test_cli_search_like_id_path_and_text(idx, tmp_path, capsys):
     (["--like", "3", "--image", "x.jpg"], "two different searches"),
     (["--like", "3", "--text-weight", "0.3"], "give a query text too"),
     (["a dog", "--text-weight", "0.3"], "goes with --like"),
+    (["--like", "3", "a dog", "at night"], "at most one text"),
+    (["a dog", "--like", "3", "at night"], "two query texts"),
 ])
 def test_cli_like_errors_are_one_line(idx, capsys, args, message):
     assert main(["search", str(idx.root), *args]) == 2

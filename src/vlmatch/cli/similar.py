@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from ..errors import ConfigError
+from .common import utf8_text
 
 
 def text_weight(text: str) -> float:
@@ -23,9 +24,10 @@ def text_weight(text: str) -> float:
 def add_like_args(q) -> None:
     from ..search.similar import DEFAULT_TEXT_WEIGHT
 
-    q.add_argument("--like", metavar="PHOTO|ID",
+    q.add_argument("--like", nargs="+", metavar="PHOTO|ID [TEXT]",
                    help="search by photo: the indexed photos most like this one, a file (in or outside the index) or "
-                        "an indexed id; with a query text too, photos like it that also match the text")
+                        "an indexed id; with a text (after it, or as the query text), photos like it that also match "
+                        "the text")
     q.add_argument("--text-weight", type=text_weight, default=None, metavar="W",
                    help=f"with --like and a text: the text's share of the combined score, 0..1 (default "
                         f"{DEFAULT_TEXT_WEIGHT}; each score is standardised over the candidates first)")
@@ -44,6 +46,13 @@ def like_args(a):
     """``search --like``'s arguments checked (before the index is opened); returns the photo or id."""
     if a.image is not None:
         raise ConfigError("--like and --image are two different searches: give one of them")
+    if len(a.like) > 2:
+        raise ConfigError(f"--like takes a photo (or id) and at most one text, not {len(a.like)} values: quote the text")
+    if len(a.like) == 2:
+        if a.text is not None:
+            raise ConfigError("two query texts (one after --like, one before it): give one")
+        a.text = utf8_text(a.like[1], "the query text")
+    a.like = a.like[0]
     if a.text_weight is not None and a.text is None:
         raise ConfigError("--text-weight weighs the query text against --like: give a query text too")
     return like_target(a.like)
