@@ -102,3 +102,21 @@ def test_over_a_real_index(like_index):  # noqa: F811
         up = c.post("/search", files={"image": ("p.jpg", data, "image/jpeg")}, data={"k": "1"})
         assert up.status_code == 200, up.text
         assert [x["path"] for x in up.json()["results"]] == ["photo_000.jpg"]
+
+
+def test_a_multipart_post_search_gets_the_upload_cap_not_the_json_cap(backend):
+    """The form is routed before the body cap is chosen: an upload above the 64 KB JSON cap passes."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    buf = io.BytesIO()
+    noise = np.random.default_rng(0).integers(0, 256, (300, 300, 3), dtype=np.uint8)
+    Image.fromarray(noise).save(buf, "JPEG", quality=95)
+    data = buf.getvalue()
+    assert len(data) > Limits().max_body_bytes
+    with TestClient(create_app(backend, Limits(max_upload_bytes=2_000_000))) as c:
+        r = c.post("/search", files={"image": ("n.jpg", data, "image/jpeg")}, data={"k": "2"})
+        assert r.status_code == 200, r.text
+        assert_error(c.post("/search", json={"text": "x" * 70_000}), 413, "body_too_large")

@@ -24,7 +24,7 @@ def text_weight(text: str) -> float:
 def add_like_args(q) -> None:
     from ..search.similar import DEFAULT_TEXT_WEIGHT
 
-    q.add_argument("--like", nargs="+", metavar="PHOTO|ID [TEXT]",
+    q.add_argument("--like", nargs="+", metavar=("PHOTO|ID", "TEXT"),
                    help="search by photo: the indexed photos most like this one, a file (in or outside the index) or "
                         "an indexed id; with a text (after it, or as the query text), photos like it that also match "
                         "the text")
