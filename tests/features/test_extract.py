@@ -285,8 +285,8 @@ def test_a_large_jpeg_is_decoded_at_a_reduced_scale_to_nearly_the_same_pixels(tm
     with Image.open(path) as im:  # the full decode, then the same resize
         full = np.asarray(im.convert("RGB").resize((320, 320), Image.BILINEAR)).astype(int)
     decoded = []
-    real_convert = Image.Image.convert
-    monkeypatch.setattr(Image.Image, "convert", lambda im, *a, **k: decoded.append(im.size) or real_convert(im, *a, **k))
+    real_resize = Image.Image.resize  # the decoded image is the one resized to the input size
+    monkeypatch.setattr(Image.Image, "resize", lambda im, *a, **k: decoded.append(im.size) or real_resize(im, *a, **k))
     got = ex.load_image(path, 320).astype(int)
     assert got.shape == (320, 320, 3)
     assert decoded and min(decoded[0]) >= 320  # never below the size asked for

@@ -46,7 +46,7 @@ def cmd_explain(a):
 
     from ..evaluation.explainers import default_method
     from ..features.backbones import backbone_for
-    from ..features.extract import load_image
+    from ..features.photo import load_image
     from ..features.provenance import check_backbone, checkpoint_backbone, resolve_backbone
     from ..io import check_writable, write_json
     from ..models.registry import load_model

@@ -98,7 +98,7 @@ def _photo_folder(root: Path, a, model):
     from tqdm.auto import tqdm
 
     from ..features.backbones import backbone_for
-    from ..features.extract import load_image
+    from ..features.photo import load_image
     from ..features.provenance import check_backbone, checkpoint_backbone, resolve_backbone
 
     jsons = [p for p in sorted(root.glob("*.json")) if p.name != "features.json"]

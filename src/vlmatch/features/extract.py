@@ -26,8 +26,9 @@ from ..data.resolve import source_hint
 from ..errors import DataError, VlmatchError
 from ..io import fsync_path, write_json, write_text
 from .backbones import Backbone, create_backbone
+from .photo import PHOTO_SUFFIXES, load_image
 
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif"}
+IMAGE_SUFFIXES = PHOTO_SUFFIXES  # its name before the photo reader (vlmatch.features.photo)
 
 
 @dataclass
@@ -38,34 +39,6 @@ class Job:
     images: list[str]
     captions: list[list[str]] | None = None
     skipped: list[dict] = field(default_factory=list)
-
-
-def load_image(path: Path, size: int) -> np.ndarray:
-    """An image's RGB pixels resized to size x size. A JPEG at least twice the size on both sides is decoded
-    at 1/2, 1/4 or 1/8 scale first (PIL's draft: the DCT scaled in the decoder, still >= size x size), so a
-    12-megapixel photo decodes in a fraction of the time; smaller JPEGs (Flickr's 500 x 375 at 224 or 320 px)
-    and other formats decode in full as before."""
-    from PIL import Image
-
-    try:
-        with Image.open(path) as im:
-            if im.format == "JPEG" and im.mode in ("RGB", "L", "CMYK", "YCbCr"):
-                im.draft(im.mode, (size, size))
-            im = _to_rgb(im).resize((size, size), Image.BILINEAR)
-            return np.asarray(im, dtype=np.uint8)
-    except Exception as e:  # PIL raises many types (OSError, DecompressionBombError, SyntaxError, ...)
-        raise DataError(path, f"unreadable image ({type(e).__name__}: {e})") from None
-
-
-def _to_rgb(im):
-    """RGB with 8 bits per channel; 16-bit greyscale is scaled down (PIL's convert would clip it at 255)."""
-    from PIL import Image
-
-    if im.mode.startswith("I;16") or im.mode == "I":
-        a = np.asarray(im).astype(np.float64)
-        a = np.clip(np.rint(a / 257.0), 0, 255).astype(np.uint8)  # 65535 -> 255
-        return Image.fromarray(a, "L").convert("RGB")
-    return im.convert("RGB")
 
 
 def name_problem(name: str) -> str | None:

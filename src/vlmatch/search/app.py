@@ -39,6 +39,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from ..errors import DataError, VlmatchError
+from ..features.photo import MissingDecoder, PhotoTooLarge, open_photo, sniff
 from ..io import printable
 from ..version import __version__
 from .service import Busy, Limits, ModelPool, SearchBackend
@@ -46,13 +47,12 @@ from .service import Busy, Limits, ModelPool, SearchBackend
 log = logging.getLogger("vlmatch.search")
 INTERNAL = "the server failed to answer this request; the details are in the server's log"
 
-IMAGE_TYPES = {  # magic bytes -> content type; what the service serves and accepts
-    b"\xff\xd8\xff": "image/jpeg",
-    b"\x89PNG\r\n\x1a\n": "image/png",
-    b"GIF87a": "image/gif",
-    b"GIF89a": "image/gif",
-    b"BM": "image/bmp",
-}
+# photo format (vlmatch.features.photo.sniff) -> content type: what the service accepts as uploads
+IMAGE_TYPES = {"JPEG": "image/jpeg", "PNG": "image/png", "GIF": "image/gif", "BMP": "image/bmp", "WEBP": "image/webp",
+               "TIFF": "image/tiff", "HEIF": "image/heif", "AVIF": "image/avif"}
+# the formats every browser shows as they are; /images/{id} converts the others (HEIC, TIFF, AVIF) to an upright JPEG
+BROWSER_FORMATS = ("JPEG", "PNG", "GIF", "BMP", "WEBP")
+UPLOAD_FORMATS = "a JPEG, PNG, GIF, BMP, WebP, TIFF, HEIC/HEIF or AVIF image"
 SPECIAL = re.compile(r"^(<.*>|\[CLS\]|\[SEP\])$")  # <start>, <end>, [CLS], [SEP]: tokens the page does not show
 Method = Literal["attention", "contribution", "gradient", "occlusion"]  # vlmatch.evaluation.explainers.METHODS
 METHOD_HELP = ("how the maps are made: attention (the model's own weights), contribution (each position's exact "
@@ -104,13 +104,8 @@ def query_bytes_problem(query_string: bytes) -> str | None:
 
 
 def sniff_type(head: bytes) -> str | None:
-    """The image content type from a file's first bytes (None: not an image type we serve)."""
-    for magic, ctype in IMAGE_TYPES.items():
-        if head.startswith(magic):
-            return ctype
-    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return "image/webp"
-    return None
+    """The image content type from a file's first bytes (None: not an image type we take)."""
+    return IMAGE_TYPES.get(sniff(head))
 
 
 def check_upload(data: bytes, limits: Limits) -> None:
@@ -121,21 +116,17 @@ def check_upload(data: bytes, limits: Limits) -> None:
         raise ApiError(400, "empty_upload", "the uploaded file is empty")
     if len(data) > limits.max_upload_bytes:
         raise ApiError(413, "upload_too_large", f"the upload is larger than {limits.max_upload_bytes} bytes")
-    if sniff_type(data[:16]) is None:
-        raise ApiError(415, "not_an_image", "the upload is not a JPEG, PNG, GIF, BMP or WebP image")
-    from PIL import Image
-
+    if sniff_type(data[:32]) is None:
+        raise ApiError(415, "not_an_image", f"the upload is not {UPLOAD_FORMATS}")
     try:
-        with Image.open(io.BytesIO(data)) as im:
-            w, h = im.size
-            if w * h > limits.max_upload_pixels:
-                raise ApiError(413, "image_too_large", f"the image has {w}x{h} pixels; the limit is "
-                                                      f"{limits.max_upload_pixels} pixels")
-            im.draft("RGB", (1024, 1024))  # JPEG: decode at a reduced scale (all the data is still read)
-            im.load()  # decode it all: a truncated or corrupt body fails here, not in the model
-    except ApiError:
-        raise
-    except Exception:  # PIL raises many types for broken files; its words are not ours
+        # decoded whole, as the model will read it (a truncated or corrupt body fails here, not in the model);
+        # a JPEG at a reduced scale (all the data is still read)
+        open_photo(data, 1024, name="upload", max_pixels=limits.max_upload_pixels)
+    except PhotoTooLarge as e:
+        raise ApiError(413, "image_too_large", f"the image {e.problem}") from None
+    except MissingDecoder as e:  # a HEIC / AVIF upload to a server without the decoder
+        raise ApiError(415, "no_decoder", e.problem) from None
+    except DataError:
         raise ApiError(415, "bad_image", "the upload is not a readable image (truncated or corrupt)") from None
 
 
@@ -307,6 +298,21 @@ class ErrorBody(BaseModel):
 ERRORS = {s: {"model": ErrorBody} for s in (400, 404, 413, 415, 422, 503)}
 
 
+def as_jpeg(path: Path, item_id: int, max_pixels: int, side: int = 4096) -> bytes:
+    """An indexed photo in a format browsers do not show (HEIC, TIFF, AVIF) as an upright JPEG of at most
+    ``side`` pixels a side."""
+    try:
+        im = open_photo(path, max_pixels=max_pixels)
+    except PhotoTooLarge as e:
+        raise ApiError(415, "image_too_large", f"the indexed file of id {item_id} {e.problem}") from None
+    except DataError:
+        raise ApiError(415, "bad_image", f"the indexed file of id {item_id} cannot be decoded") from None
+    im.thumbnail((side, side))
+    buf = io.BytesIO()
+    im.save(buf, "JPEG", quality=90)
+    return buf.getvalue()
+
+
 class ThumbCache:
     """Thumbnails (JPEG bytes) of recently asked ids, keyed by the file's identity."""
 
@@ -323,19 +329,16 @@ class ThumbCache:
         return None
 
     def make(self, path: Path, key, max_pixels: int) -> bytes:
-        """Decode, shrink and keep the thumbnail of ``path`` (JPEG files decode at a reduced scale)."""
-        from PIL import Image
-
-        with Image.open(path) as im:
-            im.draft("RGB", (self.size, self.size))  # JPEG: decode at 1/2..1/8 scale, not every pixel
-            w, h = im.size
-            if w * h > max_pixels:
-                raise ApiError(415, "image_too_large", f"the indexed file has {w}x{h} pixels; thumbnails are made of "
-                                                       f"images of up to {max_pixels} pixels")
-            im = im.convert("RGB")  # decodes (at the draft's scale)
-            im.thumbnail((self.size, self.size))
-            buf = io.BytesIO()
-            im.save(buf, "JPEG", quality=82)
+        """Decode (upright, as displayed; JPEG files at a reduced scale), shrink and keep the thumbnail of
+        ``path``: a JPEG, which keeps no EXIF orientation, so it is stored the right way up."""
+        try:
+            im = open_photo(path, self.size, max_pixels=max_pixels)
+        except PhotoTooLarge as e:
+            raise ApiError(415, "image_too_large", f"the indexed file {e.problem}; thumbnails are made of images "
+                                                   f"of up to {max_pixels} pixels") from None
+        im.thumbnail((self.size, self.size))
+        buf = io.BytesIO()
+        im.save(buf, "JPEG", quality=82)
         data = buf.getvalue()
         with self._lock:
             self._items[key] = data
@@ -643,13 +646,18 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
                 return f.read(16)
 
         try:
-            ctype = sniff_type(await run_in_threadpool(head))
+            fmt = sniff(await run_in_threadpool(head))
         except OSError:
             raise ApiError(404, "file_missing", "the indexed file cannot be read (update the index)") from None
-        if ctype is None:
+        if fmt is None:
             raise ApiError(415, "not_an_image", f"the indexed file of id {id} is not an image type the service serves")
-        # streamed from disk in chunks: a large file is never held in memory whole
-        return FileResponse(path, media_type=ctype, headers={"ETag": etag, "Cache-Control": FILE_CACHE})
+        headers = {"ETag": etag, "Cache-Control": FILE_CACHE}
+        if fmt in BROWSER_FORMATS:  # as it is: browsers apply a JPEG's EXIF orientation themselves
+            # streamed from disk in chunks: a large file is never held in memory whole
+            return FileResponse(path, media_type=IMAGE_TYPES[fmt], headers=headers)
+        async with decoding:  # HEIC, TIFF, AVIF: shown as an upright JPEG (at most `workers` decoded at once)
+            data = await run_in_threadpool(as_jpeg, path, id, limits.max_upload_pixels)
+        return Response(data, media_type="image/jpeg", headers=headers)
 
     @app.get("/thumbs/{id}", responses={200: {"content": {"image/jpeg": {}}}, **ERRORS}, tags=["files"])
     async def thumb(id: int, request: Request):  # noqa: A002

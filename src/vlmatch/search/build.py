@@ -39,7 +39,7 @@ import torch
 
 from .. import distributed as D
 from ..errors import ConfigError, DataError
-from ..features.extract import IMAGE_SUFFIXES, load_image
+from ..features.photo import PHOTO_SUFFIXES, READER_VERSION, file_orientation, load_image, sniff
 from ..features.provenance import check_backbone, checkpoint_backbone, resolve_backbone
 from ..io import atomic_dir, link_tree, read_json, write_json
 from ..models.base import MatchingModel
@@ -52,14 +52,26 @@ from .store import open_arrays
 
 
 def scan_folder(root: Path) -> list[str]:
-    """Image files under ``root`` (recursively), as sorted POSIX paths relative to it."""
+    """Image files under ``root`` (recursively), as sorted POSIX paths relative to it: every file with a
+    photo suffix (:data:`~vlmatch.features.photo.PHOTO_SUFFIXES`; what it holds is read from its content
+    when it is encoded) and every other file whose first bytes are an image's (a photo saved without its
+    suffix). Hidden files (``.name``) are left out."""
     if not root.is_dir():
         raise DataError(root, "image folder not found")
     files = sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
-                   if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith("."))
+                   if not p.name.startswith(".") and p.is_file() and (p.suffix.lower() in PHOTO_SUFFIXES
+                                                                     or _image_content(p)))
     if not files:
-        raise DataError(root, f"no images ({', '.join(sorted(IMAGE_SUFFIXES))})")
+        raise DataError(root, f"no images ({', '.join(sorted(PHOTO_SUFFIXES))})")
     return files
+
+
+def _image_content(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return sniff(f.read(32)) is not None
+    except OSError:
+        return False
 
 
 def file_stat(root: Path, rel: str) -> dict:
@@ -398,7 +410,8 @@ def _build(out: Path, model_ckpt, images, features, split, captions, retriever_c
     s1 = _stage1_source(model, retriever)
     trained = checkpoint_backbone(model_ckpt)
     manifest = {"format": FORMAT, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "model": model_info, "retriever": retriever_info, "stage1": s1.describe(), "score": score,
+                "reader": READER_VERSION, "model": model_info, "retriever": retriever_info, "stage1": s1.describe(),
+                "score": score,
                 "dtype": dtype, "backbone": trained, "source": {}, "collections": {}, "versions": versions()}
     work = out / "build"
     bb = None
@@ -489,7 +502,10 @@ def _update(out: Path, manifest: dict, parts: dict, skip_bad, batch_size, progre
     old_items = read_items(parts["images"] / "items.json", "path")
     by_rel = {it["rel"]: (row, it) for row, it in enumerate(old_items)}
     rels = scan_folder(root)
-    keep_rows, keep_items, todo = [], [], []
+    # an index encoded by an older photo reader holds its EXIF-rotated photos as stored (sideways): those
+    # are encoded again, as displayed (vlmatch.features.photo.READER_VERSION)
+    stale_reader = manifest.get("reader", 1) < READER_VERSION
+    keep_rows, keep_items, todo, reoriented = [], [], [], 0
     for rel in rels:
         st = file_stat(root, rel)
         if rel in by_rel:
@@ -497,6 +513,8 @@ def _update(out: Path, manifest: dict, parts: dict, skip_bad, batch_size, progre
             same = (it["size"], it["mtime_ns"]) == (st["size"], st["mtime_ns"])
             if not same and it.get("sha256") and it["size"] == st["size"]:
                 same = sha256_file(root / rel) == it["sha256"]
+            if same and stale_reader and file_orientation(root / rel) != 1:
+                same, reoriented = False, reoriented + 1
             if same:
                 keep_rows.append(row)
                 keep_items.append(it)
@@ -504,9 +522,14 @@ def _update(out: Path, manifest: dict, parts: dict, skip_bad, batch_size, progre
         todo.append(rel)
     deleted = len(old_items) - len(keep_rows) - sum(r in by_rel for r in todo)
     report = {"kept": len(keep_rows), "new": sum(r not in by_rel for r in todo),
-              "changed": sum(r in by_rel for r in todo), "deleted": deleted}
+              "changed": sum(r in by_rel for r in todo) - reoriented, "deleted": deleted}
+    if stale_reader:  # encoded by an older photo reader: how many were turned upright
+        report["reoriented"] = reoriented
     if not todo and len(keep_rows) == len(old_items):
         shutil.rmtree(out / "build", ignore_errors=True)  # what an update killed before its commit left
+        if stale_reader:  # nothing was sideways: the index is as the current reader would encode it
+            with swapping(out):
+                commit(out, {**manifest, "reader": READER_VERSION}, ())
         return {**report, "skipped": []}
     model = load_model(parts["model"]).eval()
     retriever = load_model(parts["retriever"]).eval() if "retriever" in parts else None
@@ -549,6 +572,7 @@ def _update(out: Path, manifest: dict, parts: dict, skip_bad, batch_size, progre
                            info.get("M", 32))
         written = ("images",)
     manifest["next_id"] = next_id
+    manifest["reader"] = READER_VERSION
     manifest["counts"]["images"] = len(items)
     manifest["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     manifest["skipped"] = rec["bad"]

@@ -380,24 +380,20 @@ class _ShippedExplainer:
 
 
 def _pixels(image, size: int) -> np.ndarray:
-    """uint8 (size, size, 3) pixels of an image given as a path, bytes, a PIL image or an array."""
-    import io
+    """uint8 (size, size, 3) pixels of an image given as a path, the file's bytes, a PIL image or an array,
+    as displayed (:mod:`vlmatch.features.photo`: EXIF orientation applied, colour normalised)."""
+    from PIL import Image
 
-    from PIL import Image, UnidentifiedImageError
+    from ..features.photo import load_image, orientation_of, to_rgb, upright
 
-    from ..features.extract import load_image
-
-    if isinstance(image, (str, Path)):
-        return load_image(Path(image), size)
+    if isinstance(image, (str, Path, bytes, bytearray)):
+        return load_image(image if isinstance(image, (bytes, bytearray)) else Path(image), size)
     try:
-        if isinstance(image, (bytes, bytearray)):
-            with Image.open(io.BytesIO(image)) as im:
-                pil = im.convert("RGB")
-        elif isinstance(image, np.ndarray):
+        if isinstance(image, np.ndarray):
             pil = Image.fromarray(np.asarray(image, dtype=np.uint8)).convert("RGB")
         else:
-            pil = image.convert("RGB")
-    except (OSError, UnidentifiedImageError, ValueError, AttributeError) as e:
+            pil = to_rgb(upright(image, orientation_of(image)))
+    except (OSError, ValueError, AttributeError, TypeError) as e:
         raise DataError("image", f"not a readable image ({e})") from None
     return np.asarray(pil.resize((size, size), Image.BILINEAR), dtype=np.uint8)
 

@@ -57,11 +57,9 @@ def render(att: PairAttention, image, out=None, boxes=None, cols: int | None = N
     from PIL import Image
 
     if isinstance(image, (str, Path)):
-        try:
-            with Image.open(image) as im:
-                pil = im.convert("RGB")
-        except OSError as e:
-            raise DataError(image, f"unreadable image ({e})") from None
+        from ..features.photo import open_photo
+
+        pil = open_photo(Path(image))  # as displayed: the maps were computed on the upright photo
     else:
         pil = Image.fromarray(np.asarray(image, dtype=np.uint8))
     scale = display / max(pil.size)

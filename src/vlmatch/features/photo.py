@@ -1,0 +1,222 @@
+"""Reading a photo as it is displayed: the one image reader of the package.
+
+Every place that turns an image file into pixels -- index build and update, ``features extract``,
+``explain``, ``grounding`` on photo folders, the service's uploads, thumbnails and heat-map overlays --
+goes through :func:`open_photo` (a PIL image) or :func:`load_image` (the model's square input), so a
+photo is encoded, thumbnailed and explained the way a browser or a photo viewer shows it:
+
+1. the format is read from the content, not the name (:func:`sniff`): a ``.jpg`` that is really a
+   HEIC is a HEIC; HEIC/HEIF decode through pillow-heif (the ``vision`` extra), AVIF through Pillow's
+   own plugin where it was built with one; a missing decoder is a one-line error naming the extra;
+2. a JPEG larger than needed decodes at 1/2, 1/4 or 1/8 scale (PIL's draft: the DCT scaled inside the
+   decoder, still at least the requested size on both sides);
+3. the first frame of an animated GIF / WebP / multi-page TIFF;
+4. the EXIF orientation applied (all eight values: :data:`ORIENTATION_OPS`); HEIF files carry their
+   rotation in the container and pillow-heif applies it while decoding;
+5. colour normalised to 8-bit RGB: CMYK, YCbCr, palette, 1-bit, greyscale; 16- and 32-bit greyscale
+   scaled (not clipped) to 8 bits; transparency (RGBA, LA, PA, palette with a transparent index)
+   composited on white, as a viewer shows it on a light page.
+
+:data:`READER_VERSION` names this behaviour: an index records the version that encoded its photos
+(``reader`` in its manifest). Version 1 read the stored pixels and ignored the EXIF orientation.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DataError
+
+READER_VERSION = 2  # 1: stored pixels, EXIF orientation ignored (vlmatch <= 0.1 indexes)
+
+# suffixes listed as photos when a folder is scanned (the content decides what each file is)
+PHOTO_SUFFIXES = frozenset({".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff",
+                            ".heic", ".heif", ".hif", ".avif"})
+
+# EXIF orientation -> the PIL transpose that shows the stored pixels upright (None: as stored)
+ORIENTATION_OPS = {1: None, 2: "FLIP_LEFT_RIGHT", 3: "ROTATE_180", 4: "FLIP_TOP_BOTTOM", 5: "TRANSPOSE",
+                   6: "ROTATE_270", 7: "TRANSVERSE", 8: "ROTATE_90"}
+EXIF_ORIENTATION = 0x0112
+
+_HEIF_BRANDS = {b"heic", b"heix", b"hevc", b"hevx", b"heim", b"heis", b"hevm", b"hevs", b"mif1", b"msf1", b"mif2"}
+_AVIF_BRANDS = {b"avif", b"avis"}
+VISION_EXTRA = "pip install 'vlmatch[vision]'"
+
+
+def sniff(head: bytes) -> str | None:
+    """The image format of a file from its first 32 bytes: ``JPEG``, ``PNG``, ``GIF``, ``BMP``, ``WEBP``,
+    ``TIFF``, ``HEIF`` or ``AVIF``; None for anything else (a video, a sidecar, a text file)."""
+    if head.startswith(b"\xff\xd8\xff"):
+        return "JPEG"
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "PNG"
+    if head[:6] in (b"GIF87a", b"GIF89a"):
+        return "GIF"
+    if head.startswith(b"BM") and len(head) >= 14:
+        return "BMP"
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "WEBP"
+    if head[:4] in (b"II*\x00", b"MM\x00*"):
+        return "TIFF"
+    if head[4:8] == b"ftyp":
+        brands = {head[8:12]} | {head[i:i + 4] for i in range(16, min(len(head), 32) - 3, 4)}
+        if brands & _AVIF_BRANDS and head[8:12] in _AVIF_BRANDS | {b"mif1", b"msf1"}:
+            return "AVIF"
+        if brands & _HEIF_BRANDS:
+            return "HEIF"
+        if brands & _AVIF_BRANDS:
+            return "AVIF"
+    return None
+
+
+class PhotoTooLarge(DataError):
+    """A photo over a caller's pixel limit (:func:`open_photo`'s ``max_pixels``)."""
+
+
+class MissingDecoder(DataError):
+    """A photo in a format this installation cannot decode (HEIF / AVIF without their plugin)."""
+
+
+_registered: dict[str, bool] = {}
+
+
+def decoder_available(fmt: str) -> bool:
+    """Whether this installation decodes ``fmt`` (HEIF through pillow-heif; AVIF through Pillow's plugin,
+    else pillow-heif's where its libheif has an AVIF decoder). Registers pillow-heif's opener once."""
+    if fmt not in ("HEIF", "AVIF"):
+        return True
+    if "heif" not in _registered:
+        try:
+            import pillow_heif
+
+            pillow_heif.register_heif_opener()
+            _registered["heif"] = True
+            _registered["heif_avif"] = bool(pillow_heif.libheif_info().get("AVIF"))
+        except ImportError:
+            _registered["heif"] = _registered["heif_avif"] = False
+    if fmt == "HEIF":
+        return _registered["heif"]
+    from PIL import features
+
+    return bool(features.check("avif")) or _registered["heif_avif"]
+
+
+def _head(src) -> bytes:
+    if isinstance(src, (bytes, bytearray, memoryview)):
+        return bytes(src[:32])
+    if isinstance(src, (str, Path)):
+        with open(src, "rb") as f:
+            return f.read(32)
+    pos = src.tell()
+    head = src.read(32)
+    src.seek(pos)
+    return head
+
+
+def _name(src, name) -> str | Path:
+    if name is not None:
+        return name
+    if isinstance(src, (str, Path)):
+        return src
+    return getattr(src, "path", None) or "image"
+
+
+def open_photo(src, size: int | None = None, *, name=None, max_pixels: int | None = None):
+    """The photo ``src`` (a path, the file's bytes or a binary file object) as an upright 8-bit RGB PIL
+    image, as a viewer displays it. ``size``: the side the caller will shrink it to -- a JPEG then decodes
+    at the smallest 1/2..1/8 scale that still covers ``size`` x ``size``. Any problem is a
+    :class:`~vlmatch.errors.DataError` naming the file (``name``, else the path) and what is wrong;
+    ``max_pixels``: a photo that would decode to more pixels (a JPEG: at the reduced scale) is refused
+    before it is decoded (:class:`PhotoTooLarge`)."""
+    from PIL import Image
+
+    where = _name(src, name)
+    try:
+        head = _head(src)
+    except OSError as e:
+        raise DataError(where, f"unreadable image ({type(e).__name__}: {e.strerror or e})") from None
+    fmt = sniff(head)
+    if fmt in ("HEIF", "AVIF") and not decoder_available(fmt):
+        raise MissingDecoder(where, f"a {fmt} photo, and no {fmt} decoder is installed: {VISION_EXTRA} (pillow-heif)")
+    fp = io.BytesIO(bytes(src)) if isinstance(src, (bytes, bytearray, memoryview)) else src
+    try:
+        with Image.open(fp) as im:
+            if getattr(im, "n_frames", 1) > 1:
+                im.seek(0)  # the first frame of an animation or a multi-page file
+            if size and im.format == "JPEG" and im.mode in ("RGB", "L", "CMYK", "YCbCr"):
+                im.draft(im.mode, (size, size))
+            # the pixels that will be decoded (a JPEG's at the draft's scale)
+            if max_pixels is not None and im.size[0] * im.size[1] > max_pixels:
+                raise PhotoTooLarge(where, f"has {im.size[0]}x{im.size[1]} pixels; the limit is {max_pixels} pixels")
+            orientation = orientation_of(im)
+            im.load()
+            return to_rgb(upright(im, orientation))
+    except DataError:
+        raise
+    except Exception as e:  # PIL raises many types (OSError, DecompressionBombError, SyntaxError, ...)
+        raise DataError(where, f"unreadable image ({type(e).__name__}: {e})") from None
+
+
+def load_image(path, size: int) -> np.ndarray:
+    """A photo's RGB pixels as displayed (:func:`open_photo`), resized to ``size`` x ``size`` (bilinear):
+    the backbone's input. ``path``: a path, the file's bytes or a binary file object."""
+    from PIL import Image
+
+    im = open_photo(path, size)
+    return np.asarray(im.resize((size, size), Image.BILINEAR), dtype=np.uint8)
+
+
+def orientation_of(im) -> int:
+    """The EXIF orientation (1..8) of an open PIL image; 1 when it has none or it is unreadable
+    (a broken EXIF block never stops a photo from being read)."""
+    try:
+        v = im.getexif().get(EXIF_ORIENTATION, 1)
+    except Exception:  # corrupt EXIF: PIL raises assorted types
+        return 1
+    return v if isinstance(v, int) and v in ORIENTATION_OPS else 1
+
+
+def file_orientation(path) -> int:
+    """The EXIF orientation of an image file without decoding its pixels (1 when none or unreadable, and
+    for HEIF / AVIF, whose rotation lives in the container and is applied by the decoder)."""
+    from PIL import Image
+
+    try:
+        if sniff(_head(path)) in ("HEIF", "AVIF", None):
+            return 1
+        with Image.open(path) as im:
+            return orientation_of(im)
+    except Exception:  # unreadable: the reader says why when the photo is read
+        return 1
+
+
+def upright(im, orientation: int):
+    """``im`` turned the way its EXIF ``orientation`` says it is displayed."""
+    from PIL import Image
+
+    op = ORIENTATION_OPS.get(orientation)
+    return im if op is None else im.transpose(getattr(Image.Transpose, op))
+
+
+def to_rgb(im):
+    """8-bit RGB: 16/32-bit greyscale scaled to 8 bits (PIL's convert would clip at 255), transparency
+    composited on white, every other mode converted by PIL."""
+    from PIL import Image
+
+    if im.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):
+        a = np.asarray(im).astype(np.float64)
+        top = 65535.0 if im.mode.startswith("I;16") or (a.size and a.max() > 255) else 255.0
+        if im.mode in ("I", "F") and a.size and a.max() > 65535:
+            top = float(a.max())
+        a = np.clip(np.rint(a * (255.0 / top)), 0, 255).astype(np.uint8)
+        return Image.fromarray(a, "L").convert("RGB")
+    if im.mode == "P" and "transparency" in im.info or im.mode == "PA":
+        im = im.convert("RGBA")
+    if im.mode in ("RGBA", "LA", "RGBa", "La"):
+        rgba = im.convert("RGBA")
+        white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(white, rgba).convert("RGB")
+    return im if im.mode == "RGB" else im.convert("RGB")
