@@ -104,8 +104,8 @@ def make_set(images: Path, n_orig: int, n_distinct: int, seed: int) -> tuple[Pat
 
 
 def reader_applies_orientation(folder: Path, truth: dict) -> bool:
-    """Does the package's photo reader turn a photo with orientation 6 upright (the lead's reader, issue 46
-    item 1)? Compared on the first family: original vs its rotated copy as read."""
+    """Does the package's photo reader turn a photo with orientation 6 upright (issue 46 item 1)? Compared on
+    the first family: the original vs its rotated copy as read."""
     from vlmatch.features.extract import load_image
 
     orig = next(n for n, (f, k) in truth.items() if f == 0 and k == "orig")
@@ -156,20 +156,6 @@ def evaluate(rows: np.ndarray, vectors: np.ndarray, queries: np.ndarray, fam: np
             "group_precision": len(exact) / max(1, len(groups)), "group_recall": len(exact) / max(1, len(true_groups)),
             "recall_by_kind": by_kind,
             "distinct_photos_grouped": sum(1 for g in groups for r in g if r in distinct_rows)}
-
-
-def upright_vectors(idx, vectors: np.ndarray, kind: list) -> np.ndarray:
-    """The stage-1 vectors with each rotated copy encoded as a reader that applies the EXIF tag sees it
-    (``ImageOps.exif_transpose``, then the index's own backbone and model): what the index holds once the
-    reader of issue 46 item 1 is in."""
-    from PIL import Image, ImageOps
-
-    out = np.array(vectors, copy=True)
-    for r, it in enumerate(idx.items):
-        if kind[r] == "rotated":
-            with Image.open(it["path"]) as im:
-                out[r] = idx.encode_image(ImageOps.exif_transpose(im).convert("RGB"))[1][0]
-    return out
 
 
 def similarity_figures(queries: np.ndarray, vectors: np.ndarray, fam: np.ndarray, kind: list) -> dict:
@@ -245,10 +231,7 @@ def run(a, argv) -> dict:
     rows_a, rows_b = np.flatnonzero(in_a), np.flatnonzero(~in_a)
     oriented = reader_applies_orientation(folder, truth)
     scenarios = {"reader": scenario(rows_a, rows_b, vectors, queries, fam, kind)}
-    if not oriented:  # what the figures become with the reader of item 1 (the rotated copies seen upright)
-        up = upright_vectors(idx, vectors, kind)
-        scenarios["upright"] = scenario(rows_a, rows_b, up, image_query(idx, up), fam, kind)
-    best = scenarios["upright" if not oriented else "reader"]["threshold_from_half_a"]
+    best = scenarios["reader"]["threshold_from_half_a"]
     rows_of = {int(it["id"]): r for r, it in enumerate(items)}
     b_orig_ids = [int(items[r]["id"]) for r in rows_b if kind[r] == "orig"]
     like = like_figures(idx, b_orig_ids, fam, rows_of)
@@ -270,9 +253,7 @@ def run(a, argv) -> dict:
                                          cli.stdout.strip().splitlines()[-1] if cli.stdout.strip() else ""}}
 
 
-SCENARIOS = {"reader": "the index as built (today's photo reader)",
-             "upright": "the rotated copies encoded upright, as the reader of issue 46 item 1 reads them "
-                        "(ImageOps.exif_transpose, then the index's backbone and model)"}
+SCENARIOS = {"reader": "the index as built"}
 
 
 def render_scenario(name: str, sc: dict) -> list[str]:
@@ -310,12 +291,10 @@ def render(r: dict) -> str:
         f"({r['set']['photos']} photos; see the script's docstring). Originals (with their copies) and distinct "
         "photos split in halves at random: the threshold is picked on half A, every figure is of half B.  ",
         f"Photo reader applies EXIF orientation: **{r['reader_applies_orientation']}**"
-        + ("" if r["reader_applies_orientation"] else " -- the rotated copies are read sideways; the second table "
-           "gives the figures with them read upright (the reader of issue 46 item 1), and `vlmatch index duplicates`' "
-           "default threshold is that table's."), "",
+        + ("" if r["reader_applies_orientation"] else " -- the rotated copies are read sideways."), "",
         f"Search by photo (`Index.search_like(id, k=5)` over the whole index as built, for the {like['queries']} "
         f"originals of half B): itself first **{like['itself_first']:.3f}**, share of its four copies "
-        f"in the first five **{like['copies_in_top5']:.3f}** (the rotated copies read as the index holds them), "
+        f"in the first five **{like['copies_in_top5']:.3f}**, "
         f"p50 {like['p50_ms']:.1f} ms per query.", "",
         f"`vlmatch index duplicates` on the whole set as built, at the default threshold {r['default_threshold']} "
         f"(picked here: {r['picked_threshold']}): "

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 from PIL import Image
 
@@ -60,20 +59,6 @@ def build_like_index(root: Path, n: int = 8) -> Path:
     rotated_with_tag(photos / "photo_001.jpg", photos / "photo_001_rot.jpg")
     build_index(root / "index", save_vse(root / "vse"), images=photos, backbone="efficientnet-lite0", progress=False)
     return root / "index"
-
-
-def reader_applies_orientation() -> bool:
-    """Does the package's photo reader show a tagged photo upright (issue 46 item 1)?"""
-    import tempfile
-
-    from vlmatch.features.extract import load_image
-
-    with tempfile.TemporaryDirectory() as tmp:
-        src = draw_photos(Path(tmp) / "probe", 2)
-        rotated_with_tag(src / "photo_001.jpg", Path(tmp) / "probe_rot.jpg")
-        a = load_image(src / "photo_001.jpg", 64).astype(float)
-        b = load_image(Path(tmp) / "probe_rot.jpg", 64).astype(float)
-    return float(np.abs(a - b).mean()) < 10.0
 
 
 _BUILT: dict = {}

@@ -102,6 +102,11 @@ def test_over_a_real_index(like_index):  # noqa: F811
         up = c.post("/search", files={"image": ("p.jpg", data, "image/jpeg")}, data={"k": "1"})
         assert up.status_code == 200, up.text
         assert [x["path"] for x in up.json()["results"]] == ["photo_000.jpg"]
+        # an upload stored sideways with an orientation tag is read upright: its upright original comes first
+        rot = next(it["path"] for it in backend.index.items if Path(it["path"]).name == "photo_001_rot.jpg")
+        up = c.post("/search", files={"image": ("r.jpg", Path(rot).read_bytes(), "image/jpeg")}, data={"k": "2"})
+        assert up.status_code == 200, up.text
+        assert {x["path"] for x in up.json()["results"]} == {"photo_001.jpg", "photo_001_rot.jpg"}
 
 
 def test_a_multipart_post_search_gets_the_upload_cap_not_the_json_cap(backend):

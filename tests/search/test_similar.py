@@ -14,7 +14,7 @@ from vlmatch.errors import ConfigError
 from vlmatch.search.index import Index
 from vlmatch.search.similar import embedding_width, image_query
 
-from .like_index import like_index, reader_applies_orientation, resized_copy, rotated_with_tag  # noqa: F401
+from .like_index import like_index, resized_copy, rotated_with_tag  # noqa: F401
 from .photo_index import photo_index  # noqa: F401 -- the fixture
 
 
@@ -53,10 +53,8 @@ def test_like_a_file_outside_the_index(idx, tmp_path):
     assert set(names) == {"photo_000.jpg", "copy_small.jpg", "copy_q40.jpg"}
 
 
-@pytest.mark.xfail(not reader_applies_orientation(),
-                   reason="the photo reader does not apply EXIF orientation yet (issue 46 item 1, the lead's part)",
-                   strict=True)
 def test_like_gives_itself_first_and_its_rotated_copy_second(idx):
+    """photo_001_rot.jpg is photo_001 stored sideways with EXIF orientation 6: read upright, it is its nearest."""
     names = _names(idx.search_like(_id(idx, "photo_001.jpg"), k=2))
     assert names == ["photo_001.jpg", "photo_001_rot.jpg"]
 
