@@ -191,3 +191,24 @@ def test_rotated_copy_helper_is_upright_when_the_tag_is_applied(tmp_path):
         upright = np.asarray(ImageOps.exif_transpose(im).convert("RGB"), dtype=float)
     with Image.open(src) as im:
         assert np.abs(upright - np.asarray(im.convert("RGB"), dtype=float)).mean() < 6
+
+
+def test_a_text_pools_both_candidate_lists_and_standardises_over_the_pool(idx):
+    """With few candidates the photo's and the text's stage-1 lists differ: the pool is their union, each
+    candidate scored by its exact image similarity and text score, both standardised over the pool."""
+    n = len(idx)
+    item_id, text, cand = _id(idx, "photo_000.jpg"), "two people walk on the beach at sunset", 3
+    img_top = [h.id for h in idx.search_like(item_id, k=cand, candidates=cand)]
+    txt_top = [h.id for h in idx.search(text, k=cand, candidates=cand)]
+    pool = set(img_top) | set(txt_top)
+    assert len(pool) > cand  # the two lists differ here (else this test shows nothing)
+    hits = idx.search_like(item_id, k=cand, candidates=cand, text=text, text_weight=0.3)  # (candidates >= k)
+    t = {h.id: h.score for h in idx.search(text, k=n, candidates=n)}
+    i = {h.id: h.score for h in idx.search_like(item_id, k=n, candidates=n)}
+    ids = sorted(pool)
+    tv, iv = np.array([t[j] for j in ids]), np.array([i[j] for j in ids])
+    want = dict(zip(ids, 0.3 * (tv - tv.mean()) / tv.std() + 0.7 * (iv - iv.mean()) / iv.std(), strict=True))
+    best = sorted(ids, key=lambda j: -want[j])[:cand]
+    assert [h.id for h in hits] == best
+    assert [h.score for h in hits] == pytest.approx([want[j] for j in best], abs=1e-4)
+    assert [h.stage1_score for h in hits] == pytest.approx([i[j] for j in best], abs=2e-3)
