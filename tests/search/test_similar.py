@@ -212,3 +212,28 @@ def test_a_text_pools_both_candidate_lists_and_standardises_over_the_pool(idx):
     assert [h.id for h in hits] == best
     assert [h.score for h in hits] == pytest.approx([want[j] for j in best], abs=1e-4)
     assert [h.stage1_score for h in hits] == pytest.approx([i[j] for j in best], abs=2e-3)
+
+
+def test_a_text_on_a_mean_scored_index_uses_the_fused_text_score(tmp_path):
+    """An index built with score "mean" (SCAN re-scoring over a VSE++ retriever) ranks a text by the mean of
+    the two models' scores; with --like and text_weight 1 the pool is ranked by exactly that score, the
+    retriever's part computed from the stored vectors for candidates the text's stage 1 did not return."""
+    from vlmatch.search.build import build_index
+
+    from .photo_index import draw_photos, save_models
+
+    ck = save_models(tmp_path / "ckpt")
+    build_index(tmp_path / "index", ck["model"], images=draw_photos(tmp_path / "photos", 10),
+                retriever_ckpt=ck["retriever"], backbone="efficientnet-lite0", progress=False, score="mean")
+    idx = Index.open(tmp_path / "index", lean_queries=False)
+    n, text, cand = len(idx), "a blue car on a street", 3
+    item_id = idx.items[4]["id"]
+    pool = ({h.id for h in idx.search_like(item_id, k=cand, candidates=cand)}
+            | {h.id for h in idx.search(text, k=cand, candidates=cand)})
+    exact = {h.id: h.score for h in idx.search(text, k=n, candidates=n)}  # the fused score of every photo
+    best = sorted(pool, key=lambda j: -exact[j])[:cand]
+    hits = idx.search_like(item_id, k=cand, candidates=cand, text=text, text_weight=1.0)
+    assert [h.id for h in hits] == best
+    v = np.array([exact[j] for j in sorted(pool)])
+    z = {j: (exact[j] - v.mean()) / v.std() for j in pool}
+    assert [h.score for h in hits] == pytest.approx([z[j] for j in best], abs=1e-4)

@@ -102,12 +102,12 @@ def like_query(index, like) -> LikeQuery:
     if isinstance(like, (int, np.integer)) and not isinstance(like, bool):
         key = coll.key_of(int(like))
         if key is None:
-            raise ConfigError(f"--like {like}: no image with that id in {index.root}")
+            raise ConfigError(f"like {like}: no image with that id in {index.root}")
         with torch.no_grad():
             enc = coll.take(np.array([key])).to(index.device)
         return LikeQuery(enc, stored_vectors(index, coll, [key]), int(like))
     if isinstance(like, (str, Path)) and not Path(like).is_file():
-        raise ConfigError(f"--like {like}: no such photo file")
+        raise ConfigError(f"like {like}: no such photo file")
     enc, vec = index.encode_image(like)
     return LikeQuery(enc, vec)
 
