@@ -57,6 +57,20 @@ class FakeBackend:
         d = {i: -float(np.abs(rgb - COLOURS[c.split()[1]]).sum()) for i, c in enumerate(self.captions)}
         return [{"id": i, "text": self.captions[i], "score": s} for i, s in sorted(d.items(), key=lambda t: -t[1])[:k]]
 
+    def search_like(self, image, image_id, k, candidates, text=None, text_weight=None, where=None):
+        """Images by closeness of colour to the uploaded image's mean colour or to image ``image_id``'s."""
+        self._wait()
+        if image is not None:
+            with Image.open(io.BytesIO(image)) as im:
+                rgb = np.asarray(im.convert("RGB"), dtype=float).reshape(-1, 3).mean(0)
+        else:
+            rgb = np.array(COLOURS[self.captions[image_id].split()[1]], dtype=float)
+        self.liked = (image_id, text, text_weight)
+        scored = [(1 - float(np.abs(rgb - COLOURS[c.split()[1]]).sum()) / 765, i) for i, c in enumerate(self.captions)]
+        top = sorted(scored, key=lambda t: (-t[0], t[1]))[:min(candidates, self.size)]
+        return [{"id": i, "path": str(self.paths[i].relative_to(self.dir)), "score": s, "stage1_score": s}
+                for s, i in top[:k]]
+
     def path_of(self, image_id):
         self.asked_ids.append(image_id)
         assert isinstance(image_id, int)

@@ -10,6 +10,7 @@ from ..search.build import SCORES
 from ..search.stage1 import KINDS
 from .common import add_backend_args, milvus_location, open_index, positive_int, utf8_text
 from .filters import add_filter_args, where_of
+from .similar import add_duplicates_parser, add_like_args, like_args, run_like
 
 DATE_FROM_MTIME = ("date a photo without an EXIF capture time by its file's modification time (else it has no "
                    "date, and a date filter leaves it out)")
@@ -65,6 +66,7 @@ def add_parser(sub):
     u.add_argument("--no-progress", action="store_true")
     u.add_argument("--date-from-mtime", action="store_true", help=DATE_FROM_MTIME)
     u.set_defaults(func=cmd_update)
+    add_duplicates_parser(s)
 
     q = sub.add_parser("search", help="search an index by text (or by image against indexed captions)",
                        description="Stage 1 picks --candidates items by global vectors; stage 2 re-scores them "
@@ -73,6 +75,7 @@ def add_parser(sub):
     q.add_argument("text", nargs="?", help="the query sentence")
     add_backend_args(q)
     q.add_argument("--image", help="an image file: search the indexed captions instead")
+    add_like_args(q)
     q.add_argument("-k", type=int, default=10, help="results to show (default 10)")
     q.add_argument("--candidates", type=int, help="stage-1 candidates re-scored by the model (default 100)")
     q.add_argument("--json", metavar="OUT", help="write the results (rank order) as JSON")
@@ -200,24 +203,30 @@ def cmd_search(a):
 
     if a.backend == "milvus" and a.text is None and a.index is not None:  # no folder: the one positional is the text
         a.text, a.index = a.index, None
-    if (a.text is None) == (a.image is None):
+    if a.like is None and (a.text is None) == (a.image is None):
         raise ConfigError("search needs a query text or --image FILE (one of them)")
     if a.text is not None:
         utf8_text(a.text, "the query text")
     where = where_of(a)
     if where is not None and a.image is not None:
         raise ConfigError("--after/--before/--camera/--under/--near filter photos; --image searches captions")
+    like = like_args(a) if a.like is not None else None  # checked before the index is opened
+    if a.like is None and a.text_weight is not None:
+        raise ConfigError("--text-weight goes with --like (it weighs the text against the photo)")
     if a.json:
         check_writable(a.json)  # before the search, not after the table
     idx = open_index(a, a.index, lean_queries=False)  # one query: the lean forward would cost more than it saves
     stale_reader_note(idx)
-    if a.image is not None:
+    if a.like is not None:
+        res, what = run_like(a, idx, like, where), "file"
+    elif a.image is not None:
         res, what = idx.search_image(a.image, k=a.k, candidates=a.candidates), "caption"
     else:
         res, what = idx.search(a.text, k=a.k, candidates=a.candidates, where=where), "file"
     print(format_results(res, what))
     if a.json:
-        write_json(a.json, {"query": a.text if a.image is None else {"image": a.image}, "index": a.index or str(idx.root),
+        query = {"like": a.like, "text": a.text} if a.like is not None else a.text if a.image is None else {"image": a.image}
+        write_json(a.json, {"query": query, "index": a.index or str(idx.root),
                             "candidates": a.candidates, "timings_s": idx.last_timings,
                             **({"where": where.to_dict()} if where is not None else {}),
                             "results": [r.to_dict() for r in res]})

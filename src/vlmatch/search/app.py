@@ -62,6 +62,7 @@ METHOD_HELP = ("how the maps are made: attention (the model's own weights), cont
 # an id may name another file once the server follows a rebuild: clients revalidate (a 304 is cheap)
 FILE_CACHE = "public, max-age=0, must-revalidate"
 DRAIN_BYTES = 64 * 2**20  # a refused body up to this size is read and dropped (see BodyLimit)
+LIKE_ROUTE = "/search/like"  # search by photo's multipart form; POST /search with a form body is served here
 
 
 class ApiError(Exception):
@@ -194,6 +195,22 @@ class BodyLimit:
         await self.app(scope, receive_capped, send_unless_refused)
 
 
+class MultipartSearch:
+    """ASGI middleware: ``POST /search`` with a ``multipart/form-data`` body (an uploaded photo) is served by
+    :data:`LIKE_ROUTE`; a JSON body stays with ``POST /search``. One path, two body types, each route with its
+    own validated schema."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope.get("method") == "POST" and scope.get("path") == "/search":
+            ctype = dict(scope.get("headers") or ()).get(b"content-type", b"")
+            if ctype.split(b";")[0].strip().lower() == b"multipart/form-data":
+                scope = {**scope, "path": LIKE_ROUTE, "raw_path": LIKE_ROUTE.encode()}
+        return await self.app(scope, receive, send)
+
+
 async def _refuse(send, cap: int, close: bool) -> None:
     body = json.dumps({"error": "body_too_large", "detail": f"the request body is larger than {cap} bytes"}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
@@ -212,7 +229,12 @@ FILTER_HELP = {  # the filters of a photo search (vlmatch.search.filters), appli
 
 
 class SearchRequest(BaseModel):
-    text: str = Field(..., description="the query sentence", examples=["a dog runs on the beach"])
+    text: str | None = Field(None, description="the query sentence (required unless like is given)",
+                             examples=["a dog runs on the beach"])
+    like: int | None = Field(None, description="search by photo: the indexed image id whose look-alikes to return; "
+                                               "with a text too, look-alikes that also match the text")
+    text_weight: float | None = Field(None, description="with like and a text: the text's share (0..1) of the "
+                                                        "combined score (default 0.5; see docs/search.md)")
     k: int = Field(10, description="results to return (1 .. max_k)")
     candidates: int | None = Field(None, description="stage-1 candidates re-scored by the model (k .. max_candidates; "
                                                      "default 100, or k if larger, within the cap)")
@@ -237,7 +259,8 @@ class SearchResult(BaseModel):
 
 
 class SearchResponse(BaseModel):
-    text: str
+    text: str | None
+    like: int | None = Field(None, description="the indexed image id searched by (a search by photo)")
     k: int
     candidates: int
     results: list[SearchResult]
@@ -379,10 +402,11 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
     app.state.pool, app.state.limits, app.state.backend = pool, limits, backend
 
     def upload_route(scope) -> bool:
-        return scope.get("path") == "/search/image" and scope.get("method") == "POST"
+        return scope.get("path") in ("/search/image", LIKE_ROUTE) and scope.get("method") == "POST"
 
     app.add_middleware(BodyLimit, cap=lambda scope: limits.max_body_bytes +
                        (limits.max_upload_bytes if upload_route(scope) else 0))
+    app.add_middleware(MultipartSearch)  # outermost: POST /search with a form goes to /search/like first
 
     root = getattr(backend, "root", None)
     # the index folder as our messages write it (as given, or resolved), where it stands as a whole path;
@@ -483,10 +507,7 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
     async def do_search(text: str, k: int, candidates: int | None, min_score: float | None,
                         filters: dict | None = None) -> dict:
         text = check_text(text)
-        try:
-            where = Where.of({f: v for f, v in (filters or {}).items() if v is not None})
-        except ConfigError as e:
-            raise ApiError(400, "bad_filter", words(str(e))) from None
+        where = where_of(filters)
         if candidates is None:
             candidates = max(k, min(100, limits.max_candidates))
         check_k(k, candidates)
@@ -506,24 +527,114 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
 
     @app.post("/search", response_model=SearchResponse, responses=ERRORS, tags=["search"])
     async def search(req: SearchRequest):
-        """Images ranked by the model's score for a sentence (two-stage search)."""
-        return await do_search(req.text, req.k, req.candidates, req.min_score,
-                               {f: getattr(req, f) for f in FILTER_HELP})
+        """Images ranked by the model's score for a sentence (two-stage search); with ``like`` (an indexed id),
+        the photos most like that one (and matching the text, if given). A multipart body (an uploaded
+        ``image``, or ``like``, with the same fields) is served by ``POST /search/like``."""
+        filters = {f: getattr(req, f) for f in FILTER_HELP}
+        if req.like is not None:
+            return await do_like(req.text, req.like, None, req.k, req.candidates, req.min_score, req.text_weight,
+                                 filters)
+        if req.text is None:
+            raise ApiError(422, "invalid_request", "text: Field required (or like: an indexed image id)")
+        return await do_search(req.text, req.k, req.candidates, req.min_score, filters)
 
     @app.get("/search", response_model=SearchResponse, responses=ERRORS, tags=["search"])
-    async def search_get(q: str = Query(..., description="the query sentence"), k: int = 10, candidates: int | None = None,
-                         min_score: float | None = None,
+    async def search_get(q: str | None = Query(None, description="the query sentence (required unless like is given)"),
+                         k: int = 10, candidates: int | None = None, min_score: float | None = None,
+                         like: int | None = Query(None, description="search by photo: an indexed image id"),
+                         text_weight: float | None = Query(None, description="with like and q: the text's share"),
                          after: Annotated[str | None, Query(description=FILTER_HELP["after"])] = None,
                          before: Annotated[str | None, Query(description=FILTER_HELP["before"])] = None,
                          camera: Annotated[str | None, Query(description=FILTER_HELP["camera"])] = None,
                          under: Annotated[str | None, Query(description=FILTER_HELP["under"])] = None,
                          near: Annotated[str | None, Query(description=FILTER_HELP["near"])] = None):
-        """The same as ``POST /search``, for links: ``/search?q=a+dog+on+the+beach&k=20&after=2023-06-01``."""
-        return await do_search(q, k, candidates, min_score,
-                               {"after": after, "before": before, "camera": camera, "under": under, "near": near})
+        """The same as ``POST /search``, for links: ``/search?q=a+dog+on+the+beach&k=20&after=2023-06-01``,
+        ``/search?like=12``."""
+        filters = {"after": after, "before": before, "camera": camera, "under": under, "near": near}
+        if like is not None:
+            return await do_like(q, like, None, k, candidates, min_score, text_weight, filters)
+        if q is None:
+            raise ApiError(422, "invalid_request", "q: Field required (or like: an indexed image id)")
+        return await do_search(q, k, candidates, min_score, filters)
+
+    def where_of(filters: dict | None):
+        try:
+            return Where.of({f: v for f, v in (filters or {}).items() if v is not None})
+        except ConfigError as e:
+            raise ApiError(400, "bad_filter", words(str(e))) from None
+
+    async def do_like(text: str | None, like: int | None, image: UploadFile | None, k: int, candidates: int | None,
+                      min_score: float | None, text_weight: float | None, filters: dict | None = None) -> dict:
+        """Search by photo: an indexed id (``like``) or an uploaded image, optionally with a text, among the
+        photos the filters keep."""
+        if (image is None) == (like is None):
+            raise ApiError(400, "bad_request", "send exactly one of an 'image' file or an indexed id 'like'")
+        where = where_of(filters)
+        text = None if text is None or not text.strip() else check_text(text)  # an empty form field: no text
+        if candidates is None:
+            candidates = max(k, min(100, limits.max_candidates))
+        check_k(k, candidates)
+        for name, value in (("min_score", min_score), ("text_weight", text_weight)):
+            if value is not None and not math.isfinite(value):
+                raise ApiError(400, f"bad_{name}", f"{name} is {value}; it must be a finite number")
+        if text_weight is not None and not 0 <= text_weight <= 1:
+            raise ApiError(400, "bad_text_weight", f"text_weight is {text_weight}; it must be between 0 and 1")
+        if text_weight is not None and text is None:
+            raise ApiError(400, "bad_text_weight", "text_weight weighs a text against the photo: send a text too")
+        if like is not None:
+            check_id(like)
+        elif (getattr(image, "size", None) or 0) > limits.max_upload_bytes:
+            raise ApiError(413, "upload_too_large", f"the upload is larger than {limits.max_upload_bytes} bytes")
+
+        def job():  # on a model worker: nothing is read into memory or decoded before the pool admits us
+            data = None
+            if image is not None:
+                data = image.file.read(limits.max_upload_bytes + 1)
+                check_upload(data, limits)
+            try:
+                if where is None:
+                    return backend.search_like(data, like, k, candidates, text, text_weight)
+                return backend.search_like(data, like, k, candidates, text, text_weight, where)
+            except DataError as e:
+                if data is not None and e.path == "image":  # the backend's decoder refused what PIL's check passed
+                    raise ApiError(415, "bad_image", "the upload is not a readable image") from None
+                raise
+            finally:
+                if data is not None:
+                    release_memory()
+
+        t0 = time.perf_counter()
+        results, waited = await run_model(job)
+        total = time.perf_counter() - t0
+        if min_score is not None:
+            results = [r for r in results if r["score"] >= min_score]
+        return {"text": text, "like": like, "k": k, "candidates": candidates,
+                "results": [{**r, "path": printable(str(r["path"]))} for r in results],
+                "timings": {"queue_ms": waited * 1e3, "search_ms": (total - waited) * 1e3, "total_ms": total * 1e3}}
+
+    @app.post(LIKE_ROUTE, response_model=SearchResponse, responses=ERRORS, tags=["search"])
+    async def search_like(image: Annotated[UploadFile | None, File(description="a photo (JPEG, PNG, HEIC, ...)")] = None,
+                          like: Annotated[int | None, Form(description="or: an indexed image id")] = None,
+                          text: Annotated[str | None, Form(description="optional: a sentence the photos should "
+                                                                       "also match")] = None,
+                          k: Annotated[int, Form()] = 10, candidates: Annotated[int | None, Form()] = None,
+                          min_score: Annotated[float | None, Form()] = None,
+                          text_weight: Annotated[float | None, Form(description="with a text: its share, 0..1 "
+                                                                                "(default 0.5)")] = None,
+                          after: Annotated[str | None, Form(description=FILTER_HELP["after"])] = None,
+                          before: Annotated[str | None, Form(description=FILTER_HELP["before"])] = None,
+                          camera: Annotated[str | None, Form(description=FILTER_HELP["camera"])] = None,
+                          under: Annotated[str | None, Form(description=FILTER_HELP["under"])] = None,
+                          near: Annotated[str | None, Form(description=FILTER_HELP["near"])] = None):
+        """Search by photo (multipart form): the indexed photos most like an uploaded ``image`` or the indexed
+        photo ``like``, by the model's image-image similarity; with ``text``, ranked by both (each score
+        standardised over the candidates, weighted by ``text_weight``); the filters as for ``POST /search``.
+        ``POST /search`` with a multipart body is served here."""
+        filters = {"after": after, "before": before, "camera": camera, "under": under, "near": near}
+        return await do_like(text, like, image, k, candidates, min_score, text_weight, filters)
 
     @app.post("/search/image", response_model=ImageSearchResponse, responses=ERRORS, tags=["search"])
-    async def search_image(image: Annotated[UploadFile | None, File(description="a JPEG/PNG/GIF/BMP/WebP image")] = None,
+    async def search_image(image: Annotated[UploadFile | None, File(description="an image (JPEG, PNG, HEIC, ...)")] = None,
                            id: Annotated[int | None, Form(description="or: an indexed image id")] = None,  # noqa: A002
                            k: Annotated[int, Form()] = 10):
         """Captions of the index's caption collection nearest to an uploaded image or an indexed one."""

@@ -225,6 +225,17 @@ class Index:
     def _fused(self, scores: np.ndarray, s1: np.ndarray) -> np.ndarray:
         return (scores + s1) / 2 if self.score_mode == "mean" else scores
 
+    # --- photo -> photos (search by photo: vlmatch.search.similar) ---------------------------
+    def search_like(self, image_or_id, k: int = 10, text: str | None = None, where=None,
+                    candidates: int | None = None, text_weight: float | None = None) -> list[SearchHit]:
+        """The ``k`` indexed photos most like a photo (an indexed id, or a file path, bytes, PIL image or
+        array), optionally also matching ``text`` ("like this one, but at night"); ``where`` filters as in
+        :meth:`search`. How the scores are made and combined: :mod:`vlmatch.search.similar`."""
+        from .similar import DEFAULT_TEXT_WEIGHT, search_like
+
+        return search_like(self, image_or_id, k, text=text, where=where, candidates=candidates,
+                           text_weight=DEFAULT_TEXT_WEIGHT if text_weight is None else text_weight)
+
     # --- image -> text ---------------------------------------------------------------------
     @torch.no_grad()
     def encode_image(self, image) -> tuple[ImageEncoding, np.ndarray]:

@@ -37,6 +37,12 @@ class SearchBackend(Protocol):
         """Nearest captions ``{id, text, score}`` of the caption collection for an uploaded image
         (encoded bytes) or an indexed image id."""
 
+    def search_like(self, image: bytes | None, image_id: int | None, k: int, candidates: int,
+                    text: str | None = None, text_weight: float | None = None, where=None) -> list[dict]:
+        """Search by photo: results as :meth:`search` gives them, for an uploaded image (encoded bytes) or an
+        indexed image id, optionally with a text (``vlmatch.Index.search_like``), among the photos ``where``
+        keeps."""
+
     def path_of(self, image_id: int) -> Path | None:
         """The file the index's table holds for ``image_id`` (None when there is no such id)."""
 
@@ -249,7 +255,16 @@ class IndexBackend:
 
     def search(self, text: str, k: int, candidates: int, where=None) -> list[dict]:
         s = self._served  # this request's version, whatever a reload does meanwhile
-        hits = s.index.search(text, k=k, candidates=candidates, where=where)
+        return self._rows(s, s.index.search(text, k=k, candidates=candidates, where=where))
+
+    def search_like(self, image: bytes | None, image_id: int | None, k: int, candidates: int,
+                    text: str | None = None, text_weight: float | None = None, where=None) -> list[dict]:
+        s = self._served
+        return self._rows(s, s.index.search_like(image if image is not None else int(image_id), k=k, text=text,
+                                                 where=where, candidates=candidates, text_weight=text_weight))
+
+    @staticmethod
+    def _rows(s, hits) -> list[dict]:
         shown = s.shown([r.id for r in hits])
         meta = ("taken", "camera", "gps", "size")
         return [{"id": r.id, "path": shown[r.id], "score": r.score, "stage1_score": r.stage1_score,

@@ -1,0 +1,103 @@
+"""``vlmatch search IDX --like PHOTO|ID ["text"]`` and ``vlmatch index duplicates IDX``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import ConfigError
+from .common import utf8_text
+
+
+def text_weight(text: str) -> float:
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}")
+    return value
+
+
+def add_like_args(q) -> None:
+    from ..search.similar import DEFAULT_TEXT_WEIGHT
+
+    q.add_argument("--like", nargs="+", metavar=("PHOTO|ID", "TEXT"),
+                   help="search by photo: the indexed photos most like this one, a file (in or outside the index) or "
+                        "an indexed id; with a text (after it, or as the query text), photos like it that also match "
+                        "the text")
+    q.add_argument("--text-weight", type=text_weight, default=None, metavar="W",
+                   help=f"with --like and a text: the text's share of the combined score, 0..1 (default "
+                        f"{DEFAULT_TEXT_WEIGHT}; each score is standardised over the candidates first)")
+
+
+def like_target(like: str):
+    """``--like``'s value: a photo file when one exists at that path, else an indexed id (digits)."""
+    if Path(like).is_file():
+        return like
+    if like.strip().isdigit():
+        return int(like)
+    raise ConfigError(f"--like {like}: neither a photo file nor an indexed id")
+
+
+def like_args(a):
+    """``search --like``'s arguments checked (before the index is opened); returns the photo or id."""
+    if a.image is not None:
+        raise ConfigError("--like and --image are two different searches: give one of them")
+    if len(a.like) > 2:
+        raise ConfigError(f"--like takes a photo (or id) and at most one text, not {len(a.like)} values: quote the text")
+    if len(a.like) == 2:
+        if a.text is not None:
+            raise ConfigError("two query texts (one after --like, one before it): give one")
+        a.text = utf8_text(a.like[1], "the query text")
+    a.like = a.like[0]
+    if a.text_weight is not None and a.text is None:
+        raise ConfigError("--text-weight weighs the query text against --like: give a query text too")
+    return like_target(a.like)
+
+
+def run_like(a, idx, like, where=None):
+    """The results of ``search --like`` (and its text, if given), among the photos ``where`` keeps."""
+    return idx.search_like(like, k=a.k, text=a.text, where=where, candidates=a.candidates, text_weight=a.text_weight)
+
+
+def add_duplicates_parser(s) -> None:
+    from ..search.duplicates import DEFAULT_NEIGHBOURS, DEFAULT_THRESHOLD
+
+    d = s.add_parser("duplicates", help="groups of near-identical photos (resized, re-encoded, cropped, rotated copies)",
+                     description="Every photo's nearest photos by the model's image-image similarity (the cosine of "
+                                 "the stage-1 image embeddings); pairs at or above --threshold are joined into groups.")
+    d.add_argument("index", help="index folder")
+    d.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+                   help=f"image-image similarity at or above which two photos are copies (default {DEFAULT_THRESHOLD}, "
+                        "chosen on benchmarks/duplicates.py)")
+    d.add_argument("--neighbours", type=int, default=DEFAULT_NEIGHBOURS,
+                   help=f"nearest photos looked at per photo (default {DEFAULT_NEIGHBOURS})")
+    d.add_argument("--json", metavar="OUT", help="write the groups as JSON")
+    d.set_defaults(func=cmd_duplicates)
+
+
+def cmd_duplicates(a):
+    from ..io import check_writable, printable, write_json
+    from ..search.duplicates import check_threshold, find_duplicates
+    from ..search.index import Index
+
+    check_threshold(a.threshold)
+    if a.neighbours < 1:
+        raise ConfigError(f"--neighbours must be at least 1, not {a.neighbours}")
+    if a.json:
+        check_writable(a.json)
+    idx = Index.open(a.index, lean_queries=False)
+    rep = find_duplicates(idx, a.threshold, a.neighbours)
+    print(f"{'group':>5}  {'photos':>6}  {'lowest':>7}  files")
+    for g, group in enumerate(rep["groups"], start=1):
+        names = ", ".join(printable(p, controls=True) for p in group["paths"])
+        print(f"{g:>5}  {len(group['ids']):>6}  {group['similarity']:7.4f}  {names}")
+    n_in = sum(len(g["ids"]) for g in rep["groups"])
+    print(f"{len(rep['groups'])} groups, {n_in} of {rep['photos']} photos (threshold {rep['threshold']})")
+    if a.json:
+        write_json(a.json, {"index": a.index, **rep})
+    else:
+        print(json.dumps({"groups": len(rep["groups"]), "photos_in_groups": n_in, "photos": rep["photos"]}))

@@ -1,0 +1,108 @@
+"""Near-identical photos of an index (``vlmatch index duplicates``): resized, re-encoded, cropped or
+rotated copies of one photo.
+
+Each photo's stage-1 image vector, as an image-image query (:func:`vlmatch.search.similar.image_query`:
+the cosine of the photos' unit embeddings for the shipped default), is searched against the index's own
+stage-1 FAISS index for its ``neighbours`` nearest photos; every pair at or above ``threshold`` is an
+edge, and the connected components (union-find) of two or more photos are the groups. A flat stage 1
+(up to 50,000 photos) makes this exact: every pair above the threshold is found, at a cost quadratic in
+the number of photos (FAISS's batched inner products); an HNSW stage 1 may miss a pair its graph does
+not reach. A group bigger than ``neighbours`` is still joined through its members' edges.
+
+The default threshold was chosen on one half of a benchmark set of Flickr8k val photos and their copies
+(``benchmarks/duplicates.py``; its other half's precision and recall are in
+``benchmarks/results/duplicates.md``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ConfigError
+
+DEFAULT_THRESHOLD = 0.68
+DEFAULT_NEIGHBOURS = 16
+
+
+def _find(parent: np.ndarray, i: int) -> int:
+    root = i
+    while parent[root] != root:
+        root = parent[root]
+    while parent[i] != root:  # path compression
+        parent[i], i = root, parent[i]
+    return root
+
+
+def group_pairs(n: int, pairs) -> list[list[int]]:
+    """Connected components with two or more members of ``n`` items joined by ``pairs`` (i, j); each
+    group sorted, groups in order of their first member."""
+    parent = np.arange(n)
+    for i, j in pairs:
+        a, b = _find(parent, int(i)), _find(parent, int(j))
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+    groups: dict[int, list[int]] = {}
+    for i in range(n):
+        groups.setdefault(_find(parent, i), []).append(i)
+    return sorted((g for g in groups.values() if len(g) > 1), key=lambda g: g[0])
+
+
+def check_threshold(threshold: float) -> float:
+    if not np.isfinite(threshold) or not -1.0 <= threshold <= 1.0:
+        raise ConfigError(f"--threshold must be a similarity between -1 and 1, not {threshold}")
+    return float(threshold)
+
+
+def similar_pairs(vectors: np.ndarray, queries: np.ndarray, threshold: float, neighbours: int = DEFAULT_NEIGHBOURS,
+                  search=None) -> list[tuple[int, int, float]]:
+    """(i, j, similarity) with i < j for every pair at or above ``threshold`` among each row's
+    ``neighbours`` nearest. ``search(queries, k) -> (scores, rows)``: a stage-1 search (default: exact
+    inner products of ``queries`` against ``vectors``)."""
+    n = len(vectors)
+    if n < 2:
+        return []
+    k = min(n, neighbours + 1)  # the photo itself is among its own neighbours
+    if search is None:
+        def search(q, kk):
+            s = q @ np.asarray(vectors, dtype=np.float32).T
+            rows = np.argsort(-s, axis=1, kind="stable")[:, :kk]
+            return np.take_along_axis(s, rows, axis=1), rows
+    found: dict[tuple[int, int], float] = {}
+    for a in range(0, n, 1024):
+        scores, rows = search(np.ascontiguousarray(queries[a:a + 1024]), k)
+        for off, (srow, rrow) in enumerate(zip(scores, rows, strict=True)):
+            i = a + off
+            for s, j in zip(srow, rrow, strict=True):
+                if j < 0 or j == i or s < threshold:
+                    continue
+                key = (min(i, int(j)), max(i, int(j)))
+                found[key] = max(found.get(key, -np.inf), float(s))
+    return sorted((i, j, s) for (i, j), s in found.items())
+
+
+def find_duplicates(index, threshold: float = DEFAULT_THRESHOLD, neighbours: int = DEFAULT_NEIGHBOURS) -> dict:
+    """Groups of near-identical photos of an opened ``Index``: ``{"threshold", "photos", "groups": [{"ids",
+    "paths", "similarity": the lowest similarity of the pairs that joined it}], "pairs"}``."""
+    from .similar import image_query
+
+    threshold = check_threshold(threshold)
+    coll = index._need("images")
+    stage1 = getattr(coll, "stage1", None)
+    if stage1 is None:
+        raise ConfigError("index duplicates reads the stage-1 vectors of an index folder (not a Milvus collection)")
+    vectors = np.asarray(stage1.vectors, dtype=np.float32)
+    queries = image_query(index, vectors)
+    pairs = similar_pairs(vectors, queries, threshold, neighbours, search=stage1.search)
+    groups = group_pairs(len(vectors), [(i, j) for i, j, _ in pairs])
+    member = {i: g for g, rows in enumerate(groups) for i in rows}
+    low = [1.0] * len(groups)
+    for i, _, s in pairs:
+        low[member[i]] = min(low[member[i]], s)
+    out = []
+    for rows, s in zip(groups, low, strict=True):
+        items = coll.items_of(rows)
+        out.append({"ids": [int(it["id"]) for it in items], "paths": [str(it["path"]) for it in items],
+                    "similarity": round(float(s), 6)})
+    return {"threshold": threshold, "photos": len(vectors), "groups": out,
+            "pairs": [{"ids": [int(coll.items[i]["id"]), int(coll.items[j]["id"])], "similarity": round(s, 6)}
+                      for i, j, s in pairs]}

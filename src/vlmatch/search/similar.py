@@ -1,0 +1,194 @@
+"""Search by photo: the indexed photos most like a given one (``Index.search_like``, ``vlmatch search
+--like``), optionally with a sentence ("like this one, but at night").
+
+**Stage 1** ranks the photos by the inner product of stage-1 vectors: the query photo's (its stored
+vector for an indexed id, else the photo encoded with the index's backbone and model) against the
+stored ones. A stage-1 vector is made for image-*text* scores; where its first columns are the image
+embedding and the rest are per-item extras (a calibrated VSE++, the shipped default: ``[v, -c(I), 1]``),
+the query keeps only the embedding columns, so the inner product is exactly ``v . v'``, the cosine of
+the two photos' unit embeddings, with no offset terms.
+
+**Stage 2** re-scores the candidates with the model's own image-image score where it has one: for a
+model whose image encoding is one global embedding (VSE++ and the other global models) the cosine of
+the two stage-2 embeddings. An attention model (SCAN, CAAN ...) scores only image-text pairs: its
+region encodings have no trained image-image score, and inventing one (say, the mean of the best
+region matches) would be a score the model never learned; so for it the ranking stays the stage-1
+similarity of its retriever (stage 2 reports the same number).
+
+**With a text** the pool is the union of the photo's and the sentence's stage-1 candidates; each
+candidate gets its image-image similarity (as above) and the sentence's stage-2 score (as
+``Index.search`` gives it). The two are on different scales (a photo's near copies reach a cosine of
+0.95+, while the best text scores of the default model sit near 0.3-0.5), so each is standardised over
+the pool (z-score: minus its mean, over its standard deviation) and the final score is
+``text_weight * z_text + (1 - text_weight) * z_image``, ``text_weight`` 0.5 by default (``--text-weight``).
+``text_weight`` 0 ranks by the photo alone, 1 by the sentence alone among the pooled candidates.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError, VlmatchError
+from ..evaluation.scoring import score_blocks
+from ..models.base import ImageEncoding
+
+DEFAULT_TEXT_WEIGHT = 0.5
+
+_WIDTHS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # index -> embedding columns (or None)
+
+
+@dataclass
+class LikeQuery:
+    """The query photo as search needs it: its stage-2 encoding (one row) and stage-1 vector (1, d)."""
+
+    encoding: ImageEncoding
+    vector: np.ndarray
+    item_id: int | None = None  # when it is an indexed photo
+
+
+def embedding_width(index) -> int | None:
+    """How many leading columns of a stage-1 image vector are the stage-1 model's image embedding (the
+    rest are per-item extras, e.g. a calibrated model's offset columns); None when the vector is not
+    laid out that way (it is then used whole)."""
+    if index in _WIDTHS:
+        return _WIDTHS[index]
+    source = index.stage1_source
+    net = source.net
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        feats = torch.rand(2, index.n_regions, net.cfg.img_dim, generator=gen)
+        vec = source.image_vectors(feats, index.model.encode_images(feats))
+        emb = getattr(net.encode_images(feats), "embedding", None)
+    width = None
+    if emb is not None and emb.dim() == 2 and emb.shape[1] < vec.shape[1] and \
+            torch.allclose(vec[:, :emb.shape[1]].float(), emb.float(), atol=1e-5):
+        width = int(emb.shape[1])
+    _WIDTHS[index] = width
+    return width
+
+
+def image_query(index, vectors: np.ndarray) -> np.ndarray:
+    """Stage-1 image vectors (n, d) as image-image queries: the extra columns zeroed (see the module doc)."""
+    q = np.array(vectors, dtype=np.float32, copy=True)
+    width = embedding_width(index)
+    if width is not None:
+        q[:, width:] = 0
+    return q
+
+
+def stored_vectors(index, coll, keys) -> np.ndarray:
+    """The stage-1 vectors of indexed photos (by key): read from the folder index's ``stage1.npy``, else
+    made from their stored encodings (model's own stage 1) or from their files (a retriever's)."""
+    keys = np.asarray(keys, dtype=np.int64)
+    stage1 = getattr(coll, "stage1", None)
+    if stage1 is not None:
+        return np.asarray(stage1.vectors[keys], dtype=np.float32)
+    if index.retriever is None:
+        with torch.no_grad():
+            return index.stage1_source.image_vectors(None, coll.take(keys).to(index.device)).float().cpu().numpy()
+    return np.concatenate([index.encode_image(p)[1] for p in (it["path"] for it in coll.items_of(keys))])
+
+
+def like_query(index, like) -> LikeQuery:
+    """``like``: an indexed id (an int), or a photo: a file path (in or outside the index), its bytes, a
+    PIL image or an HxWx3 uint8 array."""
+    coll = index._need("images")
+    if isinstance(like, (int, np.integer)) and not isinstance(like, bool):
+        key = coll.key_of(int(like))
+        if key is None:
+            raise ConfigError(f"like {like}: no image with that id in {index.root}")
+        with torch.no_grad():
+            enc = coll.take(np.array([key])).to(index.device)
+        return LikeQuery(enc, stored_vectors(index, coll, [key]), int(like))
+    if isinstance(like, (str, Path)) and not Path(like).is_file():
+        raise ConfigError(f"like {like}: no such photo file")
+    enc, vec = index.encode_image(like)
+    return LikeQuery(enc, vec)
+
+
+def image_scores(query: ImageEncoding, cands: ImageEncoding) -> np.ndarray | None:
+    """The model's image-image score of each candidate: the cosine of the global embeddings; None for a
+    model whose encoding has no global embedding (an attention model: see the module doc)."""
+    a, b = getattr(query, "embedding", None), getattr(cands, "embedding", None)
+    if a is None or b is None:
+        return None
+    a = torch.nn.functional.normalize(a.float(), dim=1)
+    b = torch.nn.functional.normalize(b.float(), dim=1)
+    return (b @ a.T)[:, 0].cpu().numpy()
+
+
+def _zscore(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64)
+    sd = x.std()
+    return (x - x.mean()) / sd if sd > 1e-12 else np.zeros_like(x)
+
+
+def _stage1(coll, q: np.ndarray, k: int, where) -> tuple[np.ndarray, np.ndarray]:
+    s, rows = coll.search(q, k) if where is None else coll.search(q, k, where=where)
+    ok = rows[0] >= 0
+    return s[0][ok], rows[0][ok]
+
+
+@torch.no_grad()
+def search_like(index, like, k: int = 10, text: str | None = None, where=None, candidates: int | None = None,
+                text_weight: float = DEFAULT_TEXT_WEIGHT):
+    """The ``k`` indexed photos most like ``like`` (see :func:`like_query`), optionally also matching
+    ``text`` (weighted by ``text_weight``, see the module doc); ``where``: the filter of ``Index.search``.
+    Returns ``SearchHit`` s: ``score`` the final score, ``stage1_score`` the photos' stage-1 similarity."""
+    from .index import _ranked, _sizes
+
+    if not 0.0 <= text_weight <= 1.0 or not np.isfinite(text_weight):
+        raise ConfigError(f"text weight must be between 0 and 1, not {text_weight}")
+    if text is not None and (not isinstance(text, str) or not text.strip()):
+        raise ConfigError("a search query must be a non-empty text")
+    coll = index._need("images")
+    kk, cand = _sizes(k, candidates, len(coll))
+    t0 = time.perf_counter()
+    query = like_query(index, like)
+    q = image_query(index, query.vector)
+    t1 = time.perf_counter()
+    s1, rows = _stage1(coll, q, cand, where)
+    txt = None
+    if text is not None:
+        txt, tq = index.encode_queries([text])
+        st, rows_t = _stage1(coll, tq, cand, where)
+        extra = np.setdiff1d(rows_t, rows)
+        if len(extra) and getattr(coll, "stage1", None) is not None:  # their image similarity, exactly
+            rows = np.concatenate([rows, extra])
+            s1 = np.concatenate([s1, stored_vectors(index, coll, extra) @ q[0]])
+        s1_text = dict(zip(rows_t.tolist(), st.tolist(), strict=True))
+    order = np.argsort(rows, kind="stable")  # read the stored encodings in file order
+    rows, s1 = rows[order], s1[order]
+    t2 = time.perf_counter()
+    if len(rows) == 0:
+        index.last_timings = {"image": t1 - t0, "stage1": t2 - t1, "stage2": 0.0, "queries": 1}
+        return []
+    enc = coll.take(rows).to(index.device)
+    sim = image_scores(query.encoding, enc)
+    if sim is None:
+        sim = s1.astype(np.float32)
+    score = sim
+    if txt is not None:
+        ts = score_blocks(index.model, enc, [(np.arange(1), txt)], 1, max(1, len(rows)), progress=False)[:, 0]
+        if index.score_mode == "mean":  # the text's stage-1 score of each candidate, as Index.search fuses it
+            ts = _fused_text(index, coll, rows, ts, s1_text, tq)
+        score = (text_weight * _zscore(ts) + (1 - text_weight) * _zscore(sim)).astype(np.float32)
+    hits = _ranked(coll, rows, np.asarray(score, dtype=np.float32), s1, kk, "path")
+    index.last_timings = {"image": t1 - t0, "stage1": t2 - t1, "stage2": time.perf_counter() - t2, "queries": 1}
+    return hits
+
+
+def _fused_text(index, coll, rows, ts, s1_text: dict, tq: np.ndarray) -> np.ndarray:
+    """An index built with score "mean": the sentence's score is the mean of the model's and stage 1's."""
+    missing = [r for r in rows.tolist() if r not in s1_text]
+    if missing:
+        if getattr(coll, "stage1", None) is None:
+            raise VlmatchError("a text with --like on an index scored by the mean of two models needs the folder backend")
+        s1_text.update(zip(missing, (stored_vectors(index, coll, missing) @ tq[0]).tolist(), strict=True))
+    return (ts + np.array([s1_text[r] for r in rows.tolist()], dtype=np.float32)) / 2
