@@ -37,6 +37,7 @@ import torch
 from ..errors import ConfigError, VlmatchError
 from ..evaluation.scoring import score_blocks
 from ..models.base import ImageEncoding
+from .hits import ranked, sizes
 
 DEFAULT_TEXT_WEIGHT = 0.5
 
@@ -141,14 +142,12 @@ def search_like(index, like, k: int = 10, text: str | None = None, where=None, c
     """The ``k`` indexed photos most like ``like`` (see :func:`like_query`), optionally also matching
     ``text`` (weighted by ``text_weight``, see the module doc); ``where``: the filter of ``Index.search``.
     Returns ``SearchHit`` s: ``score`` the final score, ``stage1_score`` the photos' stage-1 similarity."""
-    from .index import _ranked, _sizes
-
     if not 0.0 <= text_weight <= 1.0 or not np.isfinite(text_weight):
         raise ConfigError(f"text weight must be between 0 and 1, not {text_weight}")
     if text is not None and (not isinstance(text, str) or not text.strip()):
         raise ConfigError("a search query must be a non-empty text")
     coll = index._need("images")
-    kk, cand = _sizes(k, candidates, len(coll))
+    kk, cand = sizes(k, candidates, len(coll))
     t0 = time.perf_counter()
     query = like_query(index, like)
     q = image_query(index, query.vector)
@@ -179,7 +178,7 @@ def search_like(index, like, k: int = 10, text: str | None = None, where=None, c
         if index.score_mode == "mean":  # the text's stage-1 score of each candidate, as Index.search fuses it
             ts = _fused_text(index, coll, rows, ts, s1_text, tq)
         score = (text_weight * _zscore(ts) + (1 - text_weight) * _zscore(sim)).astype(np.float32)
-    hits = _ranked(coll, rows, np.asarray(score, dtype=np.float32), s1, kk, "path")
+    hits = ranked(coll, rows, np.asarray(score, dtype=np.float32), s1, kk, "path")
     index.last_timings = {"image": t1 - t0, "stage1": t2 - t1, "stage2": time.perf_counter() - t2, "queries": 1}
     return hits
 

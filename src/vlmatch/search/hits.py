@@ -1,0 +1,59 @@
+"""What a search returns: :class:`SearchHit`, and the ranking of re-scored candidates into hits (shared by
+text search, :mod:`vlmatch.search.index`, and search by photo, :mod:`vlmatch.search.similar`)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from ..errors import ConfigError
+from .backend import CollectionBackend
+
+DEFAULT_CANDIDATES = 100
+
+
+@dataclass
+class SearchHit:
+    """One ranked item: ``id`` (stable across updates), ``path`` (images) or ``text`` (captions). (The HTTP
+    API's result row is :class:`vlmatch.search.app.SearchResult`.)"""
+
+    rank: int
+    id: int
+    score: float  # stage-2 score: the model's own, or its mean with stage 1's (an index built with score "mean")
+    stage1_score: float
+    path: str | None = None
+    text: str | None = None
+    taken: str | None = None  # capture time, ISO 8601 (EXIF; absent when the photo records none)
+    camera: str | None = None  # make and model
+    gps: list[float] | None = None  # [lat, lon], decimal degrees
+    size: list[int] | None = None  # [w, h] in pixels, as displayed (EXIF orientation applied)
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+
+def sizes(k: int, candidates: int | None, n: int) -> tuple[int, int]:
+    if k < 1:
+        raise ConfigError(f"k must be at least 1, not {k}")
+    cand = DEFAULT_CANDIDATES if candidates is None else candidates
+    if cand < 1:
+        raise ConfigError(f"candidates must be at least 1, not {cand}")
+    cand = max(cand, k)
+    return min(k, n), min(cand, n)
+
+
+def ranked(coll: CollectionBackend, rows: np.ndarray, scores: np.ndarray, s1: np.ndarray, k: int, field: str):
+    # by stage-2 score, descending; equal scores keep key order (stable)
+    order = np.lexsort((rows, -scores.astype(np.float64)))[:k]
+    out = []
+    for rank, (j, it) in enumerate(zip(order, coll.items_of(rows[order]), strict=True), start=1):
+        out.append(SearchHit(rank, int(it["id"]), float(scores[j]), float(s1[j]), **{field: it[field]},
+                             **(photo_fields(it) if field == "path" else {})))
+    return out
+
+
+def photo_fields(row: dict) -> dict:
+    """A table row's photo metadata as :class:`SearchHit` fields (its ``pixels`` are the hit's ``size``)."""
+    return {"taken": row.get("taken"), "camera": row.get("camera"), "gps": row.get("gps"), "size": row.get("pixels")}
