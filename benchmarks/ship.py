@@ -224,6 +224,9 @@ def ship(a) -> None:
     write_json(out / "config.json", cfg)
     features = json.loads((features_dir / "features.json").read_text())
     write_json(out / "backbone.json", features["backbone"])
+    from vlmatch.models.sealing import seal_checkpoint
+
+    checksums = seal_checkpoint(out)  # checksums.json: every file of the folder, after the float16 rewrite and backbone.json
     half_sims = val_scores(load_model(out), features_dir)
     half = val_metrics(None, half_sims)
     if abs(half["rsum"] - full["rsum"]) >= 0.5:
@@ -237,7 +240,7 @@ def ship(a) -> None:
         data=DATA, licence=LICENCE, command=record["command"],
         val={"float16": {k: round(v, 2) for k, v in half.items()}, "float32": {k: round(v, 2) for k, v in full.items()},
              "epochs_trained": len(record.get("val_rsum_by_epoch", [])), "best_epoch": record["metrics"].get("epoch")},
-        storage="float16", notes=a.notes, default=a.default, pair_score=a.pair_score,
+        storage="float16", checksums_sha256=checksums, notes=a.notes, default=a.default, pair_score=a.pair_score,
         explainer=explainer_record(a.explainer, a.default_explainer) if a.explainer else {},
         calibration=calibration_record(out, uncalibrated, a.run) if a.calibration else {})
     retrievers = [e.name for e in pretrained.entries() if e.role == "retriever" and e.default]

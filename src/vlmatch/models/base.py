@@ -351,8 +351,10 @@ class MatchingModel(nn.Module):
         return {"name": self.name, "config": dataclasses.asdict(self.cfg)}
 
     def save(self, directory) -> Path:
-        """Write ``model.safetensors`` + ``config.json`` (+ ``vocab.json``) into ``directory``;
-        config.json records the SHA-256 of the weights (checked by ``load_model``)."""
+        """Write ``model.safetensors`` + ``config.json`` (+ ``vocab.json``, the model's own files, its
+        calibration) into ``directory``; config.json records the SHA-256 of the weights, and
+        ``checksums.json``, written last, every file's (:mod:`vlmatch.models.sealing`; checked by
+        ``load_model``). A caller that adds files to the folder afterwards seals it again."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
@@ -364,6 +366,9 @@ class MatchingModel(nn.Module):
         self.save_extra(directory)
         if self.calibration is not None:
             self.calibration.save(directory)
+        from .sealing import seal_checkpoint
+
+        seal_checkpoint(directory)
         return directory
 
     def load_weights(self, path, sha256: str | None = None) -> None:

@@ -10,9 +10,10 @@ from pathlib import Path
 
 from ..errors import ConfigError, DataError
 from ..io import complete_dir
-from ..weights import describe_problems, read_header, shape_problems, verify_sha256
+from ..weights import describe_problems, read_header, sha256_file, shape_problems, verify_sha256
 from .base import MatchingModel, check_options, make_config, read_config_json
 from .calibration import attach_calibration
+from .sealing import CHECKSUMS, verify_checkpoint
 
 _REGISTRY: dict[str, tuple[type[MatchingModel], dict, str]] = {}
 
@@ -144,7 +145,8 @@ def load_model(checkpoint_dir, map_location="cpu") -> MatchingModel:
     except ConfigError as e:
         raise DataError(d / "config.json", str(e)) from None
     header = read_header(weights)  # a file that is no safetensors at all is named as such first
-    verify_sha256(weights, cfg.get("weights_sha256"), d / "config.json")
+    digest = sha256_file(weights)
+    verify_sha256(weights, cfg.get("weights_sha256"), d / "config.json", actual=digest)
     # compare the file's shapes with the model's before anything is allocated (a meta-device build)
     expected = _meta_shapes(cfg["name"], opts)
     if expected is not None:
@@ -160,9 +162,26 @@ def load_model(checkpoint_dir, map_location="cpu") -> MatchingModel:
         if model.uses_vocab and size is not None and len(model.vocab) > size:
             raise DataError(d / "vocab.json", f"{len(model.vocab)} words, but the model's vocab_size in config.json "
                                               f"is {size}: this vocabulary does not belong to these weights")
-    model.load_extra(d)
+    model.load_extra(d)  # (its text encoder's record: the encoder it names must be the one installed)
+    # every file against checksums.json (the checks above name what does not make sense; this, what was
+    # changed, removed or copied in since the save), before the calibration is attached
+    if verify_checkpoint(d, known={"model.safetensors": digest}) is None:
+        _unsealed(d)
     attach_calibration(model, d)
     return model.to(map_location).eval()
+
+
+_WARNED: set[Path] = set()
+
+
+def _unsealed(d: Path) -> None:
+    """Say once per folder that a checkpoint has no checksums.json (saved before vlmatch sealed them): its
+    weights are still checked against config.json, its other files are not."""
+    key = d.resolve()
+    if key not in _WARNED:
+        _WARNED.add(key)
+        print(f"vlmatch: note: {d} has no {CHECKSUMS} (saved by an older vlmatch): only its weights are checked, "
+              f"not its other files; `vlmatch seal {d}` records them", file=sys.stderr)
 
 
 def load_checkpoint(checkpoint, map_location="cpu") -> MatchingModel:

@@ -46,6 +46,7 @@ from pathlib import Path
 from .. import io
 from ..errors import ConfigError, DataError, VlmatchError
 from ..io import read_json, remove_dir, write_json
+from ..models.sealing import verify_checkpoint
 from ..weights import sha256_file, verify_sha256
 from .store import open_arrays
 
@@ -143,7 +144,10 @@ def seal(manifest: dict) -> str:
 
 def checkpoint_digest(folder: Path) -> str:
     """SHA-256 of a checkpoint folder's file names and contents; the weights enter through the
-    ``weights_sha256`` of ``config.json``, which ``load_model`` checks against ``model.safetensors``."""
+    ``weights_sha256`` of ``config.json``, which ``load_model`` checks against ``model.safetensors``. A copy
+    saved with its checksums.json (every copy since they are sealed) is checked whole against it first, so a
+    changed part is named."""
+    verify_checkpoint(folder)
     cfg = read_json(folder / "config.json")
     if not isinstance(cfg, dict) or not cfg.get("weights_sha256"):
         raise DataError(folder / "config.json", "records no weights_sha256")

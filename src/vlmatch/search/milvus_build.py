@@ -146,8 +146,8 @@ class _Build:
             manifest["source"]["captions"] = str(Path(captions).resolve())
             jobs.append(("captions", caps, caption_batches(caps, batch_size), caption_encoder(model, s1, n_regions),
                          lambda row, i, meta: {"id": i, "text": caps[row]}, width, ("captions", caps)))
-        fp = fingerprint("milvus-build", [j[-1] for j in jobs], model_info["sha256"],
-                         retriever_info and retriever_info["sha256"], dtype, ann, nlist, hnsw_m, score, skip_bad)
+        fp = fingerprint("milvus-build", [j[-1] for j in jobs], model_info["checkpoint_sha256"],
+                         retriever_info and retriever_info["checkpoint_sha256"], dtype, ann, nlist, hnsw_m, score, skip_bad)
         pending = self._start(fp)
         gen = pending["generation"]
         for coll, keys, batches, encode, row_of, pad_to, _ in jobs:
