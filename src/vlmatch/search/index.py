@@ -28,6 +28,7 @@ from ..models.base import ImageEncoding, MatchingModel, TextEncoding
 from .backend import CollectionBackend, FolderCollection, MilvusLocation
 from .encode import Stage1Source
 from .folder import manifest_stamp, open_parts, reading
+from .trust import PhotoRoot
 
 DEFAULT_CANDIDATES = 100
 
@@ -86,6 +87,7 @@ class Index:
         # stage 2's ranking score: the model's own, or the mean of it and the retriever's (= stage 1's exact
         # inner product of the retriever's unit vectors); indexes from before the option rank by the model's
         self.score_mode = manifest.get("score", "model")
+        self.photo_root = PhotoRoot(manifest, self.root)  # a row's file must lie in it (vlmatch.search.trust)
 
     # --- opening ---------------------------------------------------------------------------
     @classmethod
@@ -152,7 +154,7 @@ class Index:
         key = coll.key_of(item_id)
         if key is None:
             raise VlmatchError(f"no image with id {item_id} in {self.root}")
-        return coll.items_of([key])[0]["path"]
+        return self.photo_root.path(coll.items_of([key])[0])
 
     def _need(self, which: str) -> CollectionBackend:
         coll = getattr(self, which)
@@ -210,7 +212,7 @@ class Index:
         rows, s1 = rows[order], s1[order]
         img = coll.take(rows).to(self.device)
         scores = score_blocks(self.model, img, [(np.arange(1), txt)], 1, max(1, len(rows)), progress=False)[:, 0]
-        return _ranked(coll, rows, self._fused(scores, s1), s1, k, "path")
+        return _ranked(coll, rows, self._fused(scores, s1), s1, k, "path", keep=self.photo_root.keep)
 
     def _fused(self, scores: np.ndarray, s1: np.ndarray) -> np.ndarray:
         return (scores + s1) / 2 if self.score_mode == "mean" else scores
@@ -328,7 +330,7 @@ class Index:
         if key is None:
             raise VlmatchError(f"no image with id {item_id} in {self.root}")
         model, method = self.explainer(method)
-        path = coll.items_of([key])[0]["path"]
+        path = self.photo_root.path(coll.items_of([key])[0])
         shipped = self._shipped_explainer if self._shipped_explainer and self._shipped_explainer.model is model else None
         own_backbone = shipped.backbone if shipped else None  # the shipped explainer's, when not the index's
         if method == "attention" and model is self.model and not phrases:
@@ -401,10 +403,17 @@ def _sizes(k: int, candidates: int | None, n: int) -> tuple[int, int]:
     return min(k, n), min(cand, n)
 
 
-def _ranked(coll: CollectionBackend, rows: np.ndarray, scores: np.ndarray, s1: np.ndarray, k: int, field: str):
-    # by stage-2 score, descending; equal scores keep key order (stable)
-    order = np.lexsort((rows, -scores.astype(np.float64)))[:k]
+def _ranked(coll: CollectionBackend, rows: np.ndarray, scores: np.ndarray, s1: np.ndarray, k: int, field: str,
+            keep=None):
+    # by stage-2 score, descending; equal scores keep key order (stable); ``keep(row)`` False leaves a row out
+    # (a photo row naming a file outside the indexed folder) and the next candidate takes its place
+    order = np.lexsort((rows, -scores.astype(np.float64)))
     out = []
-    for rank, (j, it) in enumerate(zip(order, coll.items_of(rows[order]), strict=True), start=1):
-        out.append(SearchHit(rank, int(it["id"]), float(scores[j]), float(s1[j]), **{field: it[field]}))
+    for a in range(0, len(order), max(k, 1)):
+        part = order[a:a + max(k, 1)] if keep is not None else order[:k]
+        for j, it in zip(part, coll.items_of(rows[part]), strict=True):
+            if len(out) < k and (keep is None or keep(it)):
+                out.append(SearchHit(len(out) + 1, int(it["id"]), float(scores[j]), float(s1[j]), **{field: it[field]}))
+        if len(out) >= k or keep is None:
+            break
     return out
