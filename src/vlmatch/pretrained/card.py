@@ -46,7 +46,10 @@ def _search_lines(e: Pretrained) -> list[str]:
         return []
     out = []
     if "build_images_per_s" in s:
-        out.append(f"- Index build: {s['build_images_per_s']:.1f} images/s from JPEG folders "
+        spread = s.get("build_images_per_s_range")
+        runs = (f" (the median of {s.get('build_runs', 'several')} runs, {spread[0]:.1f}-{spread[1]:.1f})"
+                if spread and spread[0] != spread[1] else "")
+        out.append(f"- Index build: {s['build_images_per_s']:.1f} images/s{runs} from JPEG folders "
                    f"({s.get('build_note', 'feature extraction included')}).")
     if "query_p50_ms" in s:
         out.append(f"- Text query with the default pair at {s.get('n_images', 0):,} images: p50 {s['query_p50_ms']:.1f} ms, "
