@@ -66,9 +66,25 @@ def calibration_record(folder: Path, uncalibrated: dict, run: str) -> dict:
     and the command that made it (benchmarks/results/calibration/<run>.json)."""
     rec = json.loads((folder / "calibration.json").read_text())
     made = HERE / "results" / "calibration" / f"{run}.json"
-    command = json.loads(made.read_text())["command"] if made.is_file() else ""
-    return {"method": rec["method"], "beta": rec["beta"], "banks": rec["banks"], "sha256": rec["sha256"],
-            "command": command, "uncalibrated": {k: round(v, 2) for k, v in uncalibrated.items()}}
+    bench = json.loads(made.read_text()) if made.is_file() else {}
+    command = bench.get("command", "")
+    from vlmatch.models.calibration import METHOD
+
+    return {"method": METHOD, "beta": rec["beta"], "banks": rec["banks"], "sha256": rec["sha256"],
+            "command": command, "uncalibrated": {k: round(v, 2) for k, v in uncalibrated.items()},
+            **held_out_record(bench)}
+
+
+def held_out_record(bench: dict) -> dict:
+    """The cross-fitted figures of a calibration record (benchmarks/calibration.py) as the registry quotes them:
+    ``{"held_out": {B: half B's recalls at the beta picked on A (the shipped one), A: half A's at the beta picked on
+    B, beta_B, mean, banks: the banks' cross-fit, uncalibrated: each half's rsum}}``; {} for an older record."""
+    if "A" not in bench.get("uncalibrated", {}):
+        return {}
+    row = bench["settings"][bench["shipped_setting"]]
+    return {"held_out": {"B": row["B"], "A": row["A"], "beta_B": row["beta_B"], "mean": row["held_out"],
+                         "banks": bench["banks_cross_fit"],
+                         "uncalibrated": {h: bench["uncalibrated"][h]["rsum"] for h in ("A", "B")}}}
 
 
 def text_encoder_line(tenc: str, config: dict) -> str:
@@ -114,9 +130,14 @@ def main(argv=None):
     ap.add_argument("--default-explainer", action="store_true", help="the default explainer of `vlmatch explain`")
     ap.add_argument("--set-explainer", nargs=2, metavar=("NAME", "ROW"),
                     help="record a grounding row on a shipped entry without shipping it again")
+    ap.add_argument("--set-held-out", metavar="NAME",
+                    help="record the cross-fitted calibration figures of benchmarks/results/calibration/pretrained_NAME.json "
+                         "(benchmarks/calibration.py --model pretrained:NAME --shipped-banks) on shipped entry NAME")
     a = ap.parse_args(argv)
     if a.set_explainer:
         set_explainer(*a.set_explainer, a.default_explainer)
+    elif a.set_held_out:
+        set_held_out(a.set_held_out)
     elif a.search_figures:
         search_figures()
     elif not a.card:
@@ -172,6 +193,21 @@ def set_explainer(name: str, row: str, default: bool) -> None:
     reg = [dataclasses.replace(e, explainer={**e.explainer, "default": False}) if default and e.explainer else e
            for e in pretrained.entries()]
     reg = [dataclasses.replace(e, explainer=rec) if e.name == name else e for e in reg]
+    write_json(PRETRAINED / "registry.json", [dataclasses.asdict(e) for e in reg])
+
+
+def set_held_out(name: str) -> None:
+    """Record the cross-fitted figures of the shipped calibration of ``name`` (its weights and files unchanged)."""
+    from vlmatch import pretrained
+    from vlmatch.io import write_json
+
+    bench = json.loads((HERE / "results" / "calibration" / f"pretrained_{name}.json").read_text())
+    held = held_out_record(bench)
+    if not held:
+        sys.exit(f"pretrained_{name}.json is not a cross-fitted record: run benchmarks/calibration.py --shipped-banks")
+    held["held_out"]["command"] = bench["command"]
+    reg = [dataclasses.replace(e, calibration={**e.calibration, **held}) if e.name == name else e
+           for e in pretrained.entries()]
     write_json(PRETRAINED / "registry.json", [dataclasses.asdict(e) for e in reg])
 
 

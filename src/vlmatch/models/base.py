@@ -373,16 +373,25 @@ class MatchingModel(nn.Module):
 
     def load_weights(self, path, sha256: str | None = None) -> None:
         """Load ``path`` (checked against ``sha256`` when given, and shape by shape before loading)."""
+        from ..encoders.lora import drop_unused_pooler, unused_pooler_keys
+
         path = Path(path)
         found = read_header(path)
         verify_sha256(path, sha256, path.parent / "config.json")
-        problems = shape_problems(found, {k: tuple(v.shape) for k, v in self.state_dict().items()})
+        mine = {k: tuple(v.shape) for k, v in self.state_dict().items()}
+        legacy = [k for k in unused_pooler_keys(found) if k not in mine]  # a pooler adapter of an older save
+        problems = shape_problems({k: v for k, v in found.items() if k not in legacy}, mine)
         if problems:
             raise DataError(path, f"weights do not fit model {self.name}: {describe_problems(problems)}")
         try:
             state = load_file(str(path))
         except Exception as e:  # safetensors raises its own error types
             raise DataError(path, f"not a readable safetensors file: {e}") from None
+        if legacy:
+            try:
+                state = drop_unused_pooler(state, path)
+            except ValueError as e:
+                raise DataError(path, str(e).split(": ", 1)[1]) from None
         self.load_state_dict(state, strict=True)
 
 

@@ -150,7 +150,10 @@ def load_model(checkpoint_dir, map_location="cpu") -> MatchingModel:
     # compare the file's shapes with the model's before anything is allocated (a meta-device build)
     expected = _meta_shapes(cfg["name"], opts)
     if expected is not None:
-        problems = shape_problems(header, expected)
+        from ..encoders.lora import unused_pooler_keys
+
+        legacy = set(unused_pooler_keys(header)) - set(expected)  # dropped by load_weights (an older save)
+        problems = shape_problems({k: v for k, v in header.items() if k not in legacy}, expected)
         if problems:
             raise DataError(weights, f"weights do not fit {d / 'config.json'} (model {cfg['name']}): "
                                      f"{describe_problems(problems)}")
