@@ -190,6 +190,9 @@ def set_explainer(name: str, row: str, default: bool) -> None:
     from vlmatch.io import write_json
 
     rec = explainer_record(row, default)
+    old = {e.name: e.explainer for e in pretrained.entries()}.get(name) or {}
+    if old.get("row") == row and old.get("selection"):  # what the figure was chosen on stays said
+        rec["selection"] = old["selection"]
     reg = [dataclasses.replace(e, explainer={**e.explainer, "default": False}) if default and e.explainer else e
            for e in pretrained.entries()]
     reg = [dataclasses.replace(e, explainer=rec) if e.name == name else e for e in reg]

@@ -90,7 +90,8 @@ def _explainer_lines(e: Pretrained) -> list[str]:
     return [f"- Heat maps (`--method {x['method']}`): point inside the named thing's box for {x['pointing']:.1f} % of the "
             f"{x['phrases']:,} Flickr30k Entities phrases of Flickr8k val (the photo's centre: {x['centre']:.1f} %; "
             f"`benchmarks/results/grounding.md`)" + ("; the default explainer of `vlmatch explain`." if x.get("default")
-                                                     else ".")]
+                                                     else ".")
+            + (f" {x['selection']}" if x.get("selection") else "")]
 
 
 def card(e: Pretrained) -> list[str]:
