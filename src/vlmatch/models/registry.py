@@ -120,9 +120,11 @@ def resolve_checkpoint(spec) -> Path:
     return Path(spec)
 
 
-def load_model(checkpoint_dir, map_location="cpu") -> MatchingModel:
+def load_model(checkpoint_dir, map_location="cpu", *, note_unsealed: bool = True) -> MatchingModel:
     """Load a model saved with ``model.save(dir)``: config.json + model.safetensors (+ vocab.json).
     ``pretrained:NAME`` loads a trained model shipped with vlmatch (see ``vlmatch pretrained``).
+    Every file is checked against the folder's checksums.json; a folder without one (an older save) loads
+    with a note, unless ``note_unsealed`` is False (a copy inside an index, which its manifest seals).
 
     An option config.json lacks takes the model's ``legacy_options`` value (see :func:`checkpoint_options`)."""
     from ..data.vocab import Vocab
@@ -168,7 +170,7 @@ def load_model(checkpoint_dir, map_location="cpu") -> MatchingModel:
     model.load_extra(d)  # (its text encoder's record: the encoder it names must be the one installed)
     # every file against checksums.json (the checks above name what does not make sense; this, what was
     # changed, removed or copied in since the save), before the calibration is attached
-    if verify_checkpoint(d, known={"model.safetensors": digest}) is None:
+    if verify_checkpoint(d, known={"model.safetensors": digest}) is None and note_unsealed:
         _unsealed(d)
     attach_calibration(model, d)
     return model.to(map_location).eval()

@@ -513,8 +513,8 @@ def _update(out: Path, manifest: dict, parts: dict, skip_bad, batch_size, progre
     if not todo and len(keep_rows) == len(old_items):
         shutil.rmtree(out / "build", ignore_errors=True)  # what an update killed before its commit left
         return {**report, "skipped": []}
-    model = load_model(parts["model"]).eval()
-    retriever = load_model(parts["retriever"]).eval() if "retriever" in parts else None
+    model = load_model(parts["model"], note_unsealed=False).eval()  # sealed by the index's manifest
+    retriever = load_model(parts["retriever"], note_unsealed=False).eval() if "retriever" in parts else None
     s1 = _stage1_source(model, retriever)
     bb = backbone_for(manifest["backbone"], weights)
     dtype = manifest["dtype"]

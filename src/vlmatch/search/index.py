@@ -113,8 +113,10 @@ class Index:
             loc = MilvusLocation(milvus_uri or "", collection or "")
             manifest, ckpts, colls = open_milvus(loc, model, retriever)
             with torch.no_grad():
-                m = load_model(ckpts["model"], map_location=device)
-                r = load_model(ckpts["retriever"], map_location=device) if "retriever" in ckpts else None
+                # the copies an index holds are sealed by its manifest (an older index's have no checksums.json)
+                m = load_model(ckpts["model"], map_location=device, note_unsealed=False)
+                r = (load_model(ckpts["retriever"], map_location=device, note_unsealed=False) if "retriever" in ckpts
+                     else None)
                 for_queries(m, r, lean=lean_queries)
                 idx = cls(loc, manifest, m, r, device, parts=ckpts, collections={})
                 idx.images, idx.captions = (colls(name, idx.model, idx.n_regions) for name in ("images", "captions"))
