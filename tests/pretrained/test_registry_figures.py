@@ -65,6 +65,21 @@ def test_the_calibration_figures_are_its_benchmarks(entry):
 
 
 
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if e.calibration], ids=lambda e: e.name)
+def test_the_held_out_figures_are_the_cross_fitted_record(entry):
+    held = entry.calibration.get("held_out")
+    assert held, f"{entry.name} quotes no held-out figures of its calibration"
+    model = held["command"].split("--model ", 1)[1].split()[0]
+    rec = _json(RESULTS / "calibration" / f"{model.replace(':', '_')}.json")
+    assert rec["command"] == held["command"] and model == f"pretrained:{entry.name}"
+    row = rec["settings"][rec["shipped_setting"]]
+    assert row["beta"] == entry.calibration["beta"]  # the shipped beta is the one picked on half A
+    assert held == {"B": row["B"], "A": row["A"], "beta_B": row["beta_B"], "mean": row["held_out"],
+                    "banks": rec["banks_cross_fit"], "uncalibrated": {h: rec["uncalibrated"][h]["rsum"]
+                                                                       for h in ("A", "B")},
+                    "command": rec["command"]}
+
+
 @pytest.mark.parametrize("entry", [e for e in ENTRIES if e.explainer], ids=lambda e: e.name)
 def test_the_explainer_figures_are_its_grounding_row(entry):
     ex = entry.explainer
