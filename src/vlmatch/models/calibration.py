@@ -69,7 +69,7 @@ def compress(bank: Tensor, rank: int) -> dict[str, Tensor]:
     bank = bank.float()
     r = min(rank, *bank.shape)
     _, _, vh = torch.linalg.svd(bank, full_matrices=False)
-    basis = vh[:r].half()
+    basis = vh[:r].half().contiguous()  # as stored: expanding it gives the loaded bank bit for bit
     coef = bank @ basis.float().T
     scale = (coef.abs().amax(dim=1) / 127).clamp(min=1e-12)
     q = torch.round(coef / scale[:, None]).clamp(-127, 127).to(torch.int8)
