@@ -102,3 +102,9 @@ def test_searching_a_missing_lite_database_creates_nothing(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert f"{db}: no milvus-lite database there (a search or an open creates nothing)" in err and "\n" not in err
     assert not db.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_updating_a_missing_lite_database_creates_nothing(tmp_path, capsys):
+    db = tmp_path / "none.db"
+    assert main(["index", "update", "--backend", "milvus", "--milvus-uri", str(db), "--collection", "c"]) == 2
+    assert "no milvus-lite database there" in capsys.readouterr().err and not db.exists()

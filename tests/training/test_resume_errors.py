@@ -210,3 +210,12 @@ def test_a_best_of_a_later_epoch_without_last_is_refused(run, capsys):
     err = one_line(capsys)
     assert "no last/ checkpoint in it to continue from (best/ is there, of epoch 4; last/ is not)" in err
     assert (run / "best" / "metrics.json").is_file()
+
+
+def test_init_from_a_checkpoint_with_a_changed_part_is_refused(run, small_world, tmp_path, capsys):
+    cfg = tmp_path / "next.yaml"
+    cfg.write_text(yaml.safe_dump(tiny(small_world, init_from=str(run / "last"))))
+    vocab = run / "last" / "vocab.json"
+    vocab.write_text(vocab.read_text() + " ")  # the same words, another file: not the one saved
+    assert main(["train", "--config", str(cfg), "--run-dir", str(tmp_path / "next"), "--no-progress"]) == 2
+    assert f"{vocab}: content does not match the SHA-256 recorded in" in one_line(capsys)

@@ -260,7 +260,7 @@ def update_milvus(loc: MilvusLocation, skip_bad: bool = False, batch_size: int =
                   weights=None) -> dict:
     """Re-scan the image folder of a Milvus index: encode new and changed files, drop deleted ones."""
     check_name(loc.collection)
-    client = connect(loc.uri)
+    client = connect(loc.uri, create=False)  # an update of a .db that does not exist creates nothing
     manifest = read_manifest(client, loc)
     with WriterLock(client, loc.collection, "vlmatch index update") as lock:
         manifest = read_manifest(client, loc)

@@ -32,7 +32,7 @@ from ..errors import ConfigError
 from ..evaluation.validate import validate
 from ..io import append_line, atomic_dir, write_json, write_text
 from ..models.registry import create_model, legacy_conflicts, model_class, saved_options
-from ..models.sealing import seal_checkpoint
+from ..models.sealing import seal_checkpoint, verify_checkpoint
 from .allocator import keep_freed_memory
 from .checkpoint import (
     check_log,
@@ -185,6 +185,7 @@ def _train(cfg: dict, run_dir: Path, resume: bool, progress: bool, overwrite: bo
             raise ConfigError(f"train.init_from: the checkpoint was made with other values of options whose default "
                               f"changed: {'; '.join(conflicts)}. Set them in the config's model section (--set "
                               f"model.KEY=VALUE) to continue from it with its own equations")
+        verify_checkpoint(Path(tc["init_from"]))  # the folder whole (checksums.json), when it is sealed
         model.load_weights(Path(tc["init_from"]) / "model.safetensors")
     kind = batch_kind(model.begin_stage(tc["stage"]))  # the model says what its stage trains on
     model.to(device)
