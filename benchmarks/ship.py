@@ -19,6 +19,7 @@ import dataclasses
 import json
 import re
 import shutil
+import statistics
 import sys
 from pathlib import Path
 
@@ -65,9 +66,25 @@ def calibration_record(folder: Path, uncalibrated: dict, run: str) -> dict:
     and the command that made it (benchmarks/results/calibration/<run>.json)."""
     rec = json.loads((folder / "calibration.json").read_text())
     made = HERE / "results" / "calibration" / f"{run}.json"
-    command = json.loads(made.read_text())["command"] if made.is_file() else ""
-    return {"method": rec["method"], "beta": rec["beta"], "banks": rec["banks"], "sha256": rec["sha256"],
-            "command": command, "uncalibrated": {k: round(v, 2) for k, v in uncalibrated.items()}}
+    bench = json.loads(made.read_text()) if made.is_file() else {}
+    command = bench.get("command", "")
+    from vlmatch.models.calibration import METHOD
+
+    return {"method": METHOD, "beta": rec["beta"], "banks": rec["banks"], "sha256": rec["sha256"],
+            "command": command, "uncalibrated": {k: round(v, 2) for k, v in uncalibrated.items()},
+            **held_out_record(bench)}
+
+
+def held_out_record(bench: dict) -> dict:
+    """The cross-fitted figures of a calibration record (benchmarks/calibration.py) as the registry quotes them:
+    ``{"held_out": {B: half B's recalls at the beta picked on A (the shipped one), A: half A's at the beta picked on
+    B, beta_B, mean, banks: the banks' cross-fit, uncalibrated: each half's rsum}}``; {} for an older record."""
+    if "A" not in bench.get("uncalibrated", {}):
+        return {}
+    row = bench["settings"][bench["shipped_setting"]]
+    return {"held_out": {"B": row["B"], "A": row["A"], "beta_B": row["beta_B"], "mean": row["held_out"],
+                         "banks": bench["banks_cross_fit"],
+                         "uncalibrated": {h: bench["uncalibrated"][h]["rsum"] for h in ("A", "B")}}}
 
 
 def text_encoder_line(tenc: str, config: dict) -> str:
@@ -113,9 +130,14 @@ def main(argv=None):
     ap.add_argument("--default-explainer", action="store_true", help="the default explainer of `vlmatch explain`")
     ap.add_argument("--set-explainer", nargs=2, metavar=("NAME", "ROW"),
                     help="record a grounding row on a shipped entry without shipping it again")
+    ap.add_argument("--set-held-out", metavar="NAME",
+                    help="record the cross-fitted calibration figures of benchmarks/results/calibration/pretrained_NAME.json "
+                         "(benchmarks/calibration.py --model pretrained:NAME --shipped-banks) on shipped entry NAME")
     a = ap.parse_args(argv)
     if a.set_explainer:
         set_explainer(*a.set_explainer, a.default_explainer)
+    elif a.set_held_out:
+        set_held_out(a.set_held_out)
     elif a.search_figures:
         search_figures()
     elif not a.card:
@@ -144,7 +166,9 @@ def search_figures() -> None:
     torch_version = re.search(r"torch ([0-9.]+)", pair["host"])
     build, scale = pair["build"], pair["scale"][-1]
     total = scale["latency"]["total"]
-    figures = {"build_images_per_s": round(build["images_per_s"], 1),
+    runs = build.get("runs_images_per_s") or [build["images_per_s"]]  # every run of the build, not the best
+    figures = {"build_images_per_s": round(statistics.median(runs), 1),
+               "build_images_per_s_range": [round(min(runs), 1), round(max(runs), 1)], "build_runs": len(runs),
                "build_note": "Flickr8k val JPEGs, feature extraction and the models' encodings included, model loading "
                              "and the commit too",
                "query_p50_ms": round(total["p50_ms"], 1), "query_p99_ms": round(total["p99_ms"], 1),
@@ -154,8 +178,9 @@ def search_figures() -> None:
                "exhaustive_r10": round(real["exhaustive"]["t2i"]["r10"], 2),
                "host": f"{cores.group(1)} x86 cores with {isa}, torch {torch_version.group(1) if torch_version else '?'} "
                        "(host flags and commands in benchmarks/results/search.md)"}
-    reg = [dataclasses.replace(e, search=figures, ms_per_query=figures["query_p50_ms"]) if e.default else e
-           for e in pretrained.entries()]
+    # the figures belong to the default pair: an entry that is no longer in it keeps none
+    reg = [dataclasses.replace(e, search=figures, ms_per_query=figures["query_p50_ms"]) if e.default else
+           dataclasses.replace(e, search={}, ms_per_query=None) for e in pretrained.entries()]
     write_json(PRETRAINED / "registry.json", [dataclasses.asdict(e) for e in reg])
 
 
@@ -165,9 +190,27 @@ def set_explainer(name: str, row: str, default: bool) -> None:
     from vlmatch.io import write_json
 
     rec = explainer_record(row, default)
+    old = {e.name: e.explainer for e in pretrained.entries()}.get(name) or {}
+    if old.get("row") == row and old.get("selection"):  # what the figure was chosen on stays said
+        rec["selection"] = old["selection"]
     reg = [dataclasses.replace(e, explainer={**e.explainer, "default": False}) if default and e.explainer else e
            for e in pretrained.entries()]
     reg = [dataclasses.replace(e, explainer=rec) if e.name == name else e for e in reg]
+    write_json(PRETRAINED / "registry.json", [dataclasses.asdict(e) for e in reg])
+
+
+def set_held_out(name: str) -> None:
+    """Record the cross-fitted figures of the shipped calibration of ``name`` (its weights and files unchanged)."""
+    from vlmatch import pretrained
+    from vlmatch.io import write_json
+
+    bench = json.loads((HERE / "results" / "calibration" / f"pretrained_{name}.json").read_text())
+    held = held_out_record(bench)
+    if not held:
+        sys.exit(f"pretrained_{name}.json is not a cross-fitted record: run benchmarks/calibration.py --shipped-banks")
+    held["held_out"]["command"] = bench["command"]
+    reg = [dataclasses.replace(e, calibration={**e.calibration, **held}) if e.name == name else e
+           for e in pretrained.entries()]
     write_json(PRETRAINED / "registry.json", [dataclasses.asdict(e) for e in reg])
 
 
@@ -224,6 +267,9 @@ def ship(a) -> None:
     write_json(out / "config.json", cfg)
     features = json.loads((features_dir / "features.json").read_text())
     write_json(out / "backbone.json", features["backbone"])
+    from vlmatch.models.sealing import seal_checkpoint
+
+    checksums = seal_checkpoint(out)  # checksums.json: every file of the folder, after the float16 rewrite and backbone.json
     half_sims = val_scores(load_model(out), features_dir)
     half = val_metrics(None, half_sims)
     if abs(half["rsum"] - full["rsum"]) >= 0.5:
@@ -237,7 +283,7 @@ def ship(a) -> None:
         data=DATA, licence=LICENCE, command=record["command"],
         val={"float16": {k: round(v, 2) for k, v in half.items()}, "float32": {k: round(v, 2) for k, v in full.items()},
              "epochs_trained": len(record.get("val_rsum_by_epoch", [])), "best_epoch": record["metrics"].get("epoch")},
-        storage="float16", notes=a.notes, default=a.default, pair_score=a.pair_score,
+        storage="float16", checksums_sha256=checksums, notes=a.notes, default=a.default, pair_score=a.pair_score,
         explainer=explainer_record(a.explainer, a.default_explainer) if a.explainer else {},
         calibration=calibration_record(out, uncalibrated, a.run) if a.calibration else {})
     retrievers = [e.name for e in pretrained.entries() if e.role == "retriever" and e.default]

@@ -281,11 +281,14 @@ def writer_lock(folder: str | os.PathLike, what: str, busy: str) -> Iterator[Non
 
 
 @contextmanager
-def shared_lock(path: str | os.PathLike, exclusive: bool, waiting: str, create: bool = True) -> Iterator[bool]:
+def shared_lock(path: str | os.PathLike, exclusive: bool, waiting: str, create: bool = True,
+                timeout: float | None = None, on_wait: Callable[[], None] | None = None,
+                timed_out: str = "") -> Iterator[bool]:
     """Hold ``flock`` on the file ``path`` (made if missing and ``create``), shared or ``exclusive``,
     waiting for it; :func:`crash_point` is called with ``waiting`` just before a wait (tests see who
-    waits). Yields True, or False where the file cannot be opened (missing, or in a folder this user
-    may only read): nothing to lock with, and nobody can write there to need it."""
+    waits), then ``on_wait`` (to say so). With ``timeout``, a wait longer than that many seconds is a
+    VlmatchError ``PATH: TIMED_OUT``. Yields True, or False where the file cannot be opened (missing, or
+    in a folder this user may only read): nothing to lock with, and nobody can write there to need it."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - not a POSIX system
@@ -305,7 +308,29 @@ def shared_lock(path: str | os.PathLike, exclusive: bool, waiting: str, create: 
             fcntl.flock(fd, mode | fcntl.LOCK_NB)
         except BlockingIOError:
             crash_point(waiting)
-            fcntl.flock(fd, mode)
+            if on_wait is not None:
+                on_wait()
+            if timeout is None:
+                fcntl.flock(fd, mode)
+            else:
+                _poll_lock(fd, mode, timeout, path, timed_out)
         yield True
     finally:
         os.close(fd)
+
+
+def _poll_lock(fd: int, mode: int, timeout: float, path, timed_out: str) -> None:
+    import fcntl
+    import time
+
+    from .errors import VlmatchError
+
+    deadline = time.monotonic() + timeout
+    while True:
+        time.sleep(0.02)
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise VlmatchError(f"{path}: {timed_out or f'still locked after {timeout:g} s'}") from None

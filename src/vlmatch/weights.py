@@ -26,14 +26,15 @@ def hash_file_into(h, path) -> None:
         hashlib.file_digest(f, lambda: h)
 
 
-def verify_sha256(path, expected: str | None, recorded_in) -> None:
-    """Refuse ``path`` if its SHA-256 is not ``expected`` (nothing to check when None)."""
+def verify_sha256(path, expected: str | None, recorded_in, actual: str | None = None) -> None:
+    """Refuse ``path`` if its SHA-256 (``actual`` when the caller has it) is not ``expected`` (nothing to
+    check when None)."""
     if expected is None:
         return
     path = Path(path)
     if not path.is_file():
         raise DataError(path, "file not found")
-    actual = sha256_file(path)
+    actual = actual or sha256_file(path)
     if actual != expected:
         raise DataError(path, f"content does not match the SHA-256 recorded in {Path(recorded_in).name} "
                               f"({actual[:12]}... != {expected[:12]}...): the file is corrupt or was replaced")
@@ -69,3 +70,4 @@ def shape_problems(found: dict[str, tuple], expected: dict[str, tuple]) -> list[
 def describe_problems(problems: list[str]) -> str:
     more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
     return "; ".join(problems[:3]) + more
+

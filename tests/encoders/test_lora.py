@@ -159,3 +159,63 @@ def test_lora_option_is_checked_with_the_model(bert):
         create_model("vsepp", img_dim=6, embed_dim=8, text_encoder=str(bert), finetune=True, text_lora={"rank": 4})
     with pytest.raises(ConfigError, match="match no linear layer"):
         create_model("vsepp", img_dim=6, embed_dim=8, text_encoder=str(bert), text_lora={"targets": ["qkv"]})
+
+
+def test_the_dense_target_leaves_the_pooler_out_unless_named(bert):
+    from transformers import AutoModel
+
+    base = AutoModel.from_pretrained(str(bert))
+    assert any(n == "pooler.dense" for n, _ in base.named_modules())  # the tiny BERT has one
+    dense = target_layers(base, ("query", "key", "value", "dense"))
+    assert dense and "pooler.dense" not in dense and all(n.startswith("encoder.") for n in dense)
+    assert "pooler.dense" in target_layers(base, ("pooler.dense",))
+    enc = HFTextEncoder(bert, lora=LoRASpec(rank=2, targets=("dense",), alpha=4.0))
+    assert not any("pooler" in n for n, _ in enc.lora.named_parameters())
+
+
+def _with_pooler_adapter(ckpt, b_value: float):
+    """The checkpoint as an older vlmatch saved it: a pooler.dense adapter beside the others (B = b_value)."""
+    import hashlib
+
+    from safetensors.torch import load_file, save
+
+    from vlmatch.models.sealing import seal_checkpoint
+
+    path = ckpt / "model.safetensors"
+    state = load_file(str(path))
+    prefix = next(k for k in state if ".lora.layers." in k).split(".lora.layers.")[0]
+    state[f"{prefix}.lora.layers.pooler__dense.A"] = torch.randn(2, 16)
+    state[f"{prefix}.lora.layers.pooler__dense.B"] = torch.full((16, 2), b_value)
+    data = save(state)
+    path.write_bytes(data)
+    cfg = json.loads((ckpt / "config.json").read_text())
+    (ckpt / "config.json").write_text(json.dumps({**cfg, "weights_sha256": hashlib.sha256(data).hexdigest()}))
+    seal_checkpoint(ckpt)
+
+
+def test_an_older_checkpoint_with_an_all_zero_pooler_adapter_loads_the_same(bert, tmp_path):
+    torch.manual_seed(0)
+    m = create_model("scan_t2i_avg", img_dim=6, embed_dim=8, text_encoder=str(bert), text_cache=False,
+                     text_lora={"rank": 2, "targets": ["query", "value", "dense"], "alpha": 4}).eval()
+    _randomise(m.pretrained_text.hf)
+    tokens, lengths = m.tokenize(CAPTIONS)
+    want = _scores(m, tokens, lengths)
+    m.save(tmp_path / "ck")
+    _with_pooler_adapter(tmp_path / "ck", 0.0)
+    again = load_model(tmp_path / "ck").eval()
+    torch.testing.assert_close(_scores(again, tokens, lengths), want)
+    _with_pooler_adapter(tmp_path / "ck", 0.5)  # a pooler adapter that did something: not silently dropped
+    with pytest.raises(DataError, match=r"pooler__dense.B is not zero, so the pooler adapter did change the model"):
+        load_model(tmp_path / "ck")
+
+
+def test_the_shipped_lora_models_hold_a_zero_pooler_adapter_and_load_without_it():
+    from vlmatch import pretrained
+
+    for name in ("vsepp-lite2-320-lora-f8k", "vsepp-lite2-448-lora-f8k"):
+        folder = pretrained.get(name).folder
+        with safe_open(str(folder / "model.safetensors"), "pt") as f:
+            pooler = [k for k in f.keys() if "pooler" in k]  # noqa: SIM118
+            assert pooler and not f.get_tensor(next(k for k in pooler if k.endswith(".B"))).any()
+        model = load_model(f"pretrained:{name}")
+        assert not any("pooler" in n for n, _ in model.named_parameters())

@@ -128,3 +128,44 @@ def test_inference_takes_the_fused_path_and_a_copy_or_new_weights_repack():
     with torch.inference_mode():
         torch.testing.assert_close(_extract(clone)(x), _extract(other)(x), rtol=1e-5, atol=1e-5)
         assert (_extract(clone)(x) - got).abs().max() > 1e-3
+
+
+@needs_onednn
+def test_an_operator_error_after_the_probe_falls_back_per_call(monkeypatch, capsys):
+    """The private operators failing on a later call (a shape or a build the probe did not meet) do not fail the
+    extraction: that call and the later ones run the plain convolutions, with a one-line note."""
+    net = _net(2)
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        want = _extract(net)(x)
+    fused.fuse_conv_relu6(net, torch.randn(2, 3, 64, 64), _extract(net))
+    monkeypatch.setattr(fused, "_FAILED", [])
+    calls = []
+
+    def broken(self, x):
+        calls.append(1)
+        raise RuntimeError("could not create a primitive descriptor")
+
+    monkeypatch.setattr(fused.FusedConv, "_fused", broken)
+    with torch.inference_mode():
+        got = _extract(net)(x)
+        again = _extract(net)(x[:1])
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
+    torch.testing.assert_close(again, want[:1], rtol=1e-4, atol=1e-4 * float(want.abs().max()))
+    assert len(calls) == 1  # tried once, then the plain path for every layer and call
+    err = capsys.readouterr().err
+    assert err.count("vlmatch: note: the fused backbone's oneDNN operators failed (RuntimeError") == 1
+
+
+def test_torch_is_bounded_to_the_versions_tested():
+    """The fused path calls private oneDNN operators: pyproject bounds torch above, and this torch is inside."""
+    import tomllib
+    from pathlib import Path
+
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    meta = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    req = next(Requirement(r) for r in meta["project"]["dependencies"] if Requirement(r).name == "torch")
+    assert any(s.operator in ("<", "<=") for s in req.specifier), f"{req} has no upper bound"
+    assert Version(torch.__version__.split("+")[0]) in req.specifier

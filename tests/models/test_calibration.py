@@ -1,4 +1,5 @@
-"""Query-bank calibration (the dual inverted softmax) against the paper's equation, loop by loop."""
+"""Query-bank calibration (the inverted softmax, QB-Norm's IS form, both directions) against the paper's
+equation, loop by loop."""
 
 import json
 import math
@@ -11,6 +12,7 @@ from vlmatch.data.vocab import Vocab
 from vlmatch.errors import DataError
 from vlmatch.models.calibration import Calibration, compress, expand, load_calibration
 from vlmatch.models.registry import create_model
+from vlmatch.models.sealing import seal_checkpoint
 
 KW = dict(img_dim=6, embed_dim=8, word_dim=4, vocab_size=12, text_pool="mean")
 BETA = 7.0
@@ -111,11 +113,14 @@ def test_a_calibrated_checkpoint_round_trips_and_every_bad_file_is_named_in_one_
     f = tmp_path / "ck" / "calibration.safetensors"
     f.write_bytes(f.read_bytes()[:-1] + b"\0")
     with pytest.raises(DataError, match=r"calibration.safetensors: content does not match the SHA-256 recorded in "
-                                        r"calibration.json"):
+                                        r".*checksums.json"):
         load_model(tmp_path / "ck")
+    with pytest.raises(DataError, match=r"calibration.safetensors: content does not match the SHA-256 recorded in "
+                                        r"calibration.json"):
+        load_calibration(tmp_path / "ck", 8)  # its own record checks it too (a checkpoint saved before checksums)
     (tmp_path / "ck" / "calibration.json").unlink()
     with pytest.raises(DataError, match="calibration.json: not found .*belong together"):
-        load_model(tmp_path / "ck")
+        load_calibration(tmp_path / "ck", 8)
     other = tmp_path / "wide"
     Calibration.fit(BETA, rank=4, text=_unit(10, 16, 1).float()).save(other)
     with pytest.raises(DataError, match="16-d, but the model embeds in 8 dimensions: it belongs to another model"):
@@ -132,5 +137,6 @@ def test_a_model_whose_score_is_not_an_inner_product_refuses_a_calibration(tmp_p
     scan.vocab = Vocab.build(["a dog"], min_count=1)
     scan.save(tmp_path / "scan")
     Calibration.fit(BETA, rank=4, text=_unit(10, 8, 1).float()).save(tmp_path / "scan")
+    seal_checkpoint(tmp_path / "scan")  # a folder made so on purpose: its files are whole, the pairing is wrong
     with pytest.raises(DataError, match="calibration.json: model scan_t2i_avg takes no calibration"):
         load_model(tmp_path / "scan")

@@ -10,6 +10,7 @@ import torch
 from vlmatch import create_model, load_model, pretrained
 from vlmatch.cli import main
 from vlmatch.errors import ConfigError, DataError
+from vlmatch.models.sealing import seal_checkpoint
 from vlmatch.weights import sha256_file
 
 
@@ -24,7 +25,8 @@ def shipped(tmp_path, monkeypatch):
     model.vocab = Vocab.build(["a dog runs", "a red ball"], min_count=1)
     model.save(weights / "tiny")
     sha = sha256_file(weights / "tiny" / "model.safetensors")
-    entry = {"name": "tiny", "model": "vsepp", "role": "retriever", "sha256": sha, "val_rsum": 12.5, "default": True}
+    entry = {"name": "tiny", "model": "vsepp", "role": "retriever", "sha256": sha, "val_rsum": 12.5, "default": True,
+             "checksums_sha256": sha256_file(weights / "tiny" / "checksums.json")}
     (tmp_path / "registry.json").write_text(json.dumps([entry]))
     monkeypatch.setattr(pretrained, "REGISTRY", tmp_path / "registry.json")
     monkeypatch.setattr(pretrained, "WEIGHTS", weights)
@@ -87,6 +89,10 @@ def test_a_shipped_calibration_is_pinned_by_the_registry(shipped):
     reg = json.loads(pretrained.REGISTRY.read_text())
     reg[0]["calibration"] = {"beta": 10.0, "sha256": sha256_file(folder / "calibration.safetensors")}
     pretrained.REGISTRY.write_text(json.dumps(reg))
+    with pytest.raises(DataError, match=r"tiny/calibration.json: not part of this checkpoint \(not listed in"):
+        load_model("pretrained:tiny")  # the registry takes it, the folder's checksums.json does not
+    reg[0]["checksums_sha256"] = seal_checkpoint(folder)
+    pretrained.REGISTRY.write_text(json.dumps(reg))
     assert load_model("pretrained:tiny").calibration.beta == 10.0
     # replaced together with its own record (so calibration.json's hash agrees): the registry still refuses it
     Calibration.fit(99.0, rank=4, text=torch.nn.functional.normalize(torch.randn(6, 8), dim=1)).save(folder)
@@ -101,6 +107,7 @@ def test_the_default_ships_a_calibration_that_fits_it():
     name, _ = pretrained.default_pair()
     entry = pretrained.get(name)
     model = load_model(f"pretrained:{name}")
-    if entry.calibration:  # the registry's record is the file it loads, and the val figures are the calibrated ones
-        assert model.calibration is not None and model.calibration.beta == entry.calibration["beta"]
-        assert entry.val["float16"]["rsum"] > entry.calibration["uncalibrated"]["rsum"]
+    # the default ships one: the registry's record is the file it loads, and the val figures are the calibrated ones
+    assert entry.calibration, f"the default model {name} ships no calibration"
+    assert model.calibration is not None and model.calibration.beta == entry.calibration["beta"]
+    assert entry.val["float16"]["rsum"] > entry.calibration["uncalibrated"]["rsum"]

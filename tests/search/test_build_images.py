@@ -9,6 +9,7 @@ import pytest
 import vlmatch
 from vlmatch.cli import main
 from vlmatch.errors import VlmatchError
+from vlmatch.models.sealing import seal_checkpoint
 from vlmatch.search import build as B
 
 from .tiny import Tiny32, build_args, exhaustive, jpegs, tiny_backbone  # noqa: F401  (tiny_backbone: autouse)
@@ -38,6 +39,7 @@ def test_folder_build_bad_images_and_backbone_checks(toy_ckpts, tmp_path, capsys
     # a checkpoint that records another backbone refuses these features
     ck = shutil.copytree(toy_ckpts["scan"], tmp_path / "ck")
     (ck / "backbone.json").write_text(json.dumps({"name": "efficientnet-lite0", "grid": 7, "dim": 1280}))
+    seal_checkpoint(ck)
     assert main(["index", "build", "--model", str(ck), "--retriever", str(toy_ckpts["vsepp"]), "--images",
                  str(imgs), "--out", str(tmp_path / "c"), "--backbone", "tiny32"]) == 2
     assert "trained on efficientnet-lite0" in capsys.readouterr().err
@@ -116,3 +118,30 @@ def test_explain_cli_writes_png_and_json(toy_ckpts, tmp_path, capsys):
     w = np.array(j["weights"])
     assert j["words"][1:4] == ["a", "red", "dog"] and w.shape == (4, len(j["words"])) and j["grid"] == 2
     np.testing.assert_allclose(w.sum(axis=0), 1.0, rtol=1e-5)  # SCAN t-i: each word over the 4 positions
+
+
+def test_a_recalibrated_checkpoint_does_not_resume_an_interrupted_build(toy_ckpts, tmp_path):
+    """The resume fingerprint covers the whole checkpoint (its checksums.json), not only model.safetensors:
+    a build interrupted with one calibration starts over with another, never mixing their offsets."""
+    import torch
+
+    from vlmatch.models.calibration import Calibration
+    from vlmatch.weights import sha256_file
+
+    imgs = jpegs(tmp_path / "imgs", [f"im{i}.jpg" for i in range(7)])
+    vse = vlmatch.load_model(toy_ckpts["vsepp"])
+    bank = torch.nn.functional.normalize(torch.randn(12, vse.cfg.embed_dim, generator=torch.Generator().manual_seed(1)),
+                                         dim=1)
+    vse.calibration = Calibration.fit(20.0, rank=8, text=bank)
+    vse.save(tmp_path / "ret")
+    ckpts = {"scan": toy_ckpts["scan"], "vsepp": tmp_path / "ret"}
+    Tiny32.fail_after = 4
+    assert build(ckpts, imgs, tmp_path / "idx") == 130
+    vse.calibration = Calibration.fit(3.0, rank=8, text=bank)  # recalibrated: same weights, other beta
+    vse.save(tmp_path / "ret")
+    assert sha256_file(tmp_path / "ret" / "model.safetensors") == sha256_file(toy_ckpts["vsepp"] / "model.safetensors")
+    Tiny32.fail_after, Tiny32.images = None, 0
+    assert build(ckpts, imgs, tmp_path / "idx") == 0
+    assert Tiny32.images == 7  # started over: nothing encoded with the first calibration was kept
+    assert build(ckpts, imgs, tmp_path / "ref") == 0
+    assert exhaustive(tmp_path / "idx") == exhaustive(tmp_path / "ref")

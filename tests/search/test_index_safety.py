@@ -100,8 +100,8 @@ def test_an_out_that_is_not_an_index_is_refused_and_overwrite_keeps_what_is_not_
     assert (out / "notes.txt").read_bytes() == b"mine" and len(vlmatch.Index.open(out)) == 6
     # an index of its own alone is rebuilt without the flag
     assert build(ckpts, imgs, tmp_path / "idx") == 0 and build(ckpts, imgs, tmp_path / "idx", model="b") == 0
-    assert sorted(p.name for p in (tmp_path / "idx").iterdir()) == [".vlmatch.lock", ".vlmatch.read.lock", "images",
-                                                                      "manifest.json", "model", "retriever"]
+    assert sorted(p.name for p in (tmp_path / "idx").iterdir()) == [
+        ".vlmatch.lock", ".vlmatch.read.lock", ".vlmatch.swap.lock", "images", "manifest.json", "model", "retriever"]
 
 
 # --- 2. kills and concurrent writers: one whole index, never a mixed one -------------------------
@@ -126,8 +126,8 @@ def test_a_rebuild_with_another_model_killed_at_each_step_leaves_one_whole_index
     Tiny32.images = 0
     assert build(ckpts, imgs, out, model="b") == 0  # the re-run finishes from build/: nothing encoded again
     assert Tiny32.images == 0 and exhaustive(out) == ref["b"]
-    assert sorted(p.name for p in out.iterdir()) == [".vlmatch.lock", ".vlmatch.read.lock", "images", "manifest.json",
-                                                     "model", "retriever"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        ".vlmatch.lock", ".vlmatch.read.lock", ".vlmatch.swap.lock", "images", "manifest.json", "model", "retriever"]
 
 
 def test_a_build_killed_in_its_final_phase_resumes(ckpts, tmp_path):

@@ -47,3 +47,64 @@ def test_a_lite_file_in_a_missing_folder_is_refused(tmp_path, capsys):
                  "a dog"]) == 2
     err = capsys.readouterr().err.strip()
     assert "folder of the milvus-lite .db file not found" in err and "\n" not in err
+
+
+def _hold(db):
+    """Another process holding the milvus-lite database ``db`` open (as a running build does); stop it after."""
+    import subprocess
+    import sys
+
+    code = (f"from pymilvus import MilvusClient; c = MilvusClient(uri={str(db)!r}); c.list_collections(); "
+            "print('open', flush=True); import sys; sys.stdin.read()")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "open"
+    return proc
+
+
+@pytest.mark.parametrize("argv", [
+    ["search", "--backend", "milvus", "--milvus-uri", "{db}", "--collection", "c", "a dog"],
+    ["index", "update", "--backend", "milvus", "--milvus-uri", "{db}", "--collection", "c"],
+    ["index", "build", "--backend", "milvus", "--milvus-uri", "{db}", "--collection", "c", "--model", "{ck}",
+     "--images", "{imgs}"],
+])
+def test_a_lite_database_held_by_another_process_is_said_in_one_line(tmp_path, capsys, toy_ckpts, argv):
+    db = tmp_path / "photos.db"
+    (tmp_path / "imgs").mkdir()
+    proc = _hold(db)
+    try:
+        argv = [a.format(db=db, ck=toy_ckpts["vsepp"], imgs=tmp_path / "imgs") for a in argv]
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and "Traceback" not in err
+        assert f"{db}: another process holds this milvus-lite database (process {proc.pid} (" in err
+    finally:
+        proc.stdin.close()
+        proc.wait(30)
+
+
+def test_a_lite_uri_naming_a_file_is_refused_in_one_line(tmp_path, capsys):
+    from PIL import Image
+
+    photo = tmp_path / "photo.db"
+    Image.new("RGB", (4, 4)).save(photo, "JPEG")
+    before = photo.read_bytes()
+    for argv in (["search", "--backend", "milvus", "--milvus-uri", str(photo), "--collection", "c", "a dog"],
+                 ["index", "update", "--backend", "milvus", "--milvus-uri", str(photo), "--collection", "c"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert f"{photo}: is a file, not a milvus-lite database" in err and "\n" not in err
+    assert photo.read_bytes() == before
+
+
+def test_searching_a_missing_lite_database_creates_nothing(tmp_path, capsys):
+    db = tmp_path / "none.db"
+    assert main(["search", "--backend", "milvus", "--milvus-uri", str(db), "--collection", "c", "a dog"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{db}: no milvus-lite database there (a search or an open creates nothing)" in err and "\n" not in err
+    assert not db.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_updating_a_missing_lite_database_creates_nothing(tmp_path, capsys):
+    db = tmp_path / "none.db"
+    assert main(["index", "update", "--backend", "milvus", "--milvus-uri", str(db), "--collection", "c"]) == 2
+    assert "no milvus-lite database there" in capsys.readouterr().err and not db.exists()

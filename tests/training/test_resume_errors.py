@@ -4,6 +4,7 @@ row dropped) or damaged before its end, a hand-edited trainer_state.json (one li
 the field)."""
 
 import json
+import shutil
 
 import pytest
 import yaml
@@ -105,3 +106,116 @@ def test_resume_of_a_folder_that_holds_no_run_says_so(tmp_path, capsys, made, sa
     assert resume(run) == 2
     err = one_line(capsys)
     assert f"--resume {run}: {says}" in err and "bundled" not in err and not (tmp_path / "run" / ".vlmatch.lock").exists()
+
+
+@pytest.fixture
+def run2(small_world, tmp_path, capsys):
+    """A run of 2 epochs of 3 steps stopped at step 4: validated once (epoch 1, at step 3), checkpoint at step 4."""
+    cfg = tmp_path / "c2.yaml"
+    cfg.write_text(yaml.safe_dump(tiny(small_world, epochs=2, checkpoint_every_steps=1)))
+    run = tmp_path / "run2"
+    assert main(["train", "--config", str(cfg), "--run-dir", str(run), "--set", "train.stop_after_steps=4",
+                 "--no-progress"]) == 0
+    capsys.readouterr()
+    return run
+
+
+def _edit_state(run, **fields):
+    path = run / "last" / "trainer_state.json"
+    state = json.loads(path.read_text())
+    path.write_text(json.dumps({**state, **fields}))
+    return path, state
+
+
+@pytest.mark.parametrize("fields,says", [
+    ({"global_step": 3}, "global_step is 3, but {log} ends epoch 0 at step 3 and step_in_epoch is 1: it must be 4"),
+    ({"best_rsum": float("nan")}, "best_rsum is nan; it must be a finite number"),
+    ({"best_rsum": float("inf")}, "best_rsum is inf; it must be a finite number"),
+    ({"best_rsum": 1.5}, "best_rsum is 1.5 (best_epoch 0), but the best validation in {log} is"),
+    ({"best_epoch": None}, "(best_epoch None), but the best validation in {log} is"),
+    ({"epoch": 99, "global_step": 200}, "epoch is 99, but {log} has no validation of epoch 98 up to global_step 200"),
+    ({"config": "x"}, "config is 'x'; it must be the run's configuration"),
+    ({"optimizer": {"param_groups": "x"}}, "optimizer.param_groups is 'x'; it must be a list of 1 parameter group"),
+    ({"optimizer": {"param_groups": []}}, "optimizer.param_groups is '[]'; it must be a list of 1 parameter group"),
+    ({"optimizer": {"param_groups": [{"params": [0, 1]}]}}, "optimizer.param_groups[0].params is '[0, 1]'; it must "
+                                                            "list the ids of this group's"),
+    ({"optimizer": "scalars"}, "no optimizer state (an 'optimizer' object) in it"),
+])
+def test_a_trainer_state_that_disagrees_with_itself_or_the_log_is_refused(run2, capsys, fields, says):
+    if "optimizer" in fields and isinstance(fields["optimizer"], dict):
+        saved = json.loads((run2 / "last" / "trainer_state.json").read_text())["optimizer"]
+        fields = {"optimizer": {**saved, **fields["optimizer"]}}
+    path, _ = _edit_state(run2, **fields)
+    kept = (run2 / "metrics.jsonl").read_bytes()
+    assert resume(run2) == 2
+    err = one_line(capsys)
+    assert f"{path}: " in err and says.format(log=run2 / "metrics.jsonl") in err and "--overwrite" in err
+    assert (run2 / "metrics.jsonl").read_bytes() == kept  # refused before the log is cut
+
+
+def test_optimizer_scalars_naming_no_parameter_are_refused(run2, capsys):
+    saved = json.loads((run2 / "last" / "trainer_state.json").read_text())["optimizer"]
+    path, _ = _edit_state(run2, optimizer={**saved, "scalars": {"x": 1}})
+    assert resume(run2) == 2
+    assert f"{path}: optimizer.scalars has the key 'x'; each must be 'ID.name'" in one_line(capsys)
+
+
+def test_an_edit_that_makes_sense_is_refused_by_the_checkpoints_checksums(run2, capsys):
+    path, state = _edit_state(run2, elapsed=12345.0)
+    assert resume(run2) == 2
+    assert f"{path}: content does not match the SHA-256 recorded in {run2 / 'last' / 'checksums.json'}" in one_line(capsys)
+
+
+@pytest.mark.parametrize("content", ["null", "[1, 2]"])
+def test_a_trainer_state_that_is_no_object_is_named(run, capsys, content):
+    path = run / "last" / "trainer_state.json"
+    path.write_text(content)
+    assert resume(run) == 2
+    assert f"{path}: not a trainer state (a JSON object was expected)" in one_line(capsys)
+
+
+def test_a_metrics_log_that_is_a_folder_is_named(run, capsys):
+    (run / "metrics.jsonl").unlink()
+    (run / "metrics.jsonl").mkdir()
+    assert resume(run) == 2
+    assert f"{run / 'metrics.jsonl'}: is not a file" in one_line(capsys)
+
+
+def test_resume_with_another_run_dir_is_refused(run, tmp_path, capsys):
+    assert resume(run, "--run-dir", str(tmp_path / "ZZ")) == 2
+    err = one_line(capsys)
+    assert f"--resume {run} continues the run in {run} itself; --run-dir {tmp_path / 'ZZ'} names another folder" in err
+    assert not (tmp_path / "ZZ").exists()
+
+
+def test_a_kill_between_the_first_best_and_the_first_last_starts_over(small_world, tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(tiny(small_world)))
+    run = tmp_path / "run"
+    assert main(["train", "--config", str(cfg), "--run-dir", str(run), "--no-progress"]) == 0
+    want = json.loads((run / "best" / "metrics.json").read_text())
+    shutil.rmtree(run / "last")  # as a kill after best/ of epoch 1 and before its last/ leaves it
+    capsys.readouterr()
+    assert resume(run) == 0
+    assert "starting it over from step 1" in capsys.readouterr().err
+    assert _steps(run) == [1, 2, 3]
+    assert json.loads((run / "best" / "metrics.json").read_text())["rsum"] == want["rsum"]  # made again, the same
+
+
+def test_a_best_of_a_later_epoch_without_last_is_refused(run, capsys):
+    (run / "last").rename(run.parent / "last.gone")
+    (run / "best").mkdir()
+    (run / "best" / "metrics.json").write_text(json.dumps({"rsum": 50.0, "epoch": 3}))
+    assert resume(run) == 2
+    err = one_line(capsys)
+    assert "no last/ checkpoint in it to continue from (best/ is there, of epoch 4; last/ is not)" in err
+    assert (run / "best" / "metrics.json").is_file()
+
+
+def test_init_from_a_checkpoint_with_a_changed_part_is_refused(run, small_world, tmp_path, capsys):
+    cfg = tmp_path / "next.yaml"
+    cfg.write_text(yaml.safe_dump(tiny(small_world, init_from=str(run / "last"))))
+    vocab = run / "last" / "vocab.json"
+    vocab.write_text(vocab.read_text() + " ")  # the same words, another file: not the one saved
+    assert main(["train", "--config", str(cfg), "--run-dir", str(tmp_path / "next"), "--no-progress"]) == 2
+    assert f"{vocab}: content does not match the SHA-256 recorded in" in one_line(capsys)

@@ -11,6 +11,10 @@ def add_parser(sub):
     t = sub.add_parser("pretrained", help="list the trained models shipped with vlmatch (--model pretrained:NAME)")
     t.add_argument("--json", action="store_true", help="print the registry entries as a JSON list")
     t.set_defaults(func=cmd_pretrained)
+    s = sub.add_parser("seal", help="record the SHA-256 of every file of a checkpoint saved by an older vlmatch "
+                                    "(checksums.json), after checking that it loads")
+    s.add_argument("checkpoint", help="a checkpoint folder without checksums.json")
+    s.set_defaults(func=cmd_seal)
 
 
 def cmd_models(a):
@@ -48,3 +52,21 @@ def cmd_configs(a):
     configs = describe_configs()
     width = max(map(len, configs), default=0)
     print("\n".join(f"{name:{width}s}  {desc}" for name, desc in configs.items()))
+
+
+def cmd_seal(a):
+    from pathlib import Path
+
+    from ..errors import DataError
+    from ..models.registry import load_model
+    from ..models.sealing import CHECKSUMS, seal_checkpoint, verify_checkpoint
+
+    d = Path(a.checkpoint)
+    if not d.is_dir():
+        raise DataError(d, "not a checkpoint folder")
+    if verify_checkpoint(d) is not None:
+        print(f"{d} is sealed already: every file matches its {CHECKSUMS}")
+        return
+    load_model(d)  # its weights match config.json, its parts fit the model
+    seal_checkpoint(d)
+    print(f"sealed {d}: wrote {d / CHECKSUMS}")

@@ -35,6 +35,10 @@ def cmd_train(a):
                                f"--config {a.config} would train another: drop --config (--set may change the options "
                                "that do not alter the run), or start a new run with --run-dir")
         run_dir = Path(a.resume)
+        if a.run_dir and Path(a.run_dir).resolve() != run_dir.resolve():
+            raise VlmatchError(f"--resume {a.resume} continues the run in {a.resume} itself; --run-dir {a.run_dir} names "
+                               "another folder: drop --run-dir (a resumed run never moves), or start a new run there "
+                               "with --config")
         if not (run_dir / "config.yaml").is_file():  # not the bundled-config lookup's message
             what = "no such run folder" if not run_dir.is_dir() else "no config.yaml in it (not a run vlmatch train began)"
             raise VlmatchError(f"--resume {run_dir}: {what}; start a run there with `vlmatch train --config CONFIG "

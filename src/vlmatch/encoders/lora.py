@@ -77,12 +77,42 @@ def parse_lora(value, where: str = "text_lora") -> LoRASpec | None:
 
 
 def target_layers(model: nn.Module, targets: tuple[str, ...]) -> dict[str, nn.Linear]:
-    """The ``nn.Linear`` modules of ``model`` whose names end in one of ``targets`` (whole name parts)."""
+    """The ``nn.Linear`` modules of ``model`` whose names end in one of ``targets`` (whole name parts). The
+    pooler (BERT's ``pooler.dense``, on the [CLS] token) is left out unless a target names it: the text side
+    reads the token states, never the pooler's output, so an adapter there would never train."""
     found = {}
     for name, mod in model.named_modules():
         if isinstance(mod, nn.Linear) and any(name == t or name.endswith("." + t) for t in targets):
+            if _in_pooler(name) and not any(_in_pooler(t) for t in targets):
+                continue
             found[name] = mod
     return found
+
+
+def _in_pooler(name: str) -> bool:
+    return name == "pooler" or name.startswith("pooler.") or ".pooler." in f".{name}"
+
+
+# Checkpoints saved before the pooler was left out hold an adapter of ``pooler.dense`` whose B is all zeros
+# (it never received a gradient: the pooler's output is unused), so the adapter adds exactly nothing. Loading
+# drops it: the model's own adapters no longer include it, and dropping an all-zero B changes no output.
+_POOLER_ADAPTER = ("lora.layers.pooler__dense.A", "lora.layers.pooler__dense.B")
+
+
+def unused_pooler_keys(names) -> list[str]:
+    """The names of a state dict that are a text side's pooler adapter from before it was left out."""
+    return [n for n in names if n.endswith(_POOLER_ADAPTER)]
+
+
+def drop_unused_pooler(state: dict, where) -> dict:
+    """``state`` without a pooler adapter whose B is all zeros (see above); a pooler adapter that is not
+    zero was trained by other code: a ValueError naming ``where``."""
+    keys = unused_pooler_keys(state)
+    for k in keys:
+        if k.endswith(".B") and bool(torch.as_tensor(state[k]).any()):
+            raise ValueError(f"{where}: {k} is not zero, so the pooler adapter did change the model; this vlmatch "
+                             "leaves the pooler out of LoRA and cannot reproduce it")
+    return {k: v for k, v in state.items() if k not in keys}
 
 
 class LoRALayer(nn.Module):

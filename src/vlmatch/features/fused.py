@@ -6,8 +6,10 @@ This is what ``torch.compile``'s freezing pass does for a CPU convolutional netw
 compilation on 2 cores (an index build is a one-off job). It uses the two operators Inductor itself calls
 (``torch.ops.mkldnn._convolution_pointwise`` and ``_reorder_convolution_weight``); where they are missing (a
 build of PyTorch without oneDNN, another version), or the fused network does not give the unfused one's output
-on a probe batch, nothing is replaced and the backbone runs as before. The network computes the same function:
-oneDNN runs the same convolution kernels either way (the probe compares to float rounding).
+on a probe batch, nothing is replaced and the backbone runs as before; where they fail on a later call (an input
+shape or a machine the probe did not meet), that call and every later one run the plain convolutions, with a
+one-line note. The network computes the same function: oneDNN runs the same convolution kernels either way (the
+probe compares to float rounding).
 
 A fused layer keeps its original convolution and uses it for anything but a float32 CPU batch without autograd,
 so a backbone moved to another device or differentiated still works. The packed weights are a copy made once (the
@@ -68,9 +70,15 @@ class FusedConv(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         fast = (x.device.type == "cpu" and x.dtype == torch.float32 and self.conv.weight.device.type == "cpu"
                 and not (torch.is_grad_enabled() and (x.requires_grad or self.conv.weight.requires_grad)))
-        if not fast:
-            y = self.conv(x)
-            return F.relu6(y) if self.relu6 else y
+        if fast and not _FAILED:
+            try:
+                return self._fused(x)
+            except Exception as e:  # noqa: BLE001 -- the private operators may fail on a shape or a build the probe did not meet
+                _fall_back(e)
+        y = self.conv(x)
+        return F.relu6(y) if self.relu6 else y
+
+    def _fused(self, x: torch.Tensor) -> torch.Tensor:
         pad = getattr(self.conv, "static_padding", None)
         if pad is not None:
             x = pad(x)
@@ -80,6 +88,21 @@ class FusedConv(nn.Module):
             w = self._pack(shape)
         bias = None if self.conv.bias is None else self.conv.bias.detach()
         return torch.ops.mkldnn._convolution_pointwise(x, w, bias, *self._args, *self._attr)
+
+
+# Set by the first error of the fused operators after the probe (an input shape or a machine the probe did not
+# meet): from then on every fused layer of the process runs its plain convolution, the call that failed included.
+_FAILED: list[Exception] = []
+
+
+def _fall_back(e: Exception) -> None:
+    import sys
+
+    if not _FAILED:
+        print(f"vlmatch: note: the fused backbone's oneDNN operators failed ({type(e).__name__}: "
+              f"{str(e).splitlines()[0][:120] if str(e) else ''}); running the plain convolutions from now on "
+              "(the same features, slower)", file=sys.stderr)
+    _FAILED.append(e)
 
 
 def _unpack(layer: FusedConv, incompatible_keys) -> None:

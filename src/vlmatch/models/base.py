@@ -351,8 +351,10 @@ class MatchingModel(nn.Module):
         return {"name": self.name, "config": dataclasses.asdict(self.cfg)}
 
     def save(self, directory) -> Path:
-        """Write ``model.safetensors`` + ``config.json`` (+ ``vocab.json``) into ``directory``;
-        config.json records the SHA-256 of the weights (checked by ``load_model``)."""
+        """Write ``model.safetensors`` + ``config.json`` (+ ``vocab.json``, the model's own files, its
+        calibration) into ``directory``; config.json records the SHA-256 of the weights, and
+        ``checksums.json``, written last, every file's (:mod:`vlmatch.models.sealing`; checked by
+        ``load_model``). A caller that adds files to the folder afterwards seals it again."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
@@ -364,20 +366,32 @@ class MatchingModel(nn.Module):
         self.save_extra(directory)
         if self.calibration is not None:
             self.calibration.save(directory)
+        from .sealing import seal_checkpoint
+
+        seal_checkpoint(directory)
         return directory
 
     def load_weights(self, path, sha256: str | None = None) -> None:
         """Load ``path`` (checked against ``sha256`` when given, and shape by shape before loading)."""
+        from ..encoders.lora import drop_unused_pooler, unused_pooler_keys
+
         path = Path(path)
         found = read_header(path)
         verify_sha256(path, sha256, path.parent / "config.json")
-        problems = shape_problems(found, {k: tuple(v.shape) for k, v in self.state_dict().items()})
+        mine = {k: tuple(v.shape) for k, v in self.state_dict().items()}
+        legacy = [k for k in unused_pooler_keys(found) if k not in mine]  # a pooler adapter of an older save
+        problems = shape_problems({k: v for k, v in found.items() if k not in legacy}, mine)
         if problems:
             raise DataError(path, f"weights do not fit model {self.name}: {describe_problems(problems)}")
         try:
             state = load_file(str(path))
         except Exception as e:  # safetensors raises its own error types
             raise DataError(path, f"not a readable safetensors file: {e}") from None
+        if legacy:
+            try:
+                state = drop_unused_pooler(state, path)
+            except ValueError as e:
+                raise DataError(path, str(e).split(": ", 1)[1]) from None
         self.load_state_dict(state, strict=True)
 
 

@@ -1,10 +1,13 @@
-"""Score calibration against a query bank: the dual inverted softmax (hubness correction).
+"""Score calibration against a query bank: the inverted softmax (QB-Norm's IS form), in both directions
+(hubness correction).
 
 A joint embedding has *hubs*: images close to nearly every caption (and captions close to nearly every
 image), which come back for queries they do not match. The inverted softmax (Smith et al., ICLR 2017)
 and querybank normalisation (QB-Norm, Bogolin et al., CVPR 2022) normalise each gallery item by how well
 it matches a bank of typical queries -- the training captions for images, the training images for
-captions -- before ranking:
+captions -- before ranking. This is QB-Norm's inverted softmax form (IS), applied to every gallery item,
+not its dynamic inverted softmax (DIS), which corrects only the items that are among a bank query's
+nearest:
 
     p(I | T) = exp(beta s(I, T)) / sum_{b in bank} exp(beta s(I, b))
 
@@ -47,7 +50,9 @@ from ..weights import verify_sha256
 
 FILE = "calibration.safetensors"
 RECORD = "calibration.json"
-METHOD = "dual inverted softmax"
+METHOD = "inverted softmax (QB-Norm's IS), both directions"
+# the name calibrations saved before were recorded with (the same method; the shipped ones keep it in their files)
+METHODS = (METHOD, "dual inverted softmax")
 SIDES = ("text", "image")  # the text bank calibrates images, the image bank captions
 
 
@@ -64,7 +69,7 @@ def compress(bank: Tensor, rank: int) -> dict[str, Tensor]:
     bank = bank.float()
     r = min(rank, *bank.shape)
     _, _, vh = torch.linalg.svd(bank, full_matrices=False)
-    basis = vh[:r].half()
+    basis = vh[:r].half().contiguous()  # as stored: expanding it gives the loaded bank bit for bit
     coef = bank @ basis.float().T
     scale = (coef.abs().amax(dim=1) / 127).clamp(min=1e-12)
     q = torch.round(coef / scale[:, None]).clamp(-127, 127).to(torch.int8)
@@ -155,6 +160,8 @@ def load_calibration(directory, dim: int) -> Calibration | None:
     rec = read_json(rec_path, f"not found (but {FILE} is: the two files belong together)")
     if not isinstance(rec, dict) or not isinstance(rec.get("beta"), (int, float)) or not rec.get("sha256"):
         raise DataError(rec_path, "expected an object with 'beta', 'banks' and 'sha256'")
+    if rec.get("method", METHOD) not in METHODS:
+        raise DataError(rec_path, f"method {rec['method']!r} is not one this vlmatch computes ({METHOD!r})")
     verify_sha256(path, rec["sha256"], rec_path)
     tensors = load_file(str(path))
     banks, stored = {}, {}

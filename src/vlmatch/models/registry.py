@@ -10,9 +10,10 @@ from pathlib import Path
 
 from ..errors import ConfigError, DataError
 from ..io import complete_dir
-from ..weights import describe_problems, read_header, shape_problems, verify_sha256
+from ..weights import describe_problems, read_header, sha256_file, shape_problems, verify_sha256
 from .base import MatchingModel, check_options, make_config, read_config_json
 from .calibration import attach_calibration
+from .sealing import CHECKSUMS, verify_checkpoint
 
 _REGISTRY: dict[str, tuple[type[MatchingModel], dict, str]] = {}
 
@@ -119,9 +120,11 @@ def resolve_checkpoint(spec) -> Path:
     return Path(spec)
 
 
-def load_model(checkpoint_dir, map_location="cpu") -> MatchingModel:
+def load_model(checkpoint_dir, map_location="cpu", *, note_unsealed: bool = True) -> MatchingModel:
     """Load a model saved with ``model.save(dir)``: config.json + model.safetensors (+ vocab.json).
     ``pretrained:NAME`` loads a trained model shipped with vlmatch (see ``vlmatch pretrained``).
+    Every file is checked against the folder's checksums.json; a folder without one (an older save) loads
+    with a note, unless ``note_unsealed`` is False (a copy inside an index, which its manifest seals).
 
     An option config.json lacks takes the model's ``legacy_options`` value (see :func:`checkpoint_options`)."""
     from ..data.vocab import Vocab
@@ -144,11 +147,15 @@ def load_model(checkpoint_dir, map_location="cpu") -> MatchingModel:
     except ConfigError as e:
         raise DataError(d / "config.json", str(e)) from None
     header = read_header(weights)  # a file that is no safetensors at all is named as such first
-    verify_sha256(weights, cfg.get("weights_sha256"), d / "config.json")
+    digest = sha256_file(weights)
+    verify_sha256(weights, cfg.get("weights_sha256"), d / "config.json", actual=digest)
     # compare the file's shapes with the model's before anything is allocated (a meta-device build)
     expected = _meta_shapes(cfg["name"], opts)
     if expected is not None:
-        problems = shape_problems(header, expected)
+        from ..encoders.lora import unused_pooler_keys
+
+        legacy = set(unused_pooler_keys(header)) - set(expected)  # dropped by load_weights (an older save)
+        problems = shape_problems({k: v for k, v in header.items() if k not in legacy}, expected)
         if problems:
             raise DataError(weights, f"weights do not fit {d / 'config.json'} (model {cfg['name']}): "
                                      f"{describe_problems(problems)}")
@@ -160,9 +167,26 @@ def load_model(checkpoint_dir, map_location="cpu") -> MatchingModel:
         if model.uses_vocab and size is not None and len(model.vocab) > size:
             raise DataError(d / "vocab.json", f"{len(model.vocab)} words, but the model's vocab_size in config.json "
                                               f"is {size}: this vocabulary does not belong to these weights")
-    model.load_extra(d)
+    model.load_extra(d)  # (its text encoder's record: the encoder it names must be the one installed)
+    # every file against checksums.json (the checks above name what does not make sense; this, what was
+    # changed, removed or copied in since the save), before the calibration is attached
+    if verify_checkpoint(d, known={"model.safetensors": digest}) is None and note_unsealed:
+        _unsealed(d)
     attach_calibration(model, d)
     return model.to(map_location).eval()
+
+
+_WARNED: set[Path] = set()
+
+
+def _unsealed(d: Path) -> None:
+    """Say once per folder that a checkpoint has no checksums.json (saved before vlmatch sealed them): its
+    weights are still checked against config.json, its other files are not."""
+    key = d.resolve()
+    if key not in _WARNED:
+        _WARNED.add(key)
+        print(f"vlmatch: note: {d} has no {CHECKSUMS} (saved by an older vlmatch): only its weights are checked, "
+              f"not its other files; `vlmatch seal {d}` records them", file=sys.stderr)
 
 
 def load_checkpoint(checkpoint, map_location="cpu") -> MatchingModel:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..errors import ConfigError, DataError
 from ..models.registry import register_resolver
+from ..models.sealing import CHECKSUMS
 from ..weights import sha256_file
 
 HERE = Path(__file__).resolve().parent
@@ -52,6 +53,8 @@ class Pretrained:
     # its query-bank calibration (vlmatch.models.calibration), when it ships one: {"method", "beta", "banks",
     # "sha256" of calibration.safetensors, "uncalibrated": val recalls without it}; ``val`` holds the calibrated ones
     calibration: dict = field(default_factory=dict)
+    # the SHA-256 of weights/<name>/checksums.json, which lists every file of the folder (vlmatch.models.sealing)
+    checksums_sha256: str = ""
 
     @property
     def folder(self) -> Path:
@@ -97,7 +100,11 @@ def checkpoint_dir(name: str) -> Path:
                              f"pretrained model {name!r}: the file was changed or damaged; reinstall vlmatch")
     if not entry.calibration and cal.is_file():
         raise DataError(cal, f"the registry records no calibration for pretrained model {name!r}; reinstall vlmatch")
-    return entry.folder
+    sums = entry.folder / CHECKSUMS
+    if not sums.is_file() or sha256_file(sums) != entry.checksums_sha256:
+        raise DataError(sums, f"{'not found' if not sums.is_file() else 'not the file the registry records'} for "
+                              f"pretrained model {name!r}: the file was changed or damaged; reinstall vlmatch")
+    return entry.folder  # load_model checks every file of the folder against it
 
 
 def _defaults() -> dict[str, Pretrained]:

@@ -44,6 +44,7 @@ from ..features.photometa import mtime_taken, photo_meta
 from ..features.provenance import check_backbone, checkpoint_backbone, resolve_backbone
 from ..io import atomic_dir, link_tree, read_json, write_json
 from ..models.base import MatchingModel
+from ..models.sealing import checkpoint_fingerprint
 from ..weights import sha256_file
 from .checks import read_captions, read_items
 from .encode import Batch, Stage1Source, encode_part, fingerprint, read_meta
@@ -146,8 +147,11 @@ def load_index_model(path) -> tuple[MatchingModel, dict]:
     if not (path / "model.safetensors").is_file():
         raise DataError(path, "not a checkpoint folder (no model.safetensors)")
     model = load_checkpoint(path)
+    # checkpoint_sha256: the whole folder (its checksums.json: weights, calibration, adapters, tokenizer ...),
+    # which fingerprints a resumable build; sha256: the weights alone
     return model, {"name": model.name, "checkpoint": str(path.resolve()),
-                   "sha256": sha256_file(path / "model.safetensors"), "config": model.config_dict()["config"]}
+                   "sha256": sha256_file(path / "model.safetensors"), "checkpoint_sha256": checkpoint_fingerprint(path),
+                   "config": model.config_dict()["config"]}
 
 
 def _stage1_source(model, retriever) -> Stage1Source:
@@ -447,8 +451,8 @@ def _build(out: Path, model_ckpt, images, features, split, captions, retriever_c
     if images is not None:
         root, rels, bb, n_regions = photo_folder(images, model_ckpt, backbone, weights, model, trained, manifest)
         dim = s1.check(n_regions)
-        fp = fingerprint("images", rels, [file_stat(root, r)["size"] for r in rels], model_info["sha256"],
-                         retriever_info and retriever_info["sha256"], bb.describe(), dtype,
+        fp = fingerprint("images", rels, [file_stat(root, r)["size"] for r in rels], model_info["checkpoint_sha256"],
+                         retriever_info and retriever_info["checkpoint_sha256"], bb.describe(), dtype,
                          *(["date-from-mtime"] if date_from_mtime else []))
         if date_from_mtime:
             manifest["source"]["date_from_mtime"] = True
@@ -466,8 +470,8 @@ def _build(out: Path, model_ckpt, images, features, split, captions, retriever_c
         froot = Path(manifest["source"]["root"])
         dim = s1.check(n_regions)
         rows = list(range(len(feats)))
-        fp = fingerprint("features", str(froot), split, feats.shape, model_info["sha256"],
-                         retriever_info and retriever_info["sha256"], dtype)
+        fp = fingerprint("features", str(froot), split, feats.shape, model_info["checkpoint_sha256"],
+                         retriever_info and retriever_info["checkpoint_sha256"], dtype)
         rec = encode_sharded(work / "images", rows,
                              lambda ks, done: feature_batches(feats[ks[0]:ks[-1] + 1], ks, batch_size)(done),
                              image_encoder(model, s1), dtype, fp, rank=rank, world=world, progress=progress,
@@ -486,7 +490,8 @@ def _build(out: Path, model_ckpt, images, features, split, captions, retriever_c
             raise DataError(images or features, "nothing to index: every image was skipped")
         ready["images"] = rec["folder"], items, stage1_of(rec["folder"], ann, nlist, hnsw_m)
     if captions is not None:
-        folder, cap_items = _encode_captions(work, model, s1, caption_rows, dtype, n_regions, batch_size, progress)
+        folder, cap_items = _encode_captions(work, model, s1, caption_rows, dtype, n_regions, batch_size, progress,
+                                             model_info["checkpoint_sha256"])
         ready["captions"] = folder, cap_items, stage1_of(folder, ann, nlist, hnsw_m)
     with swapping(out):  # readers opening the index meanwhile wait for these renames and the commit
         for name, (folder, rows, stage1) in ready.items():
@@ -503,9 +508,9 @@ def _build(out: Path, model_ckpt, images, features, split, captions, retriever_c
         return commit(out, manifest)
 
 
-def _encode_captions(work, model, s1, caption_rows, dtype, n_regions, batch_size, progress):
+def _encode_captions(work, model, s1, caption_rows, dtype, n_regions, batch_size, progress, model_fp=None):
     caps, width = caption_rows  # read_captions: the lines and their longest token count
-    fp = fingerprint("captions", caps, model.name, dtype)
+    fp = fingerprint("captions", caps, model.name, model_fp, dtype)
     folder = work / "captions"
     encode_part(folder, fp, len(caps), caption_batches(caps, batch_size), caption_encoder(model, s1, n_regions), dtype,
                 pad_to=width, desc="index captions", progress=progress)
@@ -566,8 +571,8 @@ def _update(out: Path, manifest: dict, parts: dict, skip_bad, batch_size, progre
             with swapping(out):
                 commit(out, {**manifest, "reader": READER_VERSION}, ())
         return {**report, "skipped": []}
-    model = load_model(parts["model"]).eval()
-    retriever = load_model(parts["retriever"]).eval() if "retriever" in parts else None
+    model = load_model(parts["model"], note_unsealed=False).eval()  # sealed by the index's manifest
+    retriever = load_model(parts["retriever"], note_unsealed=False).eval() if "retriever" in parts else None
     s1 = _stage1_source(model, retriever)
     bb = backbone_for(manifest["backbone"], weights)
     dtype = manifest["dtype"]

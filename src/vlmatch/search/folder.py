@@ -3,8 +3,9 @@ every part after a kill at any point.
 
 An index folder holds ``manifest.json`` and the parts it describes: ``model/`` and ``retriever/``
 (copies of the checkpoints), ``images/`` and ``captions/`` (collections); ``build/`` is the work
-area of an unfinished build or update, ``.vlmatch.lock`` the writers' lock and ``.vlmatch.read.lock``
-the lock readers share while opening. Nothing else belongs
+area of an unfinished build or update, ``.vlmatch.lock`` the writers' lock, ``.vlmatch.read.lock``
+the lock readers share while opening and ``.vlmatch.swap.lock`` the one a writer waiting to swap holds
+(readers pass through it first: writer preference). Nothing else belongs
 to an index: ``index build`` refuses an ``--out`` that holds or lies inside the image folder, and
 one that holds anything more unless told ``--overwrite``, which then replaces only these entries.
 
@@ -41,11 +42,15 @@ import os
 import re
 import secrets
 import shutil
+import sys
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from .. import io
 from ..errors import ConfigError, DataError, VlmatchError
 from ..io import read_json, remove_dir, write_json
+from ..models.sealing import verify_checkpoint
 from ..weights import sha256_file, verify_sha256
 from .store import open_arrays
 
@@ -53,6 +58,7 @@ FORMAT = 2
 MANIFEST = "manifest.json"
 LOCK = io.LOCK
 READ_LOCK = ".vlmatch.read.lock"  # readers share it while opening; a writer takes it alone to swap parts
+SWAP_LOCK = ".vlmatch.swap.lock"  # a writer waiting to swap holds it; readers pass through it before opening
 CHECKPOINTS = ("model", "retriever")
 COLLECTIONS = ("images", "captions")
 PARTS = CHECKPOINTS + COLLECTIONS
@@ -81,7 +87,7 @@ def is_index_folder(path) -> bool:
 
 
 def _owned(p: Path) -> bool:
-    return not p.is_symlink() and (p.name in (LOCK, READ_LOCK) or _OWNED.fullmatch(p.name) is not None)
+    return not p.is_symlink() and (p.name in (LOCK, READ_LOCK, SWAP_LOCK) or _OWNED.fullmatch(p.name) is not None)
 
 
 def check_out(out, images=None, overwrite: bool = False) -> None:
@@ -120,18 +126,48 @@ def writer_lock(out, what: str):
     return io.writer_lock(out, what, "wait for it to finish (one build or update of an index at a time)")
 
 
+SWAP_WAIT_S = 120.0  # the longest a writer waits for readers still opening the index before its swap
+
+
+@contextmanager
 def swapping(out):
     """Held by a writer while it changes parts in place (:func:`recover`, the swaps of the new parts,
     :func:`commit`): no reader is opening meanwhile, so none reads the manifest of one version and the
-    files of another. Waits for the openings in progress (seconds)."""
-    return io.shared_lock(Path(out) / READ_LOCK, exclusive=True, waiting="swap:wait")
+    files of another. Writer preference: the writer first takes ``.vlmatch.swap.lock``, which every
+    reader passes through before it starts opening, so no new reader starts while it waits; the readers
+    already opening finish (a second or so each). The wait is said on stderr and bounded by
+    :data:`SWAP_WAIT_S`: past it the writer stops with an error, nothing swapped, and the same command
+    resumes from ``build/``."""
+    out = Path(out)
+    t0 = time.monotonic()
+
+    def note():
+        print(f"vlmatch: note: {out}: waiting for the readers opening the index to finish (new ones wait for this "
+              f"swap; at most {SWAP_WAIT_S:g} s)", file=sys.stderr)
+
+    with io.shared_lock(out / SWAP_LOCK, exclusive=True, waiting="swap:intent"), \
+            io.shared_lock(out / READ_LOCK, exclusive=True, waiting="swap:wait", timeout=SWAP_WAIT_S, on_wait=note,
+                           timed_out=f"readers kept the index open for {SWAP_WAIT_S:g} s, so its new version was not "
+                                     "swapped in (nothing changed; the work done is kept in build/): run the same "
+                                     "command again"):
+        waited = time.monotonic() - t0
+        if waited > 1:
+            print(f"vlmatch: note: {out}: waited {waited:.1f} s for readers before the swap", file=sys.stderr)
+        yield
 
 
+@contextmanager
 def reading(out):
     """Held by a reader from reading the manifest until every part is loaded (:func:`open_parts` and the
-    loads after it): waits while a writer swaps parts, which takes no encoding, only renames."""
-    out = Path(out)  # the lock file is made only in an index folder (one with a manifest)
-    return io.shared_lock(out / READ_LOCK, exclusive=False, waiting="open:wait", create=(out / MANIFEST).is_file())
+    loads after it): waits while a writer swaps parts, which takes no encoding, only renames, and first
+    while a writer waits to swap (``.vlmatch.swap.lock``: a writer is never starved by readers that keep
+    opening the index)."""
+    out = Path(out)  # the lock files are made only in an index folder (one with a manifest)
+    create = (out / MANIFEST).is_file()
+    with io.shared_lock(out / SWAP_LOCK, exclusive=False, waiting="open:wait", create=create):
+        pass  # through the turnstile: a writer holding it is served first
+    with io.shared_lock(out / READ_LOCK, exclusive=False, waiting="open:wait", create=create) as ok:
+        yield ok
 
 
 # --- integrity records ---------------------------------------------------------------------------
@@ -143,7 +179,10 @@ def seal(manifest: dict) -> str:
 
 def checkpoint_digest(folder: Path) -> str:
     """SHA-256 of a checkpoint folder's file names and contents; the weights enter through the
-    ``weights_sha256`` of ``config.json``, which ``load_model`` checks against ``model.safetensors``."""
+    ``weights_sha256`` of ``config.json``, which ``load_model`` checks against ``model.safetensors``. A copy
+    saved with its checksums.json (every copy since they are sealed) is checked whole against it first, so a
+    changed part is named."""
+    verify_checkpoint(folder)
     cfg = read_json(folder / "config.json")
     if not isinstance(cfg, dict) or not cfg.get("weights_sha256"):
         raise DataError(folder / "config.json", "records no weights_sha256")

@@ -32,6 +32,7 @@ from .folder import manifest_stamp, open_parts, reading
 from .hits import DEFAULT_CANDIDATES, SearchHit  # noqa: F401  (SearchHit: its home was here)
 from .hits import ranked as _ranked
 from .hits import sizes as _sizes
+from .trust import PhotoRoot
 
 SearchResult = SearchHit  # its name before 0.2, kept for one release
 
@@ -71,6 +72,7 @@ class Index:
         # stage 2's ranking score: the model's own, or the mean of it and the retriever's (= stage 1's exact
         # inner product of the retriever's unit vectors); indexes from before the option rank by the model's
         self.score_mode = manifest.get("score", "model")
+        self.photo_root = PhotoRoot(manifest, self.root)  # a row's file must lie in it (vlmatch.search.trust)
 
     # --- opening ---------------------------------------------------------------------------
     @classmethod
@@ -96,8 +98,10 @@ class Index:
             loc = MilvusLocation(milvus_uri or "", collection or "")
             manifest, ckpts, colls = open_milvus(loc, model, retriever)
             with torch.no_grad():
-                m = load_model(ckpts["model"], map_location=device)
-                r = load_model(ckpts["retriever"], map_location=device) if "retriever" in ckpts else None
+                # the copies an index holds are sealed by its manifest (an older index's have no checksums.json)
+                m = load_model(ckpts["model"], map_location=device, note_unsealed=False)
+                r = (load_model(ckpts["retriever"], map_location=device, note_unsealed=False) if "retriever" in ckpts
+                     else None)
                 for_queries(m, r, lean=lean_queries)
                 idx = cls(loc, manifest, m, r, device, parts=ckpts, collections={})
                 idx.images, idx.captions = (colls(name, idx.model, idx.n_regions) for name in ("images", "captions"))
@@ -137,7 +141,7 @@ class Index:
         key = coll.key_of(item_id)
         if key is None:
             raise VlmatchError(f"no image with id {item_id} in {self.root}")
-        return coll.items_of([key])[0]["path"]
+        return self.photo_root.path(coll.items_of([key])[0])
 
     def _need(self, which: str) -> CollectionBackend:
         coll = getattr(self, which)
@@ -200,7 +204,7 @@ class Index:
         rows, s1 = rows[order], s1[order]
         img = coll.take(rows).to(self.device)
         scores = score_blocks(self.model, img, [(np.arange(1), txt)], 1, max(1, len(rows)), progress=False)[:, 0]
-        return _ranked(coll, rows, self._fused(scores, s1), s1, k, "path")
+        return _ranked(coll, rows, self._fused(scores, s1), s1, k, "path", keep=self.photo_root.keep)
 
     def _fused(self, scores: np.ndarray, s1: np.ndarray) -> np.ndarray:
         return (scores + s1) / 2 if self.score_mode == "mean" else scores
@@ -329,7 +333,7 @@ class Index:
         if key is None:
             raise VlmatchError(f"no image with id {item_id} in {self.root}")
         model, method = self.explainer(method)
-        path = coll.items_of([key])[0]["path"]
+        path = self.photo_root.path(coll.items_of([key])[0])
         shipped = self._shipped_explainer if self._shipped_explainer and self._shipped_explainer.model is model else None
         own_backbone = shipped.backbone if shipped else None  # the shipped explainer's, when not the index's
         if method == "attention" and model is self.model and not phrases:

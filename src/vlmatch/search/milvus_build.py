@@ -147,8 +147,8 @@ class _Build:
             manifest["source"]["captions"] = str(Path(captions).resolve())
             jobs.append(("captions", caps, caption_batches(caps, batch_size), caption_encoder(model, s1, n_regions),
                          lambda row, i, meta: {"id": i, "text": caps[row]}, width, ("captions", caps)))
-        fp = fingerprint("milvus-build", [j[-1] for j in jobs], model_info["sha256"],
-                         retriever_info and retriever_info["sha256"], dtype, ann, nlist, hnsw_m, score, skip_bad)
+        fp = fingerprint("milvus-build", [j[-1] for j in jobs], model_info["checkpoint_sha256"],
+                         retriever_info and retriever_info["checkpoint_sha256"], dtype, ann, nlist, hnsw_m, score, skip_bad)
         pending = self._start(fp)
         gen = pending["generation"]
         for coll, keys, batches, encode, row_of, pad_to, _ in jobs:
@@ -263,7 +263,7 @@ def update_milvus(loc: MilvusLocation, skip_bad: bool = False, batch_size: int =
                   weights=None) -> dict:
     """Re-scan the image folder of a Milvus index: encode new and changed files, drop deleted ones."""
     check_name(loc.collection)
-    client = connect(loc.uri)
+    client = connect(loc.uri, create=False)  # an update of a .db that does not exist creates nothing
     manifest = read_manifest(client, loc)
     with WriterLock(client, loc.collection, "vlmatch index update") as lock:
         manifest = read_manifest(client, loc)

@@ -61,20 +61,114 @@ def check_name(name: str) -> str:
     return name
 
 
-def connect(uri: str):
+def connect(uri: str, create: bool = True):
     """A MilvusClient for ``uri`` (a milvus-lite ``.db`` path or a server URL); the token, if any, from
-    ``$VLMATCH_MILVUS_TOKEN`` (never from the command line)."""
+    ``$VLMATCH_MILVUS_TOKEN`` (never from the command line). ``create=False`` (a search, an open): a
+    milvus-lite database that does not exist is an error, never made."""
     pm = pymilvus()
     if not uri:
         raise ConfigError("--milvus-uri is empty: give a milvus-lite .db file or a server URL (http://host:19530)")
-    if uri.endswith(".db"):
-        parent = os.path.dirname(os.path.abspath(uri))
-        if not os.path.isdir(parent):
-            raise DataError(parent, "folder of the milvus-lite .db file not found")
+    lite = uri.endswith(".db")
+    if lite:
+        check_lite(uri, create)
     try:
-        return pm.MilvusClient(uri=uri, token=os.environ.get(TOKEN_ENV, ""))
+        with _quiet_lite():
+            return pm.MilvusClient(uri=uri, token=os.environ.get(TOKEN_ENV, ""))
     except Exception as e:  # noqa: BLE001 - pymilvus raises several kinds; one line names the server
+        holder = lite_holder(uri) if lite else None
+        if holder is not None:
+            raise VlmatchError(f"{uri}: another process holds this milvus-lite database ({holder}); milvus-lite "
+                               "opens a .db in one process at a time: wait for it to finish (a build or update "
+                               "holds it to its end), or use a Milvus server for several processes") from None
         raise VlmatchError(f"cannot connect to Milvus at {uri}: {_short(e)}") from None
+
+
+# --- milvus-lite: a .db is a folder, opened by one process at a time (an flock on its LOCK file) ----
+
+LITE_LOCK = "LOCK"
+
+
+def check_lite(uri: str, create: bool) -> None:
+    """Refuse, in one line, a milvus-lite path that is not (and cannot become) a milvus-lite database: a
+    missing folder above it, a file (milvus-lite keeps a .db as a folder), a folder of other files, or,
+    with ``create=False``, nothing there at all."""
+    path = os.path.abspath(uri)
+    parent = os.path.dirname(path)
+    if not os.path.isdir(parent):
+        raise DataError(parent, "folder of the milvus-lite .db file not found")
+    if not os.path.exists(path):
+        if not create:
+            raise DataError(uri, "no milvus-lite database there (a search or an open creates nothing): build the "
+                                 "index first with `vlmatch index build --backend milvus --milvus-uri ...`")
+        return
+    if not os.path.isdir(path):
+        raise DataError(uri, "is a file, not a milvus-lite database (milvus-lite keeps a .db as a folder it made): "
+                             "give another --milvus-uri")
+    if os.listdir(path) and not os.path.isfile(os.path.join(path, LITE_LOCK)):
+        raise DataError(uri, "is a folder of other files, not a milvus-lite database: give another --milvus-uri")
+
+
+def lite_holder(uri: str) -> str | None:
+    """``process PID (its command)`` of another process that holds the milvus-lite database ``uri`` open
+    (its LOCK file flocked), "another process" where the system does not say which; None when it is free."""
+    import fcntl
+
+    lock = os.path.join(os.path.abspath(uri), LITE_LOCK)
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # free (or held by this process): not another's
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        except BlockingIOError:
+            pass
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    pid = _flock_pid(st.st_ino)
+    if pid is None:
+        return "another process"
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = " ".join(a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a)
+    except OSError:
+        cmd = ""
+    return f"process {pid}" + (f" ({' '.join(cmd.split())[:80]})" if cmd else "")
+
+
+def _flock_pid(inode: int) -> int | None:
+    """The process holding an flock on the file with ``inode`` (Linux's /proc/locks), None if unknown."""
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5].rsplit(":", 1)[-1] == str(inode):
+                    pid = int(parts[4])
+                    if pid != os.getpid():
+                        return pid
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+class _quiet_lite:
+    """milvus-lite logs a full traceback when it cannot open a .db (another process holds it): the error
+    is said in one line instead, so its logger is silenced while connecting."""
+
+    def __enter__(self):
+        import logging
+
+        self.loggers = [logging.getLogger(n) for n in ("milvus_lite", "milvus_lite.server_manager")]
+        self.was = [g.disabled for g in self.loggers]
+        for g in self.loggers:
+            g.disabled = True
+
+    def __exit__(self, *exc):
+        for g, was in zip(self.loggers, self.was, strict=True):
+            g.disabled = was
 
 
 def _short(e: Exception) -> str:

@@ -123,7 +123,7 @@ _CLIENTS: dict[str, object] = {}
 def client_for(uri: str):
     """One MilvusClient per URI in a process (opening, reloads and the collections share it)."""
     if uri not in _CLIENTS:
-        _CLIENTS[uri] = connect(uri)
+        _CLIENTS[uri] = connect(uri, create=False)  # a reader never creates a milvus-lite .db
     return _CLIENTS[uri]
 
 

@@ -147,13 +147,16 @@ class Served:
         return dict(zip([i for i, _ in found], coll.items_of([k for _, k in found]), strict=True))
 
     def path(self, image_id: int) -> Path | None:
+        """The file of image ``image_id``; None when there is none, or its row names a file outside the
+        indexed photo folder (vlmatch.search.trust: refused, never read)."""
         row = self.rows([image_id]).get(int(image_id))
-        return None if row is None else Path(row["path"])
+        return None if row is None or not self.index.photo_root.keep(row) else Path(row["path"])
 
     def shown(self, ids) -> dict[int, str]:
         """What a result shows: the path inside the photo folder (the absolute one stays in CLI and Python
         results)."""
-        return {i: r.get("rel") or Path(r["path"]).name for i, r in self.rows(ids).items()}
+        return {i: r.get("rel") or Path(r["path"]).name for i, r in self.rows(ids).items()
+                if self.index.photo_root.keep(r)}
 
 
 def index_stamp(root):

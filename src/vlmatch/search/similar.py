@@ -178,7 +178,7 @@ def search_like(index, like, k: int = 10, text: str | None = None, where=None, c
         if index.score_mode == "mean":  # the text's stage-1 score of each candidate, as Index.search fuses it
             ts = _fused_text(index, coll, rows, ts, s1_text, tq)
         score = (text_weight * _zscore(ts) + (1 - text_weight) * _zscore(sim)).astype(np.float32)
-    hits = ranked(coll, rows, np.asarray(score, dtype=np.float32), s1, kk, "path")
+    hits = ranked(coll, rows, np.asarray(score, dtype=np.float32), s1, kk, "path", keep=index.photo_root.keep)
     index.last_timings = {"image": t1 - t0, "stage1": t2 - t1, "stage2": time.perf_counter() - t2, "queries": 1}
     return hits
 

@@ -28,12 +28,21 @@ from ..data.resolve import resolve_data
 from ..data.vocab import Vocab
 from ..distributed import pick_device
 from ..encoders.hf import HFTextEncoder
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError
 from ..evaluation.validate import validate
-from ..io import append_line, atomic_dir, read_json, write_json, write_text
+from ..io import append_line, atomic_dir, write_json, write_text
 from ..models.registry import create_model, legacy_conflicts, model_class, saved_options
+from ..models.sealing import seal_checkpoint, verify_checkpoint
 from .allocator import keep_freed_memory
-from .checkpoint import check_steps, latest_checkpoint, load_training_state, save_training_state
+from .checkpoint import (
+    check_log,
+    check_steps,
+    latest_checkpoint,
+    load_training_state,
+    log_rows,
+    read_state,
+    save_training_state,
+)
 from .config import check_config, dump
 from .grounding import GroundingTargets, grounding_term
 from .rundir import check_resume, prepare_fresh, recorded, run_lock, start_over
@@ -136,7 +145,7 @@ def _train(cfg: dict, run_dir: Path, resume: bool, progress: bool, overwrite: bo
     if resume and ckpt is None:
         resume, overwrite = start_over(run_dir), True  # killed before its first checkpoint: nothing to continue
     if resume:
-        check_resume(read_json(ckpt / "trainer_state.json").get("config"), cfg, run_dir)
+        check_resume(read_state(ckpt).get("config"), cfg, run_dir)
     if not resume and is_main:
         prepare_fresh(run_dir, overwrite)
 
@@ -176,6 +185,7 @@ def _train(cfg: dict, run_dir: Path, resume: bool, progress: bool, overwrite: bo
             raise ConfigError(f"train.init_from: the checkpoint was made with other values of options whose default "
                               f"changed: {'; '.join(conflicts)}. Set them in the config's model section (--set "
                               f"model.KEY=VALUE) to continue from it with its own equations")
+        verify_checkpoint(Path(tc["init_from"]))  # the folder whole (checksums.json), when it is sealed
         model.load_weights(Path(tc["init_from"]) / "model.safetensors")
     kind = batch_kind(model.begin_stage(tc["stage"]))  # the model says what its stage trains on
     model.to(device)
@@ -185,10 +195,14 @@ def _train(cfg: dict, run_dir: Path, resume: bool, progress: bool, overwrite: bo
     metrics_path = run_dir / "metrics.jsonl"
     dataset = kind.dataset(train_split, model)  # the model tokenises its own captions
     if resume:
-        state = load_training_state(ckpt, model, optimizer)
-        # an edited step count would replay or skip batches and cut the log at the wrong row
-        check_steps(ckpt / "trainer_state.json", state, [_steps_per_epoch(len(dataset), tc, 0, w)
+        # an edited step count would replay or skip batches and cut the log at the wrong row; an edited best
+        # would keep best/ at an older epoch: the state must agree with itself and with the log (named by
+        # field), then every file of last/ with its checksums.json
+        saved = read_state(ckpt)
+        check_steps(ckpt / "trainer_state.json", saved, [_steps_per_epoch(len(dataset), tc, 0, w)
                                                          for w in (1, world_size)])
+        check_log(ckpt / "trainer_state.json", saved, metrics_path)
+        state = load_training_state(ckpt, model, optimizer)
         if is_main:
             _truncate_log(metrics_path, state["global_step"])
     state["config"] = recorded(cfg)  # saved in every checkpoint; a resume is checked against it
@@ -345,6 +359,7 @@ def _validate_and_keep(model, val_split, device, state, run_dir, metrics_path, e
             with atomic_dir(run_dir / "best") as tmp:
                 model.save(tmp)
                 write_json(tmp / "metrics.json", {**m, "epoch": epoch, "global_step": state["global_step"]})
+                seal_checkpoint(tmp)
         # on screen epochs count from 1 ("epoch 1/7" is the first), as on the progress bar;
         # metrics.jsonl and best/metrics.json keep the 0-based index ("epoch": 0)
         print(f"[val] epoch {epoch + 1}/{epochs} step {state['global_step']}: rsum {m['rsum']:.1f} "
@@ -361,24 +376,8 @@ def _validate_and_keep(model, val_split, device, state, run_dir, metrics_path, e
 def _truncate_log(path: Path, global_step: int) -> None:
     """Drop log lines written after the checkpoint we resume from. A last line cut short by a kill is
     one of them (a row is logged before the checkpoint of its step is saved); a malformed line before
-    the last is a DataError naming the file and the line."""
+    the last is a DataError naming the file and the line (:func:`log_rows`)."""
     if not path.exists():
         return
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    keep = []
-    for no, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            step = row.get("global_step", 0) if isinstance(row, dict) else None
-        except json.JSONDecodeError:
-            if no == len(lines):  # torn by the kill that interrupted the run
-                continue
-            step = None
-        if not isinstance(step, int):
-            raise DataError(path, f"line {no} is not a row vlmatch train wrote (not a JSON object with an integer "
-                                  "global_step): restore the file or start the run over with --overwrite")
-        if step <= global_step:
-            keep.append(line)
+    keep = [line for line, row in log_rows(path) if row is not None and row["global_step"] <= global_step]
     write_text(path, "".join(line + "\n" for line in keep))

@@ -62,17 +62,33 @@ def run_lock(run_dir, resume: bool = False):
 
 
 def start_over(run_dir) -> bool:
-    """``--resume`` of a run killed before its first checkpoint: nothing was learned that a resume could
-    keep, so the run starts over from step 1 (returns False: not a resume). A folder with a ``best/``
-    but no ``last/`` has lost its checkpoint some other way: refused, naming ``--overwrite``."""
+    """``--resume`` of a run killed before its first ``last/`` checkpoint: nothing was learned that a resume
+    could keep, so the run starts over from step 1 (returns False: not a resume). That includes a kill between
+    the first ``best/`` (the first validation, in epoch 1) and the first ``last/``: that ``best/`` is made again
+    by the run started over. A folder whose ``best/`` is from a later epoch has lost its ``last/`` some other
+    way: refused, naming ``--overwrite`` (starting over would delete a best checkpoint it cannot give back)."""
     run_dir = Path(run_dir)
-    if (run_dir / "best").exists() or (run_dir / "best.prev").exists():
-        raise ConfigError(f"--resume {run_dir}: no last/ checkpoint in it to continue from (best/ is there, last/ "
-                          f"is not): start the run over with `vlmatch train --config {run_dir / 'config.yaml'} "
-                          f"--run-dir {run_dir} --overwrite`")
+    for best in (run_dir / "best", run_dir / "best.prev"):
+        if not best.exists():
+            continue
+        epoch = _epoch_of(best)
+        if epoch != 0:
+            at = "of an unknown epoch" if epoch is None else f"of epoch {epoch + 1}"
+            raise ConfigError(f"--resume {run_dir}: no last/ checkpoint in it to continue from ({best.name}/ is there, "
+                              f"{at}; last/ is not): start the run over with `vlmatch train --config "
+                              f"{run_dir / 'config.yaml'} --run-dir {run_dir} --overwrite`")
     print(f"vlmatch: note: --resume {run_dir}: the run stopped before its first checkpoint (no last/): starting it "
           "over from step 1", file=sys.stderr)
     return False
+
+
+def _epoch_of(best: Path) -> int | None:
+    """The 0-based epoch of a ``best/`` checkpoint (its metrics.json), None when it does not say."""
+    try:
+        epoch = json.loads((best / "metrics.json").read_text(encoding="utf-8")).get("epoch")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
 
 
 def recorded(cfg: dict) -> dict:

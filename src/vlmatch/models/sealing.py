@@ -1,0 +1,94 @@
+"""A checkpoint folder sealed whole: ``checksums.json`` lists the SHA-256 of every file in it.
+
+The files are the weights, ``config.json``, the calibration, the vocabulary, the tokenizer, the
+text-encoder and backbone records, and in a training checkpoint the optimiser and trainer state. The
+record is written last when a checkpoint is saved and checked first when it is loaded: a file that is
+missing, added or changed since is refused by name, so parts of two checkpoints (another model's
+calibration, an edited beta, deleted calibration files) never load as one. Hidden files (``.name``: lock
+files, an interrupted write's temporaries) are never read by a load and are not listed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from ..errors import DataError
+from ..io import read_json, write_text
+from ..weights import sha256_file
+
+CHECKSUMS = "checksums.json"
+CHECKSUMS_FORMAT = 1
+
+
+def _checkpoint_files(folder: Path) -> list[str]:
+    out = []
+    for p in folder.rglob("*"):
+        rel = p.relative_to(folder)
+        if p.is_file() and rel.as_posix() != CHECKSUMS and not any(part.startswith(".") for part in rel.parts):
+            out.append(rel.as_posix())
+    return sorted(out)
+
+
+def seal_checkpoint(folder) -> str:
+    """Write ``folder/checksums.json`` (every file's SHA-256) and return the SHA-256 of that record: one
+    digest that stands for the whole checkpoint (an index build fingerprints its model with it)."""
+    folder = Path(folder)
+    record = {"format": CHECKSUMS_FORMAT, "files": {rel: sha256_file(folder / rel) for rel in _checkpoint_files(folder)}}
+    text = json.dumps(record, indent=2) + "\n"
+    write_text(folder / CHECKSUMS, text)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def read_checksums(folder) -> dict[str, str] | None:
+    """The file -> SHA-256 table of ``folder/checksums.json``; None when the folder has none."""
+    path = Path(folder) / CHECKSUMS
+    if not path.exists():
+        return None
+    rec = read_json(path)
+    files = rec.get("files") if isinstance(rec, dict) else None
+    if (not isinstance(files, dict) or rec.get("format") != CHECKSUMS_FORMAT
+            or not all(isinstance(k, str) and isinstance(v, str) and len(v) == 64 for k, v in files.items())):
+        raise DataError(path, f"not a checkpoint's checksums (expected {{\"format\": {CHECKSUMS_FORMAT}, \"files\": "
+                              "{NAME: SHA-256}}): the file was edited; restore it or save the checkpoint again")
+    return files
+
+
+def verify_checkpoint(folder, known: dict[str, str] | None = None) -> dict[str, str] | None:
+    """Check every file of ``folder`` against its ``checksums.json``: a listed file missing, a file not
+    listed, or one whose content changed is a DataError naming that file. Returns the table (None when the
+    folder has no checksums.json: a checkpoint saved before vlmatch sealed them; the caller says so).
+    ``known``: file -> SHA-256 the caller has just computed (not read twice)."""
+    folder = Path(folder)
+    files = read_checksums(folder)
+    if files is None:
+        return None
+    present = set(_checkpoint_files(folder))
+    for rel in sorted(files):
+        if rel not in present:
+            raise DataError(folder / rel, f"missing, but listed in {folder / CHECKSUMS}: the checkpoint is "
+                                          "incomplete (a part was deleted or moved); restore it")
+    for rel in sorted(present - set(files)):
+        raise DataError(folder / rel, f"not part of this checkpoint (not listed in {folder / CHECKSUMS}): it was "
+                                      "added or copied in from elsewhere; remove it, or save the checkpoint again")
+    for rel in sorted(files):
+        actual = (known or {}).get(rel) or sha256_file(folder / rel)
+        if actual != files[rel]:
+            raise DataError(folder / rel, f"content does not match the SHA-256 recorded in {folder / CHECKSUMS} "
+                                          f"({actual[:12]}... != {files[rel][:12]}...): the file was edited or "
+                                          "replaced by another checkpoint's; restore it")
+    return files
+
+
+def checkpoint_fingerprint(folder) -> str:
+    """One digest of a whole checkpoint folder: the SHA-256 of its checksums.json, or, for a folder without
+    one, of every file's name and content (so resumable work keyed by it never mixes two checkpoints)."""
+    folder = Path(folder)
+    path = folder / CHECKSUMS
+    if path.is_file():
+        return sha256_file(path)
+    h = hashlib.sha256()
+    for rel in _checkpoint_files(folder):
+        h.update(f"{rel}\0{sha256_file(folder / rel)}\n".encode())
+    return h.hexdigest()
