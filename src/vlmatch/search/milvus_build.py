@@ -58,13 +58,15 @@ from .milvus_client import (
     drop_prop,
     ensure_anchor,
     generations,
+    last_write_ts,
     part_name,
     pymilvus,
     read_prop,
     write_prop,
 )
 from .milvus_collection import read_manifest
-from .milvus_layout import Layout, create_encodings, create_items, server_vector_type
+from .milvus_layout import Layout, create_encodings, create_items, stage1_index, vector_type
+from .milvus_probe import probe
 from .stage1 import choose_kind
 
 
@@ -146,6 +148,12 @@ class _Build:
             manifest["source"]["captions"] = str(Path(captions).resolve())
             jobs.append(("captions", caps, caption_batches(caps, batch_size), caption_encoder(model, s1, n_regions),
                          lambda row, i, meta: {"id": i, "text": caps[row]}, width, ("captions", caps)))
+        manifest["capabilities"] = caps = probe(self.client, self.name, self.loc.uri)
+        for kind in {choose_kind(ann, len(j[1])) for j in jobs}:
+            itype = stage1_index(kind, 1, hnsw_m)[0]
+            if itype not in caps["index_types"]:
+                raise ConfigError(f"--ann {kind}: the Milvus server at {self.loc.uri} does not build {itype} indexes "
+                                  f"(it builds {', '.join(caps['index_types']) or 'none of those probed'})")
         fp = fingerprint("milvus-build", [j[-1] for j in jobs], model_info["sha256"],
                          retriever_info and retriever_info["sha256"], dtype, ann, nlist, hnsw_m, score, skip_bad)
         pending = self._start(fp)
@@ -166,6 +174,8 @@ class _Build:
             manifest["next_id"] = pending["collections"]["images"]["next_id"]
         manifest["counts"] = {k: v["count"] for k, v in manifest["collections"].items()}
         manifest["generation"] = gen
+        write_prop(self.client, self.name, PENDING, pending)  # a write after every row: its time is the guarantee
+        manifest["read_ts"] = last_write_ts(self.client, [self.name])
         manifest["seal"] = seal(manifest)
         io.crash_point("milvus:commit")
         write_prop(self.client, self.name, MANIFEST, manifest)  # the commit
@@ -198,7 +208,7 @@ class _Build:
             with torch.no_grad():
                 tmpl = (model.encode_images(torch.zeros(1, n_regions, model.cfg.img_dim)) if coll == "images"
                         else model.encode_texts(*model.tokenize(["a"])))
-            vector = server_vector_type(self.client, f"{self.name}__g{gen}_probe", dtype)
+            vector = vector_type(probe(self.client, self.name, self.loc.uri)["float16_vector"], dtype)
             layout = Layout.of(tmpl, dtype, vector, pad_to)
             if kind == "ivf":
                 state["nlist"] = int(nlist or max(1, min(len(keys) // 39, int(4 * math.sqrt(len(keys))))))
@@ -367,6 +377,8 @@ def _update(client, loc: MilvusLocation, lock: WriterLock, manifest: dict, skip_
     manifest["next_id"] = pending["next_id"]
     manifest["skipped"] = pending["bad"]
     manifest["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    write_prop(client, name, PENDING, pending)  # a write after every row: its time is the readers' guarantee
+    manifest["read_ts"] = last_write_ts(client, [name])
     manifest["seal"] = seal(manifest)
     io.crash_point("milvus:commit")
     write_prop(client, name, MANIFEST, manifest)

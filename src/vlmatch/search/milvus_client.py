@@ -1,12 +1,14 @@
 """Talking to Milvus for an index: the connection, the collections' names and schemas, the
-properties that hold the manifest, the pending work and the writers' lock.
+state collection that holds the manifest, the pending work and the writers' lock.
 
 A vlmatch collection NAME on a Milvus server is a set of Milvus collections:
 
-    NAME                        a tiny anchor collection; its properties hold the index's state:
+    NAME                        the state collection: a row per key holds the index's state as JSON:
                                 ``vlmatch.manifest`` (the committed manifest, sealed as the folder's),
                                 ``vlmatch.pending`` (what an unfinished build or update has done),
-                                ``vlmatch.lock`` (the one writer)
+                                ``vlmatch.lock`` (the one writer). (Indexes written by earlier vlmatch
+                                versions on milvus-lite keep them in the collection's properties; they
+                                are still read and written there.)
     NAME__g<G>_images           per image: ``id`` (primary key), ``item`` (its table row, JSON),
                                 ``s1`` (the stage-1 vector, FLOAT_VECTOR with an IP index)
     NAME__g<G>_images_enc       per image and chunk of its stage-2 encoding: ``pk`` = id * 4096 + chunk,
@@ -98,18 +100,33 @@ def drop_generation(client, name: str, gen: int) -> None:
             client.drop_collection(c)
 
 
-# --- the anchor collection and its properties ---------------------------------------------------
+# --- the state collection: manifest, pending work, lock ------------------------------------------
+
+STATE_SLOTS = {MANIFEST: 1, PENDING: 2, LOCK: 3}  # the head row of each key
+PART_CHARS = 60_000  # JSON characters per row (the VARCHAR field holds 65,535 bytes; the JSON is ASCII)
+_BANK = 10**8  # a long value's rows: slot * 10 * _BANK + bank * _BANK + part
+
 
 def ensure_anchor(client, name: str) -> None:
+    """The state collection ``name``: one row per key (``pk`` its slot, ``value`` its JSON), written with
+    the server's own guarantees (a row is upserted in one RPC and read back at Strong consistency), since a
+    Milvus server may refuse to alter collection properties (2.3 does on a collection created without any)."""
     pm = pymilvus()
     if client.has_collection(name):
         return
     schema = pm.MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
     schema.add_field("pk", pm.DataType.INT64, is_primary=True)
-    schema.add_field("v", pm.DataType.FLOAT_VECTOR, dim=2)
+    schema.add_field("value", pm.DataType.VARCHAR, max_length=65_535)
+    schema.add_field("v", pm.DataType.FLOAT_VECTOR, dim=2)  # a collection needs a vector field; never searched
     ip = client.prepare_index_params()
     ip.add_index("v", index_type="FLAT", metric_type="IP")
     client.create_collection(name, schema=schema, index_params=ip, consistency_level="Strong")
+
+
+def _legacy(client, name: str) -> bool:
+    """An anchor written by an earlier vlmatch (milvus-lite only): its state lives in its properties."""
+    fields = {f.get("name") for f in client.describe_collection(name).get("fields", [])}
+    return "value" not in fields
 
 
 def read_props(client, name: str) -> dict:
@@ -118,8 +135,30 @@ def read_props(client, name: str) -> dict:
     return dict(client.describe_collection(name).get("properties") or {})
 
 
-def read_prop(client, name: str, key: str):
-    raw = read_props(client, name).get(key)
+def _get(client, name: str, pks: list[int], consistency: str) -> dict[int, str]:
+    rows = client.get(name, ids=pks, output_fields=["pk", "value"], consistency_level=consistency)
+    return {int(r["pk"]): r["value"] for r in rows}
+
+
+def read_prop(client, name: str, key: str, consistency: str = "Strong"):
+    """The value of ``key`` (None when unset). Strong by default: it sees every other process's writes."""
+    if not client.has_collection(name):
+        return None
+    if _legacy(client, name):
+        raw = read_props(client, name).get(key)
+    else:
+        slot = STATE_SLOTS[key]
+        head = _get(client, name, [slot], consistency).get(slot, "")
+        if head.startswith("p:"):  # p:BANK:PARTS -- a long value over several rows, written before its head
+            bank, parts = (int(x) for x in head[2:].split(":"))
+            base = slot * 10 * _BANK + bank * _BANK
+            got = _get(client, name, [base + i for i in range(parts)], consistency)
+            if len(got) != parts:
+                raise DataError(f"{name}:{key}", f"{parts - len(got)} of its {parts} rows are missing: drop the "
+                                                 "collection and build it again")
+            raw = "".join(got[base + i] for i in range(parts))
+        else:
+            raw = head[2:]
     if raw is None or raw == "":
         return None
     try:
@@ -129,12 +168,47 @@ def read_prop(client, name: str, key: str):
 
 
 def write_prop(client, name: str, key: str, value) -> None:
-    client.alter_collection_properties(name, properties={key: json.dumps(value, sort_keys=True)})
+    """Set ``key``: a short value is its head row, one upsert; a long one is first written whole to the
+    bank of rows the head does not name, then the head is switched to it (one row: a reader sees the old
+    value or the new one, never a mix)."""
+    raw = json.dumps(value, sort_keys=True)
+    if _legacy(client, name):
+        client.alter_collection_properties(name, properties={key: raw})
+        return
+    slot = STATE_SLOTS[key]
+    if len(raw) <= PART_CHARS:
+        head = "v:" + raw
+    else:
+        old = _get(client, name, [slot], "Strong").get(slot, "")
+        bank = 1 - int(old.split(":")[1]) if old.startswith("p:") else 0
+        base = slot * 10 * _BANK + bank * _BANK
+        parts = [raw[a:a + PART_CHARS] for a in range(0, len(raw), PART_CHARS)]
+        for a in range(0, len(parts), 500):  # under the RPC size limit
+            client.upsert(name, [{"pk": base + a + i, "value": p, "v": [0.0, 0.0]}
+                                 for i, p in enumerate(parts[a:a + 500])])
+        head = f"p:{bank}:{len(parts)}"
+    client.upsert(name, [{"pk": slot, "value": head, "v": [0.0, 0.0]}])
 
 
 def drop_prop(client, name: str, key: str) -> None:
-    if key in read_props(client, name):
-        client.drop_collection_properties(name, property_keys=[key])
+    if _legacy(client, name):
+        if key in read_props(client, name):
+            client.drop_collection_properties(name, property_keys=[key])
+        return
+    client.upsert(name, [{"pk": STATE_SLOTS[key], "value": "", "v": [0.0, 0.0]}])
+
+
+def last_write_ts(client, names) -> int:
+    """The server's timestamp of this process's last write to any of ``names`` (0: unknown, e.g. milvus-lite):
+    a reader that searches with it as guarantee sees at least those writes (pymilvus keeps it per collection
+    for session consistency)."""
+    try:
+        from pymilvus.client import ts_utils
+
+        addr = client._get_connection().server_address
+        return max(int(ts_utils.get_collection_ts(n, addr, "") or 0) for n in names)
+    except Exception:  # noqa: BLE001 - another pymilvus: readers fall back to Strong
+        return 0
 
 
 # --- one writer at a time --------------------------------------------------------------------------
@@ -150,7 +224,7 @@ def _alive(pid: int) -> bool:
 
 
 class WriterLock:
-    """The ``vlmatch.lock`` property: taken before a build or update writes, refreshed as it goes,
+    """The ``vlmatch.lock`` row: taken before a build or update writes, refreshed as it goes,
     dropped at its end. Another live writer is refused at once; the lock of a dead process on this
     host, or of a writer silent for :data:`LOCK_STALE_S`, is taken over. (Milvus has no compare-and-
     set: the lock is written, then read back, so two writers starting in the same instant are told
