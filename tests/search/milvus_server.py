@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 from pathlib import Path
 
@@ -29,20 +30,33 @@ def why_not() -> str | None:
 
     if not sys.platform.startswith("linux"):
         return f"the embedded Milvus server package ships Linux binaries only (this is {sys.platform})"
-    import socket
-
-    with socket.socket() as s:  # its embedded etcd always takes peer port 2380: one such server per host
-        try:
-            s.bind(("127.0.0.1", 2380))
-        except OSError:
-            return "port 2380 is taken (another embedded Milvus server runs on this host?)"
     return None
+
+
+def _bind(port: int):
+    """The package's port check, with SO_REUSEADDR as the server's own listeners have."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(("127.0.0.1", port))
+        sock.listen()
+        return sock
+    except OSError:
+        sock.close()
+        return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class MilvusTestServer:
     def __init__(self, base: Path, auth: bool = False):
         self.base, self.auth = Path(base), auth
         self.port: int | None = None
+        self.etcd: tuple[int, int] | None = None  # its embedded etcd's client and peer ports
         self._server = None
 
     @property
@@ -55,21 +69,47 @@ class MilvusTestServer:
         return proc.pid if proc else None
 
     def start(self) -> MilvusTestServer:
+        import milvus
         from milvus import MilvusServer, MilvusServerConfig
 
-        cfg = MilvusServerConfig()
+        cfg = MilvusServerConfig(template=str(self._template()))
+        cfg.glog_conf_file = str(Path(milvus.__file__).parent / "data" / "glog.conf")
+        cfg.set("etcd_config_path", str(self.base / "etcd-embed.yaml"))
+        cfg.update(etcd_port=self.etcd[0])
+        cfg.try_bind_port = _bind  # a restart after kill -9 finds its ports in TIME_WAIT: Milvus reuses them
         if self.port is not None:  # a restart keeps its URI
             cfg.update(proxy_port=self.port)
         s = MilvusServer(cfg)
         s.set_base_dir(str(self.base))
         for c in _PARTS:  # else the parts talk over the host's address
             s.config.set(f"{c}.ip", "127.0.0.1")
-        s.config.set("common.gracefulStopTimeout", 10)  # else a SIGTERM may wait 30 minutes
+        s.config.set("common.gracefulStopTimeout", 3)  # else a SIGTERM may wait 30 minutes
         s.config.set("authorization_enabled", self.auth)
         s.start()
         self._server = s
         self.port = s.listen_port
         return self
+
+    def _template(self) -> Path:
+        """The package's config template with the embedded etcd's own config file: the package leaves etcd's
+        peer port at 2380 (and its client port at 2379), so a second server on the host would not start."""
+        import milvus
+
+        self.base.mkdir(parents=True, exist_ok=True)
+        if self.etcd is None:
+            self.etcd = (_free_port(), _free_port())
+        client, peer = self.etcd
+        (self.base / "etcd-embed.yaml").write_text(
+            f"name: default\nlisten-client-urls: http://127.0.0.1:{client}\n"
+            f"advertise-client-urls: http://127.0.0.1:{client}\nlisten-peer-urls: http://127.0.0.1:{peer}\n"
+            f"initial-advertise-peer-urls: http://127.0.0.1:{peer}\ninitial-cluster: default=http://127.0.0.1:{peer}\n")
+        text = (Path(milvus.__file__).parent / "data" / "config.yaml.template").read_text()
+        marker = "  use:\n    embed: true"
+        assert marker in text, "the milvus package's config template changed"
+        text = text.replace(marker, "  config:\n    path: {{ etcd_config_path }}\n" + marker, 1)
+        out = self.base / "config.yaml.template"
+        out.write_text(text)
+        return out
 
     def kill(self) -> None:
         """kill -9 the server process this object started (a crash: nothing flushed, nothing closed)."""

@@ -148,12 +148,12 @@ class _Build:
             manifest["source"]["captions"] = str(Path(captions).resolve())
             jobs.append(("captions", caps, caption_batches(caps, batch_size), caption_encoder(model, s1, n_regions),
                          lambda row, i, meta: {"id": i, "text": caps[row]}, width, ("captions", caps)))
-        manifest["capabilities"] = caps = probe(self.client, self.name, self.loc.uri)
+        manifest["capabilities"] = can = probe(self.client, self.name, self.loc.uri)
         for kind in {choose_kind(ann, len(j[1])) for j in jobs}:
             itype = stage1_index(kind, 1, hnsw_m)[0]
-            if itype not in caps["index_types"]:
+            if itype not in can["index_types"]:
                 raise ConfigError(f"--ann {kind}: the Milvus server at {self.loc.uri} does not build {itype} indexes "
-                                  f"(it builds {', '.join(caps['index_types']) or 'none of those probed'})")
+                                  f"(it builds {', '.join(can['index_types']) or 'none of those probed'})")
         fp = fingerprint("milvus-build", [j[-1] for j in jobs], model_info["sha256"],
                          retriever_info and retriever_info["sha256"], dtype, ann, nlist, hnsw_m, score, skip_bad)
         pending = self._start(fp)
