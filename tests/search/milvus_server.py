@@ -85,8 +85,12 @@ class MilvusTestServer:
             s.config.set(f"{c}.ip", "127.0.0.1")
         s.config.set("common.gracefulStopTimeout", 3)  # else a SIGTERM may wait 30 minutes
         s.config.set("authorization_enabled", self.auth)
-        s.start()
         self._server = s
+        try:
+            s.start()
+        except BaseException:
+            self.stop()  # a server that did not come up in time is not left behind
+            raise
         self.port = s.listen_port
         return self
 

@@ -44,7 +44,14 @@ PENDING = "vlmatch.pending"
 LOCK = "vlmatch.lock"
 LOCK_STALE_S = 600  # a lock whose writer has not written for this long (on another host) is taken over
 FORMAT = "milvus-1"
+READ_TIMEOUT_S = 10  # a search or fetch gives up (pymilvus retries meanwhile) after this: the server is away
+RETRY_AFTER_S = 5  # what a service tells its clients when the server is away
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,179}")
+
+
+class Unavailable(VlmatchError):
+    """The Milvus server did not answer (stopped, restarting, unreachable): a service answers 503 with
+    Retry-After and keeps its index open; answers resume when the server is back."""
 
 
 def pymilvus():
@@ -123,9 +130,9 @@ def ensure_anchor(client, name: str) -> None:
     client.create_collection(name, schema=schema, index_params=ip, consistency_level="Strong")
 
 
-def _legacy(client, name: str) -> bool:
+def _legacy(client, name: str, timeout: float | None = None) -> bool:
     """An anchor written by an earlier vlmatch (milvus-lite only): its state lives in its properties."""
-    fields = {f.get("name") for f in client.describe_collection(name).get("fields", [])}
+    fields = {f.get("name") for f in client.describe_collection(name, timeout=timeout).get("fields", [])}
     return "value" not in fields
 
 
@@ -135,24 +142,32 @@ def read_props(client, name: str) -> dict:
     return dict(client.describe_collection(name).get("properties") or {})
 
 
-def _get(client, name: str, pks: list[int], consistency: str) -> dict[int, str]:
-    rows = client.get(name, ids=pks, output_fields=["pk", "value"], consistency_level=consistency)
+def _get(client, name: str, pks: list[int], consistency: str, timeout: float | None = None) -> dict[int, str]:
+    kw = dict(ids=pks, output_fields=["pk", "value"], consistency_level=consistency, timeout=timeout)
+    try:
+        rows = client.get(name, **kw)
+    except pymilvus().MilvusException as e:
+        if "not loaded" not in str(e):
+            raise
+        client.load_collection(name, timeout=timeout)  # a restarted server loads collections again lazily
+        rows = client.get(name, **kw)
     return {int(r["pk"]): r["value"] for r in rows}
 
 
-def read_prop(client, name: str, key: str, consistency: str = "Strong"):
-    """The value of ``key`` (None when unset). Strong by default: it sees every other process's writes."""
-    if not client.has_collection(name):
+def read_prop(client, name: str, key: str, consistency: str = "Strong", timeout: float | None = None):
+    """The value of ``key`` (None when unset). Strong by default: it sees every other process's writes.
+    ``timeout``: seconds before giving up on a server that does not answer (None: pymilvus's retries)."""
+    if not client.has_collection(name, timeout=timeout):
         return None
-    if _legacy(client, name):
+    if _legacy(client, name, timeout):
         raw = read_props(client, name).get(key)
     else:
         slot = STATE_SLOTS[key]
-        head = _get(client, name, [slot], consistency).get(slot, "")
+        head = _get(client, name, [slot], consistency, timeout).get(slot, "")
         if head.startswith("p:"):  # p:BANK:PARTS -- a long value over several rows, written before its head
             bank, parts = (int(x) for x in head[2:].split(":"))
             base = slot * 10 * _BANK + bank * _BANK
-            got = _get(client, name, [base + i for i in range(parts)], consistency)
+            got = _get(client, name, [base + i for i in range(parts)], consistency, timeout)
             if len(got) != parts:
                 raise DataError(f"{name}:{key}", f"{parts - len(got)} of its {parts} rows are missing: drop the "
                                                  "collection and build it again")
@@ -190,12 +205,12 @@ def write_prop(client, name: str, key: str, value) -> None:
     client.upsert(name, [{"pk": slot, "value": head, "v": [0.0, 0.0]}])
 
 
-def drop_prop(client, name: str, key: str) -> None:
-    if _legacy(client, name):
+def drop_prop(client, name: str, key: str, timeout: float | None = None) -> None:
+    if _legacy(client, name, timeout):
         if key in read_props(client, name):
             client.drop_collection_properties(name, property_keys=[key])
         return
-    client.upsert(name, [{"pk": STATE_SLOTS[key], "value": "", "v": [0.0, 0.0]}])
+    client.upsert(name, [{"pk": STATE_SLOTS[key], "value": "", "v": [0.0, 0.0]}], timeout=timeout)
 
 
 def last_write_ts(client, names) -> int:
@@ -257,5 +272,10 @@ class WriterLock:
         write_prop(self.client, self.name, LOCK, {**self.me, "beat": time.time()})
 
     def __exit__(self, *exc) -> None:
-        if (read_prop(self.client, self.name, LOCK) or {}).get("token") == self.me["token"]:
-            drop_prop(self.client, self.name, LOCK)
+        try:  # after a failure, a server that does not answer keeps the lock: it is taken over later
+            if (read_prop(self.client, self.name, LOCK, timeout=5 if exc[0] else None) or {}).get("token") == \
+                    self.me["token"]:
+                drop_prop(self.client, self.name, LOCK, timeout=5 if exc[0] else None)
+        except pymilvus().MilvusException:
+            if exc[0] is None:
+                raise

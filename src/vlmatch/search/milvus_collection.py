@@ -19,6 +19,7 @@ timestamps to wait for) is read at Strong.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -28,9 +29,44 @@ from ..errors import ConfigError, DataError, VlmatchError
 from ..models.base import Encoding
 from .backend import MilvusLocation
 from .folder import checkpoint_digest, seal
-from .milvus_client import FORMAT, MANIFEST, MAX_RESULTS, PENDING, check_name, connect, part_name, read_prop
+from .milvus_client import (
+    FORMAT,
+    MANIFEST,
+    MAX_RESULTS,
+    PENDING,
+    READ_TIMEOUT_S,
+    Unavailable,
+    _short,
+    check_name,
+    connect,
+    part_name,
+    pymilvus,
+    read_prop,
+)
 from .milvus_layout import Layout, field_of, search_params
 from .milvus_probe import require
+
+
+def _answers(method):
+    """A read that the server does not answer (pymilvus's retries run out after READ_TIMEOUT_S) raises
+    :class:`Unavailable` naming the server (a service's 503), not pymilvus's exception."""
+
+    @functools.wraps(method)
+    def wrapped(self, *args, **kwargs):
+        try:
+            try:
+                return method(self, *args, **kwargs)
+            except pymilvus().MilvusException as e:
+                if "not loaded" not in str(e):
+                    raise
+                for name in (self.items_name, self.enc_name):  # a restarted server: load them again, once
+                    self.client.load_collection(name, timeout=READ_TIMEOUT_S)
+                return method(self, *args, **kwargs)
+        except pymilvus().MilvusException as e:
+            raise Unavailable(f"{self.loc}: the Milvus server did not answer ({_short(e)[:160]}); retry in a few "
+                              "seconds") from None
+
+    return wrapped
 
 
 class MilvusCollection:
@@ -39,7 +75,7 @@ class MilvusCollection:
     def __init__(self, client, loc: MilvusLocation, gen: int, coll: str, info: dict, template: Encoding,
                  read: dict | None = None):
         self.client, self.loc, self.info = client, loc, info
-        self.read = read or {"consistency_level": "Strong"}  # see the module's note on consistency
+        self.read = {**(read or {"consistency_level": "Strong"}), "timeout": READ_TIMEOUT_S}  # see the module's note
         self.items_name = part_name(loc.collection, gen, coll)
         self.enc_name = part_name(loc.collection, gen, coll, enc=True)
         self.count = int(info["count"])
@@ -53,6 +89,7 @@ class MilvusCollection:
     def __len__(self) -> int:
         return self.count
 
+    @_answers
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         q = np.ascontiguousarray(queries, dtype=np.float32)
         if k >= self.count and self.info["stage1"]["kind"] != "flat":
@@ -69,6 +106,7 @@ class MilvusCollection:
                 scores[i, j], keys[i, j] = h["distance"], h["id"]
         return scores, keys
 
+    @_answers
     def _exhaustive(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         ids, vecs = [], []
         it = self.client.query_iterator(self.items_name, batch_size=1000, output_fields=["id", "s1"])
@@ -82,6 +120,7 @@ class MilvusCollection:
         rows = np.argsort(-scores, axis=1, kind="stable")
         return np.take_along_axis(scores, rows, axis=1), ids[rows]
 
+    @_answers
     def take(self, keys) -> Encoding:
         ids = [int(i) for i in np.asarray(keys).reshape(-1)]
         pks = self.layout.pks(ids)
@@ -93,6 +132,7 @@ class MilvusCollection:
                 got[int(row["pk"])] = row
         return self.layout.decode(ids, got, self.cls, self.enc_name)
 
+    @_answers
     def items_of(self, keys) -> list[dict]:
         ids = [int(i) for i in np.asarray(keys).reshape(-1)]
         got = {}
@@ -104,6 +144,7 @@ class MilvusCollection:
             raise DataError(self.items_name, f"no row for item(s) {missing[:5]}: the collection is incomplete")
         return [got[i] for i in ids]
 
+    @_answers
     def key_of(self, item_id: int) -> int | None:
         if not isinstance(item_id, (int, np.integer)) or item_id < 0:
             return None
