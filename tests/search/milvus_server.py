@@ -38,7 +38,7 @@ def _bind(port: int):
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind(("127.0.0.1", port))
+        sock.bind(("", port))  # as the server's parts listen: on every address (a port taken on any is taken)
         sock.listen()
         return sock
     except OSError:

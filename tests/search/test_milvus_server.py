@@ -196,3 +196,71 @@ def test_an_index_needing_float16_vectors_is_refused_on_a_server_whose_float16_s
     assert "FLOAT16_VECTOR fields, which this server does not return or search correctly" in str(e.value)
     assert "\n" not in str(e.value)
     np.testing.assert_equal(m["capabilities"]["float16_vector"], False)
+
+
+@pytest.fixture(scope="module")
+def auth_server():
+    """A second server, with authentication on (root:Milvus, the server's default root password)."""
+    import shutil
+    import tempfile
+
+    from .milvus_server import MilvusTestServer
+
+    base = tempfile.mkdtemp(prefix="vlmatch-milvus-auth-")
+    server = MilvusTestServer(base, auth=True).start()
+    yield server
+    server.stop()
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_wrong_or_missing_token_is_one_line_naming_the_variable_never_the_value(auth_server, monkeypatch, capsys):
+    from vlmatch.cli import main
+    from vlmatch.search.milvus_client import TOKEN_ENV
+
+    args = ["search", "--backend", "milvus", "--milvus-uri", auth_server.uri, "--collection", "photos", "a dog"]
+    for token in (None, "root:n0t-the-Passw0rd"):
+        if token is None:
+            monkeypatch.delenv(TOKEN_ENV, raising=False)
+        else:
+            monkeypatch.setenv(TOKEN_ENV, token)
+        assert main(args) != 0
+        err = capsys.readouterr().err.strip()
+        assert "refused the connection: a wrong or missing token ($VLMATCH_MILVUS_TOKEN" in err and "\n" not in err
+        assert ("is not set" if token is None else "is set, its value not shown") in err
+        assert "n0t-the-Passw0rd" not in err
+    monkeypatch.setenv(TOKEN_ENV, "root:Milvus")
+    assert main(args) != 0
+    assert "holds no vlmatch index" in capsys.readouterr().err  # connected: the collection is not there
+
+
+def test_two_users_cannot_read_each_others_collections_where_rbac_grants_them_apart(auth_server, tmp_path, monkeypatch):
+    """Milvus 2.3 RBAC: privileges per user role on named collections. alice may read the alpha index only."""
+    from pymilvus import MilvusClient
+
+    from vlmatch.search.milvus_build import build_milvus
+    from vlmatch.search.milvus_client import TOKEN_ENV
+
+    ck = _models(tmp_path / "ck")
+    photos = jpegs(tmp_path / "photos", [f"p{i}.jpg" for i in range(4)])
+    monkeypatch.setenv(TOKEN_ENV, "root:Milvus")
+    for name in ("alpha", "beta"):
+        build_milvus(MilvusLocation(auth_server.uri, name), ck["model"], images=photos, retriever_ckpt=ck["retriever"],
+                     backbone="tiny32", progress=False, batch_size=2)
+    root = MilvusClient(uri=auth_server.uri, token="root:Milvus")
+    root.create_user("alice", "alice-pass-1")
+    root.create_role("alpha_reader")
+    for coll in [c for c in root.list_collections() if c == "alpha" or c.startswith("alpha__g")]:
+        for priv in ("Query", "Search", "Load", "GetLoadState", "GetLoadingProgress", "IndexDetail"):
+            root.grant_privilege("alpha_reader", "Collection", priv, coll)
+    for priv in ("DescribeCollection", "ShowCollections"):  # 2.3: these are global, not per collection
+        root.grant_privilege("alpha_reader", "Global", priv, "*")
+    root.grant_role("alice", "alpha_reader")
+    _fresh_clients()
+    monkeypatch.setenv(TOKEN_ENV, "alice:alice-pass-1")
+    idx = vlmatch.Index.open(milvus_uri=auth_server.uri, collection="alpha")
+    assert len(idx.search("a red dog", k=3)) == 3
+    _fresh_clients()
+    with pytest.raises(Exception) as e:
+        vlmatch.Index.open(milvus_uri=auth_server.uri, collection="beta")
+    assert "alice-pass-1" not in str(e.value)
+    assert "permission" in str(e.value).lower() or "privilege" in str(e.value).lower()

@@ -80,15 +80,35 @@ def connect(uri: str):
         parent = os.path.dirname(os.path.abspath(uri))
         if not os.path.isdir(parent):
             raise DataError(parent, "folder of the milvus-lite .db file not found")
+    token = os.environ.get(TOKEN_ENV, "")
     try:
-        return pm.MilvusClient(uri=uri, token=os.environ.get(TOKEN_ENV, ""))
+        return pm.MilvusClient(uri=uri, token=token)
     except Exception as e:  # noqa: BLE001 - pymilvus raises several kinds; one line names the server
-        raise VlmatchError(f"cannot connect to Milvus at {uri}: {_short(e)}") from None
+        if not uri.endswith(".db") and _listening(uri):  # it answers, and refused us: the token
+            raise VlmatchError(f"Milvus at {uri} refused the connection: a wrong or missing token (${TOKEN_ENV} "
+                               f"{'is set, its value not shown' if token else 'is not set'}; a server with "
+                               "authentication on takes user:password or an API key)") from None
+        raise VlmatchError(f"cannot connect to Milvus at {uri}: {_short(e, token)}") from None
 
 
-def _short(e: Exception) -> str:
-    msg = getattr(e, "message", None) or str(e)
-    return " ".join(str(msg).split())[:300]
+def _listening(uri: str) -> bool:
+    """Whether something accepts TCP connections at the URI's host and port."""
+    from urllib.parse import urlsplit
+
+    try:
+        u = urlsplit(uri if "://" in uri else f"tcp://{uri}")
+        with socket.create_connection((u.hostname or "localhost", u.port or 19530), timeout=3):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def _short(e: Exception, token: str = "") -> str:
+    msg = " ".join(str(getattr(e, "message", None) or str(e)).split())
+    token = token or os.environ.get(TOKEN_ENV, "")
+    if token:  # never the token's value in a message (a server may echo what it was sent)
+        msg = msg.replace(token, "***")
+    return msg[:300]
 
 
 def part_name(name: str, gen: int, coll: str, enc: bool = False) -> str:
