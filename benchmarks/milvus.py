@@ -139,7 +139,7 @@ def build_folder(root: Path, n: int, model, ckpt, shape: str) -> dict:
 def build_milvus(root: Path, n: int, model, ckpt, shape: str, uri: str | None = None) -> dict:
     """Into milvus-lite (``root/milvus.db``) or the server at ``uri`` (its collections dropped first)."""
     from vlmatch.search.folder import seal
-    from vlmatch.search.milvus_build import write_rows
+    from vlmatch.search.milvus_build import wait_indexed, write_rows
     from vlmatch.search.milvus_client import FORMAT, MANIFEST, connect, ensure_anchor, last_write_ts, part_name, write_prop
     from vlmatch.search.milvus_layout import Layout, create_encodings, create_items, vector_type
     from vlmatch.search.milvus_probe import probe
@@ -165,6 +165,7 @@ def build_milvus(root: Path, n: int, model, ckpt, shape: str, uri: str | None = 
                    torch.from_numpy(np.ascontiguousarray(s)), _encoding(shape, v))
     for name in (items, enc):
         client.flush(name)
+    wait_indexed(client, items)
     m = _manifest(model, ckpt, "milvus", n, shape)
     m.update(format=FORMAT, generation=1, next_id=n, capabilities=caps, read_ts=last_write_ts(client, [items, enc]),
              collections={"images": {

@@ -246,8 +246,31 @@ class _Build:
             raise DataError(self.loc.uri, "nothing to index: every image was skipped")
         for name in (items_name, enc_name):
             self.client.flush(name)
+        wait_indexed(self.client, items_name)
         state["finished"] = True
         write_prop(self.client, self.name, PENDING, pending)
+
+
+INDEX_WAIT_S = 6 * 3600  # an index of 100M vectors takes hours to build
+
+
+def wait_indexed(client, items_name: str, field: str = "s1", timeout: float = INDEX_WAIT_S) -> None:
+    """Wait until the server has built the stage-1 index over every flushed row. Until then a server
+    searches segments without it through a temporary index of its own (Milvus 2.3: IVF, 16 of 128 lists
+    probed) whatever the search parameters say: committed before, a 100,000-photo index found 37 % of
+    the exact top ten instead of 100 %."""
+    t0 = time.time()
+    while True:
+        info = client.describe_index(items_name, field) or {}
+        total, done = int(info.get("total_rows", 0) or 0), int(info.get("indexed_rows", 0) or 0)
+        if info.get("state", "Finished") == "Finished" and done >= total and not info.get("pending_index_rows"):
+            return
+        if info.get("state") == "Failed":
+            raise DataError(items_name, f"the server failed to build its {info.get('index_type')} index: "
+                                        f"{info.get('fail_reason') or 'no reason given'}")
+        if time.time() - t0 > timeout:
+            raise DataError(items_name, f"the server has indexed {done} of {total} rows after {timeout:.0f} s")
+        time.sleep(1)
 
 
 def write_rows(client, items_name: str, enc_name: str, layout: Layout, ids: list[int], items: list[dict],
@@ -367,6 +390,7 @@ def _update(client, loc: MilvusLocation, lock: WriterLock, manifest: dict, skip_
         client.delete(enc_name, filter=f"id in {ids}")
     for n in (items_name, enc_name):
         client.flush(n)
+    wait_indexed(client, items_name)
     client.load_collection(items_name)
     count = int(client.query(items_name, filter="", output_fields=["count(*)"])[0]["count(*)"])
     if count == 0:
