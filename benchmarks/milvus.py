@@ -136,20 +136,25 @@ def build_folder(root: Path, n: int, model, ckpt, shape: str) -> dict:
     return {"build_s": time.time() - t0, "disk_mb": _size_mb(out), "stage1": coll["stage1"]["kind"]}
 
 
-def build_milvus(root: Path, n: int, model, ckpt, shape: str) -> dict:
+def build_milvus(root: Path, n: int, model, ckpt, shape: str, uri: str | None = None) -> dict:
+    """Into milvus-lite (``root/milvus.db``) or the server at ``uri`` (its collections dropped first)."""
     from vlmatch.search.folder import seal
-    from vlmatch.search.milvus_build import write_rows
-    from vlmatch.search.milvus_client import FORMAT, MANIFEST, connect, ensure_anchor, part_name, write_prop
-    from vlmatch.search.milvus_layout import Layout, create_encodings, create_items, server_vector_type
+    from vlmatch.search.milvus_build import wait_indexed, write_rows
+    from vlmatch.search.milvus_client import FORMAT, MANIFEST, connect, ensure_anchor, last_write_ts, part_name, write_prop
+    from vlmatch.search.milvus_layout import Layout, create_encodings, create_items, vector_type
+    from vlmatch.search.milvus_probe import probe
     from vlmatch.search.stage1 import choose_kind
 
     db = root / "milvus.db"
     t0 = time.time()
-    client = connect(str(db))
+    client = connect(uri or str(db))
+    for name in client.list_collections() if uri else []:
+        client.drop_collection(name)
     ensure_anchor(client, "bench")
     kind = choose_kind("auto", n)
+    caps = probe(client, "bench", uri)
     layout = Layout.of(model.encode_images(torch.zeros(1, GRID * GRID, 2048)), "float16",
-                       server_vector_type(client, "bench__g1_probe", "float16"))
+                       vector_type(caps["float16_vector"], "float16"))
     items, enc = part_name("bench", 1, "images"), part_name("bench", 1, "images", enc=True)
     stage1_d = _dims(shape)[1]
     create_items(client, items, stage1_d, kind, None, 32)
@@ -160,15 +165,21 @@ def build_milvus(root: Path, n: int, model, ckpt, shape: str) -> dict:
                    torch.from_numpy(np.ascontiguousarray(s)), _encoding(shape, v))
     for name in (items, enc):
         client.flush(name)
+    wait_indexed(client, items)
     m = _manifest(model, ckpt, "milvus", n, shape)
-    m.update(format=FORMAT, generation=1, next_id=n, collections={"images": {
+    m.update(format=FORMAT, generation=1, next_id=n, capabilities=caps, read_ts=last_write_ts(client, [items, enc]),
+             collections={"images": {
         "count": n, "layout": layout.to_dict(),
         "stage1": {"kind": kind, "dim": stage1_d, "count": n, "requested": "auto", **({"M": 32} if kind == "hnsw" else {})}}})
     m["seal"] = seal(m)
     write_prop(client, "bench", MANIFEST, m)
+    if uri:  # the server builds its index and loads the collection when first opened: part of the build
+        from vlmatch.search import Index
+
+        Index.open(milvus_uri=uri, collection="bench")
     client.close()
-    return {"build_s": time.time() - t0, "disk_mb": _size_mb(db), "stage1": kind, "vector": layout.vector,
-            "rows_per_photo": layout.chunks}
+    return {"build_s": time.time() - t0, "disk_mb": None if uri else _size_mb(db), "stage1": kind,
+            "vector": layout.vector, "rows_per_photo": layout.chunks}
 
 
 def queries(n: int, count: int, shape: str, seed: int = 1):
@@ -206,7 +217,7 @@ def measure(idx, qs) -> tuple[dict, list]:
             "stage2": search_default.latency(s2)}, tops
 
 
-def run_size(n: int, n_queries: int, shape: str) -> dict:
+def run_size(n: int, n_queries: int, shape: str, server=None) -> dict:
     from vlmatch.search import Index
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
@@ -225,9 +236,19 @@ def run_size(n: int, n_queries: int, shape: str) -> dict:
     row["folder"]["query"], tops_f = measure(folder, qs)
     row["milvus_lite"]["query"], tops_m = measure(lite, qs)
     row["same_top10"] = float(np.mean([a == b for a, b in zip(tops_f, tops_m, strict=True)]))
+    tops_s = None
+    if server is not None:  # the Milvus server process (benchmarks' own, started by main)
+        row["milvus_server"] = build_milvus(root, n, model, ckpt, shape, uri=server.uri)
+        t0 = time.time()
+        srv = Index.open(milvus_uri=server.uri, collection="bench")
+        row["milvus_server"]["open_s"] = time.time() - t0
+        row["milvus_server"]["query"], tops_s = measure(srv, qs)
+        row["milvus_server"]["same_top10"] = float(np.mean([a == b for a, b in zip(tops_f, tops_s, strict=True)]))
     if shape == "global-1024":  # where the two differ: each backend's top 10 against the exact top 10
         exact = exact_top10(n, qs)
-        for key, tops in (("folder", tops_f), ("milvus_lite", tops_m)):
+        for key, tops in (("folder", tops_f), ("milvus_lite", tops_m), ("milvus_server", tops_s)):
+            if tops is None:
+                continue
             row[key]["recall10_vs_exact"] = float(np.mean([len(set(t) & set(e)) / 10 for t, e in
                                                            zip(tops, exact, strict=True)]))
     return row
@@ -247,7 +268,7 @@ def exact_top10(n: int, qs) -> list[list[int]]:
 
 
 def markdown(rows: list[dict], oom_at: int | None = None) -> str:
-    lines = ["# Folder index vs Milvus (milvus-lite), side by side", "",
+    lines = ["# Folder index vs Milvus (milvus-lite and a Milvus 2.3.5 server process), side by side", "",
              "`python benchmarks/milvus.py --sizes N ... --shape SHAPE` (`OMP_NUM_THREADS=1`, nothing else running). "
              "Synthetic photos of two shapes: `scan-7x7`, the first shipped pair's (7 x 7 x 512 float16 stage-2 "
              "encodings, one Milvus row each, 512-d stage 1, stage 2 SCAN t-i re-scoring), and `global-1024`, "
@@ -261,21 +282,27 @@ def markdown(rows: list[dict], oom_at: int | None = None) -> str:
     for r in rows:
         if r["host"] not in hosts:
             hosts.append(r["host"])
-        for name, key in (("folder", "folder"), ("milvus-lite", "milvus_lite")):
+        for name, key in (("folder", "folder"), ("milvus-lite", "milvus_lite"), ("milvus server 2.3.5", "milvus_server")):
+            if key not in r:
+                continue
             b = r[key]
             rows_kind = ("float16 store" if key == "folder" else
                          {"FLOAT16_PACKED": "float16 packed in FLOAT_VECTOR"}.get(b.get("vector"), "float32 FLOAT_VECTOR"))
             lines.append(f"| {r['n']:,} | {r['shape']} | {name} | {b['stage1']} | {rows_kind} | {b['build_s']:.1f} | "
-                         f"{b['disk_mb']:.0f} | {b['query']['p50_ms']:.1f} | {b['query']['p99_ms']:.1f} | "
+                         f"{'-' if b['disk_mb'] is None else format(b['disk_mb'], '.0f')} | {b['query']['p50_ms']:.1f} | "
+                         f"{b['query']['p99_ms']:.1f} | "
                          f"{b['query']['stage1']['p50_ms']:.1f} | {b['query']['stage2']['p50_ms']:.1f} | "
-                         f"{r['same_top10']:.2f} | {_fmt(b.get('recall10_vs_exact'))} |")
+                         f"{b.get('same_top10', r['same_top10']):.2f} | {_fmt(b.get('recall10_vs_exact'))} |")
     lines += ["", "Same top-10: the share of queries whose ten ids are the same, in the same order, on both backends. "
               "R@10 vs exact (global-1024): the share of the exact ten (all photos scored) in the backend's ten; "
               "where stage 1 is HNSW (100,000 photos) the two backends' graphs differ (FAISS's and Milvus's), "
               "and so do some of their candidates. "
               "milvus-lite has no FLOAT16_VECTOR: runs before 2026-11-26 widened the float16 values to float32 "
               "(FLOAT_VECTOR), later runs pack two float16 values to a FLOAT_VECTOR dimension (layout in each row); "
-              "its stage 2 is the fetch of 100 rows through gRPC and pymilvus's Python lists."]
+              "its stage 2 is the fetch of 100 rows through gRPC and pymilvus's Python lists. "
+              "The server rows (`--server`): the embedded Milvus 2.3.5 standalone on the same host, reads at the "
+              "commit's guarantee timestamp (not Strong); its build includes building the index and loading the "
+              "collection; disk not measured (its folder holds its own logs and WAL)."]
     if oom_at:
         lines += ["", f"scan-7x7 at {oom_at:,} photos: milvus-lite holds a collection inside its process; it passed 13 GB "
                   "while loading and the kernel's OOM killer stopped it at 24 GB resident (float32 and packed rows alike)."]
@@ -306,14 +333,35 @@ def main() -> None:
     p.add_argument("--queries", type=int, default=100)
     p.add_argument("--out", default=str(RESULTS / "milvus"))
     p.add_argument("--note", help="how the machine was used meanwhile (e.g. 'shared with a training job')")
+    p.add_argument("--server", action="store_true", help="also a Milvus server process (the embedded Milvus "
+                   "2.3.5 standalone of `pip install 'vlmatch[milvus-server]'`, started in a temporary folder)")
     a = p.parse_args()
+    server = None
+    if a.server:
+        import sys
+        import tempfile
+
+        here = [x for x in sys.path if Path(x or ".").resolve() == HERE]
+        sys.path[:] = [x for x in sys.path if x not in here]  # `milvus` is the server package, not this script
+        import milvus  # noqa: F401
+
+        sys.path[:0] = [*here, str(HERE.parent)]
+        from tests.search.milvus_server import MilvusTestServer
+
+        server = MilvusTestServer(tempfile.mkdtemp(prefix="vlmatch-bench-milvus-")).start()
     host = f"{cpu_model()}, {os.cpu_count()} cores{f' ({a.note})' if a.note else ''}, OMP_NUM_THREADS=" \
            f"{os.environ.get('OMP_NUM_THREADS', 'unset')}, flags {' '.join(cpu_flags())}"
     rows = []
-    for n in a.sizes:
-        rows.append({**run_size(n, a.queries, a.shape), "host": host,
-                     "command": f"python benchmarks/milvus.py --sizes {n} --shape {a.shape} --queries {a.queries}"})
-        print(json.dumps(rows[-1]), flush=True)
+    try:
+        for n in a.sizes:
+            rows.append({**run_size(n, a.queries, a.shape, server), "host": host,
+                         "command": f"python benchmarks/milvus.py --sizes {n} --shape {a.shape} --queries {a.queries}"
+                                    + (" --server" if server else "")})
+            print(json.dumps(rows[-1]), flush=True)
+    finally:
+        if server is not None:
+            server.stop()
+            shutil.rmtree(server.base, ignore_errors=True)
     out = Path(a.out).with_suffix(".json")
     old = json.loads(out.read_text()) if out.is_file() else None
     rows = merge(old, rows)

@@ -20,3 +20,35 @@ def toy_ckpts(small_world, tmp_path_factory):
     root = tmp_path_factory.mktemp("ckpts")
     return {"scan": _train(small_world, root / "scan", {"name": "scan_t2i_avg", "embed_dim": 32, "word_dim": 16}),
             "vsepp": _train(small_world, root / "vsepp", {"name": "vsepp", "embed_dim": 32, "word_dim": 16}, 20)}
+
+
+@pytest.fixture(scope="session")
+def milvus_server():
+    """One embedded Milvus standalone server (2.3.5) for the whole session, in a temporary folder on free
+    ports, stopped at the end (only the process it started). Skipped, with the reason, where the
+    ``milvus`` package cannot run (not installed, not Linux)."""
+    from .milvus_server import MilvusTestServer, why_not
+
+    why = why_not()
+    if why:
+        pytest.skip(why)
+    import shutil
+    import tempfile
+
+    base = tempfile.mkdtemp(prefix="vlmatch-milvus-")  # not pytest's folders: other sessions rotate those away
+    server = MilvusTestServer(base).start()
+    yield server
+    server.stop()
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def empty_server(server) -> str:
+    from pymilvus import MilvusClient
+
+    if server.pid is None:  # a test killed it and failed before restarting it
+        server.start()
+    c = MilvusClient(uri=server.uri)
+    for name in c.list_collections():
+        c.drop_collection(name)
+    c.close()
+    return server.uri

@@ -23,7 +23,7 @@ QUERIES = SENTENCES + ["a yellow thing under a dark sky", "grass"]
 
 
 @pytest.fixture(scope="module")
-def both(tmp_path_factory):
+def folder_index(tmp_path_factory):
     root = tmp_path_factory.mktemp("milvus_pair")
     ck = save_models(root / "ckpt")
     photos = draw_photos(root / "photos", 20)
@@ -32,9 +32,21 @@ def both(tmp_path_factory):
     opts = dict(images=photos, captions=captions, retriever_ckpt=ck["retriever"], backbone="efficientnet-lite0",
                 progress=False, batch_size=8)
     build_index(root / "index", ck["model"], **opts)
-    loc = MilvusLocation(str(root / "m.db"), "photos")
-    manifest = build_milvus(loc, ck["model"], **opts)
-    return {"folder": root / "index", "loc": loc, "manifest": manifest, "photos": photos, "ckpt": ck, "root": root}
+    return {"folder": root / "index", "photos": photos, "ckpt": ck, "root": root, "opts": opts}
+
+
+@pytest.fixture(scope="module", params=["lite", "server"])
+def both(request, folder_index):
+    """The folder index and the same photos in Milvus: milvus-lite, or a Milvus server process (the session's)."""
+    if request.param == "lite":
+        uri = str(folder_index["root"] / "m.db")
+    else:
+        from .conftest import empty_server
+
+        uri = empty_server(request.getfixturevalue("milvus_server"))
+    loc = MilvusLocation(uri, "photos")
+    manifest = build_milvus(loc, folder_index["ckpt"]["model"], **folder_index["opts"])
+    return {**folder_index, "loc": loc, "manifest": manifest, "kind": request.param}
 
 
 def _open(both):
@@ -54,8 +66,11 @@ def test_the_manifest_records_models_backbone_format_and_a_chunked_float_layout(
     assert m["format"] == "milvus-1" and m["backbone"]["name"] == "efficientnet-lite0"
     assert len(m["model"]["digest"]) == 64 and len(m["retriever"]["digest"]) == 64
     lay = m["collections"]["images"]["layout"]
-    # milvus-lite refuses FLOAT16_VECTOR: the float16 values are packed two to a FLOAT_VECTOR dimension
+    # milvus-lite refuses FLOAT16_VECTOR, 2.3.5 searches it wrong: float16 values packed two to a FLOAT_VECTOR dimension
     assert lay["vector"] == "FLOAT16_PACKED" and lay["chunks"] == 1 and m["counts"] == {"images": 20, "captions": 6}
+    caps = m["capabilities"]
+    assert caps["float16_vector"] is False and {"FLAT", "IVF_FLAT", "HNSW"} <= set(caps["index_types"])
+    assert caps["vector_fields"] == (2 if both["kind"] == "lite" else 1)  # 2.3 servers: one vector field
 
 
 @pytest.mark.parametrize("candidates", [5, 12, None])
@@ -79,7 +94,7 @@ def test_an_image_query_ranks_the_same_captions_and_attention_is_the_same(both):
 def test_the_cli_builds_searches_and_serves_a_milvus_index(both, tmp_path, capsys):
     from vlmatch.search.service import IndexBackend
 
-    db = tmp_path / "cli.db"
+    db = tmp_path / "cli.db" if both["kind"] == "lite" else both["loc"].uri
     args = ["--backend", "milvus", "--milvus-uri", str(db), "--collection", "cli_photos"]
     assert main(["index", "build", "--model", str(both["ckpt"]["model"]), "--retriever", str(both["ckpt"]["retriever"]),
                  "--images", str(both["photos"]), "--backbone", "efficientnet-lite0", "--no-progress", *args]) == 0

@@ -4,7 +4,6 @@ one writer at a time, an edited manifest refused."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -41,11 +40,21 @@ def _models(folder, seed=0):
     return out
 
 
-@pytest.fixture
-def setup(tmp_path):
+@pytest.fixture(params=["lite", "server"])
+def setup(request, tmp_path):
+    """The same tests on milvus-lite and on a Milvus server process (the session's, emptied)."""
     ck = _models(tmp_path / "ck")
     photos = jpegs(tmp_path / "photos", [f"p{i:02d}.jpg" for i in range(9)])
-    return {"ck": ck, "photos": photos, "loc": MilvusLocation(str(tmp_path / "m.db"), "safe"), "tmp": tmp_path}
+    uri = _uri(request, tmp_path)
+    return {"ck": ck, "photos": photos, "loc": MilvusLocation(uri, "safe"), "tmp": tmp_path, "kind": request.param}
+
+
+def _uri(request, tmp_path) -> str:
+    from .conftest import empty_server
+
+    if request.param == "lite":
+        return str(tmp_path / "m.db")
+    return empty_server(request.getfixturevalue("milvus_server"))
 
 
 def _build(s, ck=None, **kw):
@@ -155,10 +164,10 @@ def test_update_adds_changes_and_removes_photos_and_resumes_after_a_kill(setup, 
     assert items["p03.jpg"] == old_ids["p03.jpg"] and sorted(items[n] for n in ("n1.jpg", "n2.jpg", "n3.jpg")) == [9, 10, 11]
     assert _counts(setup) == {"safe__g1_images": 11, "safe__g1_images_enc": 11}
     # the re-encoded photo scores as a fresh build of the same folder does
-    fresh = MilvusLocation(str(setup["tmp"] / "fresh.db"), "safe")
+    fresh = MilvusLocation(str(setup["tmp"] / "fresh.db") if setup["kind"] == "lite" else setup["loc"].uri, "fresh")
     build_milvus(fresh, setup["ck"]["model"], images=photos, retriever_ckpt=setup["ck"]["retriever"],
                  backbone="tiny32", progress=False, batch_size=2)
-    f = vlmatch.Index.open(milvus_uri=fresh.uri, collection="safe")
+    f = vlmatch.Index.open(milvus_uri=fresh.uri, collection="fresh")
     by_path = {r.path: r.score for r in f.search("a red dog", k=11, candidates=11)}
     got = {r.path: r.score for r in idx.search("a red dog", k=11, candidates=11)}
     assert by_path.keys() == got.keys()
@@ -181,7 +190,7 @@ def test_a_second_writer_is_refused_and_a_dead_writers_lock_is_taken_over(setup)
     write_prop(c, "safe", LOCK, {**live, "pid": int(dead.stdout)})
     assert update_milvus(setup["loc"], progress=False)["kept"] == 9
     assert read_prop(c, "safe", LOCK) is None and read_prop(c, "safe", PENDING) is None
-    assert json.loads(c.describe_collection("safe")["properties"][MANIFEST])["counts"] == {"images": 9}
+    assert read_prop(c, "safe", MANIFEST)["counts"] == {"images": 9}
 
 
 def test_a_stage2_collection_of_another_vector_type_or_size_or_gone_is_refused_at_open(setup):

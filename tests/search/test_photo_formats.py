@@ -156,3 +156,38 @@ def test_update_turns_upright_what_an_older_reader_indexed_sideways(toy_ckpts, t
                                                                            "deleted": 0}
     assert main(["search", str(tmp_path / "idx"), "a red dog"]) == 0
     assert "EXIF" not in capsys.readouterr().err
+
+
+def test_a_milvus_update_turns_upright_what_an_older_reader_indexed_sideways(toy_ckpts, tmp_path, monkeypatch):
+    pytest.importorskip("milvus_lite")
+    from vlmatch.search.backend import MilvusLocation
+    from vlmatch.search.milvus_build import build_milvus, update_milvus
+    from vlmatch.search.milvus_client import MANIFEST, connect, write_prop
+    from vlmatch.search.milvus_collection import read_manifest
+
+    imgs = phone_folder(tmp_path / "phone", orientations=(1, 6))
+    loc = MilvusLocation(str(tmp_path / "m.db"), "phone")
+    with monkeypatch.context() as m:  # the reader before EXIF orientation, and a manifest without "reader"
+        m.setattr(photo, "upright", lambda im, orientation: im)
+        build_milvus(loc, toy_ckpts["scan"], images=imgs, retriever_ckpt=toy_ckpts["vsepp"], backbone="tiny32",
+                     progress=False, batch_size=2)
+    client = connect(loc.uri)
+    manifest = read_manifest(client, loc)
+    del manifest["reader"]
+    manifest["seal"] = seal(manifest)
+    write_prop(client, loc.collection, MANIFEST, manifest)
+    client.close()
+
+    def encodings():
+        idx = vlmatch.Index.open(milvus_uri=loc.uri, collection=loc.collection)
+        ids = {it["rel"]: it["id"] for it in idx.items}
+        return {rel: idx.images.take(np.array([i])).tensors() for rel, i in ids.items()}
+
+    def gap(enc, a, b):
+        return max(float((enc[a][f].float() - enc[b][f].float()).abs().max()) for f in enc[a] if enc[a][f].is_floating_point())
+
+    assert gap(encodings(), "o6.jpg", "upright.jpg") > 0.1  # indexed sideways
+    rep = update_milvus(loc, progress=False, batch_size=2)
+    assert rep == {"kept": 2, "new": 0, "changed": 0, "reoriented": 1, "deleted": 0, "skipped": []}
+    assert gap(encodings(), "o6.jpg", "upright.jpg") < 0.02
+    assert update_milvus(loc, progress=False) == {"kept": 3, "new": 0, "changed": 0, "deleted": 0, "skipped": []}

@@ -43,6 +43,7 @@ from ..features.photo import MissingDecoder, PhotoTooLarge, open_photo, sniff
 from ..io import printable
 from ..version import __version__
 from .filters import Where
+from .milvus_client import RETRY_AFTER_S, Unavailable
 from .service import Busy, Limits, ModelPool, SearchBackend
 
 log = logging.getLogger("vlmatch.search")
@@ -459,6 +460,11 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
             where = ".".join(str(x) for x in err.get("loc", ()) if x not in ("body", "query", "path"))
             parts.append(f"{where or 'request'}: {err.get('msg')}")
         return JSONResponse({"error": "invalid_request", "detail": words("; ".join(parts))}, status_code=422)
+
+    @app.exception_handler(Unavailable)
+    async def _unavailable(request, e):  # the Milvus server is away: the index stays open, answers resume
+        return JSONResponse({"error": "index_unavailable", "detail": words(str(e))}, status_code=503,
+                            headers={"Retry-After": str(RETRY_AFTER_S)})
 
     @app.exception_handler(VlmatchError)
     async def _vlmatch_error(request, e):

@@ -1,12 +1,14 @@
 """Talking to Milvus for an index: the connection, the collections' names and schemas, the
-properties that hold the manifest, the pending work and the writers' lock.
+state collection that holds the manifest, the pending work and the writers' lock.
 
 A vlmatch collection NAME on a Milvus server is a set of Milvus collections:
 
-    NAME                        a tiny anchor collection; its properties hold the index's state:
+    NAME                        the state collection: a row per key holds the index's state as JSON:
                                 ``vlmatch.manifest`` (the committed manifest, sealed as the folder's),
                                 ``vlmatch.pending`` (what an unfinished build or update has done),
-                                ``vlmatch.lock`` (the one writer)
+                                ``vlmatch.lock`` (the one writer). (Indexes written by earlier vlmatch
+                                versions on milvus-lite keep them in the collection's properties; they
+                                are still read and written there.)
     NAME__g<G>_images           per image: ``id`` (primary key), ``item`` (its table row, JSON),
                                 ``s1`` (the stage-1 vector, FLOAT_VECTOR with an IP index)
     NAME__g<G>_images_enc       per image and chunk of its stage-2 encoding: ``pk`` = id * 4096 + chunk,
@@ -42,7 +44,14 @@ PENDING = "vlmatch.pending"
 LOCK = "vlmatch.lock"
 LOCK_STALE_S = 600  # a lock whose writer has not written for this long (on another host) is taken over
 FORMAT = "milvus-1"
+READ_TIMEOUT_S = 10  # a search or fetch gives up (pymilvus retries meanwhile) after this: the server is away
+RETRY_AFTER_S = 5  # what a service tells its clients when the server is away
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,179}")
+
+
+class Unavailable(VlmatchError):
+    """The Milvus server did not answer (stopped, restarting, unreachable): a service answers 503 with
+    Retry-After and keeps its index open; answers resume when the server is back."""
 
 
 def pymilvus():
@@ -71,16 +80,21 @@ def connect(uri: str, create: bool = True):
     lite = uri.endswith(".db")
     if lite:
         check_lite(uri, create)
+    token = os.environ.get(TOKEN_ENV, "")
     try:
         with _quiet_lite():
-            return pm.MilvusClient(uri=uri, token=os.environ.get(TOKEN_ENV, ""))
+            return pm.MilvusClient(uri=uri, token=token)
     except Exception as e:  # noqa: BLE001 - pymilvus raises several kinds; one line names the server
         holder = lite_holder(uri) if lite else None
         if holder is not None:
             raise VlmatchError(f"{uri}: another process holds this milvus-lite database ({holder}); milvus-lite "
                                "opens a .db in one process at a time: wait for it to finish (a build or update "
                                "holds it to its end), or use a Milvus server for several processes") from None
-        raise VlmatchError(f"cannot connect to Milvus at {uri}: {_short(e)}") from None
+        if not lite and _listening(uri):  # it answers, and refused us: the token
+            raise VlmatchError(f"Milvus at {uri} refused the connection: a wrong or missing token (${TOKEN_ENV} "
+                               f"{'is set, its value not shown' if token else 'is not set'}; a server with "
+                               "authentication on takes user:password or an API key)") from None
+        raise VlmatchError(f"cannot connect to Milvus at {uri}: {_short(e, token)}") from None
 
 
 # --- milvus-lite: a .db is a folder, opened by one process at a time (an flock on its LOCK file) ----
@@ -171,9 +185,24 @@ class _quiet_lite:
             g.disabled = was
 
 
-def _short(e: Exception) -> str:
-    msg = getattr(e, "message", None) or str(e)
-    return " ".join(str(msg).split())[:300]
+def _listening(uri: str) -> bool:
+    """Whether something accepts TCP connections at the URI's host and port."""
+    from urllib.parse import urlsplit
+
+    try:
+        u = urlsplit(uri if "://" in uri else f"tcp://{uri}")
+        with socket.create_connection((u.hostname or "localhost", u.port or 19530), timeout=3):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def _short(e: Exception, token: str = "") -> str:
+    msg = " ".join(str(getattr(e, "message", None) or str(e)).split())
+    token = token or os.environ.get(TOKEN_ENV, "")
+    if token:  # never the token's value in a message (a server may echo what it was sent)
+        msg = msg.replace(token, "***")
+    return msg[:300]
 
 
 def part_name(name: str, gen: int, coll: str, enc: bool = False) -> str:
@@ -192,18 +221,33 @@ def drop_generation(client, name: str, gen: int) -> None:
             client.drop_collection(c)
 
 
-# --- the anchor collection and its properties ---------------------------------------------------
+# --- the state collection: manifest, pending work, lock ------------------------------------------
+
+STATE_SLOTS = {MANIFEST: 1, PENDING: 2, LOCK: 3}  # the head row of each key
+PART_CHARS = 60_000  # JSON characters per row (the VARCHAR field holds 65,535 bytes; the JSON is ASCII)
+_BANK = 10**8  # a long value's rows: slot * 10 * _BANK + bank * _BANK + part
+
 
 def ensure_anchor(client, name: str) -> None:
+    """The state collection ``name``: one row per key (``pk`` its slot, ``value`` its JSON), written with
+    the server's own guarantees (a row is upserted in one RPC and read back at Strong consistency), since a
+    Milvus server may refuse to alter collection properties (2.3 does on a collection created without any)."""
     pm = pymilvus()
     if client.has_collection(name):
         return
     schema = pm.MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
     schema.add_field("pk", pm.DataType.INT64, is_primary=True)
-    schema.add_field("v", pm.DataType.FLOAT_VECTOR, dim=2)
+    schema.add_field("value", pm.DataType.VARCHAR, max_length=65_535)
+    schema.add_field("v", pm.DataType.FLOAT_VECTOR, dim=2)  # a collection needs a vector field; never searched
     ip = client.prepare_index_params()
     ip.add_index("v", index_type="FLAT", metric_type="IP")
     client.create_collection(name, schema=schema, index_params=ip, consistency_level="Strong")
+
+
+def _legacy(client, name: str, timeout: float | None = None) -> bool:
+    """An anchor written by an earlier vlmatch (milvus-lite only): its state lives in its properties."""
+    fields = {f.get("name") for f in client.describe_collection(name, timeout=timeout).get("fields", [])}
+    return "value" not in fields
 
 
 def read_props(client, name: str) -> dict:
@@ -212,8 +256,38 @@ def read_props(client, name: str) -> dict:
     return dict(client.describe_collection(name).get("properties") or {})
 
 
-def read_prop(client, name: str, key: str):
-    raw = read_props(client, name).get(key)
+def _get(client, name: str, pks: list[int], consistency: str, timeout: float | None = None) -> dict[int, str]:
+    kw = dict(ids=pks, output_fields=["pk", "value"], consistency_level=consistency, timeout=timeout)
+    try:
+        rows = client.get(name, **kw)
+    except pymilvus().MilvusException as e:
+        if "not loaded" not in str(e):
+            raise
+        client.load_collection(name, timeout=timeout)  # a restarted server loads collections again lazily
+        rows = client.get(name, **kw)
+    return {int(r["pk"]): r["value"] for r in rows}
+
+
+def read_prop(client, name: str, key: str, consistency: str = "Strong", timeout: float | None = None):
+    """The value of ``key`` (None when unset). Strong by default: it sees every other process's writes.
+    ``timeout``: seconds before giving up on a server that does not answer (None: pymilvus's retries)."""
+    if not client.has_collection(name, timeout=timeout):
+        return None
+    if _legacy(client, name, timeout):
+        raw = read_props(client, name).get(key)
+    else:
+        slot = STATE_SLOTS[key]
+        head = _get(client, name, [slot], consistency, timeout).get(slot, "")
+        if head.startswith("p:"):  # p:BANK:PARTS -- a long value over several rows, written before its head
+            bank, parts = (int(x) for x in head[2:].split(":"))
+            base = slot * 10 * _BANK + bank * _BANK
+            got = _get(client, name, [base + i for i in range(parts)], consistency, timeout)
+            if len(got) != parts:
+                raise DataError(f"{name}:{key}", f"{parts - len(got)} of its {parts} rows are missing: drop the "
+                                                 "collection and build it again")
+            raw = "".join(got[base + i] for i in range(parts))
+        else:
+            raw = head[2:]
     if raw is None or raw == "":
         return None
     try:
@@ -223,12 +297,47 @@ def read_prop(client, name: str, key: str):
 
 
 def write_prop(client, name: str, key: str, value) -> None:
-    client.alter_collection_properties(name, properties={key: json.dumps(value, sort_keys=True)})
+    """Set ``key``: a short value is its head row, one upsert; a long one is first written whole to the
+    bank of rows the head does not name, then the head is switched to it (one row: a reader sees the old
+    value or the new one, never a mix)."""
+    raw = json.dumps(value, sort_keys=True)
+    if _legacy(client, name):
+        client.alter_collection_properties(name, properties={key: raw})
+        return
+    slot = STATE_SLOTS[key]
+    if len(raw) <= PART_CHARS:
+        head = "v:" + raw
+    else:
+        old = _get(client, name, [slot], "Strong").get(slot, "")
+        bank = 1 - int(old.split(":")[1]) if old.startswith("p:") else 0
+        base = slot * 10 * _BANK + bank * _BANK
+        parts = [raw[a:a + PART_CHARS] for a in range(0, len(raw), PART_CHARS)]
+        for a in range(0, len(parts), 500):  # under the RPC size limit
+            client.upsert(name, [{"pk": base + a + i, "value": p, "v": [0.0, 0.0]}
+                                 for i, p in enumerate(parts[a:a + 500])])
+        head = f"p:{bank}:{len(parts)}"
+    client.upsert(name, [{"pk": slot, "value": head, "v": [0.0, 0.0]}])
 
 
-def drop_prop(client, name: str, key: str) -> None:
-    if key in read_props(client, name):
-        client.drop_collection_properties(name, property_keys=[key])
+def drop_prop(client, name: str, key: str, timeout: float | None = None) -> None:
+    if _legacy(client, name, timeout):
+        if key in read_props(client, name):
+            client.drop_collection_properties(name, property_keys=[key])
+        return
+    client.upsert(name, [{"pk": STATE_SLOTS[key], "value": "", "v": [0.0, 0.0]}], timeout=timeout)
+
+
+def last_write_ts(client, names) -> int:
+    """The server's timestamp of this process's last write to any of ``names`` (0: unknown, e.g. milvus-lite):
+    a reader that searches with it as guarantee sees at least those writes (pymilvus keeps it per collection
+    for session consistency)."""
+    try:
+        from pymilvus.client import ts_utils
+
+        addr = client._get_connection().server_address
+        return max(int(ts_utils.get_collection_ts(n, addr, "") or 0) for n in names)
+    except Exception:  # noqa: BLE001 - another pymilvus: readers fall back to Strong
+        return 0
 
 
 # --- one writer at a time --------------------------------------------------------------------------
@@ -244,7 +353,7 @@ def _alive(pid: int) -> bool:
 
 
 class WriterLock:
-    """The ``vlmatch.lock`` property: taken before a build or update writes, refreshed as it goes,
+    """The ``vlmatch.lock`` row: taken before a build or update writes, refreshed as it goes,
     dropped at its end. Another live writer is refused at once; the lock of a dead process on this
     host, or of a writer silent for :data:`LOCK_STALE_S`, is taken over. (Milvus has no compare-and-
     set: the lock is written, then read back, so two writers starting in the same instant are told
@@ -277,5 +386,10 @@ class WriterLock:
         write_prop(self.client, self.name, LOCK, {**self.me, "beat": time.time()})
 
     def __exit__(self, *exc) -> None:
-        if (read_prop(self.client, self.name, LOCK) or {}).get("token") == self.me["token"]:
-            drop_prop(self.client, self.name, LOCK)
+        try:  # after a failure, a server that does not answer keeps the lock: it is taken over later
+            if (read_prop(self.client, self.name, LOCK, timeout=5 if exc[0] else None) or {}).get("token") == \
+                    self.me["token"]:
+                drop_prop(self.client, self.name, LOCK, timeout=5 if exc[0] else None)
+        except pymilvus().MilvusException:
+            if exc[0] is None:
+                raise

@@ -6,10 +6,20 @@ The models are not stored in Milvus: the manifest records each checkpoint's fold
 one :func:`vlmatch.search.folder.checkpoint_digest` computes, covering ``config.json`` and so the
 weights' SHA-256), and opening takes them from there, or from ``model=`` / ``retriever=``; a
 checkpoint whose digest differs is refused. Every machine that serves the index needs the checkpoints.
+
+**Consistency, chosen per call.** The state (manifest, pending work, lock) is read at Strong: a reader
+must see another process's commit, and it is a one-row read, polled. Searches and fetches read the
+generation the manifest names with the manifest's ``read_ts`` as guarantee timestamp (consistency level
+Customized): the server's time of a write made after every row of the commit, so a search right after a
+commit sees the committed generation whole, and it waits for nothing newer. Strong on every call costs a
+server a wait for its next time tick (200-500 ms on Milvus 2.3.5 here, against 2-4 ms); Bounded might
+miss a commit of the last 5 seconds. A manifest without ``read_ts`` (milvus-lite, which has no
+timestamps to wait for) is read at Strong.
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -20,16 +30,54 @@ from ..models.base import Encoding
 from .backend import MilvusLocation
 from .filters import Where
 from .folder import checkpoint_digest, seal
-from .milvus_client import FORMAT, MANIFEST, MAX_RESULTS, PENDING, check_name, connect, part_name, read_prop
+from .milvus_client import (
+    FORMAT,
+    MANIFEST,
+    MAX_RESULTS,
+    PENDING,
+    READ_TIMEOUT_S,
+    Unavailable,
+    _short,
+    check_name,
+    connect,
+    part_name,
+    pymilvus,
+    read_prop,
+)
 from .milvus_filters import filtered_search
 from .milvus_layout import Layout, field_of, search_params
+from .milvus_probe import require
+
+
+def _answers(method):
+    """A read that the server does not answer (pymilvus's retries run out after READ_TIMEOUT_S) raises
+    :class:`Unavailable` naming the server (a service's 503), not pymilvus's exception."""
+
+    @functools.wraps(method)
+    def wrapped(self, *args, **kwargs):
+        try:
+            try:
+                return method(self, *args, **kwargs)
+            except pymilvus().MilvusException as e:
+                if "not loaded" not in str(e):
+                    raise
+                for name in (self.items_name, self.enc_name):  # a restarted server: load them again, once
+                    self.client.load_collection(name, timeout=READ_TIMEOUT_S)
+                return method(self, *args, **kwargs)
+        except pymilvus().MilvusException as e:
+            raise Unavailable(f"{self.loc}: the Milvus server did not answer ({_short(e)[:160]}); retry in a few "
+                              "seconds") from None
+
+    return wrapped
 
 
 class MilvusCollection:
     """One collection of a Milvus index (keys are item ids)."""
 
-    def __init__(self, client, loc: MilvusLocation, gen: int, coll: str, info: dict, template: Encoding):
+    def __init__(self, client, loc: MilvusLocation, gen: int, coll: str, info: dict, template: Encoding,
+                 read: dict | None = None):
         self.client, self.loc, self.info = client, loc, info
+        self.read = {**(read or {"consistency_level": "Strong"}), "timeout": READ_TIMEOUT_S}  # see the module's note
         self.items_name = part_name(loc.collection, gen, coll)
         self.enc_name = part_name(loc.collection, gen, coll, enc=True)
         self.count = int(info["count"])
@@ -44,6 +92,7 @@ class MilvusCollection:
     def __len__(self) -> int:
         return self.count
 
+    @_answers
     def search(self, queries: np.ndarray, k: int, where=None) -> tuple[np.ndarray, np.ndarray]:
         q = np.ascontiguousarray(queries, dtype=np.float32)
         where = Where.of(where)
@@ -58,7 +107,7 @@ class MilvusCollection:
         if k > MAX_RESULTS:
             raise ConfigError(f"candidates {k}: Milvus returns at most {MAX_RESULTS} per search")
         res = self.client.search(self.items_name, data=[v.tolist() for v in q], limit=k, anns_field="s1",
-                                 output_fields=["id"], filter=expr,
+                                 output_fields=["id"], filter=expr, **self.read,
                                  search_params={"metric_type": "IP", "params": search_params(self.info["stage1"], k)})
         scores = np.full((len(q), k), -np.inf, dtype=np.float32)
         keys = np.full((len(q), k), -1, dtype=np.int64)
@@ -67,6 +116,7 @@ class MilvusCollection:
                 scores[i, j], keys[i, j] = h["distance"], h["id"]
         return scores, keys
 
+    @_answers
     def _exhaustive(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         ids, vecs = [], []
         it = self.client.query_iterator(self.items_name, batch_size=1000, output_fields=["id", "s1"])
@@ -80,31 +130,36 @@ class MilvusCollection:
         rows = np.argsort(-scores, axis=1, kind="stable")
         return np.take_along_axis(scores, rows, axis=1), ids[rows]
 
+    @_answers
     def take(self, keys) -> Encoding:
         ids = [int(i) for i in np.asarray(keys).reshape(-1)]
         pks = self.layout.pks(ids)
         got = {}
         step = self.layout.rows_per_rpc()
         for a in range(0, len(pks), step):
-            for row in self.client.get(self.enc_name, ids=pks[a:a + step], output_fields=["pk", "enc", "extra"]):
+            for row in self.client.get(self.enc_name, ids=pks[a:a + step], output_fields=["pk", "enc", "extra"],
+                                       **self.read):
                 got[int(row["pk"])] = row
         return self.layout.decode(ids, got, self.cls, self.enc_name)
 
+    @_answers
     def items_of(self, keys) -> list[dict]:
         ids = [int(i) for i in np.asarray(keys).reshape(-1)]
         got = {}
         for a in range(0, len(ids), MAX_RESULTS):
             got.update({int(r["id"]): r["item"] for r in self.client.get(self.items_name, ids=ids[a:a + MAX_RESULTS],
-                                                                         output_fields=["id", "item"])})
+                                                                         output_fields=["id", "item"], **self.read)})
         missing = [i for i in ids if i not in got]
         if missing:
             raise DataError(self.items_name, f"no row for item(s) {missing[:5]}: the collection is incomplete")
         return [got[i] for i in ids]
 
+    @_answers
     def key_of(self, item_id: int) -> int | None:
         if not isinstance(item_id, (int, np.integer)) or item_id < 0:
             return None
-        return int(item_id) if self.client.get(self.items_name, ids=[int(item_id)], output_fields=["id"]) else None
+        got = self.client.get(self.items_name, ids=[int(item_id)], output_fields=["id"], **self.read)
+        return int(item_id) if got else None
 
     @property
     def items(self) -> list[dict]:
@@ -154,6 +209,12 @@ def read_manifest(client, loc: MilvusLocation) -> dict:
     return m
 
 
+def read_consistency(manifest: dict) -> dict:
+    """The consistency of searches and fetches of the committed generation (see the module's note)."""
+    ts = int(manifest.get("read_ts") or 0)
+    return {"consistency_level": "Customized", "guarantee_timestamp": ts} if ts else {"consistency_level": "Strong"}
+
+
 def checkpoints(loc: MilvusLocation, manifest: dict, model=None, retriever=None) -> dict[str, Path]:
     """Part -> the checkpoint folder to load, each checked against the digest the collection records."""
     out = {}
@@ -180,6 +241,8 @@ def open_milvus(loc: MilvusLocation, model=None, retriever=None):
     client = client_for(loc.uri)
     manifest = read_manifest(client, loc)
     ckpts = checkpoints(loc, manifest, model, retriever)
+    require(client, loc.collection, loc.uri, manifest)
+    read = read_consistency(manifest)
     gen = int(manifest["generation"])
     updating = read_prop(client, loc.collection, PENDING) is not None
     for coll, info in manifest["collections"].items():
@@ -197,7 +260,7 @@ def open_milvus(loc: MilvusLocation, model=None, retriever=None):
             raise DataError(items, f"its s1 field is not FLOAT_VECTOR of {dim} values as the manifest records")
         for name in (items, enc):
             client.load_collection(name)
-        n = client.query(items, filter="", output_fields=["count(*)"])[0]["count(*)"]
+        n = client.query(items, filter="", output_fields=["count(*)"], **read)[0]["count(*)"]
         if n != info["count"] and not updating:  # during an update, photos come and go one batch at a time
             raise DataError(items, f"holds {n} items but the manifest records {info['count']}: an update was "
                                    "interrupted; run `vlmatch index update` again to finish it")
@@ -210,6 +273,6 @@ def open_milvus(loc: MilvusLocation, model=None, retriever=None):
                 tmpl = model.encode_images(torch.zeros(1, n_regions, model.cfg.img_dim))
             else:
                 tmpl = model.encode_texts(*model.tokenize(["a"]))
-        return MilvusCollection(client, loc, gen, coll, manifest["collections"][coll], tmpl)
+        return MilvusCollection(client, loc, gen, coll, manifest["collections"][coll], tmpl, read)
 
     return manifest, ckpts, make

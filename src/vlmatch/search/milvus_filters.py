@@ -92,10 +92,10 @@ def _rows(client, name: str, expr: str, fields: list[str]) -> list[dict]:
     return out
 
 
-def _vectors(client, name: str, ids: list[int]) -> np.ndarray:
+def _vectors(client, name: str, ids: list[int], read: dict) -> np.ndarray:
     got = {}
     for a in range(0, len(ids), 4096):
-        for r in client.query(name, filter=f"id in {ids[a:a + 4096]}", output_fields=["id", "s1"]):
+        for r in client.query(name, filter=f"id in {ids[a:a + 4096]}", output_fields=["id", "s1"], **read):
             got[int(r["id"])] = r["s1"]
     return np.asarray([got[i] for i in ids], dtype=np.float32)
 
@@ -120,7 +120,7 @@ def filtered_search(coll, q: np.ndarray, k: int, where: Where) -> tuple[np.ndarr
     else:
         expr, exact = "", False
     if exact:  # the expression is the filter: count the matches, search on it when there are many
-        n = client.query(name, filter=expr, output_fields=["count(*)"])[0]["count(*)"]
+        n = client.query(name, filter=expr, output_fields=["count(*)"], **coll.read)[0]["count(*)"]
         if n > k:
             return coll.ann_search(q, k, expr)
     if coll.scalars:
@@ -135,7 +135,7 @@ def filtered_search(coll, q: np.ndarray, k: int, where: Where) -> tuple[np.ndarr
     ids = np.sort(ids[where.mask(cols)])
     if not len(ids):
         return top_k_of(q, np.zeros((0, q.shape[1]), dtype=np.float32), ids, k)
-    vecs = _vectors(client, name, ids.tolist())
+    vecs = _vectors(client, name, ids.tolist(), coll.read)
     scores, pos = top_k_of(q, vecs, np.arange(len(ids)), k)
     return scores, np.where(pos >= 0, ids[np.maximum(pos, 0)], -1)
 

@@ -7,9 +7,10 @@ them (float16 by default), padded to a whole number of chunks and stored one chu
 
 Three ways to hold the vector (``Layout.vector``):
 
-- ``FLOAT16_VECTOR``: the server's float16 vectors (a Milvus server has them).
+- ``FLOAT16_VECTOR``: the server's float16 vectors, where a probe finds they round-trip and search
+  right (:mod:`vlmatch.search.milvus_probe`; Milvus 2.3.5's do not search right).
 - ``FLOAT16_PACKED``: float16 values two to a FLOAT_VECTOR dimension, bit for bit (the first value's
-  16 bits high, the second's low), for servers without FLOAT16_VECTOR (milvus-lite). A float32 made of
+  16 bits high, the second's low), for servers without a working FLOAT16_VECTOR (milvus-lite, 2.3.5). A float32 made of
   two finite float16 values is itself finite (its exponent is all ones only when the high half's is),
   so the server stores and returns it unchanged, and the row costs what a float16 row costs: half a
   float32 row's memory and transfer, and twice the values per 32,768-dimension field.
@@ -25,7 +26,6 @@ travel as JSON on the item's first chunk.
 from __future__ import annotations
 
 import json
-import logging
 import math
 from dataclasses import asdict, dataclass
 
@@ -246,25 +246,13 @@ def create_encodings(client, name: str, layout: Layout) -> None:
                              properties={"mmap.enabled": True})
 
 
-def server_vector_type(client, probe_name: str, dtype: str) -> str:
-    """How the stage-2 values are held: FLOAT16_VECTOR when the index stores float16 and the server takes
-    it (a Milvus server does, milvus-lite does not: found by creating, then dropping, a probe collection),
-    FLOAT16_PACKED for float16 on a server without it, FLOAT_VECTOR for a float32 index."""
+def vector_type(float16_ok: bool, dtype: str) -> str:
+    """How the stage-2 values are held: FLOAT16_VECTOR when the index stores float16 and the server's
+    FLOAT16_VECTOR fields round-trip and search right (:func:`vlmatch.search.milvus_probe.float16_vector`),
+    FLOAT16_PACKED for float16 on a server without them, FLOAT_VECTOR for a float32 index."""
     if dtype != "float16":
         return "FLOAT_VECTOR"
-    pm = pymilvus()
-    schema = pm.MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
-    schema.add_field("pk", pm.DataType.INT64, is_primary=True)
-    schema.add_field("v", pm.DataType.FLOAT16_VECTOR, dim=8)
-    logging.disable(logging.ERROR)  # pymilvus logs every refusal with a traceback: here it is an answer
-    try:
-        client.create_collection(probe_name, schema=schema)
-    except pm.MilvusException:
-        return PACKED
-    finally:
-        logging.disable(logging.NOTSET)
-    client.drop_collection(probe_name)
-    return "FLOAT16_VECTOR"
+    return "FLOAT16_VECTOR" if float16_ok else PACKED
 
 
 def field_of(client, name: str, field: str) -> tuple[str, int | None]:

@@ -1,0 +1,145 @@
+"""A Milvus standalone server process for the tests: the embedded server of the PyPI package
+``milvus`` (2.3.5, ``pip install 'vlmatch[milvus-server]'``) started in a folder of its own on free
+ports. Only the process this object started is ever stopped or killed (by its pid).
+
+    server = MilvusTestServer(tmp_dir).start()   # 10-15 s
+    server.uri                                   # http://127.0.0.1:PORT
+    server.kill()                                # kill -9, as a crash
+    server.start()                               # the same folder and port: the data is back
+    server.stop()
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+_PARTS = ("rootCoord", "proxy", "queryCoord", "queryNode", "indexNode", "dataCoord", "dataNode")
+
+
+def why_not() -> str | None:
+    """None when the embedded server can run here, else why not (the reason a skip prints)."""
+    try:
+        import milvus  # noqa: F401
+    except ImportError:
+        return "the Milvus server tests need the embedded server: pip install 'vlmatch[milvus-server]'"
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return f"the embedded Milvus server package ships Linux binaries only (this is {sys.platform})"
+    return None
+
+
+def _bind(port: int):
+    """The package's port check, with SO_REUSEADDR as the server's own listeners have."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(("", port))  # as the server's parts listen: on every address (a port taken on any is taken)
+        sock.listen()
+        return sock
+    except OSError:
+        sock.close()
+        return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MilvusTestServer:
+    def __init__(self, base: Path, auth: bool = False):
+        self.base, self.auth = Path(base), auth
+        self.port: int | None = None
+        self.etcd: tuple[int, int] | None = None  # its embedded etcd's client and peer ports
+        self._server = None
+
+    @property
+    def uri(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        proc = self._server and self._server.server_proc
+        return proc.pid if proc else None
+
+    def start(self) -> MilvusTestServer:
+        import milvus
+        from milvus import MilvusServer, MilvusServerConfig
+
+        cfg = MilvusServerConfig(template=str(self._template()))
+        cfg.glog_conf_file = str(Path(milvus.__file__).parent / "data" / "glog.conf")
+        cfg.set("etcd_config_path", str(self.base / "etcd-embed.yaml"))
+        cfg.update(etcd_port=self.etcd[0])
+        cfg.try_bind_port = _bind  # a restart after kill -9 finds its ports in TIME_WAIT: Milvus reuses them
+        if self.port is not None:  # a restart keeps its URI
+            cfg.update(proxy_port=self.port)
+        s = MilvusServer(cfg)
+        s.set_base_dir(str(self.base))
+        for c in _PARTS:  # else the parts talk over the host's address
+            s.config.set(f"{c}.ip", "127.0.0.1")
+        s.config.set("common.gracefulStopTimeout", 3)  # else a SIGTERM may wait 30 minutes
+        s.config.set("authorization_enabled", self.auth)
+        self._server = s
+        try:
+            s.start()
+        except BaseException:
+            self.stop()  # a server that did not come up in time is not left behind
+            raise
+        self.port = s.listen_port
+        return self
+
+    def _template(self) -> Path:
+        """The package's config template with the embedded etcd's own config file: the package leaves etcd's
+        peer port at 2380 (and its client port at 2379), so a second server on the host would not start."""
+        import milvus
+
+        self.base.mkdir(parents=True, exist_ok=True)
+        if self.etcd is None:
+            self.etcd = (_free_port(), _free_port())
+        client, peer = self.etcd
+        (self.base / "etcd-embed.yaml").write_text(
+            f"name: default\nlisten-client-urls: http://127.0.0.1:{client}\n"
+            f"advertise-client-urls: http://127.0.0.1:{client}\nlisten-peer-urls: http://127.0.0.1:{peer}\n"
+            f"initial-advertise-peer-urls: http://127.0.0.1:{peer}\ninitial-cluster: default=http://127.0.0.1:{peer}\n")
+        text = (Path(milvus.__file__).parent / "data" / "config.yaml.template").read_text()
+        marker = "  use:\n    embed: true"
+        assert marker in text, "the milvus package's config template changed"
+        text = text.replace(marker, "  config:\n    path: {{ etcd_config_path }}\n" + marker, 1)
+        out = self.base / "config.yaml.template"
+        out.write_text(text)
+        return out
+
+    def kill(self) -> None:
+        """kill -9 the server process this object started (a crash: nothing flushed, nothing closed)."""
+        pid = self.pid
+        if pid is None:
+            return
+        os.kill(pid, signal.SIGKILL)
+        self._server.server_proc.wait(timeout=30)
+        self._forget()
+
+    def stop(self) -> None:
+        s = self._server
+        if s is None or s.server_proc is None:
+            return
+        s.server_proc.send_signal(signal.SIGTERM)
+        try:
+            s.server_proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            s.server_proc.kill()
+            s.server_proc.wait(timeout=10)
+        self._forget()
+
+    def _forget(self) -> None:
+        s = self._server
+        s.server_proc = None
+        for fd in s.proc_fds.values():
+            fd.close()
+        s.proc_fds.clear()
+        self._server = None
