@@ -52,6 +52,7 @@ def _pair(tmp: Path, backbone: str, size: int) -> tuple[Path, Path | None]:
     from vlmatch import create_model, pretrained
     from vlmatch.features.backbones import create_backbone
     from vlmatch.io import write_json
+    from vlmatch.models.sealing import seal_checkpoint
 
     bb = create_backbone(backbone, None, size)
     out = []
@@ -62,6 +63,7 @@ def _pair(tmp: Path, backbone: str, size: int) -> tuple[Path, Path | None]:
         entry = pretrained.get(name)
         d = create_model(entry.model, **{**entry.config, "img_dim": bb.info.dim}).save(tmp / name)
         write_json(d / "backbone.json", bb.describe())
+        seal_checkpoint(d)  # backbone.json is part of the checkpoint: sealed with it
         out.append(d)
     return out[0], out[1]
 

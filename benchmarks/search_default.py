@@ -172,7 +172,7 @@ def _build_synthetic(root: Path, n: int, k: int, model, retriever, rec, rrec, s1
     enc_secs = time.time() - t0
     t1 = time.time()
     coll = write_collection(root / "images", work / "images",
-                            [{"id": i, "path": f"synthetic/{i:06d}.jpg"} for i in range(prog["written"])],
+                            [synthetic_row(i) for i in range(prog["written"])],
                             stage1_of(work / "images", "auto", None, 32))
     faiss_secs = time.time() - t1
     save_checkpoint(root / "model", model)
@@ -225,3 +225,10 @@ def render(res: dict) -> list[str]:
     if d.get("host"):
         lines += ["", f"Host: {d['host']}."]
     return lines + [""]
+
+
+def synthetic_row(i: int) -> dict:
+    """The table row of synthetic photo ``i``: no photo folder, so its path is its name in the index, the
+    same as its ``rel`` (vlmatch.search.trust keeps such rows)."""
+    name = f"synthetic/{i:06d}.jpg"
+    return {"id": i, "path": name, "rel": name}
