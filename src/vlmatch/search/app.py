@@ -569,6 +569,25 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
         except ConfigError as e:
             raise ApiError(400, "bad_filter", words(str(e))) from None
 
+    def upload_job(image: UploadFile | None, call):
+        """A model worker's job: read and check the upload (if any; nothing is read into memory or decoded
+        before the pool admits the request), then ``call(data)`` (``data``: the upload's bytes, or None)."""
+        def job():
+            data = None
+            if image is not None:
+                data = image.file.read(limits.max_upload_bytes + 1)
+                check_upload(data, limits)
+            try:
+                return call(data)
+            except DataError as e:
+                if data is not None and e.path == "image":  # the backend's decoder refused what PIL's check passed
+                    raise ApiError(415, "bad_image", "the upload is not a readable image") from None
+                raise
+            finally:
+                if data is not None:
+                    release_memory()
+        return job
+
     async def do_like(text: str | None, like: int | None, image: UploadFile | None, k: int, candidates: int | None,
                       min_score: float | None, text_weight: float | None, filters: dict | None = None) -> dict:
         """Search by photo: an indexed id (``like``) or an uploaded image, optionally with a text, among the
@@ -592,25 +611,13 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
         elif (getattr(image, "size", None) or 0) > limits.max_upload_bytes:
             raise ApiError(413, "upload_too_large", f"the upload is larger than {limits.max_upload_bytes} bytes")
 
-        def job():  # on a model worker: nothing is read into memory or decoded before the pool admits us
-            data = None
-            if image is not None:
-                data = image.file.read(limits.max_upload_bytes + 1)
-                check_upload(data, limits)
-            try:
-                if where is None:
-                    return backend.search_like(data, like, k, candidates, text, text_weight)
-                return backend.search_like(data, like, k, candidates, text, text_weight, where)
-            except DataError as e:
-                if data is not None and e.path == "image":  # the backend's decoder refused what PIL's check passed
-                    raise ApiError(415, "bad_image", "the upload is not a readable image") from None
-                raise
-            finally:
-                if data is not None:
-                    release_memory()
+        def like_search(data):
+            if where is None:
+                return backend.search_like(data, like, k, candidates, text, text_weight)
+            return backend.search_like(data, like, k, candidates, text, text_weight, where)
 
         t0 = time.perf_counter()
-        results, waited = await run_model(job)
+        results, waited = await run_model(upload_job(image, like_search))
         total = time.perf_counter() - t0
         if min_score is not None:
             results = [r for r in results if r["score"] >= min_score]
@@ -654,23 +661,8 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
         elif (getattr(image, "size", None) or 0) > limits.max_upload_bytes:
             raise ApiError(413, "upload_too_large", f"the upload is larger than {limits.max_upload_bytes} bytes")
 
-        def job():  # on a model worker: nothing is read into memory or decoded before the pool admits us
-            data = None
-            if image is not None:
-                data = image.file.read(limits.max_upload_bytes + 1)
-                check_upload(data, limits)
-            try:
-                return backend.search_image(data, id, k)
-            except DataError as e:
-                if data is not None and e.path == "image":  # the backend's decoder refused what PIL's check passed
-                    raise ApiError(415, "bad_image", "the upload is not a readable image") from None
-                raise
-            finally:
-                if data is not None:
-                    release_memory()
-
         t0 = time.perf_counter()
-        results, waited = await run_model(job)
+        results, waited = await run_model(upload_job(image, lambda data: backend.search_image(data, id, k)))
         total = time.perf_counter() - t0
         results = [{**r, "text": printable(str(r["text"]))} for r in results]
         return {"k": k, "results": results,
