@@ -117,8 +117,10 @@ class Index:
                 # one version, whole: a writer swaps parts in place only while no reader is opening
                 with reading(path), torch.no_grad():
                     manifest, parts = open_parts(path)
-                    model = load_model(parts["model"], map_location=device)
-                    retriever = load_model(parts["retriever"], map_location=device) if "retriever" in parts else None
+                    # the copies an index holds are sealed by its manifest (an older index's have no checksums.json)
+                    model = load_model(parts["model"], map_location=device, note_unsealed=False)
+                    retriever = (load_model(parts["retriever"], map_location=device, note_unsealed=False)
+                                 if "retriever" in parts else None)
                     for_queries(model, retriever, lean=lean_queries)
                     return cls(path, manifest, model, retriever, device, parts)
             except (DataError, OSError):

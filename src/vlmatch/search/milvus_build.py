@@ -373,8 +373,8 @@ def _update(client, loc: MilvusLocation, lock: WriterLock, manifest: dict, skip_
             return {**pending["report"], "skipped": []}
         write_prop(client, name, PENDING, pending)
     ckpts = checkpoints(loc, manifest)
-    model = load_model(ckpts["model"]).eval()
-    retriever = load_model(ckpts["retriever"]).eval() if "retriever" in ckpts else None
+    model = load_model(ckpts["model"], note_unsealed=False).eval()  # checked against the manifest's digest
+    retriever = load_model(ckpts["retriever"], note_unsealed=False).eval() if "retriever" in ckpts else None
     encode = image_encoder(model, _stage1_source(model, retriever))
     bb = backbone_for(manifest["backbone"], weights)
     layout = Layout.from_dict(manifest["collections"]["images"]["layout"])
