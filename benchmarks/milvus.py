@@ -127,7 +127,7 @@ def build_folder(root: Path, n: int, model, ckpt, shape: str) -> dict:
     w.finish()
     s1.flush()
     del s1
-    coll = write_collection(out / "images", work, [synthetic_row(i) for i in range(n)],
+    coll = write_collection(out / "images", work, [search_default.synthetic_row(i) for i in range(n)],
                             stage1_of(work, "auto", None, 32))
     save_checkpoint(out / "model", model)
     m = _manifest(model, ckpt, "folder", n, shape)
@@ -161,7 +161,7 @@ def build_milvus(root: Path, n: int, model, ckpt, shape: str, uri: str | None = 
     create_encodings(client, enc, layout)
     for a, v, s in _photos(n, shape)[2](step=200):
         ids = list(range(a, a + len(v)))
-        write_rows(client, items, enc, layout, ids, [synthetic_row(i) for i in ids],
+        write_rows(client, items, enc, layout, ids, [search_default.synthetic_row(i) for i in ids],
                    torch.from_numpy(np.ascontiguousarray(s)), _encoding(shape, v))
     for name in (items, enc):
         client.flush(name)
@@ -376,10 +376,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-
-
-def synthetic_row(i: int) -> dict:
-    """The table row of synthetic photo ``i``: no photo folder, so its path is its name in the index, the
-    same as its ``rel`` (vlmatch.search.trust keeps such rows)."""
-    name = f"synthetic/{i:06d}.jpg"
-    return {"id": i, "path": name, "rel": name}

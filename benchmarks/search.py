@@ -194,7 +194,7 @@ def scale_one(n: int, queries: int, agree_queries: int, k: int = 49, d: int = 10
     retriever = create_model("vsepp", img_dim=2048, embed_dim=d, word_dim=300, vocab_size=len(vocab))
     model.vocab = retriever.vocab = vocab
     t1 = time.time()
-    coll = write_collection(root / "images", work, [synthetic_row(i) for i in range(n)],
+    coll = write_collection(root / "images", work, [search_default.synthetic_row(i) for i in range(n)],
                             stage1_of(work, "auto", None, 32))
     faiss_secs = time.time() - t1
     save_checkpoint(root / "model", model)
@@ -455,10 +455,3 @@ def main(argv=None):
 
 if __name__ == "__main__":
     main()
-
-
-def synthetic_row(i: int) -> dict:
-    """The table row of synthetic photo ``i``: no photo folder, so its path is its name in the index, the
-    same as its ``rel`` (vlmatch.search.trust keeps such rows)."""
-    name = f"synthetic/{i:06d}.jpg"
-    return {"id": i, "path": name, "rel": name}
