@@ -6,9 +6,11 @@ Image: mean of the region features -> FC -> l2-norm. Text: embedding -> (bi)GRU 
 Two options of the image side from VSE-infinity (Chen et al., CVPR 2021), both off by default (the
 paper's VSE++): ``img_pool`` (``mean``; ``max``; ``gpo``, the learned pooling of
 :mod:`vlmatch.encoders.pooling`) pools the projected regions FC(v_i) instead of projecting their mean, and
-``img_mlp`` adds a two-layer MLP to the projection of every region (FC(v_i) + MLP(v_i)). Either one makes
-the image vector a non-linear function of the regions, so the exact per-cell decomposition
-(``contribution``) is refused for them; the gradient and occlusion methods still draw maps.
+``img_mlp`` adds a two-layer MLP to the projection of every region (FC(v_i) + MLP(v_i)). Max and GPO pooling
+make the image vector a non-linear function of the regions, so the exact per-cell decomposition
+(``contribution``) is refused for them (the gradient and occlusion methods still draw maps). ``img_mlp`` with
+mean pooling keeps it: the image vector is then the mean of per-cell vectors, and cell i's share is its own
+vector's inner product with the words, a light image-side head that the grounding objective can train.
 
 ``text_encoder`` (see :mod:`vlmatch.models.text_side`): with a pretrained transformer, the GRU over
 learned embeddings is replaced by the transformer's token vectors through a learned affine layer
@@ -61,6 +63,12 @@ class VSE(TextSide, MatchingModel):
         """True for VSE++'s own image side: FC of the regions' mean (= the mean of FC of each region)."""
         return self.cfg.img_pool == "mean" and self.img_mlp is None
 
+    @property
+    def decomposes(self) -> bool:
+        """True when the image vector is the mean of one vector per cell (mean pooling, with or without img_mlp):
+        the score is then an exact sum of per-cell shares."""
+        return self.cfg.img_pool == "mean"
+
     def encode_images(self, features: Tensor, mask: Tensor | None = None) -> ImageEncoding:
         if self.linear_image_side:  # FC(mean) = mean(FC): one projection instead of one per region
             emb = self.img_fc(masked_mean(features, None if mask is None else mask[..., None], dim=1))
@@ -97,9 +105,10 @@ class VSE(TextSide, MatchingModel):
     def position_contributions(self, features: Tensor, mask: Tensor | None, tokens: Tensor, lengths: Tensor) -> Tensor:
         """Exact: the image vector is FC(mean_i v_i) = mean_i FC(v_i) (FC is affine), and with a transformer
         (or ``text_pool: mean``) the caption vector is the mean of its word vectors w_j, so
-        score = sum_ij FC(v_i) . w_j / (k n ||FC(v̄)|| ||w̄||). The shares sum to the cosine: a calibrated model's
-        offsets (one number per image and per caption, models.calibration) belong to no cell and are left out."""
-        if not self.linear_image_side:
+        score = sum_ij FC(v_i) . w_j / (k n ||FC(v̄)|| ||w̄||). With ``img_mlp`` (mean pooling) the cell vector is
+        FC(v_i) + MLP(v_i) and the same sum holds. The shares sum to the cosine: a calibrated model's offsets (one
+        number per image and per caption, models.calibration) belong to no cell and are left out."""
+        if not self.decomposes:
             raise VlmatchError(f"VSE++ with img_pool {self.cfg.img_pool!r}{' and img_mlp' if self.img_mlp else ''} has "
                                "a non-linear image side, no per-cell decomposition of its score: use the gradient "
                                "or occlusion method")
@@ -109,16 +118,21 @@ class VSE(TextSide, MatchingModel):
         keep = None if mask is None else mask[..., None].to(features.dtype)
         feats = features if keep is None else features * keep
         k = features.shape[1] if mask is None else mask.sum(dim=1).clamp(min=1).to(features.dtype)
-        pooled = self.img_fc(masked_mean(features, None if mask is None else mask[..., None], dim=1))
         words, final = self.txt_enc(tokens, lengths)
         wmask = length_mask(lengths, words.shape[1]).to(words.dtype)[..., None]
         if self.uses_vocab:  # text_pool mean over the GRU's word states
             final = masked_mean(words, wmask.bool(), dim=1)
         words = words * wmask
-        fc = self.img_fc.fc
-        # FC(v_i) . w_j = v_i . (W^T w_j) + b . w_j: the words go through W^T (L of them) instead of every cell
-        # through W (k of them, 196 on a 14 x 14 grid), the same terms at a fraction of the cost
-        terms = torch.einsum("bkf,blf->bkl", feats, words @ fc.weight) + (words @ fc.bias)[:, None, :]
+        if self.linear_image_side:
+            pooled = self.img_fc(masked_mean(features, None if mask is None else mask[..., None], dim=1))
+            fc = self.img_fc.fc
+            # FC(v_i) . w_j = v_i . (W^T w_j) + b . w_j: the words go through W^T (L of them) instead of every cell
+            # through W (k of them, 196 on a 14 x 14 grid), the same terms at a fraction of the cost
+            terms = torch.einsum("bkf,blf->bkl", feats, words @ fc.weight) + (words @ fc.bias)[:, None, :]
+        else:  # img_mlp: every cell's own vector FC(v_i) + MLP(v_i)
+            cells = self.img_fc(features) + self.img_mlp(features)
+            pooled = masked_mean(cells, None if mask is None else mask[..., None], dim=1)
+            terms = torch.einsum("bkd,bld->bkl", cells, words)
         if keep is not None:
             terms = terms * keep
         scale = final.norm(dim=1) * lengths.to(words.dtype) * k
