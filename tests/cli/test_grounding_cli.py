@@ -51,7 +51,8 @@ def test_grounding_on_a_precomp_folder_prints_the_table_and_writes_json(grid_dat
     assert res["method"] == method and res["phrases"] == 18 and res["ceiling"] == 100.0
     for key in ("pointing", "centre", "caption_mean", "by_type"):
         assert key in res
-    assert json.loads(printed.strip().splitlines()[-1]) == res
+    assert json.loads(printed.strip().splitlines()[-1]) == {k: v for k, v in res.items() if k != "per_image"}
+    assert sum(res["per_image"]["phrases"]) == res["phrases"] and len(res["per_image"]["names"]) == res["images"]
 
 
 def test_grounding_errors_are_one_line(grid_data, tmp_path, capsys):

@@ -61,7 +61,10 @@ def cmd_grounding(a):
                         phrase_as_query=a.phrase_as_query)
     res = {"model": str(a.model), "data": str(a.data), "split": a.split, **res}
     print(format_grounding({f"{Path(str(a.model)).name} {method}": res}))
-    print(json.dumps(res))
+    ci = res.get("pointing_ci95")
+    if ci:
+        print(f"pointing 95 % interval (images resampled with their phrases): {ci[0]:.1f} - {ci[1]:.1f}")
+    print(json.dumps({k: v for k, v in res.items() if k != "per_image"}))  # the per-image counts: in --json
     if a.json:
         write_json(a.json, res)
         print(f"wrote {a.json}", file=sys.stderr)

@@ -29,6 +29,7 @@ from ..data.entities import TYPES, EntitiesDir, GroundedPhrase, in_box
 from ..errors import ConfigError
 from ..models.base import MatchingModel
 from .explainers import QUERY_METHODS, caption_token_maps, check_method, query_maps, supports, token_spans
+from .pointing_stats import bootstrap_interval
 
 BASELINES = ("centre", "caption_mean", "ceiling")
 
@@ -110,6 +111,7 @@ def pointing_game(model: MatchingModel, features: Sequence[np.ndarray] | np.ndar
     if grid * grid != k:
         raise ConfigError(f"{k} image positions are not a square grid: the pointing game needs grid features")
     total, by_type = Tally(), {t: Tally() for t in TYPES}
+    per_image: dict[str, list] = {"names": [], "hits": [], "phrases": []}  # for intervals and cross-fitting
     images = skipped = empty = 0
     t0 = time.perf_counter()
     model.eval()
@@ -128,6 +130,7 @@ def pointing_game(model: MatchingModel, features: Sequence[np.ndarray] | np.ndar
         maps, caption_maps = image_phrase_maps(model, feats, captions, phrases, method, phrase_as_query)
         centres = cell_centres(grid, ann.width, ann.height)
         centre = (ann.width / 2.0, ann.height / 2.0)
+        mine = Tally()
         for gp, m in zip(phrases, maps, strict=True):
             p = peak(m)
             if p < 0:
@@ -137,18 +140,25 @@ def pointing_game(model: MatchingModel, features: Sequence[np.ndarray] | np.ndar
                    hit(centres[peak(caption_maps[gp.caption])], gp.boxes),
                    any(hit(c, gp.boxes) for c in centres))
             total.add(*row)
+            mine.add(*row)
             for t in set(gp.phrase.types):
                 by_type.setdefault(t, Tally()).add(*row)
+        if mine.n:
+            per_image["names"].append(name)
+            per_image["hits"].append(mine.pointing)
+            per_image["phrases"].append(mine.n)
     if bar:
         bar.close()
     if total.n == 0:
         raise ConfigError(f"no phrase with a box among the {len(filenames)} images: is {ents.root} the Entities "
                           f"folder of these images?")
-    return {"method": method, "phrases_as": "query" if phrase_as_query or method in QUERY_METHODS else "tokens",
-            "model_name": model.name, **total.as_dict(),
-            "by_type": {t: v.as_dict() for t, v in by_type.items() if v.n},
-            "images": images, "images_without_entities": skipped, "phrases_past_token_limit": empty,
-            "grid": grid, "seconds": round(time.perf_counter() - t0, 1)}
+    result = {"method": method, "phrases_as": "query" if phrase_as_query or method in QUERY_METHODS else "tokens",
+              "model_name": model.name, **total.as_dict(),
+              "by_type": {t: v.as_dict() for t, v in by_type.items() if v.n},
+              "images": images, "images_without_entities": skipped, "phrases_past_token_limit": empty,
+              "grid": grid, "seconds": round(time.perf_counter() - t0, 1), "per_image": per_image}
+    result["pointing_ci95"] = list(bootstrap_interval(result))
+    return result
 
 
 def _bar(progress, total: int):
