@@ -93,7 +93,7 @@ def main(argv=None):
               f"{v['peak_rss_mb']:.0f} MB, rsum {v['rsum_before']:.1f} -> {v['rsum_after']:.1f}", flush=True)
     report = {"shapes": out, "threads": a.threads, "cpu": platform.processor() or platform.machine(),
               "numpy": np.__version__, "command": "python benchmarks/rerank.py " + " ".join(argv or sys.argv[1:])}
-    from reporting import write_report
+    from harness import write_report
 
     write_report(a.out, report, render)
 

@@ -156,7 +156,7 @@ def main(argv=None):
     report = {"shape": {"k": a.k, "L": a.L}, "threads": a.threads, "peaks": peaks, "models": rows,
               "torch": torch.__version__, "cpu": platform.processor() or platform.machine(), "note": a.note,
               "command": "python benchmarks/roofline.py " + " ".join(argv if argv is not None else sys.argv[1:])}
-    from reporting import write_report
+    from harness import write_report
 
     write_report(a.out, report, render)
 

@@ -116,7 +116,7 @@ def main(argv=None):
               "img_dim": a.img_dim}, "runs": res, "bit_identical_to_1x1": same, "note": a.note,
               "torch": torch.__version__, "command": "python benchmarks/shard_eval.py " + " ".join(
                   argv if argv is not None else sys.argv[1:])}
-    from reporting import write_report
+    from harness import write_report
 
     write_report(a.out, report, render)
 

@@ -1,13 +1,13 @@
 """The Flickr8k convergence study (issues 22 and 23) as a queue: the runs still to make, in order.
 
-    python benchmarks/study.py list          # every planned run, done or not
-    python benchmarks/study.py next          # the command of the first run without a result
-    python benchmarks/study.py run [--max N] # make the missing runs one after another (one training at a time)
+    python experiments/study.py list          # every planned run, done or not
+    python experiments/study.py next          # the command of the first run without a result
+    python experiments/study.py run [--max N] # make the missing runs one after another (one training at a time)
 
-A run is done when benchmarks/results/flickr8k/<name>.json exists (benchmarks/flickr8k.py writes it when the
+A run is done when experiments/results/flickr8k/<name>.json exists (experiments/flickr8k.py writes it when the
 run ends). Run folders live under benchmarks/cache/ and may be gone on another machine; results are in git.
 Every run trains at one thread (``--threads`` to change it), so the other core stays free for work beside it; a
-run cut off by a stop continues with ``benchmarks/flickr8k.py ... --resume`` on the same machine (``run`` passes
+run cut off by a stop continues with ``experiments/flickr8k.py ... --resume`` on the same machine (``run`` passes
 it when the run folder has a last/ checkpoint), or starts again on another.
 
 The plan is data (``PLAN``): a family's sweep first (2 x 120 steps per learning rate), then its runs to
@@ -26,8 +26,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+CACHE_ROOT = HERE.parent / "benchmarks" / "cache"  # the rooms' one cache: run folders
 RUNS = HERE / "results" / "flickr8k"
-CACHE_RUNS = HERE / "cache" / "runs"
+CACHE_RUNS = CACHE_ROOT / "runs"
 SWEEP = ["--set", "train.epochs=2", "--set", "train.max_steps_per_epoch=120", "--set", "train.patience=0",
          "--set", "train.min_epochs=0"]
 

@@ -1,4 +1,4 @@
-"""benchmarks/calibration.py: beta is picked on val half A only, the written calibration is the one its row
+"""experiments/calibration.py: beta is picked on val half A only, the written calibration is the one its row
 reports, and the record and the table say so."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.benchmark_scripts import BENCHMARKS, load_script
+from tests.benchmark_scripts import EXPERIMENTS, load_script
 from vlmatch.evaluation.metrics import recall_metrics
 from vlmatch.models.calibration import Calibration, load_calibration
 
@@ -21,7 +21,7 @@ def _unit(rng, n, d=8):
 
 @pytest.fixture
 def bench(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    monkeypatch.syspath_prepend(str(EXPERIMENTS))
     mod = load_script("calibration")
     monkeypatch.setattr(mod, "HERE", tmp_path)
     monkeypatch.setattr(mod, "CACHE", tmp_path / "cache")

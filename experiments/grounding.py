@@ -1,15 +1,15 @@
 """Grounding on Flickr8k val: the pointing game of Flickr30k Entities boxes for models x explanation methods.
 
-    python benchmarks/grounding.py --row shipped_rescorer_attention --model pretrained:scan-t2i-minilm-f8k --method attention
-    python benchmarks/grounding.py --row g35_vsepp_gl30 --model benchmarks/cache/runs/g35_vsepp_gl30/best --method contribution
-    python benchmarks/grounding.py --rerender
+    python experiments/grounding.py --row shipped_rescorer_attention --model pretrained:scan-t2i-minilm-f8k --method attention
+    python experiments/grounding.py --row g35_vsepp_gl30 --model benchmarks/cache/runs/g35_vsepp_gl30/best --method contribution
+    python experiments/grounding.py --rerender
 
 Each row runs ``vlmatch.evaluation.grounding.pointing_game`` on the val split (Karpathy val, 1,000 images,
 every phrase of their captions with a box; the test split's annotations are held back) of the features the
-model was trained on (``benchmarks/cache/flickr8k-<backbone>[-<size>]``, made by ``benchmarks/flickr8k.py``),
-and writes ``benchmarks/results/grounding/<row>.json`` (the figures, the command, the host's CPU flags). All
-rows are rendered to ``benchmarks/results/grounding.md``. The val rsum of a trained run is read from its
-``benchmarks/results/flickr8k/<run>.json`` where there is one, so recall stands beside pointing.
+model was trained on (``benchmarks/cache/flickr8k-<backbone>[-<size>]``, made by ``experiments/flickr8k.py``),
+and writes ``experiments/results/grounding/<row>.json`` (the figures, the command, the host's CPU flags). All
+rows are rendered to ``experiments/results/grounding.md``. The val rsum of a trained run is read from its
+``experiments/results/flickr8k/<run>.json`` where there is one, so recall stands beside pointing.
 """
 
 from __future__ import annotations
@@ -21,11 +21,13 @@ import sys
 import time
 from pathlib import Path
 
-from hostinfo import cpu_flags, cpu_model
-
 from vlmatch.io import write_json, write_text
 
 HERE = Path(__file__).resolve().parent
+CACHE_ROOT = HERE.parent / "benchmarks" / "cache"  # the rooms' one cache: features, run folders
+sys.path.insert(0, str(HERE.parent / "benchmarks"))  # the harness: the host's record
+from harness import cpu_flags, cpu_model  # noqa: E402
+
 ENTITIES = HERE.parent.parent / "shared" / "flickr30k_entities"
 RESULTS = HERE / "results"
 ROWS = RESULTS / "grounding"
@@ -39,10 +41,10 @@ def features_for(checkpoint: str) -> Path:
 
     bb = checkpoint_backbone(resolve_checkpoint(checkpoint)) or {}
     name, size = bb.get("name", "efficientnet-lite0"), bb.get("input_size", 224)
-    folder = HERE / "cache" / (f"flickr8k-{name}" + ("" if size in (None, 224) else f"-{size}"))
+    folder = CACHE_ROOT / (f"flickr8k-{name}" + ("" if size in (None, 224) else f"-{size}"))
     if not (folder / "dev_ims.npy").is_file():
         sys.exit(f"grounding.py: {folder}/dev_ims.npy not found: extract the features first with "
-                 f"`python benchmarks/flickr8k.py --extract-only --backbone {name} --input-size {size}`")
+                 f"`python experiments/flickr8k.py --extract-only --backbone {name} --input-size {size}`")
     return folder
 
 
@@ -77,7 +79,7 @@ def run_row(a) -> dict:
     elif run and (RESULTS / "flickr8k" / f"{run}.json").is_file():
         rsum = json.loads((RESULTS / "flickr8k" / f"{run}.json").read_text())["metrics"]["rsum"]
     row = {"row": a.row, "model": str(a.model), "run": run, "method": method, "features": folder.name, "val_rsum": rsum,
-           "note": a.note, "command": "python benchmarks/grounding.py " + shlex.join(sys.argv[1:]),
+           "note": a.note, "command": "python experiments/grounding.py " + shlex.join(sys.argv[1:]),
            "host": {"cpu": cpu_model(), "flags": cpu_flags()}, "finished": time.strftime("%Y-%m-%dT%H:%M:%S"), **res}
     write_json(ROWS / f"{a.row}.json", row)
     return row
@@ -90,7 +92,7 @@ def render() -> str:
            "test split's annotations are held back). A hit: the peak cell of the phrase's heat map (its centre) lies in",
            "one of the chain's boxes. `centre`: always the photo's centre; `capmean`: the whole caption's map for",
            "every phrase of it; `ceiling`: the best any cell centre of the grid can do. Rendered by",
-           "`python benchmarks/grounding.py --rerender` from `benchmarks/results/grounding/*.json`.", "",
+           "`python experiments/grounding.py --rerender` from `experiments/results/grounding/*.json`.", "",
            "| row | model | method | features | val rsum | pointing | centre | capmean | ceiling | phrases | "
            + " | ".join(TYPES) + " | s |",
            "|" + "---|" * (11 + len(TYPES))]

@@ -1,12 +1,12 @@
 """Flickr8k: cross-modal re-ranking (MTFN-RR) of a trained run's val score matrix, as a results row.
 
-    python benchmarks/flickr8k_rerank.py --run vsepp_f8k_3ep                      # RR w/o S_TT
-    python benchmarks/flickr8k_rerank.py --run vsepp_f8k_3ep --text-run mtfn_f8k_tt  # S_TT of MTFN's text branch
-    python benchmarks/flickr8k_rerank.py --run mtfn_f8k_tt --text-run mtfn_f8k_tt    # MTFN-RR with S_TT
+    python experiments/flickr8k_rerank.py --run vsepp_f8k_3ep                      # RR w/o S_TT
+    python experiments/flickr8k_rerank.py --run vsepp_f8k_3ep --text-run mtfn_f8k_tt  # S_TT of MTFN's text branch
+    python experiments/flickr8k_rerank.py --run mtfn_f8k_tt --text-run mtfn_f8k_tt    # MTFN-RR with S_TT
 
 Reads benchmarks/cache/runs/<run>/best, scores the Karpathy val split (1000 images, 5000 captions; the
 matrix is kept as benchmarks/cache/rerank/<run>_val_sims.npy for the next variant), re-ranks it with
-vlmatch.evaluation.rerank (K = 15 as for Flickr30K, K' = 5) and writes benchmarks/results/flickr8k/<row>.json with
+vlmatch.evaluation.rerank (K = 15 as for Flickr30K, K' = 5) and writes experiments/results/flickr8k/<row>.json with
 the recalls after re-ranking (``metrics``) and before (``before``), then re-renders flickr8k.md. The same
 figures come from ``vlmatch evaluate --checkpoint RUN/best --data FEATS --split dev --rerank [...]``.
 """
@@ -24,7 +24,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from flickr8k import CACHE, HERE, RUNS, load_results, render  # noqa: E402
+from flickr8k import CACHE, CACHE_ROOT, HERE, RUNS, load_results, render  # noqa: E402
+
+sys.path.insert(0, str(HERE.parent / "benchmarks"))  # the input checks shared with the speed benchmarks
 from inputs import need_features, need_run  # noqa: E402
 
 from vlmatch.data.precomp import PrecompSplit  # noqa: E402
@@ -35,7 +37,7 @@ from vlmatch.models.registry import load_model  # noqa: E402
 
 
 def val_sims(run_dir: Path, split: PrecompSplit) -> np.ndarray:
-    cached = HERE / "cache" / "rerank" / f"{run_dir.name}_val_sims.npy"  # not inside the run's own folder
+    cached = CACHE_ROOT / "rerank" / f"{run_dir.name}_val_sims.npy"  # not inside the run's own folder
     best = run_dir / "best"
     if cached.is_file() and cached.stat().st_mtime > (best / "model.safetensors").stat().st_mtime:
         return np.load(cached)
@@ -56,7 +58,7 @@ def main(argv=None):
     import torch
 
     torch.set_num_threads(a.threads)
-    runs = HERE / "cache" / "runs"
+    runs = CACHE_ROOT / "runs"
     need_features(CACHE)
     for run in filter(None, (a.run, a.text_run)):
         need_run(runs / run / "best")
@@ -72,7 +74,7 @@ def main(argv=None):
     t_rr = time.perf_counter() - t1
     name = a.name or f"{a.run}_rr" + ("_stt" if a.text_run else "")
     src = json.loads((RUNS / f"{a.run}.json").read_text()) if (RUNS / f"{a.run}.json").is_file() else {}
-    cmd = f"python benchmarks/flickr8k_rerank.py --run {a.run}" + (f" --text-run {a.text_run}" if a.text_run else "") \
+    cmd = f"python experiments/flickr8k_rerank.py --run {a.run}" + (f" --text-run {a.text_run}" if a.text_run else "") \
         + (f" --k {a.k}" if a.k != 15 else "") + (f" --k-text {a.k_text}" if a.k_text != 5 else "") \
         + (f" --name {shlex.quote(a.name)}" if a.name else "")
     text = f"S_TT of {a.text_run}'s text-text branch, K'={a.k_text}" if a.text_run else "w/o S_TT"

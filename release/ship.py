@@ -1,6 +1,6 @@
 """Package a trained Flickr8k run as a model that ships with vlmatch (src/vlmatch/pretrained/).
 
-    python benchmarks/ship.py --run s22_vsepp_conv --name vsepp-minilm-f8k --role retriever --default
+    python release/ship.py --run s22_vsepp_conv --name vsepp-minilm-f8k --role retriever --default
 
 Takes ``benchmarks/cache/runs/<run>/best``, stores its trained parameters in float16 (the frozen image
 backbone and text transformer are not part of them), measures Flickr8k val recalls of the float32 and
@@ -9,7 +9,7 @@ more, writes the checkpoint folder (config.json, model.safetensors, text_encoder
 calibration.* with ``--calibration``; no tokenizer copy: the base encoder's, whose hash is pinned) to
 ``src/vlmatch/pretrained/weights/<name>/`` and its entry to ``registry.json``: config,
 SHA-256, features, text encoder, role, data and licence, the command that trained it (from the run's
-record in benchmarks/results/flickr8k/) and the measured recalls.
+record in experiments/results/flickr8k/) and the measured recalls.
 """
 
 from __future__ import annotations
@@ -26,8 +26,13 @@ from pathlib import Path
 import torch
 
 HERE = Path(__file__).resolve().parent
-PRETRAINED = HERE.parent / "src" / "vlmatch" / "pretrained"
-FEATURES = HERE / "cache" / "flickr8k-efficientnet-lite0"
+ROOT = HERE.parent
+PRETRAINED = ROOT / "src" / "vlmatch" / "pretrained"
+EXPERIMENTS = ROOT / "experiments" / "results"  # the runs' rows, the calibration and grounding records
+BENCHMARKS = ROOT / "benchmarks" / "results"  # the search figures
+CACHE_ROOT = ROOT / "benchmarks" / "cache"  # the rooms' one cache: features, run folders
+sys.path.insert(0, str(ROOT / "benchmarks"))  # the input checks shared with the speed benchmarks
+FEATURES = CACHE_ROOT / "flickr8k-efficientnet-lite0"
 DATA = ("Flickr8k (Hodosh, Young, Hockenmaier 2013, JAIR 47), Karpathy train split: 6,000 images "
         "(people, dogs, outdoor scenes) x 5 captions; selected on the Karpathy val split (1,000 images)")
 LICENCE = ("Flickr8k is released for research purposes only (Hodosh et al. 2013); these weights, "
@@ -50,12 +55,12 @@ def val_metrics(model, sims=None, features: Path = FEATURES) -> dict:
 def run_features(record: dict) -> Path:
     """The feature cache a recorded run trained on (its config's data.path, the study's Lite0 224 px by default)."""
     path = (record.get("config", {}).get("data", {}) or {}).get("path")
-    return HERE.parent / path if path else FEATURES
+    return ROOT / path if path else FEATURES
 
 
 def explainer_record(row: str, default: bool) -> dict:
-    """A grounding row's figures (benchmarks/results/grounding/<row>.json) as a registry entry's ``explainer``."""
-    r = json.loads((HERE / "results" / "grounding" / f"{row}.json").read_text())
+    """A grounding row's figures (experiments/results/grounding/<row>.json) as a registry entry's ``explainer``."""
+    r = json.loads((EXPERIMENTS / "grounding" / f"{row}.json").read_text())
     return {"method": r["method"], "pointing": r["pointing"], "centre": r["centre"], "caption_mean": r["caption_mean"],
             "ceiling": r["ceiling"], "phrases": r["phrases"], "row": row, "default": default,
             "by_type": {t: v["pointing"] for t, v in r["by_type"].items()}}
@@ -63,9 +68,9 @@ def explainer_record(row: str, default: bool) -> dict:
 
 def calibration_record(folder: Path, uncalibrated: dict, run: str) -> dict:
     """A shipped calibration as its registry entry records it: the files' record, the val figures without it,
-    and the command that made it (benchmarks/results/calibration/<run>.json)."""
+    and the command that made it (experiments/results/calibration/<run>.json)."""
     rec = json.loads((folder / "calibration.json").read_text())
-    made = HERE / "results" / "calibration" / f"{run}.json"
+    made = EXPERIMENTS / "calibration" / f"{run}.json"
     bench = json.loads(made.read_text()) if made.is_file() else {}
     command = bench.get("command", "")
     from vlmatch.models.calibration import METHOD
@@ -76,7 +81,7 @@ def calibration_record(folder: Path, uncalibrated: dict, run: str) -> dict:
 
 
 def held_out_record(bench: dict) -> dict:
-    """The cross-fitted figures of a calibration record (benchmarks/calibration.py) as the registry quotes them:
+    """The cross-fitted figures of a calibration record (experiments/calibration.py) as the registry quotes them:
     ``{"held_out": {B: half B's recalls at the beta picked on A (the shipped one), A: half A's at the beta picked on
     B, beta_B, mean, banks: the banks' cross-fit, uncalibrated: each half's rsum}}``; {} for an older record."""
     if "A" not in bench.get("uncalibrated", {}):
@@ -112,6 +117,12 @@ def pair_metrics(sims, retriever: str) -> dict:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--card", action="store_true", help="only rewrite the model card in README.md (and docs/)")
+    ap.add_argument("--check", action="store_true",
+                    help="only check that every figure of the registry equals its results file (release/check.py): "
+                         "one line per problem, exit status 1 if there is any")
+    ap.add_argument("--recipe", type=Path, metavar="FILE",
+                    help="ship the model a recipe of experiments/recipes/pretrained/ describes: its run (trained by "
+                         "`python experiments/run.py FILE`) with the options of its recipe.ship section")
     ap.add_argument("--search-figures", action="store_true",
                     help="copy the default pair's figures from benchmarks/results/search.json into the default "
                          "entries of the registry, then rewrite the model card")
@@ -122,18 +133,26 @@ def main(argv=None):
     ap.add_argument("--notes", default="", help="where the model is expected to be weak, etc.")
     ap.add_argument("--pair-score", choices=["model", "mean"], default="model",
                     help="a re-scorer's stage-2 score in the default pair (index build --score)")
-    ap.add_argument("--explainer", metavar="ROW", help="the grounding row (benchmarks/results/grounding/ROW.json) whose "
+    ap.add_argument("--explainer", metavar="ROW", help="the grounding row (experiments/results/grounding/ROW.json) whose "
                                                        "pointing figures the entry records (its heat maps' method)")
     ap.add_argument("--calibration", type=Path, metavar="DIR",
-                    help="ship the query-bank calibration written by benchmarks/calibration.py --write DIR with it "
+                    help="ship the query-bank calibration written by experiments/calibration.py --write DIR with it "
                          "(val figures are then the calibrated ones; the uncalibrated are kept beside them)")
     ap.add_argument("--default-explainer", action="store_true", help="the default explainer of `vlmatch explain`")
     ap.add_argument("--set-explainer", nargs=2, metavar=("NAME", "ROW"),
                     help="record a grounding row on a shipped entry without shipping it again")
     ap.add_argument("--set-held-out", metavar="NAME",
-                    help="record the cross-fitted calibration figures of benchmarks/results/calibration/pretrained_NAME.json "
-                         "(benchmarks/calibration.py --model pretrained:NAME --shipped-banks) on shipped entry NAME")
+                    help="record the cross-fitted calibration figures of experiments/results/calibration/pretrained_NAME.json "
+                         "(experiments/calibration.py --model pretrained:NAME --shipped-banks) on shipped entry NAME")
     a = ap.parse_args(argv)
+    if a.check:
+        from check import check_registry
+
+        problems = check_registry()
+        print("\n".join(problems) if problems else "every figure of the registry equals its results file")
+        return 1 if problems else 0
+    if a.recipe:
+        from_recipe(a)
     if a.set_explainer:
         set_explainer(*a.set_explainer, a.default_explainer)
     elif a.set_held_out:
@@ -145,6 +164,31 @@ def main(argv=None):
             ap.error("--run, --name and --role are required (or --card)")
         ship(a)
     write_cards()
+    return 0
+
+
+def from_recipe(a) -> None:
+    """Fill ``a`` (--run, --name, --role, ...) from a shipped model's recipe: its run's name and its ship section; the
+    calibration its recipe makes (experiments/run.py runs calibration.py with the recipe's arguments: --write DIR)."""
+    sys.path.insert(0, str(ROOT / "experiments"))
+    from recipes import read_recipe
+
+    _, rec = read_recipe(a.recipe)
+    ship_opts = rec.get("ship")
+    if not ship_opts:
+        sys.exit(f"release/ship.py: {a.recipe}: no recipe.ship section (a shipped model's recipe is in "
+                 "experiments/recipes/pretrained/)")
+    a.run, a.name, a.role = rec["name"], ship_opts["name"], ship_opts["role"]
+    a.default = bool(ship_opts.get("default"))
+    a.pair_score = ship_opts.get("pair_score", "model")
+    a.explainer = ship_opts.get("explainer")
+    a.default_explainer = bool(ship_opts.get("default_explainer"))
+    a.notes = ship_opts.get("notes", "")
+    cal = rec.get("calibration") or []
+    if cal:
+        if "--write" not in cal[:-1]:
+            sys.exit(f"release/ship.py: {a.recipe}: recipe.calibration writes no calibration (no --write DIR)")
+        a.calibration = Path(cal[cal.index("--write") + 1])
 
 
 def search_figures() -> None:
@@ -153,7 +197,7 @@ def search_figures() -> None:
     from vlmatch import pretrained
     from vlmatch.io import write_json
 
-    res = json.loads((HERE / "results" / "search.json").read_text())
+    res = json.loads((BENCHMARKS / "search.json").read_text())
     pair = res["default_pair"]
     default_model = pair["build"]["model"]
     real = next(r for r in res["real"] if r["model"] == default_model)
@@ -204,10 +248,10 @@ def set_held_out(name: str) -> None:
     from vlmatch import pretrained
     from vlmatch.io import write_json
 
-    bench = json.loads((HERE / "results" / "calibration" / f"pretrained_{name}.json").read_text())
+    bench = json.loads((EXPERIMENTS / "calibration" / f"pretrained_{name}.json").read_text())
     held = held_out_record(bench)
     if not held:
-        sys.exit(f"pretrained_{name}.json is not a cross-fitted record: run benchmarks/calibration.py --shipped-banks")
+        sys.exit(f"pretrained_{name}.json is not a cross-fitted record: run experiments/calibration.py --shipped-banks")
     held["held_out"]["command"] = bench["command"]
     reg = [dataclasses.replace(e, calibration={**e.calibration, **held}) if e.name == name else e
            for e in pretrained.entries()]
@@ -218,12 +262,12 @@ def write_cards() -> None:
     """The model card block of every file that holds its markers (README.md, the docs page), from the registry."""
     from vlmatch.pretrained import card
 
-    for path in [HERE.parent / "README.md", *sorted((HERE.parent / "docs").rglob("*.md"))]:
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
         text = path.read_text(encoding="utf-8") if path.is_file() else ""
         for marker, short in ((card.BEGIN, False), (card.SUMMARY_BEGIN, True)):
             if marker in text:
                 changed = card.update(path, summary_block=short)
-                print(f"{path.relative_to(HERE.parent)}: {'rewritten' if changed else 'up to date'}")
+                print(f"{path.relative_to(ROOT)}: {'rewritten' if changed else 'up to date'}")
 
 
 def ship(a) -> None:
@@ -233,11 +277,11 @@ def ship(a) -> None:
     from vlmatch import load_model, pretrained
     from vlmatch.io import write_bytes, write_json
 
-    best = HERE / "cache" / "runs" / a.run / "best"
+    best = CACHE_ROOT / "runs" / a.run / "best"
     from inputs import need_features, need_run
 
     need_run(best)
-    record = json.loads((HERE / "results" / "flickr8k" / f"{a.run}.json").read_text())
+    record = json.loads((EXPERIMENTS / "flickr8k" / f"{a.run}.json").read_text())
     features_dir = run_features(record)
     need_features(features_dir)
     model = load_model(best)
@@ -247,7 +291,7 @@ def ship(a) -> None:
 
         model.calibration = load_calibration(a.calibration, model.cfg.embed_dim)
         if model.calibration is None:
-            sys.exit(f"{a.calibration}: no calibration.json / calibration.safetensors (benchmarks/calibration.py --write)")
+            sys.exit(f"{a.calibration}: no calibration.json / calibration.safetensors (experiments/calibration.py --write)")
     full = val_metrics(model, features=features_dir)
     out = PRETRAINED / "weights" / a.name
     if out.exists():
@@ -306,4 +350,4 @@ def ship(a) -> None:
 
 if __name__ == "__main__":
     torch.set_num_threads(2)
-    main()
+    sys.exit(main())

@@ -1,4 +1,4 @@
-"""benchmarks/study.py: every planned run of the convergence study resolves to a valid config, so a
+"""experiments/study.py: every planned run of the convergence study resolves to a valid config, so a
 session that starts the queue does not find a typo an hour in."""
 
 import pytest

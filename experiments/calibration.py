@@ -1,9 +1,9 @@
 """Query-bank calibration (inverted softmax, QB-Norm's IS form; vlmatch.models.calibration) of a Flickr8k model on val.
 
-    python benchmarks/calibration.py --model c36_vsepp_lite2_320_lora32 --write benchmarks/cache/calibration/default
-    python benchmarks/calibration.py --model pretrained:vsepp-lite2-320-lora-f8k --shipped-banks
+    python experiments/calibration.py --model c36_vsepp_lite2_320_lora32 --write benchmarks/cache/calibration/default
+    python experiments/calibration.py --model pretrained:vsepp-lite2-320-lora-f8k --shipped-banks
 
-``--model``: a run of benchmarks/flickr8k.py (its best checkpoint) or ``pretrained:NAME``. Encodes the
+``--model``: a run of experiments/flickr8k.py (its best checkpoint) or ``pretrained:NAME``. Encodes the
 train split (the banks: 6,000 images, 30,000 captions) and val once (kept in benchmarks/cache/calibration/).
 Every choice made on val is cross-fitted on its two halves (A: images 0-499 and their captions, B: images
 500-999): beta is picked on A and reported on B, and picked on B and reported on A; the choice between the
@@ -21,9 +21,9 @@ includes half A, so it is not held out. Settings:
 calibration.safetensors, made from train), so only val is encoded; the ``full`` setting is left out.
 
 Every figure is Flickr8k val; the banks come from train only. The record goes to
-benchmarks/results/calibration/<model>.json and the table benchmarks/results/calibration.md. ``--write DIR``
+experiments/results/calibration/<model>.json and the table experiments/results/calibration.md. ``--write DIR``
 writes the ``shipped`` calibration there (calibration.safetensors + .json), ready for
-``benchmarks/ship.py --calibration DIR``.
+``release/ship.py --calibration DIR``.
 """
 
 from __future__ import annotations
@@ -36,14 +36,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from flickr8k import HERE, features_of
-from hostinfo import cpu_flags, cpu_model
+from flickr8k import CACHE_ROOT, HERE, features_of
+
+sys.path.insert(0, str(HERE.parent / "benchmarks"))  # the harness: the host's record
+from harness import cpu_flags, cpu_model  # noqa: E402
 
 from vlmatch.evaluation.metrics import recall_metrics
 from vlmatch.io import write_json, write_text
 from vlmatch.models.calibration import Calibration
 
-CACHE = HERE / "cache" / "calibration"
+CACHE = CACHE_ROOT / "calibration"
 RESULTS = HERE / "results" / "calibration"
 BETAS = (5.0, 7.5, 10.0, 12.5, 15.0, 20.0, 25.0, 30.0)
 
@@ -51,9 +53,9 @@ BETAS = (5.0, 7.5, 10.0, 12.5, 15.0, 20.0, 25.0, 30.0)
 def checkpoint_of(model: str) -> Path | str:
     if model.startswith("pretrained:"):
         return model
-    best = HERE / "cache" / "runs" / model / "best"
+    best = CACHE_ROOT / "runs" / model / "best"
     if not (best / "model.safetensors").is_file():
-        sys.exit(f"{best}: no checkpoint (train the run with benchmarks/flickr8k.py first)")
+        sys.exit(f"{best}: no checkpoint (train the run with experiments/flickr8k.py first)")
     return best
 
 
@@ -177,7 +179,7 @@ def main(argv=None):
            for p in ("A", "B", "val")}
     shipped = settings[index]["cal"]
     args = sys.argv[1:] if argv is None else argv
-    record = {"model": a.model, "command": "python benchmarks/calibration.py " + shlex.join(args),
+    record = {"model": a.model, "command": "python experiments/calibration.py " + shlex.join(args),
               "uncalibrated": raw, "written": a.banks if a.write else None, "shipped_setting": index,
               "settings": [{k: v for k, v in s.items() if k != "cal"} for s in settings],
               "banks_cross_fit": banks_cross_fit(settings[-2], settings[-1]),
@@ -286,7 +288,7 @@ def render() -> str:
             "training images; the banks are train only. Every choice made on val is cross-fitted on its halves (A: "
             "images 0-499 with their captions, B: 500-999): beta picked on A is reported on B and beta picked on B on "
             "A, and the choice of banks likewise; the held-out halves lead, all of val (which includes A) follows. "
-            "`python benchmarks/calibration.py --model M` (doc at the top of the script).", ""]
+            "`python experiments/calibration.py --model M` (doc at the top of the script).", ""]
     body = [table(json.loads(p.read_text())) for p in sorted(RESULTS.glob("*.json"))]
     return "\n".join(head + body)
 

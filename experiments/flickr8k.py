@@ -1,13 +1,13 @@
 """Flickr8k benchmark on real data: extract features once, train a config, report val recalls.
 
-    python benchmarks/flickr8k.py --config vsepp_f8k
-    python benchmarks/flickr8k.py --config vsepp_f8k --name vsepp_f8k_2ep_lr --set train.epochs=2 --set train.lr=1.0e-3
-    python benchmarks/flickr8k.py --config vsepp_f8k --name vsepp_f8k_2ep_lr --set train.epochs=2 --set train.lr=1.0e-3 --resume
+    python experiments/flickr8k.py --config vsepp_f8k
+    python experiments/flickr8k.py --config vsepp_f8k --name vsepp_f8k_2ep_lr --set train.epochs=2 --set train.lr=1.0e-3
+    python experiments/flickr8k.py --config vsepp_f8k --name vsepp_f8k_2ep_lr --set train.epochs=2 --resume
 
-Features go to benchmarks/cache/ (gitignored). Results (val = Karpathy val split, 1000 images,
-5000 captions; the test split is held back) go to benchmarks/results/flickr8k/<run name>.json, one
+Features go to benchmarks/cache/ (gitignored; the rooms' one cache). Results (val = Karpathy val split, 1000 images,
+5000 captions; the test split is held back) go to experiments/results/flickr8k/<run name>.json, one
 file per run (so runs made on different branches merge without conflicts), and all of them are
-rendered to benchmarks/results/flickr8k.md with the command that produced each row.
+rendered to experiments/results/flickr8k.md with the command that produced each row.
 """
 
 from __future__ import annotations
@@ -30,8 +30,10 @@ from vlmatch.training.loop import train
 
 HERE = Path(__file__).resolve().parent
 SHARED = HERE.parent.parent / "shared" / "flickr8k"
+# the one cache of the rooms (gitignored): feature caches and run folders, read by benchmarks/ and release/ too
+CACHE_ROOT = HERE.parent / "benchmarks" / "cache"
 BACKBONE = "efficientnet-lite0"  # the study's backbone (--backbone for another)
-CACHE = HERE / "cache" / f"flickr8k-{BACKBONE}"
+CACHE = CACHE_ROOT / f"flickr8k-{BACKBONE}"
 RESULTS = HERE / "results"
 RUNS = RESULTS / "flickr8k"
 EXTRACTION = "_extraction.json"
@@ -141,7 +143,7 @@ def _model(run: dict) -> str:
     return run["config"]["model"]["name"] + (f" ({', '.join(shown)})" if shown else "")
 
 
-# benchmarks/study.py names the convergence study's runs c22_<what>; c35_<what> are its commands run again for
+# experiments/study.py names the convergence study's runs c22_<what>; c35_<what> are its commands run again for
 # the pointing column (issue #35: the checkpoints of the c22_ runs were not kept)
 FIXED_BUDGET_PREFIX = ("c22_", "c35_")
 
@@ -163,11 +165,11 @@ def convergence_table(runs: dict) -> list[str]:
             gru[name] = (k, v)
     lines = ["", "## Seed systems at convergence", "",
              "Trained until val rsum had not improved for `train.patience` epochs (at least `train.min_epochs`), or "
-             "for a fixed number of epochs (\"fixed\": benchmarks/study.py says why at each such run); the GRU "
+             "for a fixed number of epochs (\"fixed\": experiments/study.py says why at each such run); the GRU "
              "column is the best run of the same model with the paper's GRU text side (fewer epochs).", "",
              "The pointing column: heat maps pointing inside the named thing's Flickr30k Entities box on val, with the "
              "model's own `attention` and the best other method, against the photo's centre on the same phrases "
-             "(`benchmarks/results/grounding.md`; - where that run's checkpoint was not measured).", "",
+             "(`experiments/results/grounding.md`; - where that run's checkpoint was not measured).", "",
              "| run | model | text encoder | epochs trained (best after) | val rsum | i2t R@1 | t2i R@1 "
              "| GRU row: run, epochs, rsum | train min/epoch | pointing: attention, best other (centre) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -189,7 +191,7 @@ def convergence_table(runs: dict) -> list[str]:
 
 def grounding_by_run() -> dict[str, str]:
     """Run name -> its pointing cell ("attention 33.9, contribution 39.5 (centre 53.9)") from the grounding rows
-    (benchmarks/grounding.py) of that run's checkpoint."""
+    (experiments/grounding.py) of that run's checkpoint."""
     found: dict[str, dict[str, dict]] = {}
     for p in sorted((RESULTS / "grounding").glob("*.json")):
         r = json.loads(p.read_text())
@@ -257,7 +259,7 @@ def noise_lines(conv: dict) -> list[str]:
 
 
 def ensemble_table(runs: dict) -> list[str]:
-    """Records of benchmarks/flickr8k_ensemble.py: the mean of the members' val score matrices."""
+    """Records of experiments/flickr8k_ensemble.py: the mean of the members' val score matrices."""
     ens = {k: v for k, v in runs.items() if "ensemble_of" in v}
     if not ens:
         return []
@@ -339,7 +341,7 @@ def claims_table(runs: dict, noise_figure: float | None) -> list[str]:
 
 
 def load_results() -> dict:
-    """Every run's record (benchmarks/results/flickr8k/*.json), in the order the runs finished."""
+    """Every run's record (experiments/results/flickr8k/*.json), in the order the runs finished."""
     runs = {}
     for f in sorted(RUNS.glob("*.json"), key=lambda f: (json.loads(f.read_text()).get("finished", ""), f.name)):
         if f.name != EXTRACTION:
@@ -382,7 +384,7 @@ def main(argv=None):
     changed = []
     if a.rerender:
         for name, run in results["runs"].items():
-            run_dir = HERE / "cache" / "runs" / name
+            run_dir = CACHE_ROOT / "runs" / name
             if (run_dir / "metrics.jsonl").is_file():  # runs trained on another machine keep their figure
                 run["minutes_per_epoch"] = epoch_minutes(run_dir, steps_per_epoch(run["config"]))
                 run["val_rsum_by_epoch"] = val_history(run_dir)
@@ -396,7 +398,7 @@ def main(argv=None):
         cfg = load_config(a.config, a.overrides, extra=entities)
         cfg["data"]["path"] = str(features_dir(a.input_size, a.backbone))
         name = a.name or Path(a.config).stem
-        run_dir = HERE / "cache" / "runs" / name
+        run_dir = CACHE_ROOT / "runs" / name
         if (a.resume or a.stopped) and not (run_dir / "last").is_dir():
             sys.exit(f"{run_dir}: no run to {'resume' if a.resume else 'record'} (no last/ checkpoint)")
         stopped = {}
@@ -408,7 +410,7 @@ def main(argv=None):
         else:  # a rerun under the same name replaces that run, unless it resumes it
             best = train(cfg, run_dir, resume=True) if a.resume else train(cfg, run_dir, overwrite=True)
         minutes = epoch_minutes(run_dir, steps_per_epoch(cfg))
-        cmd = ("python benchmarks/flickr8k.py --config " + a.config + (f" --name {a.name}" if a.name else "")
+        cmd = ("python experiments/flickr8k.py --config " + a.config + (f" --name {a.name}" if a.name else "")
                + (f" --input-size {a.input_size}" if a.input_size != 224 else "")
                + (f" --backbone {a.backbone}" if a.backbone != BACKBONE else "")
                + "".join(f" --set {shlex.quote(o)}" for o in a.overrides))

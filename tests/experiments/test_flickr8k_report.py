@@ -1,4 +1,4 @@
-"""benchmarks/flickr8k.py's report: the noise figure comes from repeats of one setting, and each ablation
+"""experiments/flickr8k.py's report: the noise figure comes from repeats of one setting, and each ablation
 claim is judged against it (a difference inside the noise decides nothing)."""
 
 import pytest
