@@ -419,6 +419,9 @@ def main(argv=None):
                                  "command": cmd, "config": cfg, "finished": time.strftime("%Y-%m-%dT%H:%M:%S"), **stopped,
                                  **({"note": a.note} if a.note else {})}
         changed = [name]
+        from recipe_of_row import write_row_recipe  # the run as a recipe: `python experiments/run.py` reproduces it
+
+        print(f"recipe: {write_row_recipe(name, results['runs'][name])}")
     for name in changed:
         write_json(RUNS / f"{name}.json", results["runs"][name])
     if results.get("extraction"):
