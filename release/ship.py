@@ -123,6 +123,9 @@ def main(argv=None):
     ap.add_argument("--recipe", type=Path, metavar="FILE",
                     help="ship the model a recipe of experiments/recipes/pretrained/ describes: its run (trained by "
                          "`python experiments/run.py FILE`) with the options of its recipe.ship section")
+    ap.add_argument("--train", action="store_true",
+                    help="with --recipe: first reproduce the run (`python experiments/run.py FILE`): one command from "
+                         "the recipe to the shipped model")
     ap.add_argument("--search-figures", action="store_true",
                     help="copy the default pair's figures from benchmarks/results/search.json into the default "
                          "entries of the registry, then rewrite the model card")
@@ -151,8 +154,14 @@ def main(argv=None):
         problems = check_registry()
         print("\n".join(problems) if problems else "every figure of the registry equals its results file")
         return 1 if problems else 0
+    if a.train and not a.recipe:
+        ap.error("--train reproduces the run of a --recipe FILE: name the recipe")
     if a.recipe:
         from_recipe(a)
+        if a.train:
+            import subprocess
+
+            subprocess.run([sys.executable, str(ROOT / "experiments" / "run.py"), str(a.recipe)], check=True)
     if a.set_explainer:
         set_explainer(*a.set_explainer, a.default_explainer)
     elif a.set_held_out:

@@ -76,3 +76,25 @@ def test_every_shipped_model_has_its_recipe(recipes, entry):
         assert entry.calibration["command"].endswith(f"--model {rec['name']} " + " ".join(rec["calibration"]))
     else:
         assert "calibration" not in rec
+
+
+def test_a_row_recorded_on_another_machine_becomes_a_recipe_of_relative_paths(recipes, tmp_path, monkeypatch):
+    read_recipe, convert = recipes[0].read_recipe, recipes[1]
+    monkeypatch.setattr(convert, "RECIPES", tmp_path)
+    cfg = load_config(None, ["model.embed_dim=64", "train.seed=5", "train.epochs=3", "train.grounding_loss=30",
+                             "data.entities=/elsewhere/shared/flickr30k_entities",
+                             "train.init_from=/elsewhere/repo/benchmarks/cache/runs/a/best",
+                             "data.path=/elsewhere/repo/benchmarks/cache/flickr8k-efficientnet-lite1-320"])
+    row = {"metrics": {"rsum": 1.0}, "epochs": 3, "config": cfg, "command": "python experiments/flickr8k.py ...",
+           "note": "a note", "stopped_after_epoch": 2}
+    out = convert.write_row_recipe("x1", row)
+    got, rec = read_recipe(out)
+    assert out == tmp_path / "flickr8k" / "x1.yaml" and out.read_text().startswith("# The recipe of run x1")
+    assert rec == {"name": "x1", "data": "flickr8k", "features": {"backbone": "efficientnet-lite1", "input_size": 320},
+                   "recorded": "python experiments/flickr8k.py ...",
+                   "note": "a note (recorded: stopped by hand after 2 epochs)"}
+    assert got["data"]["path"] == "benchmarks/cache/flickr8k-efficientnet-lite1-320"
+    assert got["data"]["entities"] == "../shared/flickr30k_entities"
+    assert got["train"]["init_from"] == "benchmarks/cache/runs/a/best"
+    assert (got["train"]["seed"], got["train"]["epochs"], got["model"]["embed_dim"]) == (5, 3, 64)
+    assert convert.write_row_recipe("x2", {**row, "ensemble_of": ["a", "b"]}) is None  # no training: no recipe
