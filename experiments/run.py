@@ -40,7 +40,8 @@ def make_data(cfg: dict, rec: dict, shared: Path) -> None:
         want = flickr8k.features_dir(size, backbone)
         if Path(path).resolve() != want.resolve():
             raise VlmatchError(f"recipe {rec['name']}: data.path {path} is not the cache of its features "
-                               f"({backbone}, {size} px): {want.relative_to(ROOT)}")
+                               f"({backbone}, {size} px): {want.relative_to(ROOT)} (run recipes from the repository's "
+                               "root)")
         if not (shared / "dataset_flickr8k.json").is_file():
             sys.exit(f"experiments/run.py: {shared / 'dataset_flickr8k.json'} is missing (pass --shared DIR)")
         flickr8k.ensure_features(shared, size, backbone)

@@ -49,3 +49,21 @@ def test_a_bad_recipe_is_one_line_naming_the_file_and_field(runner, tmp_path, ca
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(bad) in err and "recipe.data must be one of" in err
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_flickr8k_recipe_extracts_the_features_its_data_path_names(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(EXPERIMENTS))
+    runner = load_script("run", "experiments_run_f8k")
+    recipe = EXPERIMENTS / "recipes" / "pretrained" / "vsepp-lite2-320-lora-f8k.yaml"
+    calls = []
+    monkeypatch.setattr(runner.flickr8k, "ensure_features", lambda shared, size, backbone: calls.append((size, backbone)))
+    shared = tmp_path / "flickr8k"
+    shared.mkdir()
+    (shared / "dataset_flickr8k.json").write_text("{}")
+    cfg, rec = runner.read_recipe(recipe)
+    monkeypatch.chdir(EXPERIMENTS.parent)  # the recipes of experiments/recipes/ run from the repository's root
+    runner.make_data(cfg, rec, shared)
+    assert calls == [(320, "efficientnet-lite2")]
+    monkeypatch.chdir(tmp_path)  # elsewhere data.path names another folder: refused, naming the one it wants
+    with pytest.raises(runner.VlmatchError, match="benchmarks/cache/flickr8k-efficientnet-lite2-320"):
+        runner.make_data(cfg, rec, shared)
