@@ -1,6 +1,6 @@
 """How SCAN and CAAN attend on grid features: entropy of the attention of matching pairs (issues 17, 22).
 
-    python benchmarks/scan_attention.py --checkpoint benchmarks/cache/runs/NAME/best [NAME2/best ...]
+    python experiments/scan_attention.py --checkpoint benchmarks/cache/runs/NAME/best [NAME2/best ...]
 
 For the first ``--images`` val images and each of their captions (positive pairs only), takes the
 model's attention (SCAN t-i: each word's weights over the k regions; SCAN i-t: each region's weights
@@ -19,8 +19,8 @@ over the words; CAAN: its one distribution over the regions, f, and its one over
   regions and words, with the trained encoders), both through the scoring engine on the whole val
   split -- what the learned attention adds.
 
-Results go to benchmarks/results/scan_attention.{json,md}; heat maps made with ``vlmatch explain
---out benchmarks/results/scan_attention/NAME.png`` are linked from the report.
+Results go to experiments/results/scan_attention.{json,md}; heat maps made with ``vlmatch explain
+--out experiments/results/scan_attention/NAME.png`` are linked from the report.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from vlmatch.io import write_json, write_text
 from vlmatch.models.registry import load_model
 
 HERE = Path(__file__).resolve().parent
-FEATURES = HERE / "cache" / "flickr8k-efficientnet-lite0"
+FEATURES = HERE.parent / "benchmarks" / "cache" / "flickr8k-efficientnet-lite0"  # the rooms' one cache
 RESULTS = HERE / "results"
 
 
@@ -183,6 +183,7 @@ def main(argv=None):
                     help="also score the whole val split with uniform attention (SCAN: lambda1 = 0; CAAN: mean "
                          "pooling) against as trained")
     a = ap.parse_args(argv)
+    sys.path.insert(0, str(HERE.parent / "benchmarks"))  # the input checks shared with the speed benchmarks
     from inputs import need_features, need_run
 
     need_features(Path(a.features))

@@ -1,8 +1,8 @@
 """Toy-world benchmark: the quickstart recipe for every model family, test-split recalls.
 
-    python benchmarks/toyworld.py            # vsepp, SCAN t-i AVG, SCAN i-t AVG, CAAN
+    python experiments/toyworld.py            # vsepp, SCAN t-i AVG, SCAN i-t AVG, CAAN
 
-Writes benchmarks/results/toyworld.{json,md}. The toy world is built so that word-region
+Writes experiments/results/toyworld.{json,md}. The toy world is built so that word-region
 attention matters (see vlmatch.data.synth): SCAN must clearly beat the global VSE++ there.
 """
 
@@ -22,11 +22,12 @@ CONFIGS = ["quickstart_vsepp", "quickstart_scan", "quickstart_scan_i2t", "quicks
 def main(argv=None):
     configs = (argv if argv is not None else sys.argv[1:]) or CONFIGS
     out = HERE / "results" / "toyworld"
-    results = quickstart(HERE / "cache" / "runs" / "toyworld", out.with_suffix(".json"), configs)
+    results = quickstart(HERE.parent / "benchmarks" / "cache" / "runs" / "toyworld",  # the rooms' one cache
+                         out.with_suffix(".json"), configs)
     md = ["# Toy world (bundled synthetic data), test split: 1000 images, 5000 captions", "",
           "Each model trained with its `configs/quickstart_*.yaml` recipe on 2 CPU cores; best epoch by dev rsum.", "",
           "```", format_table(results), "```", "",
-          f"Command: `python benchmarks/toyworld.py {' '.join(configs)}`", ""]
+          f"Command: `python experiments/toyworld.py {' '.join(configs)}`", ""]
     write_text(out.with_suffix(".md"), "\n".join(md))
 
 
