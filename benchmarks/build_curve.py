@@ -35,7 +35,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from hostinfo import cpu_flags, cpu_model  # noqa: E402
+from harness import cpu_flags, cpu_model  # noqa: E402
 
 RESULTS = HERE / "results"
 SHARED = HERE.parent.parent / "shared" / "flickr8k"

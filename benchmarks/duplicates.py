@@ -41,8 +41,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from hostinfo import cpu_flags, cpu_model  # noqa: E402
-from reporting import write_report  # noqa: E402
+from harness import cpu_flags, cpu_model, write_report  # noqa: E402
 
 RESULTS = HERE / "results" / "duplicates"
 SHARED = HERE.parent.parent / "shared" / "flickr8k"

@@ -32,9 +32,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from hostinfo import cpu_flags, cpu_model
+from harness import cpu_flags, cpu_model, write_report
 from inputs import need_shared
-from reporting import write_report
 from search_default import SHARED, _pair, _synthetic_batches, latency
 
 HERE = Path(__file__).resolve().parent

@@ -1,7 +1,7 @@
 """What a benchmark reads that another command makes, checked before its first expensive step: a missing
 input ends the script at once with one line saying what to run first (not with a traceback after minutes
-of work). Every script of benchmarks/ that reads the Flickr8k feature cache, the shared data or a trained
-run calls these first."""
+of work). Every script of benchmarks/, experiments/ and release/ that reads the Flickr8k feature cache, the
+shared data or a trained run calls these first."""
 
 from __future__ import annotations
 
@@ -11,11 +11,15 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SHARED = HERE.parent.parent / "shared" / "flickr8k"
 FEATURES = HERE / "cache" / "flickr8k-efficientnet-lite0"
-EXTRACT = "python benchmarks/flickr8k.py --extract-only"
+EXTRACT = "python experiments/flickr8k.py --extract-only"
 
 
 def _script() -> str:
-    return f"benchmarks/{Path(sys.argv[0]).name}" if sys.argv and sys.argv[0].endswith(".py") else "benchmarks"
+    """The running script as its room names it (benchmarks/search.py, experiments/flickr8k_rerank.py, ...)."""
+    if not (sys.argv and sys.argv[0].endswith(".py")):
+        return "benchmarks"
+    script = Path(sys.argv[0]).resolve()
+    return f"{script.parent.name}/{script.name}"
 
 
 def stop(path: Path, what: str, first: str) -> None:
@@ -35,7 +39,7 @@ def need_shared(shared: Path = SHARED) -> None:
 
 
 def need_features(folder: Path = FEATURES, splits=("dev",), captions: bool = True) -> None:
-    """The precomp feature cache ``benchmarks/flickr8k.py`` extracts: ``{split}_ims.npy`` (and captions)."""
+    """The precomp feature cache ``experiments/flickr8k.py`` extracts: ``{split}_ims.npy`` (and captions)."""
     folder = Path(folder)
     names = [f"{s}_ims.npy" for s in splits] + ([f"{s}_caps.txt" for s in splits] if captions else [])
     for name in names:
@@ -45,7 +49,7 @@ def need_features(folder: Path = FEATURES, splits=("dev",), captions: bool = Tru
             stop(folder / name, "the Flickr8k features and captions this benchmark reads", first)
 
 
-def need_run(best: Path, make: str = "python benchmarks/flickr8k.py --config CONFIG --name RUN") -> None:
+def need_run(best: Path, make: str = "python experiments/flickr8k.py --config CONFIG --name RUN") -> None:
     """A trained checkpoint folder (``benchmarks/cache/runs/<run>/best``)."""
     if not (Path(best) / "config.json").is_file():
         stop(Path(best), "a trained checkpoint", make)

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import search_default
 import torch
-from hostinfo import cpu_flags, cpu_model
+from harness import cpu_flags, cpu_model
 
 HERE = Path(__file__).resolve().parent
 CACHE = HERE / "cache" / "milvus"

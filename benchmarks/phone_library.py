@@ -200,7 +200,7 @@ def build_rates(photos: list[dict], n_big: int) -> dict:
 
 
 def run(n_images: int, n_big: int) -> dict:
-    from hostinfo import cpu_flags, cpu_model
+    from harness import cpu_flags, cpu_model
 
     torch.set_num_threads(2)
     photos = val_photos(n_images)
@@ -264,7 +264,7 @@ def render(res: dict) -> str:
 
 
 def main(argv=None) -> None:
-    from reporting import write_report
+    from harness import write_report
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--images", type=int, default=1000, help="val photos in the library (default all 1,000)")

@@ -91,9 +91,11 @@ def main(argv=None):
         v = out[name]
         print(f"{name}: {v['seconds_total']:.1f}s (neighbours {v['seconds_neighbours']:.1f}s), peak RSS "
               f"{v['peak_rss_mb']:.0f} MB, rsum {v['rsum_before']:.1f} -> {v['rsum_after']:.1f}", flush=True)
+    from harness import host, write_report
+
     report = {"shapes": out, "threads": a.threads, "cpu": platform.processor() or platform.machine(),
-              "numpy": np.__version__, "command": "python benchmarks/rerank.py " + " ".join(argv or sys.argv[1:])}
-    from reporting import write_report
+              "host": host(), "numpy": np.__version__,
+              "command": "python benchmarks/rerank.py " + " ".join(argv or sys.argv[1:])}
 
     write_report(a.out, report, render)
 

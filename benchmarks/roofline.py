@@ -140,6 +140,8 @@ def main(argv=None):
               f"--max-images={a.max_images}", f"--max-captions={a.max_captions}"]
     peaks = _child(common + ["--child", "peaks"])
     print(f"GEMM peak {peaks['gemm_flops'] / 1e9:.1f} GFLOP/s, tanh {peaks['tanh_per_s'] / 1e9:.2f} G/s", flush=True)
+    from harness import host, ratio_to_bound, write_report
+
     rows = {}
     for fam in a.models:
         r = {mode: _child(common + ["--child", fam, mode]) for mode in ("eager", "compiled")}
@@ -149,14 +151,15 @@ def main(argv=None):
                      "transcendentals": pf["transcendentals"], "bound_us": bound, "block": r["eager"]["block"],
                      "eager_us": r["eager"]["us_per_pair"], "compiled_us": r["compiled"]["us_per_pair"],
                      "compile_s": r["compiled"]["first_call_s"],
-                     "eager_ratio": r["eager"]["us_per_pair"] / bound, "compiled_ratio": r["compiled"]["us_per_pair"] / bound}
+                     "eager_ratio": ratio_to_bound(r["eager"]["us_per_pair"], bound),
+                     "compiled_ratio": ratio_to_bound(r["compiled"]["us_per_pair"], bound)}
         x = rows[fam]
         print(f"{fam:14s} bound {bound:8.3f} µs  eager {x['eager_us']:8.3f} ({x['eager_ratio']:.1f}x)  "
               f"compiled {x['compiled_us']:8.3f} ({x['compiled_ratio']:.1f}x)", flush=True)
     report = {"shape": {"k": a.k, "L": a.L}, "threads": a.threads, "peaks": peaks, "models": rows,
               "torch": torch.__version__, "cpu": platform.processor() or platform.machine(), "note": a.note,
+              "host": host(a.note),  # the harness's record: CPU model and vector flags, cores, threads
               "command": "python benchmarks/roofline.py " + " ".join(argv if argv is not None else sys.argv[1:])}
-    from reporting import write_report
 
     write_report(a.out, report, render)
 

@@ -326,15 +326,13 @@ def main(argv=None):
     recall = recall_change(a) if a.recall_checkpoint else None
     shape = {"k": a.k, "L": a.L, "D": a.d, "images": a.images, "captions": a.captions,
              "official_slice": [a.official_images, a.official_captions], "block": [a.block_images, a.block_captions]}
+    from harness import host, write_report
+
     report = {"model": a.model, "recall_fp32_vs_bf16": recall, "shape": shape,
               "threads": a.threads, "torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
-              "modes": res, "ratios": ratios, "command": "python benchmarks/scoring.py " + " ".join(argv or sys.argv[1:])}
-    from vlmatch.io import write_json, write_text
-
-    out = Path(a.out + ("" if a.model == "scan" else f"_{a.model}"))
-    write_json(out.with_suffix(".json"), report)
-    write_text(out.with_suffix(".md"), render(report))
-    print(f"wrote {out.with_suffix('.json')} and .md")
+              "host": host(), "modes": res, "ratios": ratios,
+              "command": "python benchmarks/scoring.py " + " ".join(argv or sys.argv[1:])}
+    write_report(a.out + ("" if a.model == "scan" else f"_{a.model}"), report, render)
 
 
 def render(r: dict) -> str:

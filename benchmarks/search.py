@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import search_default
 import torch
-from hostinfo import cpu_flags, cpu_model
+from harness import cpu_flags, cpu_model
 from inputs import need_features, need_shared
 
 HERE = Path(__file__).resolve().parent

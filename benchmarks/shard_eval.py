@@ -111,12 +111,13 @@ def main(argv=None):
               f"sys {res[name]['sys_s']:.1f} s)", flush=True)
     ref = mats.get("1 process x 1 thread", next(iter(mats.values())))  # same threads per process as torchrun's
     same = {name: bool(np.array_equal(m, ref)) for name, m in mats.items()}
-    report = {"model": a.model, "extra": a.extra, "data": a.data or "synthetic", "split": a.split,
+    from harness import host, write_report
+
+    report = {"host": host(a.note), "model": a.model, "extra": a.extra, "data": a.data or "synthetic", "split": a.split,
               "shape": {"images": a.images, "captions": 5 * a.images, "k": a.k,
               "img_dim": a.img_dim}, "runs": res, "bit_identical_to_1x1": same, "note": a.note,
               "torch": torch.__version__, "command": "python benchmarks/shard_eval.py " + " ".join(
                   argv if argv is not None else sys.argv[1:])}
-    from reporting import write_report
 
     write_report(a.out, report, render)
 

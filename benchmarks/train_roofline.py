@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 import torch
-from hostinfo import cpu_flags, cpu_model
+from harness import cpu_flags, cpu_model
 
 HERE = Path(__file__).resolve().parent
 SHARED = HERE.parent.parent / "shared" / "flickr8k"
@@ -212,7 +212,7 @@ def main(argv=None):
     report = {"threads": a.threads, "allocator": allocator, "peaks": pk, "rows": rows, "torch": torch.__version__,
               "cpu": cpu_model(), "cpu_flags": cpu_flags(), "note": a.note,
               "command": "python benchmarks/train_roofline.py " + " ".join(argv if argv is not None else sys.argv[1:])}
-    from reporting import write_report
+    from harness import write_report
 
     write_report(a.out, report, render)
 

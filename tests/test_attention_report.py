@@ -1,4 +1,4 @@
-"""benchmarks/scan_attention.py: each model's attention read as distributions, and the uniform form of
+"""experiments/scan_attention.py: each model's attention read as distributions, and the uniform form of
 SCAN's and CAAN's attention that the --uniform ablation scores with."""
 
 import numpy as np

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.benchmark_scripts import BENCHMARKS, load_script
+from tests.benchmark_scripts import BENCHMARKS, EXPERIMENTS, load_script
 
 
 @pytest.fixture
@@ -28,7 +28,7 @@ def search(monkeypatch, tmp_path):
     return mod
 
 
-EXTRACT = "python benchmarks/flickr8k.py --extract-only"
+EXTRACT = "python experiments/flickr8k.py --extract-only"
 
 
 @pytest.mark.parametrize("argv,missing,first", [
@@ -62,6 +62,7 @@ def test_a_present_feature_cache_passes_the_check(search, tmp_path):
 ])
 def test_the_flickr8k_benchmarks_check_the_feature_cache_first(monkeypatch, tmp_path, script, argv):
     monkeypatch.syspath_prepend(str(BENCHMARKS))
+    monkeypatch.syspath_prepend(str(EXPERIMENTS))
     inputs = load_script("inputs")
     monkeypatch.setitem(sys.modules, "inputs", inputs)
     monkeypatch.setattr(inputs, "FEATURES", tmp_path / "flickr8k-efficientnet-lite0")
@@ -75,4 +76,4 @@ def test_the_flickr8k_benchmarks_check_the_feature_cache_first(monkeypatch, tmp_
         mod.main(argv)
     msg = str(e.value.code)
     assert len(msg.splitlines()) == 1 and f"{tmp_path / 'flickr8k-efficientnet-lite0'}/dev_ims.npy is missing" in msg, msg
-    assert "python benchmarks/flickr8k.py --extract-only" in msg
+    assert EXTRACT in msg

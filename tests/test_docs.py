@@ -20,7 +20,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = (ROOT / "benchmarks" / "results", ROOT / "experiments" / "results")  # the rooms' results
 PAGES = sorted(p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md"))
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^[ \t]*```.*?^[ \t]*```", re.M | re.S)
@@ -86,7 +86,7 @@ def test_every_benchmark_result_is_included_in_the_site():
     included = set()
     for page in DOCS.rglob("*.md"):
         included |= set(re.findall(r'^--8<-- "([^"]+)"', page.read_text(encoding="utf-8"), re.M))
-    for result in sorted(RESULTS.glob("*.md")):
+    for result in sorted(p for room in RESULTS for p in room.glob("*.md")):
         assert result.relative_to(ROOT).as_posix() in included, f"{result.name} is on no docs page"
     for path in included:
         assert (ROOT / path).is_file(), path

@@ -50,6 +50,9 @@ def test_the_package_keeps_every_contract():
      "vlmatch.viz.heatmap -> vlmatch.cli.common"),
     # a cycle inside one layer: the loaders import precomp, so precomp may not import them
     ("data/precomp.py", "from . import loaders  # noqa", "no import cycles", ".precomp -> .loaders"),
+    # the package reaching into a room beside it (experiments/, benchmarks/, release/ use vlmatch, not the reverse)
+    ("pretrained/card.py", "import release.check  # noqa", "vlmatch never imports experiments",
+     "vlmatch.pretrained.card -> release"),
 ])
 def test_an_import_the_wrong_way_breaks_the_contract(tmp_path, module, line, contract, names):
     res = lint_imports(copy_with(tmp_path, module, line))

@@ -1,6 +1,6 @@
 """The quickstart's figures in README.md and docs/getting-started.md are those of the recorded run
-(benchmarks/results/toyworld.json), and the spread they name across hosts is that of the hosts recorded
-in benchmarks/results/quickstart_hosts.json: a user whose run differs by two points sees that it did not
+(experiments/results/toyworld.json), and the spread they name across hosts is that of the hosts recorded
+in experiments/results/quickstart_hosts.json: a user whose run differs by two points sees that it did not
 break."""
 
 import json
@@ -12,10 +12,10 @@ import pytest
 from vlmatch.evaluation.metrics import format_table
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = ROOT / "experiments" / "results"
 PAGES = [ROOT / "README.md", ROOT / "docs" / "getting-started.md"]
 NUM = r"(\d+(?:\.\d+)?)"
-SPREAD = re.compile(rf"Over the (\d+) hosts in `benchmarks/results/quickstart_hosts\.json`, VSE\+\+ gave rsum {NUM} to "
+SPREAD = re.compile(rf"Over the (\d+) hosts in `experiments/results/quickstart_hosts\.json`, VSE\+\+ gave rsum {NUM} to "
                     rf"{NUM} and SCAN {NUM} to {NUM}", re.I)
 
 
@@ -30,7 +30,7 @@ def _rows(text: str) -> list[str]:
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_the_quickstart_table_is_the_recorded_runs(page):
     want = _rows(format_table({k: recorded()[k] for k in ("vsepp", "scan_t2i_avg")}))
-    assert _rows(page.read_text()) == want, f"{page.name}: rerun `python benchmarks/toyworld.py` or copy its table"
+    assert _rows(page.read_text()) == want, f"{page.name}: rerun `python experiments/toyworld.py` or copy its table"
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)

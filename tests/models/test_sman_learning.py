@@ -31,5 +31,5 @@ def test_sman_learns_far_above_chance(small_world, tmp_path, name):
     # the paper's inference score ranks above chance, but well below the trained score d here (measured,
     # the default eq. 22 reading per_level: sman rsum 139.6 with d, 78.8 with the concatenation, whose cosine
     # weights each level by its norm; sman_im 229.3 / 179.2; with intra_scale sum, sman 160.8 / 66.3 on the
-    # same host and 174.5 / 68.3 on another -- see benchmarks/results/flickr8k.md for real images)
+    # same host and 174.5 / 68.3 on another -- see experiments/results/flickr8k.md for real images)
     assert concat["rsum"] > 2 * CHANCE_RSUM, (concat, best)

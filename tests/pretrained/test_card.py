@@ -50,8 +50,8 @@ def test_update_rewrites_only_the_block_and_refuses_a_file_without_markers(tmp_p
     ("README.md", card.SUMMARY_BEGIN, card.SUMMARY_END, card.summary),
     ("docs/pretrained.md", card.BEGIN, card.END, card.render)])
 def test_the_committed_card_is_the_registry_rendered(doc, begin, end, render):
-    """Run `python benchmarks/ship.py --card` after changing the registry."""
+    """Run `python release/ship.py --card` after changing the registry."""
     text = (ROOT / doc).read_text(encoding="utf-8")
     assert begin in text and end in text, f"{doc} has no model card block"
     block = text[text.index(begin) + len(begin):text.index(end)]
-    assert block == "\n" + render(), f"{doc}'s model card is stale: run `python benchmarks/ship.py --card`"
+    assert block == "\n" + render(), f"{doc}'s model card is stale: run `python release/ship.py --card`"

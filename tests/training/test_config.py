@@ -220,3 +220,15 @@ def test_a_bad_option_is_one_error_line_on_the_command_line(capsys):
     err = capsys.readouterr().err
     assert err.startswith("vlmatch: error: ") and err.count("\n") == 1
     assert err.endswith("quickstart_scan.yaml: model.agg must be one of avg, lse, sum, max; got the string 'median'\n")
+
+
+def test_a_recipe_section_is_read_by_the_runner_and_ignored_by_training(tmp_path):
+    # experiments/recipes/*.yaml are config files with a `recipe:` section: `vlmatch train --config` trains them as
+    # they are; any other unknown section is still refused, naming the file
+    f = tmp_path / "r.yaml"
+    f.write_text("recipe: {name: r, data: toyworld}\nmodel: {name: vsepp}\ntrain: {epochs: 3, seed: 7}\n")
+    cfg = load_config(str(f))
+    assert "recipe" not in cfg and cfg["train"]["epochs"] == 3 and cfg["train"]["seed"] == 7
+    f.write_text("recipes: {name: r}\nmodel: {name: vsepp}\n")
+    with pytest.raises(Exception, match=r"r\.yaml.*unknown section\(s\) \['recipes'\]"):
+        load_config(str(f))

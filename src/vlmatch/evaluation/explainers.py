@@ -179,7 +179,7 @@ def _closing_tokens(model: MatchingModel) -> int:
 
 
 # The order in which a model's default method is chosen: the best-grounding method on Flickr8k val first
-# (benchmarks/results/grounding.md measures every method of the shipped models).
+# (experiments/results/grounding.md measures every method of the shipped models).
 PREFERENCE = ("contribution", "gradient", "occlusion", "attention")
 
 

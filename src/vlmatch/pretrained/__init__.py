@@ -127,7 +127,7 @@ def default_pair() -> tuple[str, str | None]:
 
 def default_explainer() -> tuple[str, str]:
     """(name, method) of the shipped default explainer: the entry whose ``explainer`` is marked default (the
-    model and method that point best on Flickr8k val, benchmarks/results/grounding.md), else the default
+    model and method that point best on Flickr8k val, experiments/results/grounding.md), else the default
     re-scorer (or retriever) with its ``explainer`` method or attention."""
     marked = [e for e in entries() if e.explainer.get("default")]
     if marked:

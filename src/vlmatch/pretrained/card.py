@@ -2,7 +2,7 @@
 
 ``render()`` gives the Markdown block that the README (and the docs page on shipped models) hold between
 the markers :data:`BEGIN` and :data:`END`; ``update(path)`` rewrites that block in a file, and
-``python benchmarks/ship.py --card`` does it for every file that holds the markers. A test checks that
+``python release/ship.py --card`` does it for every file that holds the markers. A test checks that
 the committed files hold exactly ``render()``.
 """
 
@@ -81,7 +81,7 @@ def _calibration_lines(e: Pretrained) -> list[str]:
     if not h:
         return [f"- Scores calibrated against a query bank (`calibration.safetensors`; {c['method']}, beta {c['beta']:g}): "
                 f"{banks}. The val figures above are calibrated; without it rsum {u['rsum']:.1f}, image-to-text R@1 "
-                f"{u['i2t_r1']:.1f}, text-to-image R@1 {u['t2i_r1']:.1f} (`benchmarks/results/calibration.md`"
+                f"{u['i2t_r1']:.1f}, text-to-image R@1 {u['t2i_r1']:.1f} (`experiments/results/calibration.md`"
                 + (f"; made by `{c['command']}`)." if c.get("command") else ").")]
     hu, bk = h["uncalibrated"], h["banks"]
     gain = (h["B"]["rsum"] - hu["B"] + h["A"]["rsum"] - hu["A"]) / 2
@@ -94,7 +94,7 @@ def _calibration_lines(e: Pretrained) -> list[str]:
             f"reads {bk['B']:.1f} on B and {names[bk['chosen_on_B']]} (chosen on B) {bk['A']:.1f} on A. The val "
             f"figures above are all of val at the shipped beta, half A included (not held out); without the "
             f"calibration rsum {u['rsum']:.1f}, image-to-text R@1 {u['i2t_r1']:.1f}, text-to-image R@1 "
-            f"{u['t2i_r1']:.1f} (`benchmarks/results/calibration.md`; `{h['command']}`)."]
+            f"{u['t2i_r1']:.1f} (`experiments/results/calibration.md`; `{h['command']}`)."]
 
 
 def _explainer_lines(e: Pretrained) -> list[str]:
@@ -103,7 +103,7 @@ def _explainer_lines(e: Pretrained) -> list[str]:
         return []
     return [f"- Heat maps (`--method {x['method']}`): point inside the named thing's box for {x['pointing']:.1f} % of the "
             f"{x['phrases']:,} Flickr30k Entities phrases of Flickr8k val (the photo's centre: {x['centre']:.1f} %; "
-            f"`benchmarks/results/grounding.md`)" + ("; the default explainer of `vlmatch explain`." if x.get("default")
+            f"`experiments/results/grounding.md`)" + ("; the default explainer of `vlmatch explain`." if x.get("default")
                                                      else ".")
             + (f" {x['selection']}" if x.get("selection") else "")]
 
@@ -127,7 +127,10 @@ def card(e: Pretrained) -> list[str]:
              *_explainer_lines(e),
              *_search_lines(e),
              f"- Expected to be weak: {e.notes}" if e.notes else "",
-             f"- Reproduce: `{e.command}`", ""]
+             f"- Reproduce (from a checkout of the repository, with Flickr8k beside it): "
+             f"`python experiments/run.py experiments/recipes/pretrained/{e.name}.yaml`, then "
+             f"`python release/ship.py --recipe experiments/recipes/pretrained/{e.name}.yaml` (first recorded as "
+             f"`{e.command}`)", ""]
     return [ln for ln in lines if ln != "" or ln is lines[-1]]
 
 

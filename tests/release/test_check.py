@@ -1,0 +1,66 @@
+"""release/check.py (``release/ship.py --check``): every figure the registry of shipped models quotes equals the
+results file it was copied from -- the val recalls (experiments/results/flickr8k/RUN.json, or the grounding run's
+record), the calibration's beta and held-out figures (experiments/results/calibration/RUN.json), the explainer's
+pointing figures (experiments/results/grounding/ROW.json) and the default pair's search figures
+(benchmarks/results/search.json). A figure edited by hand, or a results file re-run without shipping again, fails."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+
+import pytest
+
+from tests.benchmark_scripts import RELEASE, load_script
+from vlmatch import pretrained
+
+ENTRIES = pretrained.entries()
+
+
+@pytest.fixture(scope="module")
+def check():
+    return load_script("check", "release_check")
+
+
+def test_there_are_entries_to_check():
+    assert len(ENTRIES) >= 5 and sum(bool(e.calibration) for e in ENTRIES) >= 2 and any(e.explainer for e in ENTRIES)
+    assert sum(e.default for e in ENTRIES) >= 1
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name)
+def test_every_figure_of_the_registry_is_its_results_file(check, entry):
+    assert check.entry_problems(entry) == []
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda e: {"val": {**e.val, "float32": {**e.val["float32"], "rsum": e.val["float32"]["rsum"] + 0.1}}}, "val rsum"),
+    (lambda e: {"val_rsum": e.val_rsum + 1}, "val_rsum"),
+    (lambda e: {"explainer": {**e.explainer, "pointing": e.explainer["pointing"] + 1}}, "explainer pointing"),
+    (lambda e: {"search": {**e.search, "query_p50_ms": 0.1}}, "search query_p50_ms"),
+])
+def test_a_figure_edited_by_hand_is_named(check, change, says):
+    entry = next(e for e in ENTRIES if e.default and e.explainer and e.search)
+    edited = dataclasses.replace(entry, **change(entry))
+    found = check.check_registry([edited])
+    assert found and all(p.startswith(f"{entry.name}: ") for p in found) and any(says in p for p in found), found
+
+
+def test_a_calibration_record_rerun_without_shipping_again_is_named(check, tmp_path):
+    entry = next(e for e in ENTRIES if e.calibration)
+    shutil.copytree(check.EXPERIMENTS, tmp_path / "results")
+    run = entry.calibration["command"].split("--model ", 1)[1].split()[0]
+    path = tmp_path / "results" / "calibration" / f"{run}.json"
+    path.write_text(path.read_text().replace(f'"beta": {entry.calibration["beta"]}', '"beta": 99.0'))
+    found = check.check_registry([entry], experiments=tmp_path / "results")
+    assert any("calibration beta" in p for p in found), found
+
+
+def test_ship_check_prints_each_problem_and_fails(capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(RELEASE))
+    ship = load_script("ship", "release_ship")
+    assert ship.main(["--check"]) == 0 and "every figure" in capsys.readouterr().out
+    edited = [dataclasses.replace(e, val_rsum=e.val_rsum + 1) if e.default else e for e in ENTRIES]
+    monkeypatch.setattr(pretrained, "entries", lambda: edited)
+    assert ship.main(["--check"]) == 1
+    out = capsys.readouterr().out
+    assert "val_rsum" in out and out.count("\n") >= 1
