@@ -100,3 +100,52 @@ def test_peak_form_asks_only_that_the_top_is_inside():
     assert float(pointing_loss(wrong, everywhere, 0.05, "peak")) == 0.0
     with pytest.raises(ValueError, match="mass or peak"):
         pointing_loss(right, inside, 0.2, "other")
+
+
+@pytest.mark.parametrize("img_mlp", [False, True])
+def test_the_grounding_term_reuses_the_matching_pass_and_its_gradients_equal_a_second_pass(img_mlp):
+    """Inside shared_encodings the step runs the text encoder (and the image head) once; the loss and every
+    gradient equal those of two separate passes (no dropout here, so the passes agree exactly)."""
+    from vlmatch.data.vocab import Vocab
+    from vlmatch.models.registry import create_model
+    from vlmatch.training.grounding import grounding_term
+
+    class Targets:  # two phrases of caption 0, one of caption 2, on a 2 x 2 grid
+        def of_batch(self, caption_index):
+            return (torch.tensor([0, 0, 2]), torch.tensor([[1, 2], [2, 4], [0, 1]]),
+                    torch.tensor([[1, 0, 0, 0], [0, 1, 1, 0], [0, 0, 0, 1]], dtype=torch.bool))
+
+    torch.manual_seed(0)
+    model = create_model("vsepp", img_dim=6, embed_dim=8, word_dim=4, vocab_size=20, text_pool="mean",
+                         img_mlp=img_mlp).double().train()
+    model.vocab = Vocab.build(["a dog runs on the grass", "a red car"], min_count=1)
+    tokens, lengths = model.tokenize(["a dog runs on", "a red car", "the grass"])
+    feats = torch.randn(3, 4, 6, dtype=torch.float64)
+    batch = {"caption_index": torch.tensor([0, 1, 2])}
+    inputs = (feats, None, tokens, lengths)
+    calls = []
+    hooks = [model.txt_enc.register_forward_hook(lambda *_: calls.append("text")),
+             model.img_fc.register_forward_hook(lambda *_: calls.append("image"))]
+
+    def step(shared):
+        model.zero_grad()
+        calls.clear()
+        if shared:
+            with model.shared_encodings():
+                loss = model(*inputs).diagonal().sum() + grounding_term(model, Targets(), batch, inputs, 0.2, "peak")
+        else:
+            loss = model(*inputs).diagonal().sum() + grounding_term(model, Targets(), batch, inputs, 0.2, "peak")
+        loss.backward()
+        return float(loss), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, list(calls)
+
+    loss1, grads1, calls1 = step(shared=True)
+    loss2, grads2, calls2 = step(shared=False)
+    for h in hooks:
+        h.remove()
+    assert calls1.count("text") == 1 and calls2.count("text") == 2
+    if img_mlp:  # the per-cell head runs once too (the linear side never projects every cell)
+        assert calls1.count("image") == 1 and calls2.count("image") == 2
+    assert abs(loss1 - loss2) < 1e-12 and grads1.keys() == grads2.keys()
+    for name in grads1:
+        torch.testing.assert_close(grads1[name], grads2[name], rtol=1e-10, atol=1e-12)
+    assert "_shared_memo" not in model.__dict__  # nothing kept past the block

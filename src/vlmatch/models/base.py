@@ -8,6 +8,7 @@ with the same ``score`` (see :mod:`vlmatch.evaluation.scoring`). One code path f
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -242,7 +243,34 @@ class MatchingModel(nn.Module):
         raise NotImplementedError
 
     def forward(self, features, mask, tokens, lengths) -> Tensor:
-        return self.score(self.encode_images(features, mask), self.encode_texts(tokens, lengths))
+        return self.score(self.shared("encode_images", self.encode_images, features, mask),
+                          self.shared("encode_texts", self.encode_texts, tokens, lengths))
+
+    # --- one encoder pass per training step -----------------------------------------------
+    @contextlib.contextmanager
+    def shared_encodings(self):
+        """Within this block, a :meth:`shared` call with the very same input tensors (the same objects) as an
+        earlier one returns the earlier output and its graph: the training step's matching pass and its
+        grounding objective run the encoders (a transformer, a per-cell head) once, not twice. Outside it
+        nothing is kept, so a later step never meets a graph that backward has already freed."""
+        self.__dict__["_shared_memo"] = {}
+        try:
+            yield self
+        finally:
+            self.__dict__.pop("_shared_memo", None)
+
+    def shared(self, name: str, fn, *args):
+        """``fn(*args)``, or inside :meth:`shared_encodings` the output of an earlier call with the same ``name``
+        and the same argument objects."""
+        memo = self.__dict__.get("_shared_memo")
+        if memo is None:
+            return fn(*args)
+        hit = memo.get(name)
+        if hit is not None and len(hit[0]) == len(args) and all(a is b for a, b in zip(hit[0], args, strict=True)):
+            return hit[1]
+        out = fn(*args)
+        memo[name] = (args, out)
+        return out
 
     def pair_flops(self, n_regions: int, n_words: int) -> dict[str, int] | None:
         """The unavoidable work of ``score`` per (image, caption) pair, counted from the model's

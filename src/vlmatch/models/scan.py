@@ -128,8 +128,8 @@ class SCAN(TextSide, MatchingModel):
         if c.method != "attention" or c.agg not in ("avg", "sum"):
             raise VlmatchError(f"SCAN with {c.method} / {c.agg} pooling has no exact decomposition of its score over "
                                f"image positions (AVG and SUM pooling have one): use the gradient or occlusion method")
-        img = self.encode_images(features, mask)
-        txt = self.encode_texts(tokens, lengths)
+        img = self.shared("encode_images", self.encode_images, features, mask)
+        txt = self.shared("encode_texts", self.encode_texts, tokens, lengths)
         v, e = img.regions, txt.words  # (B, k, D), (B, L, D)
         s = torch.einsum("bkd,bld->bkl", v, e)[:, :, None, :]  # the diagonal pairs as (B, k, 1, L)
         wmask = length_mask(lengths, e.shape[1])[:, None, None, :]  # (B, 1, 1, L)

@@ -73,9 +73,7 @@ class VSE(TextSide, MatchingModel):
         if self.linear_image_side:  # FC(mean) = mean(FC): one projection instead of one per region
             emb = self.img_fc(masked_mean(features, None if mask is None else mask[..., None], dim=1))
         else:
-            regions = self.img_fc(features)
-            if self.img_mlp is not None:
-                regions = regions + self.img_mlp(features)
+            regions = self.shared("cells", self._cells, features)
             if self.cfg.img_pool == "mean":
                 emb = masked_mean(regions, None if mask is None else mask[..., None], dim=1)
             elif self.cfg.img_pool == "max":
@@ -86,8 +84,13 @@ class VSE(TextSide, MatchingModel):
         cal = self.calibration
         return ImageEncoding(embedding=emb, offset=None if cal is None else cal.image_offsets(emb))
 
+    def _cells(self, features: Tensor) -> Tensor:
+        """Every region's own vector: FC(v_i) (+ MLP(v_i) with img_mlp)."""
+        regions = self.img_fc(features)
+        return regions if self.img_mlp is None else regions + self.img_mlp(features)
+
     def encode_texts(self, tokens: Tensor, lengths: Tensor) -> TextEncoding:
-        words, final = self.txt_enc(tokens, lengths)
+        words, final = self.shared("words", self.txt_enc, tokens, lengths)
         if self.cfg.text_pool == "mean" and self.uses_vocab:
             final = masked_mean(words, length_mask(lengths, words.shape[1])[..., None], dim=1)
         emb, cal = l2norm(final), self.calibration
@@ -118,7 +121,7 @@ class VSE(TextSide, MatchingModel):
         keep = None if mask is None else mask[..., None].to(features.dtype)
         feats = features if keep is None else features * keep
         k = features.shape[1] if mask is None else mask.sum(dim=1).clamp(min=1).to(features.dtype)
-        words, final = self.txt_enc(tokens, lengths)
+        words, final = self.shared("words", self.txt_enc, tokens, lengths)  # the matching pass's, when training
         wmask = length_mask(lengths, words.shape[1]).to(words.dtype)[..., None]
         if self.uses_vocab:  # text_pool mean over the GRU's word states
             final = masked_mean(words, wmask.bool(), dim=1)
@@ -130,7 +133,7 @@ class VSE(TextSide, MatchingModel):
             # through W (k of them, 196 on a 14 x 14 grid), the same terms at a fraction of the cost
             terms = torch.einsum("bkf,blf->bkl", feats, words @ fc.weight) + (words @ fc.bias)[:, None, :]
         else:  # img_mlp: every cell's own vector FC(v_i) + MLP(v_i)
-            cells = self.img_fc(features) + self.img_mlp(features)
+            cells = self.shared("cells", self._cells, features)
             pooled = masked_mean(cells, None if mask is None else mask[..., None], dim=1)
             terms = torch.einsum("bkd,bld->bkl", cells, words)
         if keep is not None:

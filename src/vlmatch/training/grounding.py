@@ -124,18 +124,21 @@ class GroundingTargets:
         return rows, self.span[idx], self.cells[idx]
 
 
-def grounding_term(model: MatchingModel, targets: GroundingTargets, batch: dict, device, temperature: float,
+def grounding_term(model: MatchingModel, targets: GroundingTargets, batch: dict, inputs: tuple, temperature: float,
                    form: str = "mass") -> Tensor:
-    """The batch's grounding loss: its phrases' contribution maps against their boxes."""
+    """The batch's grounding loss: its phrases' contribution maps against their boxes.
+
+    ``inputs``: the very tensors (features, mask, tokens, lengths) the step's matching pass took; inside the
+    model's ``shared_encodings`` block the contributions reuse that pass's encodings instead of running the
+    text encoder (and an image head) a second time."""
     rows, span, cells = targets.of_batch(batch["caption_index"])
+    features, mask, tokens, lengths = inputs
     if len(rows) == 0:
-        return torch.zeros((), device=device)
-    keep = torch.unique(rows)  # only the captions that have a grounded phrase
-    where = torch.full((len(batch["caption_index"]),), -1, dtype=torch.long)
-    where[keep] = torch.arange(len(keep))
-    contrib = model.position_contributions(batch["features"][keep].to(device), None, batch["tokens"][keep].to(device),
-                                           batch["lengths"][keep].to(device))  # (B', k, L)
-    pos = torch.arange(contrib.shape[2])
-    in_span = ((pos[None] >= span[:, :1]) & (pos[None] < span[:, 1:])).to(contrib.dtype).to(device)  # (P, L)
-    maps = torch.einsum("pkl,pl->pk", contrib[where[rows].to(device)], in_span)
+        return torch.zeros((), device=features.device)
+    contrib = model.position_contributions(features, mask, tokens, lengths)  # (B, k, L)
+    device = contrib.device
+    pos = torch.arange(contrib.shape[2], device=device)
+    span = span.to(device)
+    in_span = ((pos[None] >= span[:, :1]) & (pos[None] < span[:, 1:])).to(contrib.dtype)  # (P, L)
+    maps = torch.einsum("pkl,pl->pk", contrib[rows.to(device)], in_span)
     return pointing_loss(maps, cells.to(device), temperature, form)

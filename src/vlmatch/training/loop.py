@@ -240,13 +240,15 @@ def _train(cfg: dict, run_dir: Path, resume: bool, progress: bool, overwrite: bo
         if compiled is not None:
             model.score = compiled  # the training steps' score; _validate_and_keep scores eagerly
         for step, batch in enumerate(bar, start=start):
-            scores = net(*kind.inputs(batch, device))
-            loss = model.loss(scores, batch, tc, hardest)  # the model's own objective (default: hinge triplet)
-            ground = None
-            if grounding is not None:
-                ground = grounding_term(model, grounding, batch, device, tc["grounding_temperature"],
-                                        tc["grounding_form"])
-                loss = loss + tc["grounding_loss"] * ground
+            inputs = kind.inputs(batch, device)
+            with model.shared_encodings():  # the grounding term reuses the matching pass's encodings
+                scores = net(*inputs)
+                loss = model.loss(scores, batch, tc, hardest)  # the model's own objective (default: hinge triplet)
+                ground = None
+                if grounding is not None:
+                    ground = grounding_term(model, grounding, batch, inputs, tc["grounding_temperature"],
+                                            tc["grounding_form"])
+                    loss = loss + tc["grounding_loss"] * ground
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if tc["grad_clip"] and tc["grad_clip"] > 0:
