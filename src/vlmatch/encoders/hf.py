@@ -31,6 +31,7 @@ import hashlib
 import os
 import shutil
 from collections import OrderedDict
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
@@ -193,9 +194,33 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[:160]}" if text else type(e).__name__
 
 
+# tokenizers read in this process, by the SHA-256 of their files: a checkpoint's tokenizer copy and its
+# encoder folder's, or the two models of a search pair, read the files once
+_TOKENIZERS: dict[str, object] = {}
+
+
+def tokenizer_digest(path: str | os.PathLike) -> str:
+    """SHA-256 over the tokenizer files of a folder (names and contents)."""
+    h = hashlib.sha256()
+    for name in TOKENIZER_FILES:
+        f = Path(path) / name
+        if f.is_file():
+            h.update(name.encode() + b"\0")
+            hash_file_into(h, f)
+    return h.hexdigest()
+
+
 def load_tokenizer(path: str | os.PathLike):
-    """The folder's tokenizer, offline; refused when its files are missing or it knows no words."""
+    """The folder's tokenizer, offline; refused when its files are missing or it knows no words. Read once
+    per content in this process (shared: a tokenizer is only called)."""
     check_tokenizer_files(path)
+    key = tokenizer_digest(path)
+    if key not in _TOKENIZERS:
+        _TOKENIZERS[key] = _read_tokenizer(path)
+    return _TOKENIZERS[key]
+
+
+def _read_tokenizer(path: str | os.PathLike):
     transformers = _quiet_transformers()
     try:
         tok = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
@@ -255,6 +280,20 @@ def for_queries(*models: nn.Module, lean: bool = True) -> None:
                     mod.lean_forward()
 
 
+@contextmanager
+def keeping_frozen(model: nn.Module):
+    """Inside, ``model.to_empty`` (materialising a meta-device build) leaves the frozen transformers of its
+    text encoders as loaded: they are outside the parameter tree, so no checkpoint refills them."""
+    encoders = [m for m in model.modules() if isinstance(m, HFTextEncoder)]
+    for m in encoders:
+        m.__dict__["_keep_frozen"] = True
+    try:
+        yield
+    finally:
+        for m in encoders:
+            m.__dict__.pop("_keep_frozen", None)
+
+
 class HFTextEncoder(nn.Module):
     """Tokenizer + pretrained transformer of one local folder; token vectors out (see module doc)."""
 
@@ -268,7 +307,8 @@ class HFTextEncoder(nn.Module):
         self.trainable = trainable
         self.max_length = max_length
         self.tokenizer = load_tokenizer(self.path)
-        model = load_transformer(self.path)
+        with torch.device("cpu"):  # a meta-device build (models.checkpoint) loads the frozen weights for real
+            model = load_transformer(self.path)
         check_fits(self.tokenizer, model, self.path)
         if trainable and lora is not None:
             raise ConfigError("text_lora trains low-rank adapters on a frozen transformer: it excludes finetune: "
@@ -315,7 +355,7 @@ class HFTextEncoder(nn.Module):
 
     def _apply(self, fn, *args, **kwargs):  # .to(device), .double(), ... reach the frozen model too
         super()._apply(fn, *args, **kwargs)
-        if not self.trainable:
+        if not self.trainable and not self.__dict__.get("_keep_frozen"):
             self.__dict__["_frozen"]._apply(fn, *args, **kwargs)
         return self
 
