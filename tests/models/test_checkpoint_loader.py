@@ -78,3 +78,27 @@ def test_the_resolver_needs_no_torch_and_names_a_run_folder(tmp_path):
     with pytest.raises(Exception, match=r"a run folder, not a checkpoint: use .*best \(best on validation\)"):
         checkpoint.checkpoint_folder(tmp_path / "run")
     assert checkpoint.resolve_checkpoint(tmp_path) == tmp_path
+
+
+def test_weights_stored_in_float16_load_in_the_dtype_the_model_declares(tmp_path):
+    import hashlib
+    import json
+
+    from safetensors.torch import load_file, save
+
+    from vlmatch.models.sealing import seal_checkpoint
+
+    torch.manual_seed(0)
+    m = create_model("vsepp", img_dim=6, embed_dim=8, word_dim=4, vocab_size=12)
+    m.save(tmp_path / "m")
+    f = tmp_path / "m" / "model.safetensors"
+    data = save({k: v.half() for k, v in load_file(str(f)).items()})  # as a shipped checkpoint may store them
+    f.write_bytes(data)
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
+    cfg["weights_sha256"] = hashlib.sha256(data).hexdigest()
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
+    seal_checkpoint(tmp_path / "m")
+    again = load_model(tmp_path / "m")
+    assert {p.dtype for p in again.parameters()} == {torch.float32}
+    for k, v in m.state_dict().items():
+        torch.testing.assert_close(again.state_dict()[k], v.half().float())

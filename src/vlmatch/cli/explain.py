@@ -37,7 +37,7 @@ def add_parser(sub):
     p.add_argument("--boxes", metavar="FILE.npy", help="(k, 4) region boxes x1 y1 x2 y2 in image pixels "
                                                       "(region features); default: the backbone's grid")
     add_backend_args(p)
-    p.set_defaults(func=cmd_explain)
+    p.set_defaults(func=cmd_explain, quick_exit=True)  # ends without the interpreter's teardown (cli.quick_exit)
 
 
 def cmd_explain(a):

@@ -82,7 +82,7 @@ def add_parser(sub):
     q.add_argument("--candidates", type=int, help="stage-1 candidates re-scored by the model (default 100)")
     q.add_argument("--json", metavar="OUT", help="write the results (rank order) as JSON")
     add_filter_args(q)
-    q.set_defaults(func=cmd_search)
+    q.set_defaults(func=cmd_search, quick_exit=True)  # read-only: ends without the interpreter's teardown
 
 
 def check_out_folder(path) -> None:

@@ -31,7 +31,6 @@ import hashlib
 import os
 import shutil
 from collections import OrderedDict
-from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
@@ -221,21 +220,42 @@ def load_tokenizer(path: str | os.PathLike):
 
 
 def _read_tokenizer(path: str | os.PathLike):
+    from .bert_plain import fast_tokenizer
+
+    tok = fast_tokenizer(path)  # a BERT tokenizer.json: the tokenizers library alone, no transformers import
+    if tok is not None:
+        _check_knows_words(tok, path)
+        return tok
     transformers = _quiet_transformers()
     try:
         tok = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         ids = tok("the a of and in", add_special_tokens=False)["input_ids"]
     except Exception as e:  # transformers and tokenizers raise many types for damaged files
         raise DataError(path, f"the tokenizer files cannot be read ({_first_line(e)})") from None
-    if not ids or (tok.unk_token_id is not None and all(i == tok.unk_token_id for i in ids)):
-        raise DataError(path, f"the tokenizer knows no words ({len(tok)} tokens; every word becomes "
-                              f"{tok.unk_token}): its vocabulary files are empty or incomplete")
+    _check_knows_words(tok, path, ids)
     return tok
 
 
-def load_transformer(path: str | os.PathLike) -> nn.Module:
-    """The folder's pretrained transformer (AutoModel: no task head), offline, from safetensors only."""
-    check_weights(path, read_config(path))
+def _check_knows_words(tok, path, ids=None) -> None:
+    if ids is None:
+        ids = tok("the a of and in", add_special_tokens=False)["input_ids"]
+    if not ids or (tok.unk_token_id is not None and all(i == tok.unk_token_id for i in ids)):
+        raise DataError(path, f"the tokenizer knows no words ({len(tok)} tokens; every word becomes "
+                              f"{tok.unk_token}): its vocabulary files are empty or incomplete")
+
+
+def load_transformer(path: str | os.PathLike, frozen: bool = False) -> nn.Module:
+    """The folder's pretrained transformer (AutoModel: no task head), offline, from safetensors only.
+    ``frozen``: a plain BERT is read without ``transformers`` (:mod:`.bert_plain`: the same outputs, seconds
+    less to start), any other folder through it."""
+    cfg = read_config(path)
+    check_weights(path, cfg)
+    if frozen:
+        from .bert_plain import plain_bert
+
+        model = plain_bert(path, cfg)
+        if model is not None:
+            return model
     transformers = _quiet_transformers()
     try:
         return transformers.AutoModel.from_pretrained(str(path), local_files_only=True, use_safetensors=True)
@@ -280,20 +300,6 @@ def for_queries(*models: nn.Module, lean: bool = True) -> None:
                     mod.lean_forward()
 
 
-@contextmanager
-def keeping_frozen(model: nn.Module):
-    """Inside, ``model.to_empty`` (materialising a meta-device build) leaves the frozen transformers of its
-    text encoders as loaded: they are outside the parameter tree, so no checkpoint refills them."""
-    encoders = [m for m in model.modules() if isinstance(m, HFTextEncoder)]
-    for m in encoders:
-        m.__dict__["_keep_frozen"] = True
-    try:
-        yield
-    finally:
-        for m in encoders:
-            m.__dict__.pop("_keep_frozen", None)
-
-
 class HFTextEncoder(nn.Module):
     """Tokenizer + pretrained transformer of one local folder; token vectors out (see module doc)."""
 
@@ -308,7 +314,7 @@ class HFTextEncoder(nn.Module):
         self.max_length = max_length
         self.tokenizer = load_tokenizer(self.path)
         with torch.device("cpu"):  # a meta-device build (models.checkpoint) loads the frozen weights for real
-            model = load_transformer(self.path)
+            model = load_transformer(self.path, frozen=not trainable)
         check_fits(self.tokenizer, model, self.path)
         if trainable and lora is not None:
             raise ConfigError("text_lora trains low-rank adapters on a frozen transformer: it excludes finetune: "
@@ -355,7 +361,7 @@ class HFTextEncoder(nn.Module):
 
     def _apply(self, fn, *args, **kwargs):  # .to(device), .double(), ... reach the frozen model too
         super()._apply(fn, *args, **kwargs)
-        if not self.trainable and not self.__dict__.get("_keep_frozen"):
+        if not self.trainable:
             self.__dict__["_frozen"]._apply(fn, *args, **kwargs)
         return self
 

@@ -13,8 +13,8 @@ the file and what is wrong in one line, before anything is allocated where it ca
 3. :meth:`Checkpoint.read_weights`: the safetensors header (shapes; no tensor data) and the weights'
    SHA-256 against config.json, each read once;
 4. :func:`build_model`: the model built ONCE, on the meta device (no memory), its shapes compared with the
-   header, then materialised and filled with the weights (a model that cannot be built on the meta device
-   is built for real and its weights checked by shape as they load);
+   header, then its tensors replaced by the file's (no copy; a model that cannot be built on the meta
+   device is built for real and its weights checked by shape as they load);
 5. :func:`finish_model`: the vocabulary (read once per content in this process: :func:`read_vocab`), the
    model's own files (text encoder record, tokenizer: :meth:`MatchingModel.load_extra`), every file
    against checksums.json, then the calibration.
@@ -155,6 +155,8 @@ def load_state(model, path, header: dict) -> None:
         except ValueError as e:
             raise DataError(path, str(e).split(": ", 1)[1]) from None
     meta = any(t.is_meta for t in mine.values())
+    if meta:  # assigned, not copied: each tensor in the dtype the model declares (a file may store float16)
+        state = {k: v.to(mine[k].dtype) if k in mine and v.dtype != mine[k].dtype else v for k, v in state.items()}
     model.load_state_dict(state, strict=True, assign=meta)
 
 
@@ -172,15 +174,15 @@ def load_weights_into(model, path, sha256: str | None = None, recorded_in=None) 
 
 def build_model(ck: Checkpoint, create):
     """Step 4: ``create(name, **options)`` run once on the meta device, its shapes compared with the
-    header (a config.json whose sizes do not fit the weights, or are absurd, allocates nothing), then
-    materialised on the CPU and filled with the weights. A model whose construction needs real tensors
-    is built for real instead, and its weights checked by shape as they load."""
-    import torch
-
-    from ..weights import describe_problems
+    header (a config.json whose sizes do not fit the weights, or are absurd, allocates nothing), then its
+    tensors replaced by the file's (``load_state_dict(assign=True)``: nothing is initialised only to be
+    overwritten). A model whose construction needs real tensors, or that keeps a tensor outside its state
+    dict, is built for real instead, and its weights checked by shape as they load. A frozen pretrained
+    transformer, outside the parameter tree, is loaded for real by its encoder during the build."""
+    from ..weights import describe_problems, meta_build
 
     try:
-        with torch.device("meta"):
+        with meta_build():
             model = create(ck.name, **ck.options)
     except DataError:
         raise
@@ -194,11 +196,11 @@ def build_model(ck: Checkpoint, create):
     if problems:
         raise DataError(ck.weights, f"weights do not fit {ck.config_path} (model {ck.name}): "
                                     f"{describe_problems(problems)}")
-    from ..encoders.hf import keeping_frozen
-
-    with keeping_frozen(model):  # a frozen pretrained transformer was loaded for real, outside the tree
-        model.to_empty(device="cpu")
-    load_state(model, ck.weights, ck.header)
+    load_state(model, ck.weights, ck.header)  # every meta tensor replaced by the file's (strict: all of them)
+    left = [k for k, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if left:  # a tensor the file does not hold (a buffer kept out of the state dict): build it for real
+        model = create(ck.name, **ck.options)
+        load_weights_into(model, ck.weights, ck.weights_sha256)
     return model
 
 
