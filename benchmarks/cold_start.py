@@ -12,7 +12,7 @@ Commands timed (N fresh processes each, default 5; min / median / max of the wal
 With ``VLMATCH_PROFILE=1`` the command prints its own split on stderr (import, load, encode, search /
 explain, render: vlmatch.cli.common.Phases); ``startup`` is the wall time less those phases (interpreter,
 vlmatch's own imports, exit). The index is ``benchmarks/cache/index1000``: built once, when missing, with
-``vlmatch index build`` (the shipped default pair) from the first 1,000 Flickr8k val photos. Each label's
+``vlmatch index build`` (the shipped default model) from the first 1,000 Flickr8k val photos. Each label's
 figures are kept in the results file, so "before" and "after" sit side by side; take both on the same
 quiet host (the machine's other load changes every figure).
 """
@@ -97,12 +97,24 @@ def ensure_index(index: Path) -> None:
                     "--no-progress"], check=True)
 
 
+def _rev(src: Path) -> str:
+    """The commit of the checkout ``src`` lies in, with ``+changes`` when it has uncommitted ones ('' if none)."""
+    try:
+        rev = subprocess.run(["git", "-C", str(src), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(src), "status", "--porcelain", "."], capture_output=True,
+                               text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return rev + ("+changes" if dirty else "")
+
+
 def render(rep: dict) -> str:
     lines = ["# Cold start of the command line", "",
              "Wall time of one command in a fresh interpreter (`python -m vlmatch.cli ...`), N runs each, and where the "
              "median goes (`VLMATCH_PROFILE=1`: `startup` = interpreter, vlmatch's imports and exit; `import` = torch and "
              "the command's modules; `load` = the checkpoint(s); `encode` = the query; `search` = both stages). "
-             f"Index: {rep.get('index_photos', 1000)} Flickr8k val photos, the shipped default pair. Command: "
+             f"Index: {rep.get('index_photos', 1000)} Flickr8k val photos, the shipped default model. Command: "
              "`python benchmarks/cold_start.py [--src OLD/src --label before]`.", "",
              f"Host: {rep['host']['cpu']}, {rep['host'].get('cores', '?')} cores.", "",
              "| label | command | median s | min s | max s | goal s | split of the median (s) |",
@@ -116,7 +128,9 @@ def render(rep: dict) -> str:
     lines += ["", "Measured by the issue before this work (2 cores, nothing else running, median of 5): "
               + ", ".join(f"{k} {v} s" for k, v in rep["issue_before"].items()) + ".", ""]
     for label, res in rep["labels"].items():
-        lines.append(f"- {label}: {res['when']}, source {res['src']}, {res['note']}")
+        env = ", ".join(f"{k}={v}" for k, v in res.get("threads_env", {}).items()) or "default threads"
+        lines.append(f"- {label}: {res['when']}, vlmatch {res.get('rev') or res['src']}, {env}, nice "
+                     f"{res.get('niceness', 0)}; {res['note']}")
     return "\n".join(lines) + "\n"
 
 
@@ -129,6 +143,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--index", default=str(INDEX))
     ap.add_argument("--only", nargs="+", choices=["help", "argerror", "search", "explain"])
     ap.add_argument("--note", default="", help="what else the host was doing (recorded)")
+    ap.add_argument("--rev", default="", help="the commit --src was taken from (recorded)")
     ap.add_argument("--out", default=str(RESULTS))
     a = ap.parse_args(argv)
     index = Path(a.index)
@@ -143,7 +158,9 @@ def main(argv=None) -> dict:
     out = Path(a.out)
     old = json.loads(out.with_suffix(".json").read_text()) if out.with_suffix(".json").is_file() else {}
     labels = old.get("labels", {})
-    labels[a.label] = {"src": a.src, "when": time.strftime("%Y-%m-%d %H:%M"), "note": a.note or "no note",
+    labels[a.label] = {"src": a.src, "rev": a.rev or _rev(Path(a.src)), "when": time.strftime("%Y-%m-%d %H:%M"),
+                       "note": a.note or "no note", "niceness": os.nice(0),
+                       "threads_env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ},
                        "commands": res}
     rep = {"benchmark": "cold_start", "host": {"cpu": cpu_model(), "cores": os.cpu_count(), "flags": cpu_flags()},
            "index_photos": 1000, "query": QUERY, "goals_s": GOALS, "issue_before": ISSUE_BEFORE, "labels": labels}

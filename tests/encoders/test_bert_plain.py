@@ -73,3 +73,26 @@ def test_what_it_does_not_reproduce_goes_through_transformers(tiny, tmp_path):
     (other / "tokenizer_config.json").write_text(json.dumps({**conf, "do_lower_case": False}))  # differs from the normaliser
     assert fast_tokenizer(other) is None
     assert not isinstance(_read_tokenizer(other), FastTokenizer)
+
+
+def test_an_encoder_folders_digest_is_kept_on_disk_and_a_changed_file_changes_it(tmp_path, monkeypatch):
+    from vlmatch.encoders import hf
+
+    folder = tmp_path / "enc"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "vocab.txt").write_text("a\nb\n")
+    monkeypatch.setenv("VLMATCH_CACHE", str(tmp_path / "cache"))
+    hf._hash_cached.cache_clear()
+    want = hf.encoder_hash(folder)
+    (kept_file,) = (tmp_path / "cache" / "digests").iterdir()
+    hf._hash_cached.cache_clear()
+    reads = []
+    monkeypatch.setattr(hf, "hash_file_into", lambda h, f: reads.append(f))
+    assert hf.encoder_hash(folder) == want and reads == []  # a second process: read from the cache, no file hashed
+    monkeypatch.undo()
+    monkeypatch.setenv("VLMATCH_CACHE", str(tmp_path / "cache"))
+    (folder / "vocab.txt").write_text("a\nbc\n")  # the file's stat stamp moves, so the key does
+    hf._hash_cached.cache_clear()
+    assert hf.encoder_hash(folder) != want
+    assert kept_file.read_text().strip() == want

