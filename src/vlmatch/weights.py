@@ -88,10 +88,40 @@ def meta_build():
     from torch.nn import init
 
     saved = {name: getattr(init, name) for name in _INITS if hasattr(init, name)}
+    _REAL_INITS.update({k: v for k, v in saved.items() if not getattr(v, "_skipped_init", False)})
     for name in saved:
-        setattr(init, name, lambda tensor, *a, **k: tensor)
+        setattr(init, name, _skip)
     try:
         with torch.device("meta"):
+            yield
+    finally:
+        for name, fn in saved.items():
+            setattr(init, name, fn)
+
+
+_REAL_INITS: dict = {}
+
+
+def _skip(tensor, *args, **kwargs):
+    return tensor
+
+
+_skip._skipped_init = True
+
+
+@contextmanager
+def real_build():
+    """Inside a :func:`meta_build`, build something for real: on the CPU, with ``torch.nn.init`` as it was
+    (a frozen pretrained model a module loads in its constructor, whose missing weights its library
+    initialises)."""
+    import torch
+    from torch.nn import init
+
+    saved = {name: getattr(init, name) for name in _REAL_INITS}
+    for name, fn in _REAL_INITS.items():
+        setattr(init, name, fn)
+    try:
+        with torch.device("cpu"):
             yield
     finally:
         for name, fn in saved.items():

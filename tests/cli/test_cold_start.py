@@ -61,3 +61,30 @@ def test_the_constants_the_parser_spells_out_equal_their_modules():
     assert similar.DEFAULT_TEXT_WEIGHT == similar_search.DEFAULT_TEXT_WEIGHT
     assert (similar.DEFAULT_THRESHOLD, similar.DEFAULT_NEIGHBOURS) == (duplicates.DEFAULT_THRESHOLD,
                                                                        duplicates.DEFAULT_NEIGHBOURS)
+
+
+def test_every_commands_help_and_a_missing_argument_import_no_torch():
+    code = """
+import argparse, contextlib, io
+import vlmatch.cli as cli
+
+def commands(parser, prefix=()):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield prefix + (name,)
+                yield from commands(sub, prefix + (name,))
+
+seen = []
+for argv in commands(cli.build_parser()):
+    for extra in (["--help"], ["--no-such-flag"]):
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            try:
+                cli.main([*argv, *extra])
+            except SystemExit:
+                pass
+    seen.append(" ".join(argv))
+assert len(seen) >= 20, seen
+"""
+    got = _heavy_after("exec(" + repr(code) + ")")
+    assert got == {"heavy": [], "code": 0}

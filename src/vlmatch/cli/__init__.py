@@ -68,8 +68,11 @@ def quick_exit(code: int) -> None:
     import atexit
     import os
 
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a reader that closed the pipe (`| head -1`), a closed stream
+            pass
     atexit._run_exitfuncs()
     os._exit(code)
 

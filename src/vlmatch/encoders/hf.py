@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import threading
 from collections import OrderedDict
 from functools import lru_cache
 from pathlib import Path
@@ -217,8 +218,10 @@ def _first_line(e: BaseException) -> str:
 
 
 # tokenizers read in this process, by the SHA-256 of their files: a checkpoint's tokenizer copy and its
-# encoder folder's, or the two models of a search pair, read the files once
+# encoder folder's, or the two models of a search pair, read the files once. A call sets the shared
+# tokenizer's truncation length before it encodes: one call at a time (_TOKENIZE).
 _TOKENIZERS: dict[str, object] = {}
+_TOKENIZE = threading.Lock()
 
 
 def tokenizer_digest(path: str | os.PathLike) -> str:
@@ -336,7 +339,9 @@ class HFTextEncoder(nn.Module):
         self.trainable = trainable
         self.max_length = max_length
         self.tokenizer = load_tokenizer(self.path)
-        with torch.device("cpu"):  # a meta-device build (models.checkpoint) loads the frozen weights for real
+        from ..weights import real_build
+
+        with real_build():  # inside a meta-device build (models.checkpoint), the frozen weights load for real
             model = load_transformer(self.path, frozen=not trainable)
         check_fits(self.tokenizer, model, self.path)
         if trainable and lora is not None:
@@ -400,7 +405,8 @@ class HFTextEncoder(nn.Module):
     def tokenize(self, captions: list[str]) -> tuple[Tensor, Tensor]:
         if not captions:
             raise ValueError("tokenize needs at least one caption")
-        enc = self.tokenizer(list(captions), truncation=True, max_length=self.max_length, padding=False)
+        with _TOKENIZE:  # the tokenizer may be shared with another encoder of another max_length
+            enc = self.tokenizer(list(captions), truncation=True, max_length=self.max_length, padding=False)
         from ..data.loaders import pad_tokens
 
         return pad_tokens(enc["input_ids"])
