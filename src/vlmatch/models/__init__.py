@@ -1,9 +1,27 @@
 """The models: the protocol every model follows (:mod:`.base`), one module per paper, the registry of
-their names, and the training losses. Importing this package registers every built-in model."""
+their names, and the training losses. The registry registers every built-in model on its first lookup
+(:func:`load_builtin_models`); importing this package alone imports no torch (the command line's parser
+and the checkpoint resolver need only names)."""
 
-from . import caan, mmca, mtfn, scan, sman, vse  # noqa: F401 (each registers its names)
-from .base import ImageEncoding, MatchingModel, TextEncoding
-from .registry import create_model, describe_models, list_models, load_model
+from __future__ import annotations
+
+import importlib
+
+_LAZY = {"ImageEncoding": ".base", "TextEncoding": ".base", "MatchingModel": ".base", "create_model": ".registry",
+         "list_models": ".registry", "describe_models": ".registry", "load_model": ".registry"}
 
 __all__ = ["ImageEncoding", "TextEncoding", "MatchingModel", "create_model", "list_models",
            "describe_models", "load_model"]
+
+
+def load_builtin_models() -> None:
+    """Import every built-in model module (each registers its names with :mod:`.registry`)."""
+    from . import caan, mmca, mtfn, scan, sman, vse  # noqa: F401
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

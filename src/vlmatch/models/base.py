@@ -18,14 +18,13 @@ from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 from torch import Tensor, nn
 
-from ..errors import ConfigError, DataError, VlmatchError
-from ..io import read_json, write_bytes, write_json
+from ..errors import ConfigError, VlmatchError
+from ..io import write_bytes, write_json
 from ..options import check_mapping, dataclass_specs, raise_problems
-from ..weights import describe_problems, read_header, shape_problems, verify_sha256
+from .checkpoint import read_config_json  # noqa: F401 (the name callers import from here)
 
 EPS = 1e-8
 
@@ -400,27 +399,11 @@ class MatchingModel(nn.Module):
         return directory
 
     def load_weights(self, path, sha256: str | None = None) -> None:
-        """Load ``path`` (checked against ``sha256`` when given, and shape by shape before loading)."""
-        from ..encoders.lora import drop_unused_pooler, unused_pooler_keys
+        """Load ``path`` (checked against ``sha256`` when given, and shape by shape before loading): the
+        one weights reader of :mod:`vlmatch.models.checkpoint`."""
+        from .checkpoint import load_weights_into
 
-        path = Path(path)
-        found = read_header(path)
-        verify_sha256(path, sha256, path.parent / "config.json")
-        mine = {k: tuple(v.shape) for k, v in self.state_dict().items()}
-        legacy = [k for k in unused_pooler_keys(found) if k not in mine]  # a pooler adapter of an older save
-        problems = shape_problems({k: v for k, v in found.items() if k not in legacy}, mine)
-        if problems:
-            raise DataError(path, f"weights do not fit model {self.name}: {describe_problems(problems)}")
-        try:
-            state = load_file(str(path))
-        except Exception as e:  # safetensors raises its own error types
-            raise DataError(path, f"not a readable safetensors file: {e}") from None
-        if legacy:
-            try:
-                state = drop_unused_pooler(state, path)
-            except ValueError as e:
-                raise DataError(path, str(e).split(": ", 1)[1]) from None
-        self.load_state_dict(state, strict=True)
+        load_weights_into(self, path, sha256)
 
 
 def check_options(cls: type, overrides: dict, model_name: str) -> dict:
@@ -440,11 +423,3 @@ def make_config(cls: type, defaults: dict, overrides: dict, model_name: str):
         return cls(**opts)
     except (ValueError, TypeError) as e:  # a __post_init__ rule tying options together
         raise ConfigError(f"model {model_name!r}: {e}") from None
-
-
-def read_config_json(path) -> dict:
-    path = Path(path)
-    obj = read_json(path, "config.json not found (is this a vlmatch checkpoint folder?)")
-    if not isinstance(obj, dict) or "name" not in obj or "config" not in obj:
-        raise DataError(path, "expected an object with 'name' and 'config'")
-    return obj

@@ -5,15 +5,15 @@ The registry knows no model file: each model module registers its names when it 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from ..errors import ConfigError, DataError
-from ..io import complete_dir
-from ..weights import describe_problems, read_header, sha256_file, shape_problems, verify_sha256
 from .base import MatchingModel, check_options, make_config, read_config_json
-from .calibration import attach_calibration
-from .sealing import CHECKSUMS, verify_checkpoint
+from .checkpoint import build_model, finish_model, read_checkpoint, register_resolver, resolve_checkpoint
+
+__all__ = ["register", "list_models", "describe_models", "model_class", "check_model_options", "model_config",
+           "checkpoint_options", "saved_options", "legacy_conflicts", "create_model", "load_model", "load_checkpoint",
+           "register_resolver", "resolve_checkpoint"]
 
 _REGISTRY: dict[str, tuple[type[MatchingModel], dict, str]] = {}
 
@@ -101,25 +101,6 @@ def create_model(name: str, vocab=None, **overrides) -> MatchingModel:
     return model
 
 
-# "prefix:" -> a function giving the checkpoint folder a name stands for (vlmatch.pretrained registers
-# "pretrained:"); kept as a hook so this layer never imports the layers above it
-_RESOLVERS: dict[str, object] = {}
-
-
-def register_resolver(prefix: str, resolve) -> None:
-    """``resolve(name) -> Path``: a checkpoint folder for ``prefix + name`` (e.g. ``pretrained:NAME``)."""
-    _RESOLVERS[prefix] = resolve
-
-
-def resolve_checkpoint(spec) -> Path:
-    """The folder a checkpoint argument names: a path, or ``pretrained:NAME`` (a model shipped with vlmatch)."""
-    text = str(spec)
-    for prefix, resolve in _RESOLVERS.items():
-        if text.startswith(prefix):
-            return resolve(text[len(prefix):])
-    return Path(spec)
-
-
 def load_model(checkpoint_dir, map_location="cpu", *, note_unsealed: bool = True) -> MatchingModel:
     """Load a model saved with ``model.save(dir)``: config.json + model.safetensors (+ vocab.json).
     ``pretrained:NAME`` loads a trained model shipped with vlmatch (see ``vlmatch pretrained``).
@@ -127,66 +108,14 @@ def load_model(checkpoint_dir, map_location="cpu", *, note_unsealed: bool = True
     with a note, unless ``note_unsealed`` is False (a copy inside an index, which its manifest seals).
 
     An option config.json lacks takes the model's ``legacy_options`` value (see :func:`checkpoint_options`)."""
-    from ..data.vocab import Vocab
-
-    d = resolve_checkpoint(checkpoint_dir)
-    if not d.is_dir() and complete_dir(d) is not None:  # a save was interrupted between its renames
-        print(f"vlmatch: {d} is missing (an interrupted save); loading {complete_dir(d)}", file=sys.stderr)
-        d = complete_dir(d)
-    if not (d / "config.json").is_file():
-        inside = {"best": "best on validation", "last": "latest saved"}
-        found = [f"{d / sub} ({what})" for sub, what in inside.items() if (d / sub / "config.json").is_file()]
-        if found:
-            raise DataError(d, f"a run folder, not a checkpoint: use {' or '.join(found)}")
-    cfg = read_config_json(d / "config.json")
-    weights = d / "model.safetensors"
-    if not isinstance(cfg["config"], dict):
-        raise DataError(d / "config.json", "'config' must be an object of model options")
+    ck = read_checkpoint(checkpoint_dir)  # the folder and its config.json (vlmatch.models.checkpoint)
     try:
-        opts = check_model_options(cfg["name"], checkpoint_options(cfg["name"], cfg["config"]))
+        ck.options = check_model_options(ck.name, checkpoint_options(ck.name, ck.config["config"]))
     except ConfigError as e:
-        raise DataError(d / "config.json", str(e)) from None
-    header = read_header(weights)  # a file that is no safetensors at all is named as such first
-    digest = sha256_file(weights)
-    verify_sha256(weights, cfg.get("weights_sha256"), d / "config.json", actual=digest)
-    # compare the file's shapes with the model's before anything is allocated (a meta-device build)
-    expected = _meta_shapes(cfg["name"], opts)
-    if expected is not None:
-        from ..encoders.lora import unused_pooler_keys
-
-        legacy = set(unused_pooler_keys(header)) - set(expected)  # dropped by load_weights (an older save)
-        problems = shape_problems({k: v for k, v in header.items() if k not in legacy}, expected)
-        if problems:
-            raise DataError(weights, f"weights do not fit {d / 'config.json'} (model {cfg['name']}): "
-                                     f"{describe_problems(problems)}")
-    model = create_model(cfg["name"], **opts)
-    model.load_weights(weights)  # the content was verified above
-    if (d / "vocab.json").is_file():
-        model.vocab = Vocab.load(d / "vocab.json")
-        size = getattr(model.cfg, "vocab_size", None)
-        if model.uses_vocab and size is not None and len(model.vocab) > size:
-            raise DataError(d / "vocab.json", f"{len(model.vocab)} words, but the model's vocab_size in config.json "
-                                              f"is {size}: this vocabulary does not belong to these weights")
-    model.load_extra(d)  # (its text encoder's record: the encoder it names must be the one installed)
-    # every file against checksums.json (the checks above name what does not make sense; this, what was
-    # changed, removed or copied in since the save), before the calibration is attached
-    if verify_checkpoint(d, known={"model.safetensors": digest}) is None and note_unsealed:
-        _unsealed(d)
-    attach_calibration(model, d)
-    return model.to(map_location).eval()
-
-
-_WARNED: set[Path] = set()
-
-
-def _unsealed(d: Path) -> None:
-    """Say once per folder that a checkpoint has no checksums.json (saved before vlmatch sealed them): its
-    weights are still checked against config.json, its other files are not."""
-    key = d.resolve()
-    if key not in _WARNED:
-        _WARNED.add(key)
-        print(f"vlmatch: note: {d} has no {CHECKSUMS} (saved by an older vlmatch): only its weights are checked, "
-              f"not its other files; `vlmatch seal {d}` records them", file=sys.stderr)
+        raise DataError(ck.config_path, str(e)) from None
+    ck.read_weights()  # header and SHA-256, each read once
+    model = build_model(ck, create_model)  # built once (on the meta device), shapes checked, then filled
+    return finish_model(ck, model, map_location, note_unsealed)
 
 
 def load_checkpoint(checkpoint, map_location="cpu") -> MatchingModel:
@@ -198,12 +127,6 @@ def load_checkpoint(checkpoint, map_location="cpu") -> MatchingModel:
     return model
 
 
-def _meta_shapes(name: str, opts: dict) -> dict[str, tuple] | None:
-    """Parameter shapes of a model built on the meta device (no memory); None if it cannot be."""
-    import torch
+from . import load_builtin_models  # noqa: E402 (each model module registers its names with this one)
 
-    try:
-        with torch.device("meta"):
-            return {k: tuple(v.shape) for k, v in create_model(name, **opts).state_dict().items()}
-    except Exception:  # a model whose construction needs real tensors: its load_weights still checks
-        return None
+load_builtin_models()

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError, DataError
-from ..models.registry import register_resolver
+from ..models.checkpoint import register_resolver
 from ..models.sealing import CHECKSUMS
 from ..weights import sha256_file
 

@@ -1,0 +1,256 @@
+"""One checkpoint loader: a checkpoint folder read once, and a model built once from it.
+
+A checkpoint folder holds ``config.json`` (the registered model name, its options and the weights'
+SHA-256), ``model.safetensors``, ``checksums.json`` (every file's SHA-256: :mod:`.sealing`) and, as the
+model has them, ``vocab.json``, the text encoder's record and tokenizer copy, the calibration and the LoRA
+adapters (inside the weights). Loading goes through this module only, in this order (each check names
+the file and what is wrong in one line, before anything is allocated where it can):
+
+1. :func:`checkpoint_folder`: ``pretrained:NAME`` resolved (:func:`register_resolver`), an interrupted
+   save's ``NAME.prev`` taken, a run folder refused with the checkpoints inside it named;
+2. :func:`read_checkpoint`: ``config.json`` read once (its options are checked by the registry, which
+   knows the names);
+3. :meth:`Checkpoint.read_weights`: the safetensors header (shapes; no tensor data) and the weights'
+   SHA-256 against config.json, each read once;
+4. :func:`build_model`: the model built ONCE, on the meta device (no memory), its shapes compared with the
+   header, then its tensors replaced by the file's (no copy; a model that cannot be built on the meta
+   device is built for real and its weights checked by shape as they load);
+5. :func:`finish_model`: the vocabulary (read once per content in this process: :func:`read_vocab`), the
+   model's own files (text encoder record, tokenizer: :meth:`MatchingModel.load_extra`), every file
+   against checksums.json, then the calibration.
+
+``registry.load_model`` runs the five steps; an index's model copies, ``pretrained:NAME`` and training's
+``init_from`` / resume (:func:`load_weights_into`) read their weights through the same functions. This
+module imports no torch at import time (the command line resolves ``--model`` arguments with it).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import DataError
+from ..io import complete_dir
+
+# "prefix:" -> a function giving the checkpoint folder a name stands for (vlmatch.pretrained registers
+# "pretrained:"); kept as a hook so this layer never imports the layers above it
+_RESOLVERS: dict[str, object] = {}
+
+
+def register_resolver(prefix: str, resolve) -> None:
+    """``resolve(name) -> Path``: a checkpoint folder for ``prefix + name`` (e.g. ``pretrained:NAME``)."""
+    _RESOLVERS[prefix] = resolve
+
+
+def resolve_checkpoint(spec) -> Path:
+    """The folder a checkpoint argument names: a path, or ``pretrained:NAME`` (a model shipped with vlmatch)."""
+    text = str(spec)
+    for prefix, resolve in _RESOLVERS.items():
+        if text.startswith(prefix):
+            return resolve(text[len(prefix):])
+    return Path(spec)
+
+
+def checkpoint_folder(spec) -> Path:
+    """The checkpoint folder ``spec`` names (step 1 of the module doc)."""
+    d = resolve_checkpoint(spec)
+    if not d.is_dir() and complete_dir(d) is not None:  # a save was interrupted between its renames
+        print(f"vlmatch: {d} is missing (an interrupted save); loading {complete_dir(d)}", file=sys.stderr)
+        d = complete_dir(d)
+    if not (d / "config.json").is_file():
+        inside = {"best": "best on validation", "last": "latest saved"}
+        found = [f"{d / sub} ({what})" for sub, what in inside.items() if (d / sub / "config.json").is_file()]
+        if found:
+            raise DataError(d, f"a run folder, not a checkpoint: use {' or '.join(found)}")
+    return d
+
+
+@dataclass
+class Checkpoint:
+    """What a checkpoint folder holds, each file read once: ``config`` (config.json), then (after
+    :meth:`read_weights`) the weights' ``header`` (name -> shape) and ``weights_sha256`` (verified)."""
+
+    folder: Path
+    config: dict
+    options: dict = field(default_factory=dict)  # config.json's options, checked by the registry
+    header: dict | None = None
+    weights_sha256: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.config["name"]
+
+    @property
+    def config_path(self) -> Path:
+        return self.folder / "config.json"
+
+    @property
+    def weights(self) -> Path:
+        return self.folder / "model.safetensors"
+
+    def read_weights(self) -> Checkpoint:
+        """The safetensors header and the weights' SHA-256, checked against config.json (step 3)."""
+        self.header, self.weights_sha256 = read_weights_header(self.weights, self.config.get("weights_sha256"),
+                                                               self.config_path)
+        return self
+
+
+def read_config_json(path) -> dict:
+    from ..io import read_json
+
+    path = Path(path)
+    obj = read_json(path, "config.json not found (is this a vlmatch checkpoint folder?)")
+    if not isinstance(obj, dict) or "name" not in obj or "config" not in obj:
+        raise DataError(path, "expected an object with 'name' and 'config'")
+    return obj
+
+
+def read_checkpoint(spec) -> Checkpoint:
+    """Steps 1 and 2: the folder and its config.json (an object with 'name' and an object 'config')."""
+    d = checkpoint_folder(spec)
+    cfg = read_config_json(d / "config.json")
+    if not isinstance(cfg["config"], dict):
+        raise DataError(d / "config.json", "'config' must be an object of model options")
+    return Checkpoint(d, cfg)
+
+
+def read_weights_header(path, expected_sha256: str | None, recorded_in) -> tuple[dict, str]:
+    """(name -> shape, SHA-256) of a safetensors file, the digest checked against ``expected_sha256``
+    (recorded in ``recorded_in``) when given. A file that is no safetensors at all is named as such first."""
+    from ..weights import read_header, sha256_file, verify_sha256
+
+    header = read_header(path)
+    digest = sha256_file(path)
+    verify_sha256(path, expected_sha256, recorded_in, actual=digest)
+    return header, digest
+
+
+def fit_problems(header: dict, expected: dict) -> list[str]:
+    """What differs between a file's shapes and a model's, leaving out the pooler adapters an older save
+    holds (load_state drops them)."""
+    from ..encoders.lora import unused_pooler_keys
+    from ..weights import shape_problems
+
+    legacy = set(unused_pooler_keys(header)) - set(expected)
+    return shape_problems({k: v for k, v in header.items() if k not in legacy}, expected)
+
+
+def load_state(model, path, header: dict) -> None:
+    """Fill ``model`` with the tensors of ``path`` (shapes already checked against ``header``); an older
+    save's pooler adapters are dropped (refused if they are not zero). Parameters on the meta device are
+    replaced by the loaded tensors (no copy)."""
+    from safetensors.torch import load_file
+
+    from ..encoders.lora import drop_unused_pooler, unused_pooler_keys
+
+    try:
+        state = load_file(str(path))
+    except Exception as e:  # safetensors raises its own error types
+        raise DataError(path, f"not a readable safetensors file: {e}") from None
+    mine = model.state_dict()
+    if [k for k in unused_pooler_keys(header) if k not in mine]:
+        try:
+            state = drop_unused_pooler(state, path)
+        except ValueError as e:
+            raise DataError(path, str(e).split(": ", 1)[1]) from None
+    meta = any(t.is_meta for t in mine.values())
+    if meta:  # assigned, not copied: each tensor in the dtype the model declares (a file may store float16)
+        state = {k: v.to(mine[k].dtype) if k in mine and v.dtype != mine[k].dtype else v for k, v in state.items()}
+    model.load_state_dict(state, strict=True, assign=meta)
+
+
+def load_weights_into(model, path, sha256: str | None = None, recorded_in=None) -> None:
+    """``model.load_weights``: the header and digest read once, the shapes compared, then the tensors."""
+    from ..weights import describe_problems
+
+    path = Path(path)
+    header, _ = read_weights_header(path, sha256, recorded_in or path.parent / "config.json")
+    problems = fit_problems(header, {k: tuple(v.shape) for k, v in model.state_dict().items()})
+    if problems:
+        raise DataError(path, f"weights do not fit model {model.name}: {describe_problems(problems)}")
+    load_state(model, path, header)
+
+
+def build_model(ck: Checkpoint, create):
+    """Step 4: ``create(name, **options)`` run once on the meta device, its shapes compared with the
+    header (a config.json whose sizes do not fit the weights, or are absurd, allocates nothing), then its
+    tensors replaced by the file's (``load_state_dict(assign=True)``: nothing is initialised only to be
+    overwritten). A model whose construction needs real tensors, or that keeps a tensor outside its state
+    dict, is built for real instead, and its weights checked by shape as they load. A frozen pretrained
+    transformer, outside the parameter tree, is loaded for real by its encoder during the build."""
+    from ..weights import describe_problems, meta_build
+
+    try:
+        with meta_build():
+            model = create(ck.name, **ck.options)
+    except DataError:
+        raise
+    except Exception:  # a model whose construction needs real tensors
+        model = None
+    if model is None:
+        model = create(ck.name, **ck.options)
+        load_weights_into(model, ck.weights, ck.weights_sha256)
+        return model
+    problems = fit_problems(ck.header, {k: tuple(v.shape) for k, v in model.state_dict().items()})
+    if problems:
+        raise DataError(ck.weights, f"weights do not fit {ck.config_path} (model {ck.name}): "
+                                    f"{describe_problems(problems)}")
+    load_state(model, ck.weights, ck.header)  # every meta tensor replaced by the file's (strict: all of them)
+    left = [k for k, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if left:  # a tensor the file does not hold (a buffer kept out of the state dict): build it for real
+        model = create(ck.name, **ck.options)
+        load_weights_into(model, ck.weights, ck.weights_sha256)
+    return model
+
+
+# vocabularies read in this process, by the SHA-256 of their file
+_VOCABS: dict[str, object] = {}
+
+
+def read_vocab(path):
+    """The :class:`vlmatch.data.vocab.Vocab` of ``path``, read once per content in this process."""
+    from ..data.vocab import Vocab
+    from ..weights import sha256_file
+
+    key = sha256_file(path)
+    if key not in _VOCABS:
+        _VOCABS[key] = Vocab.load(path)
+    return _VOCABS[key]
+
+
+def finish_model(ck: Checkpoint, model, map_location="cpu", note_unsealed: bool = True):
+    """Step 5: vocabulary, the model's own files, the sealed file list, the calibration; the model on
+    ``map_location`` in eval mode."""
+    from .calibration import attach_calibration
+    from .sealing import verify_checkpoint
+
+    d = ck.folder
+    if (d / "vocab.json").is_file():
+        model.vocab = read_vocab(d / "vocab.json")
+        size = getattr(model.cfg, "vocab_size", None)
+        if model.uses_vocab and size is not None and len(model.vocab) > size:
+            raise DataError(d / "vocab.json", f"{len(model.vocab)} words, but the model's vocab_size in config.json "
+                                              f"is {size}: this vocabulary does not belong to these weights")
+    model.load_extra(d)  # (its text encoder's record: the encoder it names must be the one installed)
+    # every file against checksums.json (the checks above name what does not make sense; this, what was
+    # changed, removed or copied in since the save), before the calibration is attached
+    if verify_checkpoint(d, known={"model.safetensors": ck.weights_sha256}) is None and note_unsealed:
+        _unsealed(d)
+    attach_calibration(model, d)
+    return model.to(map_location).eval()
+
+
+_WARNED: set[Path] = set()
+
+
+def _unsealed(d: Path) -> None:
+    """Say once per folder that a checkpoint has no checksums.json (saved before vlmatch sealed them): its
+    weights are still checked against config.json, its other files are not."""
+    from .sealing import CHECKSUMS
+
+    key = d.resolve()
+    if key not in _WARNED:
+        _WARNED.add(key)
+        print(f"vlmatch: note: {d} has no {CHECKSUMS} (saved by an older vlmatch): only its weights are checked, "
+              f"not its other files; `vlmatch seal {d}` records them", file=sys.stderr)

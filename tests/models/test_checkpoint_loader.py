@@ -1,0 +1,104 @@
+"""The one checkpoint loader (vlmatch.models.checkpoint, issue #50): a model is built once (on the meta
+device, then filled), each file is read once, the tokenizer once per content in a process, and what it
+loads scores exactly as what was saved, also with a frozen transformer and LoRA adapters."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vlmatch import create_model, load_model
+from vlmatch.encoders import hf
+from vlmatch.models import checkpoint, registry
+from vlmatch.weights import read_header
+
+from .test_mmca import CAPTIONS, tiny_bert  # noqa: F401 (a session fixture)
+
+
+def _scores(model, seed=3):
+    g = torch.Generator().manual_seed(seed)
+    feats = torch.randn(3, 5, model.cfg.img_dim, generator=g)
+    tokens, lengths = model.tokenize(CAPTIONS)
+    with torch.no_grad():
+        return model.score(model.encode_images(feats), model.encode_texts(tokens, lengths))
+
+
+def _counting(monkeypatch, module, name):
+    calls = []
+    real = getattr(module, name)
+
+    def counted(*a, **k):
+        calls.append(a)
+        return real(*a, **k)
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+@pytest.mark.parametrize("opts", [{}, {"text_lora": {"rank": 2, "targets": ["query", "value"], "alpha": 4}}],
+                         ids=["frozen", "lora"])
+def test_a_checkpoint_is_built_once_and_its_tokenizer_and_header_read_once(opts, tiny_bert, tmp_path,  # noqa: F811
+                                                                            monkeypatch):
+    torch.manual_seed(0)
+    model = create_model("vsepp", img_dim=12, embed_dim=8, text_encoder=tiny_bert, text_cache=False, **opts).eval()
+    if opts:  # adapters that change the output (B starts at zero)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.01 * torch.randn_like(p))
+    want = _scores(model)
+    model.save(tmp_path / "m")
+    hf._TOKENIZERS.clear()
+    builds = _counting(monkeypatch, registry, "create_model")
+    tokenizers = _counting(monkeypatch, hf, "_read_tokenizer")
+    import vlmatch.weights as weights
+
+    headers = _counting(monkeypatch, weights, "read_header")
+    again = load_model(tmp_path / "m")
+    assert len(builds) == 1  # no second build to check shapes
+    assert len(tokenizers) == 1  # the encoder folder's tokenizer and the checkpoint's copy: one content, one read
+    assert len(headers) == 1
+    assert not any(p.is_meta for p in again.state_dict().values())
+    assert not any(p.is_meta for p in again.pretrained_text.hf.model.parameters())  # the frozen transformer was loaded for real
+    torch.testing.assert_close(_scores(again), want)
+
+
+def test_a_model_on_the_meta_device_is_filled_with_every_tensor_of_the_file(tmp_path):
+    torch.manual_seed(0)
+    m = create_model("mtfn", img_dim=6, embed_dim=8, word_dim=4, vocab_size=12, rank=3, fusion_dim=5)
+    m.save(tmp_path / "m")
+    again = load_model(tmp_path / "m")
+    assert set(read_header(tmp_path / "m" / "model.safetensors")) == set(again.state_dict())
+    for k, v in m.state_dict().items():
+        assert torch.equal(again.state_dict()[k], v), k
+    assert again.tt_trained.dtype == torch.uint8 and not again.tt_trained.is_meta
+
+
+def test_the_resolver_needs_no_torch_and_names_a_run_folder(tmp_path):
+    (tmp_path / "run" / "best").mkdir(parents=True)
+    (tmp_path / "run" / "best" / "config.json").write_text("{}")
+    with pytest.raises(Exception, match=r"a run folder, not a checkpoint: use .*best \(best on validation\)"):
+        checkpoint.checkpoint_folder(tmp_path / "run")
+    assert checkpoint.resolve_checkpoint(tmp_path) == tmp_path
+
+
+def test_weights_stored_in_float16_load_in_the_dtype_the_model_declares(tmp_path):
+    import hashlib
+    import json
+
+    from safetensors.torch import load_file, save
+
+    from vlmatch.models.sealing import seal_checkpoint
+
+    torch.manual_seed(0)
+    m = create_model("vsepp", img_dim=6, embed_dim=8, word_dim=4, vocab_size=12)
+    m.save(tmp_path / "m")
+    f = tmp_path / "m" / "model.safetensors"
+    data = save({k: v.half() for k, v in load_file(str(f)).items()})  # as a shipped checkpoint may store them
+    f.write_bytes(data)
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
+    cfg["weights_sha256"] = hashlib.sha256(data).hexdigest()
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
+    seal_checkpoint(tmp_path / "m")
+    again = load_model(tmp_path / "m")
+    assert {p.dtype for p in again.parameters()} == {torch.float32}
+    for k, v in m.state_dict().items():
+        torch.testing.assert_close(again.state_dict()[k], v.half().float())
