@@ -32,8 +32,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from hostinfo import cpu_flags, cpu_model  # noqa: E402
-from reporting import write_report  # noqa: E402
+from harness import cpu_flags, cpu_model, write_report  # noqa: E402
 
 RESULTS = HERE / "results" / "cold_start"
 CACHE = HERE / "cache"

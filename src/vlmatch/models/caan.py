@@ -25,7 +25,7 @@ as the inner product in our experiments" (``norm_output=False``). With unit regi
 attention and starts with scores far below the margin; the cosine does neither. On Flickr8k
 (caan_minilm_f8k, 4 epochs at lr 1e-3 each, best val rsum within them) the cosine reads 265.2 and the inner
 product 250.1 (188.0 after one epoch against 242.9): -15.1 against the study's run-to-run noise of 2.5
-(benchmarks/results/flickr8k.md, "Ablation claims"; runs c22_caan, c23_caan_inner). A measurement at
+(experiments/results/flickr8k.md, "Ablation claims"; runs c22_caan, c23_caan_inner). A measurement at
 this setting, not at the paper's (Faster R-CNN regions, D 1024, 30 epochs), so ``norm_output: false``
 stays one option away.
 Variants (Table 4): baseline (mean pooling), IA (inter only), FA / SA (intra only), IA+FA, and

@@ -25,7 +25,7 @@ one inner product, ``[v, -c(I), 1] . [t, 1, -d(T)]``, so the first stage of a se
 A bank is kept small: ``rows`` random training items, in the ``rank`` leading directions of their singular
 value decomposition, each row's coefficients in int8 with one float16 scale (a 2,048-item bank at rank 128
 is 0.5 MB; with both banks so kept the shipped default reads 352.2 Flickr8k val rsum, the whole training
-split's banks in float32 353.3: benchmarks/results/calibration.md).
+split's banks in float32 353.3: experiments/results/calibration.md).
 
 Files beside a checkpoint's weights: ``calibration.safetensors`` (``{side}_coef`` int8, ``{side}_scale``
 and ``{side}_basis`` float16 per bank) and ``calibration.json`` (beta, each bank's rows, rank and source,

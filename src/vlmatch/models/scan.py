@@ -52,7 +52,7 @@ class SCANConfig(ModelConfig, TextSideOptions):
     num_layers: int = 1
     gemm_dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # precision of the region-word GEMM only
     # Normalise the raw region features before the projection (not in the paper; for grid features,
-    # see benchmarks/results/flickr8k.md): none | l2 (each region to unit norm) | batchnorm (per channel).
+    # see experiments/results/flickr8k.md): none | l2 (each region to unit norm) | batchnorm (per channel).
     feature_norm: Literal["none", "l2", "batchnorm"] = "none"
 
 

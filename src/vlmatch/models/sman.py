@@ -70,7 +70,7 @@ Readings of the paper where it is ambiguous (or self-contradictory):
       against the same m2: off once the mean cosine passes 1 - m2 = 0.75, a hinge that can be met.
   **Decided by measurement: per_level.** On Flickr8k (frozen MiniLM, Lite0 7 x 7, sman_minilm_f8k's
   setting, 4 epochs at lr 1e-3 each, best val rsum within them) per_level reads 287.9 and sum 271.4:
-  +16.5 against the study's run-to-run noise of 2.5 (benchmarks/results/flickr8k.md, "Ablation claims";
+  +16.5 against the study's run-to-run noise of 2.5 (experiments/results/flickr8k.md, "Ablation claims";
   runs c23_sman_per_level, c23_sman_sum). A hinge that switches off once a positive pair is close
   enough leaves the triplet term to shape the space; the always-on pull keeps dragging every positive
   together. The paper configs and the default use it; ``sman_f8k`` keeps ``"sum"``, what its recorded
