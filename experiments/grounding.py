@@ -3,6 +3,7 @@
     python experiments/grounding.py --row shipped_rescorer_attention --model pretrained:scan-t2i-minilm-f8k --method attention
     python experiments/grounding.py --row g35_vsepp_gl30 --model benchmarks/cache/runs/g35_vsepp_gl30/best --method contribution
     python experiments/grounding.py --rerender
+    python experiments/grounding.py --crossfit g48_default --rows ROW ROW ... --min-rsum 337
 
 Each row runs ``vlmatch.evaluation.grounding.pointing_game`` on the val split (Karpathy val, 1,000 images,
 every phrase of their captions with a box; the test split's annotations are held back) of the features the
@@ -31,6 +32,7 @@ from harness import cpu_flags, cpu_model  # noqa: E402
 ENTITIES = HERE.parent.parent / "shared" / "flickr30k_entities"
 RESULTS = HERE / "results"
 ROWS = RESULTS / "grounding"
+CHOICES = RESULTS / "grounding_choices"  # cross-fitted choices among rows (--crossfit)
 TYPES = ("people", "clothing", "bodyparts", "animals", "vehicles", "instruments", "scene", "other")
 
 
@@ -93,23 +95,70 @@ def render() -> str:
            "one of the chain's boxes. `centre`: always the photo's centre; `capmean`: the whole caption's map for",
            "every phrase of it; `ceiling`: the best any cell centre of the grid can do. Rendered by",
            "`python experiments/grounding.py --rerender` from `experiments/results/grounding/*.json`.", "",
-           "| row | model | method | features | val rsum | pointing | centre | capmean | ceiling | phrases | "
+           "`95 %`: the pointing's bootstrap interval, images resampled with their phrases (rows measured since",
+           "2026-11-27; '-' before).", "",
+           "| row | model | method | features | val rsum | pointing | 95 % | centre | capmean | ceiling | phrases | "
            + " | ".join(TYPES) + " | s |",
-           "|" + "---|" * (11 + len(TYPES))]
+           "|" + "---|" * (12 + len(TYPES))]
     for r in rows:
         types = " | ".join(f"{r['by_type'][t]['pointing']:.1f}" if t in r["by_type"] else "-" for t in TYPES)
         rsum = f"{r['val_rsum']:.1f}" if r.get("val_rsum") else "-"
         method = r["method"] + (" (phrase as query)" if r.get("phrases_as") == "query" and r["method"] in
                                 ("attention", "contribution") else "")
+        ci = r.get("pointing_ci95")
+        ci = f"{ci[0]:.1f}-{ci[1]:.1f}" if ci else "-"
         out.append(f"| {r['row']} | `{r['model']}` | {method} | {r['features']} | {rsum} | **{r['pointing']:.1f}** | "
-                   f"{r['centre']:.1f} | {r['caption_mean']:.1f} | {r['ceiling']:.1f} | {r['phrases']} | {types} | "
+                   f"{ci} | {r['centre']:.1f} | {r['caption_mean']:.1f} | {r['ceiling']:.1f} | {r['phrases']} | {types} | "
                    f"{r['seconds']:.0f} |")
+    choices = sorted(CHOICES.glob("*.json")) if CHOICES.is_dir() else []
+    if choices:
+        out += ["", "## Cross-fitted choices", "",
+                "A run chosen by its val pointing is flattered on the phrases it was chosen on. Each choice below is",
+                "made on one half of the val images (a fixed split by a hash of the file name) and reported on the",
+                "other, both ways (`vlmatch.evaluation.pointing_stats.crossfit_choice`); candidates must reach the",
+                "val rsum floor first.", "",
+                "| choice | candidates | rsum floor | picked on half 0 -> its pointing on half 1 "
+                "| picked on half 1 -> on half 0 | cross-fitted pointing | chosen on all of val |",
+                "|---|---|---:|---|---|---:|---|"]
+        for path in choices:
+            c = json.loads(path.read_text())
+            p0, p1 = c["picks"]["picked_on_0"], c["picks"]["picked_on_1"]
+            out.append(f"| {c['name']} | {', '.join(c['rows'])} | {c['min_rsum'] if c['min_rsum'] is not None else '-'} | "
+                       f"{p0['run']} -> {p0['reported_on_other']:.1f} | {p1['run']} -> {p1['reported_on_other']:.1f} | "
+                       f"**{c['pointing']:.1f}** | {c['chosen_on_all']['run']} ({c['chosen_on_all']['pointing']:.1f}) |")
     out += ["", "## Commands and notes", ""]
     for r in rows:
         note = f" {r['note']}" if r.get("note") else ""
         out.append(f"- **{r['row']}**: `{r['command']}`{note} (host: {r['host']['cpu']}; "
                    f"{' '.join(f for f in r['host']['flags'] if f.startswith('avx512') or f == 'avx2')})")
     return "\n".join(out) + "\n"
+
+
+def crossfit(a) -> dict:
+    """The cross-fitted choice among rows: the best pointing among those whose val rsum reaches --min-rsum."""
+    from vlmatch.evaluation.pointing_stats import crossfit_choice
+
+    rows = {}
+    for name in a.rows:
+        path = ROWS / f"{name}.json"
+        if not path.is_file():
+            sys.exit(f"grounding.py: {path} not found")
+        r = json.loads(path.read_text())
+        if a.min_rsum is not None and (r.get("val_rsum") or 0) < a.min_rsum:
+            print(f"{name}: val rsum {r.get('val_rsum')} below the floor {a.min_rsum}: not a candidate")
+            continue
+        rows[name] = r
+    if not rows:
+        sys.exit("grounding.py: no candidate reaches the rsum floor")
+    try:
+        out = crossfit_choice(rows)
+    except ValueError as e:
+        sys.exit(f"grounding.py: {e}")
+    out = {"name": a.crossfit, "rows": list(a.rows), "candidates": list(rows), "min_rsum": a.min_rsum,
+           "command": "python experiments/grounding.py " + shlex.join(sys.argv[1:]), **out}
+    write_json(CHOICES / f"{a.crossfit}.json", out)
+    print(json.dumps(out, indent=2))
+    return out
 
 
 def main() -> None:
@@ -123,8 +172,13 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--note")
     ap.add_argument("--rerender", action="store_true", help="only rewrite grounding.md from the row files")
+    ap.add_argument("--crossfit", metavar="NAME", help="a cross-fitted choice among --rows (written under this name)")
+    ap.add_argument("--rows", nargs="+", default=[], help="with --crossfit: the candidate rows")
+    ap.add_argument("--min-rsum", type=float, help="with --crossfit: only rows whose val rsum reaches this")
     a = ap.parse_args()
-    if not a.rerender:
+    if a.crossfit:
+        crossfit(a)
+    elif not a.rerender:
         if not (a.row and a.model):
             ap.error("--row and --model are needed (or --rerender)")
         run_row(a)
