@@ -6,9 +6,8 @@ torch (benchmarks/cold_start.py measures it)."""
 
 from __future__ import annotations
 
-import importlib
-
 from . import pretrained  # noqa: F401 (registers "pretrained:NAME" checkpoint names; imports no torch)
+from .lazy import lazy_names
 from .version import __version__
 
 # public name -> the module that defines it (imported when the name is first asked for)
@@ -18,13 +17,4 @@ _LAZY = {"create_model": ".models.registry", "describe_models": ".models.registr
 __all__ = ["Index", "create_model", "list_models", "describe_models", "load_model", "__version__"]
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, globals(), _LAZY)

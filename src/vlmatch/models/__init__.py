@@ -5,7 +5,7 @@ and the checkpoint resolver need only names)."""
 
 from __future__ import annotations
 
-import importlib
+from ..lazy import lazy_names
 
 _LAZY = {"ImageEncoding": ".base", "TextEncoding": ".base", "MatchingModel": ".base", "create_model": ".registry",
          "list_models": ".registry", "describe_models": ".registry", "load_model": ".registry"}
@@ -19,9 +19,4 @@ def load_builtin_models() -> None:
     from . import caan, mmca, mtfn, scan, sman, vse  # noqa: F401
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_names(__name__, globals(), _LAZY)

@@ -3,16 +3,11 @@ imported on first use: the command line's parser reads this package's light modu
 
 from __future__ import annotations
 
-import importlib
+from ..lazy import lazy_names
 
 _LAZY = {"Index": ".index", "SearchHit": ".index", "SearchResult": ".index", "DEFAULT_CANDIDATES": ".index"}
 
 __all__ = ["Index", "SearchHit", "SearchResult", "DEFAULT_CANDIDATES"]
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_names(__name__, globals(), _LAZY)
