@@ -115,7 +115,8 @@ def render(rep: dict) -> str:
              "the command's modules; `load` = the checkpoint(s); `encode` = the query; `search` = both stages). "
              f"Index: {rep.get('index_photos', 1000)} Flickr8k val photos, the shipped default model. Command: "
              "`python benchmarks/cold_start.py [--src OLD/src --label before]`.", "",
-             f"Host: {rep['host']['cpu']}, {rep['host'].get('cores', '?')} cores, flags {' '.join(rep['host'].get('flags', []))}.", "",
+             f"Host: {rep['host']['cpu']}, {rep['host'].get('cores', '?')} cores, "
+             f"flags {' '.join(rep['host'].get('flags', []))}.", "",
              "| label | command | median s | min s | max s | goal s | split of the median (s) |",
              "|---|---|---:|---:|---:|---:|---|"]
     for label, res in rep["labels"].items():
