@@ -15,20 +15,60 @@ from vlmatch.weights import meta_build, real_build
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
+def _initialised(t) -> bool:
+    return bool(torch.isfinite(t).all()) and float(t.abs().sum()) > 0
+
+
 def test_a_meta_build_skips_initialisers_and_a_real_build_inside_it_restores_them():
-    before = init.normal_
+    probe = torch.zeros(3)
     with meta_build():
         lin = torch.nn.Linear(3, 4)
-        assert lin.weight.is_meta and init.normal_ is not before
+        assert lin.weight.is_meta
+        assert init.ones_(probe) is probe and float(probe.sum()) == 0  # skipped in here
         with real_build():
-            assert init.normal_ is before
             real = torch.nn.Linear(3, 4)
-            assert not real.weight.is_meta and bool(torch.isfinite(real.weight).all()) and real.weight.abs().sum() > 0
+            assert not real.weight.is_meta and _initialised(real.weight)
             with meta_build():
                 assert torch.nn.Embedding(5, 2).weight.is_meta
-            assert init.normal_ is before
-        assert init.normal_ is not before
-    assert init.normal_ is before
+            assert _initialised(torch.nn.Linear(3, 4).weight)
+        init.ones_(probe)
+        assert float(probe.sum()) == 0
+    init.ones_(probe)
+    assert float(probe.sum()) == 3
+    assert _initialised(torch.nn.Linear(3, 4).weight)
+
+
+def test_a_failed_meta_build_leaves_initialisers_working():
+    try:
+        with meta_build():
+            raise RuntimeError("a model whose construction needs real tensors")
+    except RuntimeError:
+        pass
+    assert _initialised(torch.nn.Linear(3, 4).weight)
+
+
+def test_another_thread_initialises_as_usual_while_one_is_in_a_meta_build():
+    import threading
+
+    inside, done = threading.Event(), threading.Event()
+    built = {}
+
+    def meta_side():
+        with meta_build():
+            built["meta"] = torch.nn.Linear(3, 4)
+            inside.set()
+            done.wait(timeout=30)
+
+    t = threading.Thread(target=meta_side)
+    t.start()
+    assert inside.wait(timeout=30)
+    try:
+        other = torch.nn.Linear(64, 64)  # this thread is not in the meta build: its weights are drawn
+        assert not other.weight.is_meta and _initialised(other.weight) and float(other.weight.std()) > 0.01
+    finally:
+        done.set()
+        t.join()
+    assert built["meta"].weight.is_meta
 
 
 def test_a_meta_build_of_the_usual_layers_imports_no_compiler_stack():

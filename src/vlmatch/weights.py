@@ -8,7 +8,9 @@ results. Shapes are compared with the header (a few KB read) before a model is b
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -78,51 +80,65 @@ _INITS = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_"
           "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_", "sparse_")
 
 
-@contextmanager
-def meta_build():
-    """Build modules on the meta device (shapes, no memory) with ``torch.nn.init`` switched off: their values
-    come from a weights file (``load_state_dict(assign=True)``), and an initialiser run on a meta tensor
-    goes through torch's reference implementations, whose first use imports torch's compiler stack (seconds
-    of a command's start). Not for threads that initialise modules meanwhile (the initialisers are patched)."""
-    import torch
+# whether this thread is inside a meta build (initialisers skipped): per thread, so a model another thread
+# builds meanwhile initialises as usual, and nothing global is left switched off by a build that fails
+_BUILD = threading.local()
+_SWITCH_LOCK = threading.Lock()
+
+
+def _switched(real):
+    """``real`` (a ``torch.nn.init`` function) that returns its tensor untouched inside this thread's meta build."""
+
+    @functools.wraps(real)
+    def init_fn(tensor, *args, **kwargs):
+        if getattr(_BUILD, "meta", False):
+            return tensor
+        return real(tensor, *args, **kwargs)
+
+    init_fn.vlmatch_switched = True
+    return init_fn
+
+
+def _install_switches() -> None:
+    """Wrap torch.nn.init's initialisers once per process (outside a meta build they call through unchanged)."""
     from torch.nn import init
 
-    saved = {name: getattr(init, name) for name in _INITS if hasattr(init, name)}
-    _REAL_INITS.update({k: v for k, v in saved.items() if not getattr(v, "_skipped_init", False)})
-    for name in saved:
-        setattr(init, name, _skip)
+    with _SWITCH_LOCK:
+        for name in _INITS:
+            fn = getattr(init, name, None)
+            if fn is not None and not getattr(fn, "vlmatch_switched", False):
+                setattr(init, name, _switched(fn))
+
+
+@contextmanager
+def meta_build():
+    """Build modules on the meta device (shapes, no memory) with ``torch.nn.init`` skipped in this thread: their
+    values come from a weights file (``load_state_dict(assign=True)``), and an initialiser run on a meta tensor
+    goes through torch's reference implementations, whose first use imports torch's compiler stack (seconds
+    of a command's start). Other threads initialise as usual meanwhile."""
+    import torch
+
+    _install_switches()
+    before = getattr(_BUILD, "meta", False)
+    _BUILD.meta = True
     try:
         with torch.device("meta"):
             yield
     finally:
-        for name, fn in saved.items():
-            setattr(init, name, fn)
-
-
-_REAL_INITS: dict = {}
-
-
-def _skip(tensor, *args, **kwargs):
-    return tensor
-
-
-_skip._skipped_init = True
+        _BUILD.meta = before
 
 
 @contextmanager
 def real_build():
-    """Inside a :func:`meta_build`, build something for real: on the CPU, with ``torch.nn.init`` as it was
-    (a frozen pretrained model a module loads in its constructor, whose missing weights its library
+    """Inside a :func:`meta_build`, build something for real: on the CPU, with ``torch.nn.init`` working (a
+    frozen pretrained model a module loads in its constructor, whose missing weights its library
     initialises)."""
     import torch
-    from torch.nn import init
 
-    saved = {name: getattr(init, name) for name in _REAL_INITS}
-    for name, fn in _REAL_INITS.items():
-        setattr(init, name, fn)
+    before = getattr(_BUILD, "meta", False)
+    _BUILD.meta = False
     try:
         with torch.device("cpu"):
             yield
     finally:
-        for name, fn in saved.items():
-            setattr(init, name, fn)
+        _BUILD.meta = before
