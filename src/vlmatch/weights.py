@@ -116,16 +116,9 @@ def meta_build():
     values come from a weights file (``load_state_dict(assign=True)``), and an initialiser run on a meta tensor
     goes through torch's reference implementations, whose first use imports torch's compiler stack (seconds
     of a command's start). Other threads initialise as usual meanwhile."""
-    import torch
-
     _install_switches()
-    before = getattr(_BUILD, "meta", False)
-    _BUILD.meta = True
-    try:
-        with torch.device("meta"):
-            yield
-    finally:
-        _BUILD.meta = before
+    with _building(meta=True):
+        yield
 
 
 @contextmanager
@@ -133,12 +126,20 @@ def real_build():
     """Inside a :func:`meta_build`, build something for real: on the CPU, with ``torch.nn.init`` working (a
     frozen pretrained model a module loads in its constructor, whose missing weights its library
     initialises)."""
+    with _building(meta=False):
+        yield
+
+
+@contextmanager
+def _building(meta: bool):
+    """This thread builds on the meta device with initialisers skipped (``meta``), or on the CPU with them working,
+    until the block ends (then as before)."""
     import torch
 
     before = getattr(_BUILD, "meta", False)
-    _BUILD.meta = False
+    _BUILD.meta = meta
     try:
-        with torch.device("cpu"):
+        with torch.device("meta" if meta else "cpu"):
             yield
     finally:
         _BUILD.meta = before
