@@ -54,24 +54,34 @@ def _pool(rel, how, lam2):
     return math.log(sum(math.exp(lam2 * r) for r in rel)) / lam2
 
 
+def scan_alpha(v, e, direction, norm, lam1):
+    """SCAN's attention weights of one pair as a (k, n) list: t-i α_ij over regions i for each word j (eq. 1-3),
+    i-t α_ij over words j for each region i (eq. 6-7)."""
+    v, e = v.double(), e.double()
+    k, n = len(v), len(e)
+    s = [[float(v[i] @ e[j]) for j in range(n)] for i in range(k)]
+    alpha = [[0.0] * n for _ in range(k)]
+    if direction == "t2i":
+        s_bar_rows = [_norm_list(s[i], norm) for i in range(k)]  # normalised along words
+        for j in range(n):
+            for i, a in enumerate(_softmax([s_bar_rows[i][j] for i in range(k)], lam1)):
+                alpha[i][j] = a
+    else:
+        s_bar_cols = [_norm_list([s[i][j] for i in range(k)], norm) for j in range(n)]  # along regions
+        for i in range(k):
+            alpha[i] = _softmax([s_bar_cols[j][i] for j in range(n)], lam1)
+    return alpha
+
+
 def scan_pair(v, e, direction, norm, lam1, agg, lam2):
     """SCAN score of one pair. v: (k, D) valid regions; e: (n, D) valid words."""
     v, e = v.double(), e.double()
     k, n = len(v), len(e)
-    s = [[float(v[i] @ e[j]) for j in range(n)] for i in range(k)]
-    rel = []
+    alpha = scan_alpha(v, e, direction, norm, lam1)
     if direction == "t2i":
-        s_bar_rows = [_norm_list(s[i], norm) for i in range(k)]  # normalised along words
-        for j in range(n):
-            alpha = _softmax([s_bar_rows[i][j] for i in range(k)], lam1)
-            a = sum(alpha[i] * v[i] for i in range(k))
-            rel.append(cos(e[j], a))
+        rel = [cos(e[j], sum(alpha[i][j] * v[i] for i in range(k))) for j in range(n)]
     else:
-        s_bar_cols = [_norm_list([s[i][j] for i in range(k)], norm) for j in range(n)]  # along regions
-        for i in range(k):
-            alpha = _softmax([s_bar_cols[j][i] for j in range(n)], lam1)
-            a = sum(alpha[j] * e[j] for j in range(n))
-            rel.append(cos(v[i], a))
+        rel = [cos(v[i], sum(alpha[i][j] * e[j] for j in range(n))) for i in range(k)]
     return _pool(rel, agg, lam2)
 
 
@@ -405,3 +415,32 @@ def mmca_pair(model, feats, mask, e):
     i1 = i1 / (i1.norm() + EPS)
     c1 = _text_cnn(model.c1_head, yc[k:])
     return s + model.cfg.alpha * float(i1 @ c1)
+
+
+def mmca_word_region_attention(model, feats, mask, e):
+    """MMCA's heat map of one pair as ``pair_attention`` defines it: for each word j of the caption (text-encoder
+    outputs ``e`` (n, H), valid tokens only), the cross unit's softmax weights of word j's query over all valid
+    tokens (regions and words, eq. 1-2), each head's kept on the regions, averaged over the heads and renormalised
+    over the regions: a (k, n) list of lists (regions where ``mask`` is False get 0)."""
+    unit = model.cross_unit
+    r = [_affine(model.img_fc, o) for o in feats]
+    w = [_affine(model.word_fc, x) for x in e]
+    xs, valid = r + w, [bool(v) for v in mask] + [True] * len(w)
+    h, k = unit.heads, len(r)
+    dk = xs[0].shape[0] // h
+    qs = [_affine(unit.wq, x) for x in xs]
+    ks = [_affine(unit.wk, x) for x in xs]
+    out = [[0.0] * len(w) for _ in range(k)]
+    for j in range(len(w)):
+        q = qs[k + j]
+        mass = [0.0] * k
+        for a in range(h):
+            sl = slice(a * dk, (a + 1) * dk)
+            logits = {s: float(q[sl] @ ks[s][sl]) / math.sqrt(dk) for s in range(len(xs)) if valid[s]}
+            z = sum(math.exp(x) for x in logits.values())
+            for i in range(k):
+                if valid[i]:
+                    mass[i] += math.exp(logits[i]) / z / h
+        for i in range(k):
+            out[i][j] = mass[i] / sum(mass)
+    return out

@@ -13,7 +13,7 @@ from vlmatch.encoders.hf import tiny_bert_folder
 from vlmatch.errors import DataError
 from vlmatch.models.losses import hinge_triplet
 
-from .reference import mmca_pair
+from .reference import mmca_pair, mmca_word_region_attention
 
 CAPTIONS = ["a red dog", "the big blue car on the left", "a cat", "two small birds near a green tree",
             "a dog and a cat"]
@@ -149,3 +149,25 @@ def test_pair_attention_and_global_embeddings(tiny_bert):
     ablation.load_state_dict(model.state_dict())
     with torch.no_grad():
         torch.testing.assert_close(ablation.score(img, txt), a @ b.T)
+
+
+def test_position_attention_is_each_pairs_word_to_region_attention_against_the_loop_reference(tiny_bert):
+    """The batched diagonal maps the grounding objective trains: each word's cross-unit weights over the regions,
+    heads averaged and renormalised, computed one pair, head and token at a time; equal to ``pair_attention``."""
+    model = _model(tiny_bert).double().eval()
+    feats, mask, tokens, lengths = _inputs(model, 2)
+    tokens, lengths = tokens[:3], lengths[:3]
+    got = model.position_attention(feats, mask, tokens, lengths)
+    assert got.shape == (3, 5, tokens.shape[1])
+    e = model.token_vectors(tokens, lengths).detach()
+    with torch.no_grad():
+        img, txt = model.encode_images(feats, mask), model.encode_texts(tokens, lengths)
+    for b in range(3):
+        n = int(lengths[b])
+        want = torch.tensor(mmca_word_region_attention(model, feats[b], mask[b], e[b, :n]), dtype=torch.float64)
+        torch.testing.assert_close(got[b, :, :n].detach(), want, atol=1e-9, rtol=0)
+        assert (got[b, :, n:] == 0).all() and (got[b][~mask[b]] == 0).all()
+        shown = model.pair_attention(img.select([b]), txt.select([b]))["weights"]
+        np.testing.assert_allclose(got[b, :, :n].detach().numpy(), shown, atol=1e-6)
+    got[:, 0, 1].sum().backward()
+    assert model.img_fc.weight.grad.abs().sum() > 0 and model.cross_unit.wq.weight.grad.abs().sum() > 0

@@ -5,7 +5,7 @@ from vlmatch import create_model
 from vlmatch.errors import ConfigError
 from vlmatch.models.attention import RAW_FEATURE_NORMS
 
-from .reference import scan_pair, score_matrix, summax_pair
+from .reference import scan_alpha, scan_pair, score_matrix, summax_pair
 
 VOCAB = 30
 
@@ -158,3 +158,38 @@ def test_feature_norm_normalises_regions_before_the_projection(kind):
 def test_feature_norm_rejects_unknown_kinds():
     with pytest.raises(ConfigError, match="feature_norm must be one of none, l2, batchnorm"):
         _model("scan_t2i_avg", feature_norm="zscore")
+
+
+@pytest.mark.parametrize("direction", ["t2i", "i2t"])
+def test_position_attention_is_each_pairs_alpha_against_the_loop_reference(direction):
+    """The batched diagonal attention the grounding objective trains is eq. 1-3 (t-i) / 6-7 (i-t) of each pair (image
+    b, caption b), the same weights ``pair_attention`` shows, zero on absent regions and padded words."""
+    model = _model(f"scan_{direction}_avg")
+    feats, mask, tokens, lengths = _inputs(n_img=4, n_txt=4)
+    feats = feats.double()
+    got = model.position_attention(feats, mask, tokens, lengths)
+    assert got.shape == (4, 5, 6)
+    c = model.cfg
+    with torch.no_grad():
+        img, txt = model.encode_images(feats, mask), model.encode_texts(tokens, lengths)
+    for b in range(4):
+        k, n = int(mask[b].sum()), int(lengths[b])
+        want = torch.tensor(scan_alpha(img.regions[b, :k], txt.words[b, :n], direction, c.raw_feature_norm,
+                                       c.lambda_softmax), dtype=torch.float64)
+        torch.testing.assert_close(got[b, :k, :n].detach(), want, atol=1e-9, rtol=0)
+        assert (got[b, k:] == 0).all() and (got[b, :, n:] == 0).all()
+        shown = model.pair_attention(img.select([b]), txt.select([b]))["weights"]
+        torch.testing.assert_close(got[b, :k, :n].detach().float(), torch.as_tensor(shown[:k]), atol=1e-6, rtol=0)
+    # differentiable: a loss on the maps reaches the image projection and the text encoder
+    (got[:, 0, 0] * torch.arange(1.0, 5.0, dtype=torch.float64)).sum().backward()
+    assert model.img_enc.fc.weight.grad.abs().sum() > 0
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.txt_enc.parameters())
+
+
+def test_summax_has_no_attention_to_train():
+    from vlmatch.errors import VlmatchError
+
+    model = _model("scan_t2i_avg", method="summax")
+    feats, mask, tokens, lengths = _inputs()
+    with pytest.raises(VlmatchError, match="no attention"):
+        model.position_attention(feats.double(), mask, tokens[:3], lengths[:3])

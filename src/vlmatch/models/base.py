@@ -367,6 +367,14 @@ class MatchingModel(nn.Module):
         raise VlmatchError(f"model {self.name} has no exact decomposition of its score over image positions "
                            f"(use the gradient or occlusion explanation)")
 
+    def position_attention(self, features: Tensor, mask: Tensor | None, tokens: Tensor, lengths: Tensor) -> Tensor:
+        """The attention weights ``pair_attention`` shows, for the pairs (image b, caption b) of a batch: (B, k, L),
+        padded words and masked positions 0, on ``pair_attention``'s axis (its weights for one pair equal
+        ``out[b, :, :n]``). Differentiable: ``train.grounding_map: attention`` trains the model's own attention
+        to point. Models whose heat maps are not per-word attention over image positions raise."""
+        raise VlmatchError(f"model {self.name} has no per-word attention over image positions to train "
+                           f"(use train.grounding_map: contribution)")
+
     def save_extra(self, directory: Path) -> None:
         """Write model-owned files beside the weights (e.g. a tokenizer). Default: nothing."""
 

@@ -295,6 +295,27 @@ class MMCA(MatchingModel):
         return {"weights": w.float().cpu().numpy(), "axis": "regions",
                 "region_mass": region_mass.float().cpu().numpy(), "heads_averaged": self.cfg.heads}
 
+    def position_attention(self, features: Tensor, mask: Tensor | None, tokens: Tensor, lengths: Tensor) -> Tensor:
+        """``pair_attention``'s weights for the pairs (image b, caption b) of a batch, (B, k, L): each word's
+        cross-unit weights over the k regions, averaged over the heads and renormalised over the regions (column
+        j sums to 1; padded words are 0). Differentiable: ``train.grounding_map: attention`` trains through it."""
+        img = self.shared("encode_images", self.encode_images, features, mask)
+        txt = self.shared("encode_texts", self.encode_texts, tokens, lengths)
+        b, k, d = img.regions.shape
+        n, h = txt.q.shape[1], self.cfg.heads
+
+        def heads(x):  # (B, t, d) -> (B, h, t, d / h)
+            return x.reshape(b, x.shape[1], h, d // h).transpose(1, 2)
+
+        keys = torch.cat([img.k, txt.k], dim=1)
+        logits = heads(txt.q) @ heads(keys).transpose(2, 3) / (d // h) ** 0.5  # (B, h, n, k + n)
+        wmask = length_mask(lengths, n)
+        rmask = torch.ones(b, k, dtype=torch.bool, device=wmask.device) if mask is None else mask
+        valid = torch.cat([rmask, wmask], dim=1)[:, None, None, :]
+        a = torch.softmax(logits.masked_fill(~valid, float("-inf")), dim=-1)[..., :k].mean(dim=1)  # (B, n, k)
+        w = a / a.sum(dim=2, keepdim=True).clamp(min=1e-12)
+        return w.transpose(1, 2).masked_fill(~wmask[:, None, :], 0.0)
+
     # --- checkpoints -------------------------------------------------------------------------
     def save_extra(self, directory: Path) -> None:
         self.text.save_record(directory)

@@ -76,6 +76,10 @@ class TrainOptions:
                                                                       "softmax mass inside the boxes; 'peak', its "
                                                                       "maximum inside above its maximum outside by a "
                                                                       "margin (what the pointing game scores)")
+    grounding_map: str = option("contribution", choices=("contribution", "attention"),
+                                doc="the map the grounding objective trains: 'contribution', the exact share of each "
+                                    "image position in the score (models whose score decomposes); 'attention', the "
+                                    "model's own word-to-region attention, the maps its paper shows (SCAN, MMCA)")
     grad_clip: float = option(2.0, min=0)
     margin: float = option(0.2, min=0)
     max_violation: bool = option(True)

@@ -22,7 +22,7 @@ from torch import Tensor
 
 from ..data.entities import EntitiesDir
 from ..data.precomp import PrecompSplit
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError, DataError, VlmatchError
 from ..models.base import MatchingModel
 from ..models.losses import pointing_loss
 
@@ -124,9 +124,23 @@ class GroundingTargets:
         return rows, self.span[idx], self.cells[idx]
 
 
+def check_grounding_map(model: MatchingModel, kind: str) -> None:
+    """A one-line ConfigError, before any training, when ``model`` cannot give ``kind``'s maps."""
+    probe = torch.zeros(1, 1, model.cfg.img_dim, dtype=next(model.parameters()).dtype)
+    tokens, lengths = model.tokenize(["a"])
+    maps_of = model.position_attention if kind == "attention" else model.position_contributions
+    try:
+        with torch.no_grad():
+            maps_of(probe, None, tokens, lengths)
+    except VlmatchError as e:
+        raise ConfigError(f"train.grounding_map: {kind}: {e}") from None
+
+
 def grounding_term(model: MatchingModel, targets: GroundingTargets, batch: dict, inputs: tuple, temperature: float,
-                   form: str = "mass") -> Tensor:
-    """The batch's grounding loss: its phrases' contribution maps against their boxes.
+                   form: str = "mass", kind: str = "contribution") -> Tensor:
+    """The batch's grounding loss: its phrases' maps against their boxes. ``kind``: "contribution" (the exact
+    shares of the score, ``position_contributions``) or "attention" (``position_attention``); a phrase's map is
+    the sum of its tokens' columns, as the pointing game (:mod:`vlmatch.evaluation.explainers`) sums them.
 
     ``inputs``: the very tensors (features, mask, tokens, lengths) the step's matching pass took; inside the
     model's ``shared_encodings`` block the contributions reuse that pass's encodings instead of running the
@@ -135,7 +149,8 @@ def grounding_term(model: MatchingModel, targets: GroundingTargets, batch: dict,
     features, mask, tokens, lengths = inputs
     if len(rows) == 0:
         return torch.zeros((), device=features.device)
-    contrib = model.position_contributions(features, mask, tokens, lengths)  # (B, k, L)
+    maps_of = model.position_attention if kind == "attention" else model.position_contributions
+    contrib = maps_of(features, mask, tokens, lengths)  # (B, k, L)
     device = contrib.device
     pos = torch.arange(contrib.shape[2], device=device)
     span = span.to(device)

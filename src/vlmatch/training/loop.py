@@ -44,7 +44,7 @@ from .checkpoint import (
     save_training_state,
 )
 from .config import check_config, dump
-from .grounding import GroundingTargets, grounding_term
+from .grounding import GroundingTargets, check_grounding_map, grounding_term
 from .rundir import check_resume, prepare_fresh, recorded, run_lock, start_over
 
 
@@ -218,6 +218,7 @@ def _train(cfg: dict, run_dir: Path, resume: bool, progress: bool, overwrite: bo
     if tc["grounding_loss"] > 0:  # phrase boxes of the train captions (val's are never read)
         if kind is not batch_kind("image_caption"):
             raise ConfigError("train.grounding_loss trains on (image, caption) batches: this stage trains on others")
+        check_grounding_map(model, tc["grounding_map"])
         grounding = GroundingTargets(train_split, model, dc["entities"], progress=progress and is_main)
     compiled = compiled_score(model) if tc["compile"] else None
     t_start = time.time() - state.get("elapsed", 0.0)  # the log's "time" runs on across a resume
@@ -247,7 +248,7 @@ def _train(cfg: dict, run_dir: Path, resume: bool, progress: bool, overwrite: bo
                 ground = None
                 if grounding is not None:
                     ground = grounding_term(model, grounding, batch, inputs, tc["grounding_temperature"],
-                                            tc["grounding_form"])
+                                            tc["grounding_form"], tc["grounding_map"])
                     loss = loss + tc["grounding_loss"] * ground
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
