@@ -109,8 +109,39 @@ def test_a_model_with_a_global_part_needs_no_retriever(toy_ckpts, small_world, t
     idx = vlmatch.Index.open(tmp_path / "v")
     assert idx.retriever is None and idx.manifest["collections"]["images"]["stage1"]["kind"] == "hnsw"
     res = idx.search("a yellow kite", k=3)
-    # VSE++'s score is its stage-1 inner product: the columns agree up to the float16 store
-    assert all(r.score == pytest.approx(r.stage1_score, abs=2e-3) for r in res)
+    # VSE++'s score is its stage-1 inner product: stage 1's exact scores are final
+    assert idx.stage1_is_score and all(r.score == r.stage1_score for r in res)
+
+
+def test_a_model_whose_score_is_its_stage1_product_skips_stage2(toy_ckpts, small_world, tmp_path, monkeypatch):
+    """VSE++ alone: no encoding is fetched, and the scores are the engine's float32 scores, not the float16 store's;
+    SCAN re-scored over a VSE++ retriever still fetches its candidates (stage 2 is its score)."""
+    build_index(tmp_path / "v", toy_ckpts["vsepp"], features=small_world, split="test", progress=False,
+                dtype="float16", captions=small_world / "test_caps.txt")
+    idx = vlmatch.Index.open(tmp_path / "v")
+    split = PrecompSplit(small_world, "test")
+    sims = model_scores(load_model(toy_ckpts["vsepp"]), split, progress=False)
+    fetched = []
+    for coll in (idx.images, idx.captions):
+        monkeypatch.setattr(coll, "take", lambda rows: fetched.append(rows))
+    for j in (0, 11, 250):
+        order = np.lexsort((np.arange(split.n_images), -sims[:, j].astype(np.float64)))[:10]
+        got = idx.search(split.captions[j], k=10, candidates=30)
+        assert [r.id for r in got] == order.tolist()
+        np.testing.assert_allclose([r.score for r in got], sims[order, j], atol=1e-5)
+    feats = np.asarray(split.features[3], np.float32)
+    want = np.lexsort((np.arange(sims.shape[1]), -sims[3].astype(np.float64)))[:5]
+    assert [r.id for r in idx.search_image(feats, k=5, candidates=len(split.captions))] == want.tolist()
+    assert fetched == []
+    build_index(tmp_path / "pair", toy_ckpts["scan"], features=small_world, split="test", progress=False,
+                retriever_ckpt=toy_ckpts["vsepp"])
+    pair = vlmatch.Index.open(tmp_path / "pair")
+    assert not pair.stage1_is_score
+    seen = []
+    take = pair.images.take
+    monkeypatch.setattr(pair.images, "take", lambda rows: seen.append(len(rows)) or take(rows))
+    pair.search("a yellow kite", k=3, candidates=7)
+    assert seen == [7]
 
 
 def test_a_faiss_search_leaves_torch_its_threads(toy_ckpts, small_world, tmp_path):

@@ -348,6 +348,12 @@ class MatchingModel(nn.Module):
         pair-independent (stage-1) score; None when the model has no such part."""
         return None
 
+    def score_is_global(self) -> bool:
+        """Whether ``score`` is exactly the inner product of the vectors ``global_embeddings`` returns (VSE++,
+        calibrated or not; MMCA with alpha 0). A search whose stage 1 holds this model's own vectors then has its
+        final scores from stage 1 (exact float32 inner products of the candidates) and skips stage 2."""
+        return False
+
     def pair_attention(self, img: ImageEncoding, txt: TextEncoding) -> dict:
         """Attention of ONE pair (``img`` and ``txt`` hold one item each) for heat maps:
         ``{"weights": (k, n) float array, "axis": "regions" | "words" | "pair"}`` where "regions" means

@@ -265,6 +265,9 @@ class MMCA(MatchingModel):
                 "transcendentals": self.cfg.heads * t * t + 2 * t + 2}
 
     # --- stage 1 and heat maps ---------------------------------------------------------------
+    def score_is_global(self) -> bool:
+        return self.cfg.alpha == 0  # i0 . c0 alone
+
     def global_embeddings(self, img: ImageEncoding, txt: TextEncoding) -> tuple[Tensor, Tensor]:
         return img.embedding, txt.embedding
 

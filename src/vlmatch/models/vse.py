@@ -149,6 +149,9 @@ class VSE(TextSide, MatchingModel):
     def bytes_per_pair(self, n_regions: int, n_words: int) -> int:
         return 8
 
+    def score_is_global(self) -> bool:
+        return True
+
     def global_embeddings(self, img: ImageEncoding, txt: TextEncoding) -> tuple[Tensor, Tensor]:
         """The score is exactly the inner product of the two embeddings; calibrated, of ``[v, -c(I), 1]`` and
         ``[t, 1, -d(T)]`` (each extra column only where that side has an offset)."""

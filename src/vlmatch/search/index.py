@@ -6,7 +6,9 @@ scoring engine's block code (:func:`vlmatch.evaluation.scoring.score_blocks`), t
 The final ranking is by the stage-2 score (ties broken by row, stably) -- for an index built with
 ``score="mean"`` the mean of the model's score and the retriever's (stage 1's) -- and each result carries
 its stage-1 score beside it. With ``candidates >= len(index)`` every item is re-scored: the exact,
-exhaustive ranking.
+exhaustive ranking. A model whose score *is* the inner product of its stage-1 vectors (VSE++, the shipped
+default: ``MatchingModel.score_is_global``) needs no stage 2: its candidates are ranked by stage 1's exact
+float32 scores, and no encoding is fetched (on Milvus, one round trip fewer per query).
 
     idx = vlmatch.Index.open("my_index")
     for r in idx.search("a dog runs on the beach", k=10):
@@ -72,6 +74,10 @@ class Index:
         # stage 2's ranking score: the model's own, or the mean of it and the retriever's (= stage 1's exact
         # inner product of the retriever's unit vectors); indexes from before the option rank by the model's
         self.score_mode = manifest.get("score", "model")
+        # stage 1 holds the model's own vectors and its score is their inner product: stage 1's scores are final,
+        # and stage 2 (fetching the candidates' encodings to score them again) would only repeat them in float16
+        self.stage1_is_score = (self.retriever is None and self.score_mode == "model"
+                                and self.model.score_is_global())
         self.photo_root = PhotoRoot(manifest, self.root)  # a row's file must lie in it (vlmatch.search.trust)
 
     # --- opening ---------------------------------------------------------------------------
@@ -202,6 +208,8 @@ class Index:
     def _rerank_images(self, coll: CollectionBackend, txt: TextEncoding, rows: np.ndarray, s1: np.ndarray, k: int):
         ok = rows >= 0
         rows, s1 = rows[ok], s1[ok]
+        if self.stage1_is_score:
+            return _ranked(coll, rows, s1, s1, k, "path", keep=self.photo_root.keep)
         order = np.argsort(rows, kind="stable")  # read the memory map in file order
         rows, s1 = rows[order], s1[order]
         img = coll.take(rows).to(self.device)
@@ -249,6 +257,10 @@ class Index:
         t2 = time.perf_counter()
         ok = rows[0] >= 0
         r, s = rows[0][ok], s1[0][ok]
+        if self.stage1_is_score:
+            res = _ranked(coll, r, s, s, kk, "text")
+            self.last_timings = {"image": t1 - t0, "stage1": t2 - t1, "stage2": time.perf_counter() - t2, "queries": 1}
+            return res
         order = np.argsort(r, kind="stable")
         r, s = r[order], s[order]
         txt = coll.take(r).to(self.device)

@@ -177,10 +177,22 @@ def search_like(index, like, k: int = 10, text: str | None = None, where=None, c
         ts = score_blocks(index.model, enc, [(np.arange(1), txt)], 1, max(1, len(rows)), progress=False)[:, 0]
         if index.score_mode == "mean":  # the text's stage-1 score of each candidate, as Index.search fuses it
             ts = _fused_text(index, coll, rows, ts, s1_text, tq)
+        elif index.stage1_is_score:  # Index.search ranks such a model by stage 1's exact scores: the same here
+            ts = _stage1_text(index, coll, rows, ts, s1_text, tq)
         score = (text_weight * _zscore(ts) + (1 - text_weight) * _zscore(sim)).astype(np.float32)
     hits = ranked(coll, rows, np.asarray(score, dtype=np.float32), s1, kk, "path", keep=index.photo_root.keep)
     index.last_timings = {"image": t1 - t0, "stage1": t2 - t1, "stage2": time.perf_counter() - t2, "queries": 1}
     return hits
+
+
+def _stage1_text(index, coll, rows, ts, s1_text: dict, tq: np.ndarray) -> np.ndarray:
+    """The sentence's stage-1 score of each candidate (exact float32, as ``Index.search`` reports it for a model whose
+    score is its stage-1 inner product); a candidate outside the text's own stage-1 list: its stored vector's inner
+    product (folder), else the model's score of its stored encoding (Milvus: the same up to float16 rounding)."""
+    missing = [r for r in rows.tolist() if r not in s1_text]
+    if missing and getattr(coll, "stage1", None) is not None:
+        s1_text = {**s1_text, **dict(zip(missing, (stored_vectors(index, coll, missing) @ tq[0]).tolist(), strict=True))}
+    return np.array([s1_text.get(r, float(t)) for r, t in zip(rows.tolist(), ts, strict=True)], dtype=np.float32)
 
 
 def _fused_text(index, coll, rows, ts, s1_text: dict, tq: np.ndarray) -> np.ndarray:
