@@ -6,8 +6,8 @@
 Two shapes (``--shape``). ``scan-7x7`` (the first shipped pair's): each photo is a 7 x 7 x 512 stage-2
 encoding (25,088 values: one Milvus row) from the search benchmark's generator (region vectors near
 shared random codes), stage 1 the mean of its regions, stage 2 SCAN t-i re-scoring; 100,000 photos
-need more than this host's 24 GB in milvus-lite. ``global-1024`` (today's default,
-vsepp-lite2-320-lora-f8k): each photo is one 1024-d VSE++ embedding (near a mix of shared codes), stage 1
+need more than this host's 24 GB in milvus-lite. ``global-1024`` (the default's shape,
+vsepp-lite2-320-grounded-f8k): each photo is one 1024-d VSE++ embedding (near a mix of shared codes), stage 1
 the same vector, stage 2 its float16 copy re-scored by the inner product. The same arrays go into an
 index folder (EncodingWriter, FAISS) and into a milvus-lite ``.db`` (the backend's own row writer, its
 chunked layout, the manifest committed last). Then the same synthetic queries (near one photo's codes)

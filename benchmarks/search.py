@@ -62,6 +62,7 @@ def _recalls(ranks: np.ndarray) -> dict:
 # --- real ----------------------------------------------------------------------------------------
 
 def real(a) -> dict:
+    sys.path.insert(0, str(HERE.parent / "experiments"))  # the feature caches experiments/flickr8k.py makes
     from flickr8k import features_of
 
     from vlmatch.data.precomp import PrecompSplit

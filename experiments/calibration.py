@@ -1,7 +1,7 @@
 """Query-bank calibration (inverted softmax, QB-Norm's IS form; vlmatch.models.calibration) of a Flickr8k model on val.
 
     python experiments/calibration.py --model c36_vsepp_lite2_320_lora32 --write benchmarks/cache/calibration/default
-    python experiments/calibration.py --model pretrained:vsepp-lite2-320-lora-f8k --shipped-banks
+    python experiments/calibration.py --model pretrained:vsepp-lite2-320-grounded-f8k --shipped-banks
 
 ``--model``: a run of experiments/flickr8k.py (its best checkpoint) or ``pretrained:NAME``. Encodes the
 train split (the banks: 6,000 images, 30,000 captions) and val once (kept in benchmarks/cache/calibration/).

@@ -1,7 +1,7 @@
 """Reproduce a run from its recipe: make its data, train, evaluate, calibrate where it says, write its results row.
 
     python experiments/run.py experiments/recipes/flickr8k/c36_vsepp_lite2_320_lora32.yaml
-    python experiments/run.py experiments/recipes/pretrained/vsepp-lite2-320-lora-f8k.yaml   # then release/ship.py --recipe
+    python experiments/run.py experiments/recipes/pretrained/vsepp-lite2-320-grounded-f8k.yaml   # then release/ship.py --recipe
     python experiments/run.py --render        # only rewrite experiments/results/flickr8k.md from the rows
 
 Steps, in order: the recipe's data (Flickr8k features extracted once into benchmarks/cache/flickr8k-<backbone>[-<size>]

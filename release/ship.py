@@ -89,7 +89,8 @@ def held_out_record(bench: dict) -> dict:
     row = bench["settings"][bench["shipped_setting"]]
     return {"held_out": {"B": row["B"], "A": row["A"], "beta_B": row["beta_B"], "mean": row["held_out"],
                          "banks": bench["banks_cross_fit"],
-                         "uncalibrated": {h: bench["uncalibrated"][h]["rsum"] for h in ("A", "B")}}}
+                         "uncalibrated": {h: bench["uncalibrated"][h]["rsum"] for h in ("A", "B")},
+                         "command": bench.get("command", "")}}
 
 
 def text_encoder_line(tenc: str, config: dict) -> str:
@@ -261,7 +262,6 @@ def set_held_out(name: str) -> None:
     held = held_out_record(bench)
     if not held:
         sys.exit(f"pretrained_{name}.json is not a cross-fitted record: run experiments/calibration.py --shipped-banks")
-    held["held_out"]["command"] = bench["command"]
     reg = [dataclasses.replace(e, calibration={**e.calibration, **held}) if e.name == name else e
            for e in pretrained.entries()]
     write_json(PRETRAINED / "registry.json", [dataclasses.asdict(e) for e in reg])

@@ -212,7 +212,7 @@ def test_an_older_checkpoint_with_an_all_zero_pooler_adapter_loads_the_same(bert
 def test_the_shipped_lora_models_hold_a_zero_pooler_adapter_and_load_without_it():
     from vlmatch import pretrained
 
-    for name in ("vsepp-lite2-320-lora-f8k", "vsepp-lite2-448-lora-f8k"):
+    for name in ("vsepp-lite2-320-grounded-f8k", "vsepp-lite2-448-lora-f8k"):
         folder = pretrained.get(name).folder
         with safe_open(str(folder / "model.safetensors"), "pt") as f:
             pooler = [k for k in f.keys() if "pooler" in k]  # noqa: SIM118

@@ -54,7 +54,7 @@ def test_a_bad_recipe_is_one_line_naming_the_file_and_field(runner, tmp_path, ca
 def test_a_flickr8k_recipe_extracts_the_features_its_data_path_names(monkeypatch, tmp_path):
     monkeypatch.syspath_prepend(str(EXPERIMENTS))
     runner = load_script("run", "experiments_run_f8k")
-    recipe = EXPERIMENTS / "recipes" / "pretrained" / "vsepp-lite2-320-lora-f8k.yaml"
+    recipe = EXPERIMENTS / "recipes" / "pretrained" / "vsepp-lite2-320-grounded-f8k.yaml"
     calls = []
     monkeypatch.setattr(runner.flickr8k, "ensure_features", lambda shared, size, backbone: calls.append((size, backbone)))
     shared = tmp_path / "flickr8k"
