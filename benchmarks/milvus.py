@@ -139,7 +139,7 @@ def build_folder(root: Path, n: int, model, ckpt, shape: str) -> dict:
 def build_milvus(root: Path, n: int, model, ckpt, shape: str, uri: str | None = None) -> dict:
     """Into milvus-lite (``root/milvus.db``) or the server at ``uri`` (its collections dropped first)."""
     from vlmatch.search.folder import seal
-    from vlmatch.search.milvus_build import wait_indexed, write_rows
+    from vlmatch.search.milvus_build import compact, wait_indexed, write_rows
     from vlmatch.search.milvus_client import FORMAT, MANIFEST, connect, ensure_anchor, last_write_ts, part_name, write_prop
     from vlmatch.search.milvus_layout import Layout, create_encodings, create_items, vector_type
     from vlmatch.search.milvus_probe import probe
@@ -166,6 +166,7 @@ def build_milvus(root: Path, n: int, model, ckpt, shape: str, uri: str | None = 
     for name in (items, enc):
         client.flush(name)
     wait_indexed(client, items)
+    compact_s = compact(client, uri or str(db), (items, enc), items)  # as vlmatch's own build and update do
     m = _manifest(model, ckpt, "milvus", n, shape)
     m.update(format=FORMAT, generation=1, next_id=n, capabilities=caps, read_ts=last_write_ts(client, [items, enc]),
              collections={"images": {
@@ -178,7 +179,7 @@ def build_milvus(root: Path, n: int, model, ckpt, shape: str, uri: str | None = 
 
         Index.open(milvus_uri=uri, collection="bench")
     client.close()
-    return {"build_s": time.time() - t0, "disk_mb": None if uri else _size_mb(db), "stage1": kind,
+    return {"build_s": time.time() - t0, "compact_s": compact_s, "disk_mb": None if uri else _size_mb(db), "stage1": kind,
             "vector": layout.vector, "rows_per_photo": layout.chunks}
 
 
@@ -217,7 +218,7 @@ def measure(idx, qs) -> tuple[dict, list]:
             "stage2": search_default.latency(s2)}, tops
 
 
-def run_size(n: int, n_queries: int, shape: str, server=None) -> dict:
+def run_size(n: int, n_queries: int, shape: str, server=None, lite: bool = True) -> dict:
     from vlmatch.search import Index
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
@@ -226,17 +227,18 @@ def run_size(n: int, n_queries: int, shape: str, server=None) -> dict:
         shutil.rmtree(root)
     root.mkdir(parents=True)
     model, ckpt = _models(root, shape)
-    row = {"n": n, "shape": shape, "folder": build_folder(root, n, model, ckpt, shape),
-           "milvus_lite": build_milvus(root, n, model, ckpt, shape)}
+    row = {"n": n, "shape": shape, "folder": build_folder(root, n, model, ckpt, shape)}
     qs = queries(n, n_queries, shape)
     folder = Index.open(root / "folder")
-    t0 = time.time()
-    lite = Index.open(milvus_uri=str(root / "milvus.db"), collection="bench")
-    row["milvus_lite"]["open_s"] = time.time() - t0
     row["folder"]["query"], tops_f = measure(folder, qs)
-    row["milvus_lite"]["query"], tops_m = measure(lite, qs)
-    row["same_top10"] = float(np.mean([a == b for a, b in zip(tops_f, tops_m, strict=True)]))
-    tops_s = None
+    tops_m = tops_s = None
+    if lite:
+        row["milvus_lite"] = build_milvus(root, n, model, ckpt, shape)
+        t0 = time.time()
+        lite_idx = Index.open(milvus_uri=str(root / "milvus.db"), collection="bench")
+        row["milvus_lite"]["open_s"] = time.time() - t0
+        row["milvus_lite"]["query"], tops_m = measure(lite_idx, qs)
+        row["same_top10"] = float(np.mean([a == b for a, b in zip(tops_f, tops_m, strict=True)]))
     if server is not None:  # the Milvus server process (benchmarks' own, started by main)
         row["milvus_server"] = build_milvus(root, n, model, ckpt, shape, uri=server.uri)
         t0 = time.time()
@@ -272,8 +274,10 @@ def markdown(rows: list[dict], oom_at: int | None = None) -> str:
              "`python benchmarks/milvus.py --sizes N ... --shape SHAPE` (`OMP_NUM_THREADS=1`, nothing else running). "
              "Synthetic photos of two shapes: `scan-7x7`, the first shipped pair's (7 x 7 x 512 float16 stage-2 "
              "encodings, one Milvus row each, 512-d stage 1, stage 2 SCAN t-i re-scoring), and `global-1024`, "
-             "today's default's (one 1024-d VSE++ embedding per photo, stage 1 the same vector, stage 2 its float16 "
-             "copy). Per query stage 1 (top 100) + stage 2 to the top 10; text encoding left out (the same on both). "
+             "the shipped default's (one 1024-d VSE++ embedding per photo, stage 1 the same vector, stage 2 its float16 "
+             "copy; since 2026-11-27 a model whose score is its stage-1 inner product skips stage 2, so stage 2 is "
+             "only the top 10's table rows). Per query stage 1 (top 100) + stage 2 to the top 10; text encoding left "
+             "out (the same on both). A server's build ends with a compaction (in its build seconds). "
              "Hosts below the table.", "",
              "| photos | shape | backend | stage 1 | stage-2 rows | build s | disk MB | p50 ms | p99 ms | "
              "stage 1 p50 ms | stage 2 p50 ms | same top-10 | R@10 vs exact |",
@@ -288,11 +292,16 @@ def markdown(rows: list[dict], oom_at: int | None = None) -> str:
             b = r[key]
             rows_kind = ("float16 store" if key == "folder" else
                          {"FLOAT16_PACKED": "float16 packed in FLOAT_VECTOR"}.get(b.get("vector"), "float32 FLOAT_VECTOR"))
-            lines.append(f"| {r['n']:,} | {r['shape']} | {name} | {b['stage1']} | {rows_kind} | {b['build_s']:.1f} | "
+            if b.get("earlier"):
+                name += " (an earlier run)"
+            build = f"{b['build_s']:.1f}" + (f" (compaction {b['compact_s']:.0f})" if b.get("compact_s") else "")
+            same = b.get("same_top10", r.get("same_top10"))
+            lines.append(f"| {r['n']:,} | {r['shape']} | {name} | {b['stage1']} | {rows_kind} | {build} | "
                          f"{'-' if b['disk_mb'] is None else format(b['disk_mb'], '.0f')} | {b['query']['p50_ms']:.1f} | "
                          f"{b['query']['p99_ms']:.1f} | "
                          f"{b['query']['stage1']['p50_ms']:.1f} | {b['query']['stage2']['p50_ms']:.1f} | "
-                         f"{b.get('same_top10', r['same_top10']):.2f} | {_fmt(b.get('recall10_vs_exact'))} |")
+                         f"{'-' if key == 'folder' or same is None else format(same, '.2f')} | "
+                         f"{_fmt(b.get('recall10_vs_exact'))} |")
     lines += ["", "Same top-10: the share of queries whose ten ids are the same, in the same order, on both backends. "
               "R@10 vs exact (global-1024): the share of the exact ten (all photos scored) in the backend's ten; "
               "where stage 1 is HNSW (100,000 photos) the two backends' graphs differ (FAISS's and Milvus's), "
@@ -321,8 +330,11 @@ def merge(old: dict | None, rows: list[dict]) -> list[dict]:
     kept = []
     for r in (old or {}).get("rows", []):
         r = {"shape": "scan-7x7", "host": old.get("host", "unknown"), **r}
-        if not any((r["n"], r["shape"]) == (x["n"], x["shape"]) for x in rows):
+        new = next((x for x in rows if (r["n"], r["shape"]) == (x["n"], x["shape"])), None)
+        if new is None:
             kept.append(r)
+        elif "milvus_lite" not in new and "milvus_lite" in r:  # a --no-lite run keeps the earlier milvus-lite figures
+            new["milvus_lite"] = {**r["milvus_lite"], "earlier": True, "same_top10": r.get("same_top10")}
     return sorted(kept + rows, key=lambda r: (SHAPES.index(r["shape"]), r["n"]))
 
 
@@ -333,6 +345,8 @@ def main() -> None:
     p.add_argument("--queries", type=int, default=100)
     p.add_argument("--out", default=str(RESULTS / "milvus"))
     p.add_argument("--note", help="how the machine was used meanwhile (e.g. 'shared with a training job')")
+    p.add_argument("--no-lite", action="store_true", help="leave milvus-lite out (the folder and, with --server, the "
+                   "server only)")
     p.add_argument("--server", action="store_true", help="also a Milvus server process (the embedded Milvus "
                    "2.3.5 standalone of `pip install 'vlmatch[milvus-server]'`, started in a temporary folder)")
     a = p.parse_args()
@@ -354,9 +368,9 @@ def main() -> None:
     rows = []
     try:
         for n in a.sizes:
-            rows.append({**run_size(n, a.queries, a.shape, server), "host": host,
+            rows.append({**run_size(n, a.queries, a.shape, server, lite=not a.no_lite), "host": host,
                          "command": f"python benchmarks/milvus.py --sizes {n} --shape {a.shape} --queries {a.queries}"
-                                    + (" --server" if server else "")})
+                                    + (" --no-lite" if a.no_lite else "") + (" --server" if server else "")})
             print(json.dumps(rows[-1]), flush=True)
     finally:
         if server is not None:

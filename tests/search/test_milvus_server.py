@@ -264,3 +264,26 @@ def test_two_users_cannot_read_each_others_collections_where_rbac_grants_them_ap
         vlmatch.Index.open(milvus_uri=auth_server.uri, collection="beta")
     assert "alice-pass-1" not in str(e.value)
     assert "permission" in str(e.value).lower() or "privilege" in str(e.value).lower()
+
+
+def test_a_build_and_an_update_leave_the_collections_compacted(setup, monkeypatch):
+    """Upserts in batches leave several segments and a delete record per row: a build and an update ask the
+    server to compact both collections of the generation and wait for it (and for the merged segments' index)
+    before they commit; the search after it ranks as the exhaustive scores say."""
+    from pymilvus import MilvusClient
+
+    asked, real = [], MilvusClient.compact
+    monkeypatch.setattr(MilvusClient, "compact", lambda self, name, *a, **kw: asked.append(name) or real(self, name, *a,
+                                                                                                           **kw))
+    _build(setup)
+    assert asked == ["safe__g1_images", "safe__g1_images_enc"]
+    jpegs(setup["photos"], ["n1.jpg"], seed=7)
+    (setup["photos"] / "p00.jpg").unlink()
+    update_milvus(setup["loc"], batch_size=2, progress=False)
+    assert asked[2:] == ["safe__g1_images", "safe__g1_images_enc"]
+    c = connect(setup["loc"].uri)
+    info = c.describe_index("safe__g1_images", "s1")
+    assert int(info["indexed_rows"]) >= int(info["total_rows"]) and not info.get("pending_index_rows")
+    _fresh_clients()
+    idx = _open(setup)
+    assert len(idx) == 9 and _ranking(idx) == sorted(_ranking(idx), key=lambda r: (-r[1], r[0]))

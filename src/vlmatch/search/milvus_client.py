@@ -70,6 +70,11 @@ def check_name(name: str) -> str:
     return name
 
 
+def is_lite(uri: str) -> bool:
+    """Whether ``uri`` names a milvus-lite database (a ``.db`` path) rather than a server."""
+    return str(uri).endswith(".db")
+
+
 def connect(uri: str, create: bool = True):
     """A MilvusClient for ``uri`` (a milvus-lite ``.db`` path or a server URL); the token, if any, from
     ``$VLMATCH_MILVUS_TOKEN`` (never from the command line). ``create=False`` (a search, an open): a
@@ -77,7 +82,7 @@ def connect(uri: str, create: bool = True):
     pm = pymilvus()
     if not uri:
         raise ConfigError("--milvus-uri is empty: give a milvus-lite .db file or a server URL (http://host:19530)")
-    lite = uri.endswith(".db")
+    lite = is_lite(uri)
     if lite:
         check_lite(uri, create)
     token = os.environ.get(TOKEN_ENV, "")
