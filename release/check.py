@@ -10,6 +10,7 @@ A figure edited by hand, or a results file re-run without shipping again, is a p
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from pathlib import Path
 
@@ -27,11 +28,17 @@ def _close(a, b) -> bool:
     return isinstance(a, int | float) and isinstance(b, int | float) and abs(a - b) <= TOLERANCE
 
 
+def public_command(command: str) -> str:
+    """A recorded command as a registry entry and its card quote it: the Entities folder named as the docs name it,
+    not by where it lay on the machine that ran it."""
+    return re.sub(r"data\.entities=\S+", "data.entities=flickr30k_entities", command)
+
+
 def run_record(entry, experiments: Path = EXPERIMENTS) -> dict | None:
     """The experiments/flickr8k.py record of the run an entry was trained by (the one whose command it quotes)."""
     for p in sorted((experiments / "flickr8k").glob("*.json")):
         rec = _json(p)
-        if isinstance(rec, dict) and rec.get("command") == entry.command:
+        if isinstance(rec, dict) and public_command(str(rec.get("command", ""))) == public_command(entry.command):
             return rec
     return None
 

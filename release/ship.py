@@ -280,6 +280,7 @@ def write_cards() -> None:
 
 
 def ship(a) -> None:
+    from check import public_command
     from safetensors.torch import load_file
     from safetensors.torch import save as safetensors_bytes
 
@@ -333,7 +334,7 @@ def ship(a) -> None:
         name=a.name, model=cfg["name"], role=a.role, sha256=cfg["weights_sha256"], val_rsum=round(half["rsum"], 2),
         config=cfg["config"], features=features["backbone"],
         text_encoder=text_encoder_line(tenc, cfg["config"]),
-        data=DATA, licence=LICENCE, command=record["command"],
+        data=DATA, licence=LICENCE, command=public_command(record["command"]),
         val={"float16": {k: round(v, 2) for k, v in half.items()}, "float32": {k: round(v, 2) for k, v in full.items()},
              "epochs_trained": len(record.get("val_rsum_by_epoch", [])), "best_epoch": record["metrics"].get("epoch")},
         storage="float16", checksums_sha256=checksums, notes=a.notes, default=a.default, pair_score=a.pair_score,

@@ -37,7 +37,7 @@ def test_a_run_replaces_only_its_own_rows(bench, tmp_path, monkeypatch):
     old = {"host": "old host", "oom_at": 100000, "command": "x",
            "rows": [{**_row(2000), "shape": "scan-7x7"}, _row(10000)]}  # rows of older runs may lack a shape
     out.with_suffix(".json").write_text(json.dumps(old))
-    monkeypatch.setattr(bench, "run_size", lambda n, q, shape, server=None: {**_row(n), "shape": shape})
+    monkeypatch.setattr(bench, "run_size", lambda n, q, shape, server=None, lite=True: {**_row(n), "shape": shape})
     monkeypatch.setattr(sys, "argv", ["milvus.py", "--sizes", "2000", "--shape", "global-1024", "--out", str(out)])
     bench.main()
     got = json.loads(out.with_suffix(".json").read_text())
