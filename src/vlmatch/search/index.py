@@ -257,15 +257,15 @@ class Index:
         t2 = time.perf_counter()
         ok = rows[0] >= 0
         r, s = rows[0][ok], s1[0][ok]
-        if self.stage1_is_score:
-            res = _ranked(coll, r, s, s, kk, "text")
-            self.last_timings = {"image": t1 - t0, "stage1": t2 - t1, "stage2": time.perf_counter() - t2, "queries": 1}
-            return res
-        order = np.argsort(r, kind="stable")
-        r, s = r[order], s[order]
-        txt = coll.take(r).to(self.device)
-        scores = score_blocks(self.model, img, [(np.arange(len(r)), txt)], len(r), 1, progress=False)[0]
-        res = _ranked(coll, r, self._fused(scores, s), s, kk, "text")
+        if self.stage1_is_score:  # stage 1's scores are final (see _rerank_images)
+            scores = s
+        else:
+            order = np.argsort(r, kind="stable")
+            r, s = r[order], s[order]
+            txt = coll.take(r).to(self.device)
+            scores = self._fused(score_blocks(self.model, img, [(np.arange(len(r)), txt)], len(r), 1,
+                                              progress=False)[0], s)
+        res = _ranked(coll, r, scores, s, kk, "text")
         self.last_timings = {"image": t1 - t0, "stage1": t2 - t1, "stage2": time.perf_counter() - t2, "queries": 1}
         return res
 

@@ -185,21 +185,26 @@ def search_like(index, like, k: int = 10, text: str | None = None, where=None, c
     return hits
 
 
-def _stage1_text(index, coll, rows, ts, s1_text: dict, tq: np.ndarray) -> np.ndarray:
-    """The sentence's stage-1 score of each candidate (exact float32, as ``Index.search`` reports it for a model whose
-    score is its stage-1 inner product); a candidate outside the text's own stage-1 list: its stored vector's inner
-    product (folder), else the model's score of its stored encoding (Milvus: the same up to float16 rounding)."""
+def _text_stage1(index, coll, rows, s1_text: dict, tq: np.ndarray) -> dict:
+    """The sentence's stage-1 score of each candidate: its own stage-1 list's, and for a candidate outside it, the
+    inner product with the candidate's stored stage-1 vector where the backend keeps them (the folder's)."""
     missing = [r for r in rows.tolist() if r not in s1_text]
     if missing and getattr(coll, "stage1", None) is not None:
         s1_text = {**s1_text, **dict(zip(missing, (stored_vectors(index, coll, missing) @ tq[0]).tolist(), strict=True))}
+    return s1_text
+
+
+def _stage1_text(index, coll, rows, ts, s1_text: dict, tq: np.ndarray) -> np.ndarray:
+    """The sentence's stage-1 score of each candidate (exact float32, as ``Index.search`` reports it for a model whose
+    score is its stage-1 inner product); where no stage-1 vector is stored (Milvus), the model's score of its stored
+    encoding (the same up to float16 rounding)."""
+    s1_text = _text_stage1(index, coll, rows, s1_text, tq)
     return np.array([s1_text.get(r, float(t)) for r, t in zip(rows.tolist(), ts, strict=True)], dtype=np.float32)
 
 
 def _fused_text(index, coll, rows, ts, s1_text: dict, tq: np.ndarray) -> np.ndarray:
     """An index built with score "mean": the sentence's score is the mean of the model's and stage 1's."""
-    missing = [r for r in rows.tolist() if r not in s1_text]
-    if missing:
-        if getattr(coll, "stage1", None) is None:
-            raise VlmatchError("a text with --like on an index scored by the mean of two models needs the folder backend")
-        s1_text.update(zip(missing, (stored_vectors(index, coll, missing) @ tq[0]).tolist(), strict=True))
+    s1_text = _text_stage1(index, coll, rows, s1_text, tq)
+    if any(r not in s1_text for r in rows.tolist()):
+        raise VlmatchError("a text with --like on an index scored by the mean of two models needs the folder backend")
     return (ts + np.array([s1_text[r] for r in rows.tolist()], dtype=np.float32)) / 2

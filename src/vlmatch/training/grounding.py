@@ -124,14 +124,18 @@ class GroundingTargets:
         return rows, self.span[idx], self.cells[idx]
 
 
+def _maps_of(model: MatchingModel, kind: str):
+    """The model's batched (B, k, L) maps of ``train.grounding_map`` ``kind``."""
+    return model.position_attention if kind == "attention" else model.position_contributions
+
+
 def check_grounding_map(model: MatchingModel, kind: str) -> None:
     """A one-line ConfigError, before any training, when ``model`` cannot give ``kind``'s maps."""
     probe = torch.zeros(1, 1, model.cfg.img_dim, dtype=next(model.parameters()).dtype)
     tokens, lengths = model.tokenize(["a"])
-    maps_of = model.position_attention if kind == "attention" else model.position_contributions
     try:
         with torch.no_grad():
-            maps_of(probe, None, tokens, lengths)
+            _maps_of(model, kind)(probe, None, tokens, lengths)
     except VlmatchError as e:
         raise ConfigError(f"train.grounding_map: {kind}: {e}") from None
 
@@ -149,8 +153,7 @@ def grounding_term(model: MatchingModel, targets: GroundingTargets, batch: dict,
     features, mask, tokens, lengths = inputs
     if len(rows) == 0:
         return torch.zeros((), device=features.device)
-    maps_of = model.position_attention if kind == "attention" else model.position_contributions
-    contrib = maps_of(features, mask, tokens, lengths)  # (B, k, L)
+    contrib = _maps_of(model, kind)(features, mask, tokens, lengths)  # (B, k, L)
     device = contrib.device
     pos = torch.arange(contrib.shape[2], device=device)
     span = span.to(device)
