@@ -50,14 +50,34 @@ class _Unit(torch.autograd.Function):
         norm = torch.linalg.vector_norm(x, dim=dim, keepdim=True)
         d = norm + eps
         ctx.save_for_backward(x, norm, d)
-        ctx.dim = dim
+        ctx.dim, ctx.eps = dim, eps
         return x / d
 
     @staticmethod
     def backward(ctx, g: Tensor):
         x, norm, d = ctx.saved_tensors
+        if torch.is_grad_enabled():  # a gradient that is differentiated again (create_graph): autograd's own
+            return differentiable_backward(lambda v: v / (_norm_zero_safe(v, ctx.dim) + ctx.eps), (x,), g) + (None, None)
         coef = ((g * x).sum(ctx.dim, keepdim=True) / (d * d)).div_(norm.clamp(min=torch.finfo(norm.dtype).tiny))
         return (g / d).sub_(x * coef), None, None
+
+
+def _norm_zero_safe(x: Tensor, dim: int) -> Tensor:
+    """||x|| along ``dim`` whose derivatives of every order are finite at x = 0 (taken as 0 there, a
+    subgradient): a zero vector (CAAN's rectified responses of a region no word reaches) must not make the
+    second derivative NaN, as the square root's would."""
+    sq = (x * x).sum(dim, keepdim=True)
+    some = sq > 0
+    return torch.where(some, torch.where(some, sq, torch.ones_like(sq)).sqrt(), torch.zeros_like(sq))
+
+
+def differentiable_backward(forward, inputs: tuple[Tensor, ...], g: Tensor) -> tuple[Tensor, ...]:
+    """The vector-Jacobian product of ``forward(*inputs)`` with ``g``, built by autograd with its own graph: the
+    backward a hand-written ``autograd.Function`` falls back to when its gradient is differentiated again
+    (double backward, e.g. a loss on gradient x input maps), where its fused in-place backward would not be."""
+    with torch.enable_grad():
+        ins = tuple(t if t.requires_grad else t.detach().requires_grad_(True) for t in inputs)
+        return torch.autograd.grad(forward(*ins), ins, g, create_graph=True)
 
 
 def safe_sqrt(x: Tensor) -> Tensor:

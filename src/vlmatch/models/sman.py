@@ -130,7 +130,18 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from ..errors import ConfigError
 from ..options import option
 from .attention import masked_softmax
-from .base import EPS, ImageEncoding, MatchingModel, ModelConfig, TextEncoding, l2norm, length_mask, masked_mean, safe_sqrt
+from .base import (
+    EPS,
+    ImageEncoding,
+    MatchingModel,
+    ModelConfig,
+    TextEncoding,
+    differentiable_backward,
+    l2norm,
+    length_mask,
+    masked_mean,
+    safe_sqrt,
+)
 from .losses import hinge_triplet, intra_pair_hinge
 from .registry import register
 from .text_side import TextSide, TextSideOptions
@@ -246,6 +257,8 @@ class _PairLogits(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: Tensor):
         keys, q, w = ctx.saved_tensors
+        if torch.is_grad_enabled():  # differentiated again (create_graph): the plain expression, through autograd
+            return differentiable_backward(lambda k, qq, ww: torch.tanh(k * qq[:, :, None, :]) @ ww, (keys, q, w), g)
         g = g.contiguous()
         dq = torch.empty_like(q) if ctx.needs_input_grad[1] else None
         dk = torch.zeros_like(keys) if ctx.needs_input_grad[0] else None

@@ -76,10 +76,12 @@ class TrainOptions:
                                                                       "softmax mass inside the boxes; 'peak', its "
                                                                       "maximum inside above its maximum outside by a "
                                                                       "margin (what the pointing game scores)")
-    grounding_map: str = option("contribution", choices=("contribution", "attention"),
+    grounding_map: str = option("contribution", choices=("contribution", "attention", "gradient"),
                                 doc="the map the grounding objective trains: 'contribution', the exact share of each "
                                     "image position in the score (models whose score decomposes); 'attention', the "
-                                    "model's own word-to-region attention, the maps its paper shows (SCAN, MMCA)")
+                                    "model's own word-to-region attention, the maps its paper shows (SCAN, MMCA); "
+                                    "'gradient', gradient x input of the phrase scored alone (any model; double "
+                                    "backward: CAAN's and SMAN's per-word map)")
     grad_clip: float = option(2.0, min=0)
     margin: float = option(0.2, min=0)
     max_violation: bool = option(True)

@@ -3,10 +3,15 @@
 Built once per run from the train split's image names (``{split}_ids.txt``) and a Flickr30k Entities
 folder (``data.entities``): every train caption is matched to its Entities sentence (same words, case and
 punctuation aside), each phrase of it whose chain has a box becomes (caption, token span in the model's
-own tokenisation, target positions = the grid cells whose centre lies in one of the boxes, or the cell
-under the box's centre when none does). Per batch, the model's exact contributions
-(``position_contributions``) summed over a phrase's tokens give its map, and
-:func:`vlmatch.models.losses.pointing_loss` pulls the map's mass inside the boxes.
+own tokenisation, its text, target positions = the grid cells whose centre lies in one of the boxes, or the
+cell under the box's centre when none does). Per batch each phrase gets the map ``train.grounding_map`` names,
+and :func:`vlmatch.models.losses.pointing_loss` pulls it into the boxes:
+
+* ``contribution``: the model's exact contributions (``position_contributions``) summed over the phrase's tokens;
+* ``attention``: the model's own word-to-region attention (``position_attention``) summed the same way;
+* ``gradient``: gradient x input of the phrase scored as its own query, Σ_d v_id ∂S(image, phrase)/∂v_id, the
+  map ``vlmatch grounding --method gradient`` scores, for any model. Teaching it differentiates a gradient
+  (double backward): the one per-word map of CAAN and SMAN, whose attention is the caption's mean map.
 
 Only the train split's boxes are read: val's never are, so the pointing figures on val stay honest.
 """
@@ -72,7 +77,7 @@ class GroundingTargets:
         if grid * grid != k:
             raise ConfigError(f"train.grounding_loss needs grid features: {k} positions are not a square grid")
         self.grid = grid
-        rows, spans, cells = [], [], []
+        rows, spans, cells, texts = [], [], [], []
         self.captions_matched = self.captions_total = self.images_without_entities = 0
         for i, name in enumerate(tqdm(split.ids, desc="grounding targets", unit="img", leave=False, disable=not progress)):
             first = i * split.per_image
@@ -96,11 +101,13 @@ class GroundingTargets:
                         continue
                     char_spans.append((dst[words[0]][0], dst[words[-1]][1]))
                     targets.append(target_cells(gp.boxes, ann.width, ann.height, grid))
-                for (a, b), t in zip(token_spans(model, caption, char_spans), targets, strict=True):
+                for (a, b), (x, y), t in zip(token_spans(model, caption, char_spans), char_spans, targets,
+                                             strict=True):
                     if b > a:
                         rows.append(first + ci)
                         spans.append((a, b))
                         cells.append(t)
+                        texts.append(caption[x:y])
         if not rows:
             raise ConfigError(f"train.grounding_loss: no caption of {split.captions_path} matched a phrase with a box "
                               f"in {ents.root} (is it the Entities folder of these images?)")
@@ -109,28 +116,61 @@ class GroundingTargets:
         self.cells = torch.from_numpy(np.stack(cells))
         order = torch.argsort(self.caption, stable=True)
         self.caption, self.span, self.cells = self.caption[order], self.span[order], self.cells[order]
+        self.texts = [texts[i] for i in order.tolist()]  # each phrase as its caption writes it
         if progress:
             print(f"[grounding] {len(rows)} phrases with boxes from {self.captions_matched}/{self.captions_total} train "
                   f"captions ({self.images_without_entities} images without Entities files)", file=sys.stderr)
 
-    def of_batch(self, caption_index: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """The phrases of a batch's captions: (batch row, span, cells) of each."""
+    def _index(self, caption_index: Tensor) -> tuple[Tensor, Tensor]:
         lo = torch.searchsorted(self.caption, caption_index)
         hi = torch.searchsorted(self.caption, caption_index, right=True)
-        counts = hi - lo
-        rows = torch.repeat_interleave(torch.arange(len(caption_index)), counts)
+        rows = torch.repeat_interleave(torch.arange(len(caption_index)), hi - lo)
         idx = torch.cat([torch.arange(a, b) for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]) \
             if len(caption_index) else torch.zeros(0, dtype=torch.long)
+        return rows, idx
+
+    def of_batch(self, caption_index: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The phrases of a batch's captions: (batch row, span, cells) of each."""
+        rows, idx = self._index(caption_index)
         return rows, self.span[idx], self.cells[idx]
+
+    def texts_of_batch(self, caption_index: Tensor) -> list[str]:
+        """The texts of :meth:`of_batch`'s phrases, in its order."""
+        return [self.texts[i] for i in self._index(caption_index)[1].tolist()]
 
 
 def _maps_of(model: MatchingModel, kind: str):
-    """The model's batched (B, k, L) maps of ``train.grounding_map`` ``kind``."""
+    """The model's batched (B, k, L) maps of ``train.grounding_map`` ``kind`` (the token kinds)."""
     return model.position_attention if kind == "attention" else model.position_contributions
+
+
+# Phrases scored per block by ``gradient_maps``: a block costs block² pairs of which its diagonal is used, so a
+# small block wastes little scoring while keeping the Python loop short.
+GRADIENT_BLOCK = 8
+
+
+def gradient_maps(model: MatchingModel, features: Tensor, mask: Tensor | None, texts: list[str],
+                  create_graph: bool = True) -> Tensor:
+    """(P, k): gradient x input of S(image p, text p) w.r.t. image p's raw position features, summed over the
+    channels, for each row p of ``features`` (P, k, D); each text scored as its own query, as
+    :func:`vlmatch.evaluation.explainers.query_maps` does for ``gradient``. ``create_graph``: the maps keep
+    their graph, so a loss on them trains the model (double backward)."""
+    x = features.detach().requires_grad_(True)
+    tokens, lengths = model.tokenize(texts)
+    with torch.enable_grad():
+        img = model.encode_images(x, mask)
+        txt = model.encode_texts(tokens.to(x.device), lengths.to(x.device))
+        s = torch.cat([model.score(img.select(slice(a, a + GRADIENT_BLOCK)),
+                                   txt.select(slice(a, a + GRADIENT_BLOCK))).diagonal()
+                       for a in range(0, len(texts), GRADIENT_BLOCK)])
+        (g,) = torch.autograd.grad(s.sum(), x, create_graph=create_graph)
+    return (g * x).sum(dim=2)
 
 
 def check_grounding_map(model: MatchingModel, kind: str) -> None:
     """A one-line ConfigError, before any training, when ``model`` cannot give ``kind``'s maps."""
+    if kind == "gradient":
+        return  # every model has a gradient
     probe = torch.zeros(1, 1, model.cfg.img_dim, dtype=next(model.parameters()).dtype)
     tokens, lengths = model.tokenize(["a"])
     try:
@@ -143,8 +183,9 @@ def check_grounding_map(model: MatchingModel, kind: str) -> None:
 def grounding_term(model: MatchingModel, targets: GroundingTargets, batch: dict, inputs: tuple, temperature: float,
                    form: str = "mass", kind: str = "contribution") -> Tensor:
     """The batch's grounding loss: its phrases' maps against their boxes. ``kind``: "contribution" (the exact
-    shares of the score, ``position_contributions``) or "attention" (``position_attention``); a phrase's map is
-    the sum of its tokens' columns, as the pointing game (:mod:`vlmatch.evaluation.explainers`) sums them.
+    shares of the score, ``position_contributions``) or "attention" (``position_attention``), where a phrase's
+    map is the sum of its tokens' columns, as the pointing game (:mod:`vlmatch.evaluation.explainers`) sums
+    them; or "gradient" (:func:`gradient_maps`, each phrase scored as its own query).
 
     ``inputs``: the very tensors (features, mask, tokens, lengths) the step's matching pass took; inside the
     model's ``shared_encodings`` block the contributions reuse that pass's encodings instead of running the
@@ -153,6 +194,11 @@ def grounding_term(model: MatchingModel, targets: GroundingTargets, batch: dict,
     features, mask, tokens, lengths = inputs
     if len(rows) == 0:
         return torch.zeros((), device=features.device)
+    if kind == "gradient":
+        sel = rows.to(features.device)
+        maps = gradient_maps(model, features[sel], None if mask is None else mask[sel],
+                             targets.texts_of_batch(batch["caption_index"]))
+        return pointing_loss(maps, cells.to(maps.device), temperature, form)
     contrib = _maps_of(model, kind)(features, mask, tokens, lengths)  # (B, k, L)
     device = contrib.device
     pos = torch.arange(contrib.shape[2], device=device)
