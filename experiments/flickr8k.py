@@ -409,6 +409,8 @@ def main(argv=None):
             stopped = {"stopped_after_epoch": max(r["epoch"] for r in vals) + 1}
         else:  # a rerun under the same name replaces that run, unless it resumes it
             best = train(cfg, run_dir, resume=True) if a.resume else train(cfg, run_dir, overwrite=True)
+        if "rsum" not in (best or {}):  # e.g. train.stop_after_steps before the first validation: no row to record
+            sys.exit(f"{run_dir}: the run stopped before its first validation: nothing recorded")
         minutes = epoch_minutes(run_dir, steps_per_epoch(cfg))
         cmd = ("python experiments/flickr8k.py --config " + a.config + (f" --name {a.name}" if a.name else "")
                + (f" --input-size {a.input_size}" if a.input_size != 224 else "")

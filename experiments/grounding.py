@@ -33,6 +33,7 @@ ENTITIES = HERE.parent.parent / "shared" / "flickr30k_entities"
 RESULTS = HERE / "results"
 ROWS = RESULTS / "grounding"
 CHOICES = RESULTS / "grounding_choices"  # cross-fitted choices among rows (--crossfit)
+BENCH_PAGE = HERE.parent / "benchmarks" / "results" / "grounding.md"  # the seed table beside the other figures
 TYPES = ("people", "clothing", "bodyparts", "animals", "vehicles", "instruments", "scene", "other")
 
 
@@ -88,16 +89,17 @@ def run_row(a) -> dict:
 
 
 # The seed systems before and after the grounding objective (#48): (seed, map, matching-only row, taught row). The
-# taught runs train the map the row reads (train.grounding_map: attention) on the recorded run's features and budget.
+# taught runs train the map the row reads (train.grounding_map: attention, or gradient for CAAN's and SMAN's per-word
+# map) on the recorded run's features and budget.
 SEEDS = [("SCAN t-i", "attention", "shipped_scan_t2i_attention", "g48_scan_t2i_ground_attention"),
          ("SCAN t-i", "contribution", "shipped_scan_t2i_contribution", "g48_scan_t2i_ground_contribution"),
          ("SCAN i-t", "attention", "c35_scan_i2t_attention", "g48_scan_i2t_ground_attention"),
          ("SCAN i-t", "contribution", "c35_scan_i2t_contribution", "g48_scan_i2t_ground_contribution"),
          ("MMCA", "attention", "c35_mmca_attention", "g48_mmca_ground_attention"),
          ("CAAN", "attention (= its caption's mean map)", "c35_caan_attention", None),
-         ("CAAN", "gradient", "c35_caan_gradient", None),
+         ("CAAN", "gradient", "c35_caan_gradient", "g48_caan_ground_gradient"),
          ("SMAN", "attention (= its caption's mean map)", "c35_sman_attention", None),
-         ("SMAN", "gradient", "c35_sman_gradient", None)]
+         ("SMAN", "gradient", "c35_sman_gradient", "g48_sman_ground_gradient")]
 
 
 def seed_table(rows: dict) -> list[str]:
@@ -113,11 +115,11 @@ def seed_table(rows: dict) -> list[str]:
         return []
     out = ["", "## The seed systems taught to ground", "",
            "Each seed's maps with matching alone (its recorded run) and after training with the grounding objective on",
-           "the map the row reads (`train.grounding_map: attention`, peak form, Entities train boxes; the same features,",
-           "configuration and epochs as the recorded run). Pointing with its 95 % interval where measured; val rsum",
-           "uncalibrated. CAAN's and SMAN's attention maps are their caption's mean map by construction (a phrase's map",
-           "is every phrase's map): an objective on them can only move the caption's one map, not a phrase's, and",
-           "they have no taught row.", "",
+           "the map the row reads (`train.grounding_map: attention`, or `gradient` for CAAN's and SMAN's per-word map;",
+           "peak form, Entities train boxes; the same features, configuration and epochs as the recorded run). Pointing",
+           "with its 95 % interval where measured; val rsum uncalibrated. CAAN's and SMAN's attention maps are their",
+           "caption's mean map by construction (a phrase's map is every phrase's map): an objective on them can only",
+           "move the caption's one map, not a phrase's, so their attention rows have no taught run.", "",
            "| seed | map | matching only: pointing | rsum | taught to ground: pointing | rsum |",
            "|---|---|---:|---:|---:|---:|"]
     for seed, kind, before, after in SEEDS:
@@ -165,13 +167,22 @@ def render() -> str:
             out.append(f"| {c['name']} | {', '.join(c['rows'])} | {c['min_rsum'] if c['min_rsum'] is not None else '-'} | "
                        f"{p0['run']} -> {p0['reported_on_other']:.1f} | {p1['run']} -> {p1['reported_on_other']:.1f} | "
                        f"**{c['pointing']:.1f}** | {c['chosen_on_all']['run']} ({c['chosen_on_all']['pointing']:.1f}) |")
-    out += seed_table({r["row"]: r for r in rows})
-    out += ["", "## Commands and notes", ""]
+    out += ["", "The seed systems before and after the grounding objective: `benchmarks/results/grounding.md` (rendered",
+            "from these rows; on the site, below).", "", "## Commands and notes", ""]
     for r in rows:
         note = f" {r['note']}" if r.get("note") else ""
         out.append(f"- **{r['row']}**: `{r['command']}`{note} (host: {r['host']['cpu']}; "
                    f"{' '.join(f for f in r['host']['flags'] if f.startswith('avx512') or f == 'avx2')})")
     return "\n".join(out) + "\n"
+
+
+def render_seed_page() -> str:
+    """``benchmarks/results/grounding.md``: the seed table, rendered from the same rows."""
+    rows = {r["row"]: r for r in (json.loads(p.read_text()) for p in ROWS.glob("*.json"))}
+    return "\n".join(["# Grounding: the seed systems before and after the grounding objective (Flickr8k val)", "",
+                      "Rendered by `python experiments/grounding.py --rerender` from `experiments/results/grounding/"
+                      "*.json`; every row with its command, per phrase type and the other methods: "
+                      "`experiments/results/grounding.md`."] + seed_table(rows)) + "\n"
 
 
 def crossfit(a) -> dict:
@@ -223,7 +234,8 @@ def main() -> None:
             ap.error("--row and --model are needed (or --rerender)")
         run_row(a)
     write_text(RESULTS / "grounding.md", render())
-    print(f"wrote {RESULTS / 'grounding.md'}")
+    write_text(BENCH_PAGE, render_seed_page())
+    print(f"wrote {RESULTS / 'grounding.md'} and {BENCH_PAGE}")
 
 
 if __name__ == "__main__":

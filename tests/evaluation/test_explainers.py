@@ -131,6 +131,31 @@ def test_gradient_equals_autograd(name, bert):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("name", ["scan_t2i_avg", "caan"])
+def test_gradient_x_input_of_a_model_that_normalises_each_region_sees_only_the_projections_bias(name, bert):
+    """u = W x + b, v = u / ||u||: S is scale-invariant in each u, so u . dS/du = 0 and the map
+    x . dS/dx = (u - b) . dS/du = -b . dS/du. At b = 0 (SCAN's and CAAN's initial bias) the map is zero up to
+    round-off; trained, it is the bias read through the gradient (docs/grounding.md says what this means)."""
+    kw = {"attn_dim": 5} if name == "caan" else {}
+    m = _model(name, bert, **kw)
+    feats = torch.as_tensor(_inputs(m)[0][0])
+    queries = ["a red dog", "the ball"]
+    with torch.no_grad():
+        m.img_enc.fc.bias.zero_()
+    assert np.abs(query_maps(m, feats.numpy(), queries, "gradient")).max() < 1e-9
+    with torch.no_grad():
+        m.img_enc.fc.bias.normal_()
+    got = query_maps(m, feats.numpy(), queries, "gradient")
+    tokens, lengths = m.tokenize(queries)
+    u = m.img_enc.fc(feats).detach().expand(len(queries), -1, -1).clone().requires_grad_(True)
+    m.img_enc.forward = lambda _features: u  # the projection's output, as a leaf
+    s = m.score(m.encode_images(feats.expand(len(queries), -1, -1)), m.encode_texts(tokens, lengths))
+    (g,) = torch.autograd.grad(s.diagonal().sum(), u)
+    want = -(g * m.img_enc.fc.bias.detach()).sum(dim=2).T.numpy()
+    assert np.abs(got).max() > 1e-3
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+
+
 def test_token_spans_cover_word_pieces(bert):
     m = _model("vsepp", bert)
     text = "a puppy runs on the grass"  # "puppy" is not in the vocabulary: WordPiece splits it into letters
