@@ -51,10 +51,13 @@ from .milvus_probe import require
 
 def _answers(method):
     """A read that the server does not answer (pymilvus's retries run out after READ_TIMEOUT_S) raises
-    :class:`Unavailable` naming the server (a service's 503), not pymilvus's exception."""
+    :class:`Unavailable` naming the server (a service's 503), not pymilvus's exception, nor the raw gRPC error
+    pymilvus lets through when its connection recovery fails (DEADLINE_EXCEEDED while a server restarts)."""
 
     @functools.wraps(method)
     def wrapped(self, *args, **kwargs):
+        import grpc  # pymilvus's own transport
+
         try:
             try:
                 return method(self, *args, **kwargs)
@@ -64,7 +67,7 @@ def _answers(method):
                 for name in (self.items_name, self.enc_name):  # a restarted server: load them again, once
                     self.client.load_collection(name, timeout=READ_TIMEOUT_S)
                 return method(self, *args, **kwargs)
-        except pymilvus().MilvusException as e:
+        except (pymilvus().MilvusException, grpc.RpcError) as e:
             raise Unavailable(f"{self.loc}: the Milvus server did not answer ({_short(e)[:160]}); retry in a few "
                               "seconds") from None
 
