@@ -27,6 +27,7 @@ def script(tmp_path, monkeypatch):
     monkeypatch.setattr(mod, "RESULTS", tmp_path)
     monkeypatch.setattr(mod, "ROWS", tmp_path / "grounding")
     monkeypatch.setattr(mod, "CHOICES", tmp_path / "grounding_choices")
+    monkeypatch.setattr(mod, "BENCH_PAGE", tmp_path / "bench_grounding.md")  # never the repository's page
     names = [f"{i}.jpg" for i in range(200)]
     side = [half_of(n) for n in names]
     (tmp_path / "grounding").mkdir()
