@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from vlmatch.data.vocab import Vocab
-from vlmatch.evaluation.explainers import query_maps
+from vlmatch.evaluation.explainers import GRADIENT_BLOCK, gradient_maps, query_maps
 from vlmatch.evaluation.grounding import pointing_game
 from vlmatch.models.base import l2norm
 from vlmatch.models.registry import create_model, load_model
 from vlmatch.models.sman import pair_logits
-from vlmatch.training.grounding import GRADIENT_BLOCK, gradient_maps, grounding_term
+from vlmatch.training.grounding import grounding_term
 from vlmatch.training.loop import train
 
 from .test_grounding import _cfg, grid  # noqa: F401  (the grid-world fixture)

@@ -119,17 +119,11 @@ def query_maps(model: MatchingModel, features, queries: list[str], method: str, 
             (a, b), = token_spans(model, q, [(0, len(q))])
             cols.append(token_maps(model, features, q, method, mask).weights[:, a:b].sum(axis=1))
         return np.stack(cols, axis=1) if cols else np.zeros((k, 0), np.float32)
-    tokens, lengths = model.tokenize(queries)
     if method == "gradient":
-        with torch.no_grad():
-            txt = model.encode_texts(tokens, lengths)
-        # one copy of the image per query, one backward for all: copy q only reaches S(copy q, query q), so the
-        # gradient of the diagonal's sum w.r.t. copy q is that pair's gradient
-        x = f.expand(len(queries), -1, -1).clone().requires_grad_(True)
-        with torch.enable_grad():
-            s = model.score(model.encode_images(x, None if m is None else m.expand(len(queries), -1)), txt)
-            (g,) = torch.autograd.grad(s.diagonal().sum(), x)
-        return (g * x.detach()).sum(dim=2).T.float().numpy()
+        maps = gradient_maps(model, f.expand(len(queries), -1, -1), None if m is None else m.expand(len(queries), -1),
+                             queries, create_graph=False)
+        return maps.detach().T.float().numpy()
+    tokens, lengths = model.tokenize(queries)
     if method != "occlusion":
         check_method(method)
     base = torch.ones(k, dtype=torch.bool) if m is None else m[0]
@@ -142,6 +136,31 @@ def query_maps(model: MatchingModel, features, queries: list[str], method: str, 
     drop = (full - occluded).float().numpy()
     drop[~base.numpy()] = 0.0  # a position masked already is no evidence
     return drop
+
+
+# Queries scored per block by ``gradient_maps``: a block costs block² pairs of which its diagonal is used, so a
+# small block wastes little scoring while keeping the Python loop short.
+GRADIENT_BLOCK = 8
+
+
+def gradient_maps(model: MatchingModel, features: Tensor, mask: Tensor | None, texts: list[str],
+                  create_graph: bool = False) -> Tensor:
+    """(P, k): gradient x input of S(image p, text p) w.r.t. image p's raw position features, summed over the
+    channels, for each row p of ``features`` (P, k, D), each text scored as its own query: the ``gradient``
+    method's maps (:func:`query_maps`) and the map ``train.grounding_map: gradient`` teaches. One backward for
+    all: copy p only reaches S(copy p, text p). ``create_graph``: the maps keep their graph (the text side's
+    too), so a loss on them trains the model (double backward)."""
+    x = features.detach().clone().requires_grad_(True)
+    tokens, lengths = model.tokenize(texts)
+    with torch.set_grad_enabled(create_graph):
+        txt = model.encode_texts(tokens.to(x.device), lengths.to(x.device))
+    with torch.enable_grad():
+        img = model.encode_images(x, mask)
+        s = torch.cat([model.score(img.select(slice(a, a + GRADIENT_BLOCK)),
+                                   txt.select(slice(a, a + GRADIENT_BLOCK))).diagonal()
+                       for a in range(0, len(texts), GRADIENT_BLOCK)])
+        (g,) = torch.autograd.grad(s.sum(), x, create_graph=create_graph)
+    return (g * x).sum(dim=2)
 
 
 def token_spans(model: MatchingModel, text: str, char_spans: list[tuple[int, int]]) -> list[tuple[int, int]]:

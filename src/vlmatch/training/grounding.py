@@ -28,6 +28,7 @@ from torch import Tensor
 from ..data.entities import EntitiesDir
 from ..data.precomp import PrecompSplit
 from ..errors import ConfigError, DataError, VlmatchError
+from ..evaluation.explainers import gradient_maps
 from ..models.base import MatchingModel
 from ..models.losses import pointing_loss
 
@@ -144,29 +145,6 @@ def _maps_of(model: MatchingModel, kind: str):
     return model.position_attention if kind == "attention" else model.position_contributions
 
 
-# Phrases scored per block by ``gradient_maps``: a block costs block² pairs of which its diagonal is used, so a
-# small block wastes little scoring while keeping the Python loop short.
-GRADIENT_BLOCK = 8
-
-
-def gradient_maps(model: MatchingModel, features: Tensor, mask: Tensor | None, texts: list[str],
-                  create_graph: bool = True) -> Tensor:
-    """(P, k): gradient x input of S(image p, text p) w.r.t. image p's raw position features, summed over the
-    channels, for each row p of ``features`` (P, k, D); each text scored as its own query, as
-    :func:`vlmatch.evaluation.explainers.query_maps` does for ``gradient``. ``create_graph``: the maps keep
-    their graph, so a loss on them trains the model (double backward)."""
-    x = features.detach().requires_grad_(True)
-    tokens, lengths = model.tokenize(texts)
-    with torch.enable_grad():
-        img = model.encode_images(x, mask)
-        txt = model.encode_texts(tokens.to(x.device), lengths.to(x.device))
-        s = torch.cat([model.score(img.select(slice(a, a + GRADIENT_BLOCK)),
-                                   txt.select(slice(a, a + GRADIENT_BLOCK))).diagonal()
-                       for a in range(0, len(texts), GRADIENT_BLOCK)])
-        (g,) = torch.autograd.grad(s.sum(), x, create_graph=create_graph)
-    return (g * x).sum(dim=2)
-
-
 def check_grounding_map(model: MatchingModel, kind: str) -> None:
     """A one-line ConfigError, before any training, when ``model`` cannot give ``kind``'s maps."""
     if kind == "gradient":
@@ -185,7 +163,8 @@ def grounding_term(model: MatchingModel, targets: GroundingTargets, batch: dict,
     """The batch's grounding loss: its phrases' maps against their boxes. ``kind``: "contribution" (the exact
     shares of the score, ``position_contributions``) or "attention" (``position_attention``), where a phrase's
     map is the sum of its tokens' columns, as the pointing game (:mod:`vlmatch.evaluation.explainers`) sums
-    them; or "gradient" (:func:`gradient_maps`, each phrase scored as its own query).
+    them; or "gradient" (:func:`vlmatch.evaluation.explainers.gradient_maps`, each phrase scored as its own
+    query: the pointing game's own gradient maps).
 
     ``inputs``: the very tensors (features, mask, tokens, lengths) the step's matching pass took; inside the
     model's ``shared_encodings`` block the contributions reuse that pass's encodings instead of running the
@@ -197,7 +176,7 @@ def grounding_term(model: MatchingModel, targets: GroundingTargets, batch: dict,
     if kind == "gradient":
         sel = rows.to(features.device)
         maps = gradient_maps(model, features[sel], None if mask is None else mask[sel],
-                             targets.texts_of_batch(batch["caption_index"]))
+                             targets.texts_of_batch(batch["caption_index"]), create_graph=True)
         return pointing_loss(maps, cells.to(maps.device), temperature, form)
     contrib = _maps_of(model, kind)(features, mask, tokens, lengths)  # (B, k, L)
     device = contrib.device
