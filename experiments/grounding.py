@@ -128,8 +128,12 @@ def seed_table(rows: dict) -> list[str]:
     return out
 
 
-def render() -> str:
-    rows = sorted((json.loads(p.read_text()) for p in ROWS.glob("*.json")), key=lambda r: r["finished"])
+def load_rows() -> list[dict]:
+    """Every row file, oldest first (read once for both pages)."""
+    return sorted((json.loads(p.read_text()) for p in ROWS.glob("*.json")), key=lambda r: r["finished"])
+
+
+def render(rows: list[dict]) -> str:
     out = ["# Grounding: the pointing game on Flickr30k Entities boxes (Flickr8k val)", "",
            "Every phrase of the 5,000 val captions whose Entities chain has a box (13,123 phrases of 1,000 images; the",
            "test split's annotations are held back). A hit: the peak cell of the phrase's heat map (its centre) lies in",
@@ -176,9 +180,9 @@ def render() -> str:
     return "\n".join(out) + "\n"
 
 
-def render_seed_page() -> str:
+def render_seed_page(rows: list[dict]) -> str:
     """``benchmarks/results/grounding.md``: the seed table, rendered from the same rows."""
-    rows = {r["row"]: r for r in (json.loads(p.read_text()) for p in ROWS.glob("*.json"))}
+    rows = {r["row"]: r for r in rows}
     return "\n".join(["# Grounding: the seed systems before and after the grounding objective (Flickr8k val)", "",
                       "Rendered by `python experiments/grounding.py --rerender` from `experiments/results/grounding/"
                       "*.json`; every row with its command, per phrase type and the other methods: "
@@ -233,8 +237,9 @@ def main() -> None:
         if not (a.row and a.model):
             ap.error("--row and --model are needed (or --rerender)")
         run_row(a)
-    write_text(RESULTS / "grounding.md", render())
-    write_text(BENCH_PAGE, render_seed_page())
+    rows = load_rows()
+    write_text(RESULTS / "grounding.md", render(rows))
+    write_text(BENCH_PAGE, render_seed_page(rows))
     print(f"wrote {RESULTS / 'grounding.md'} and {BENCH_PAGE}")
 
 
