@@ -362,7 +362,7 @@ def main() -> None:
         sys.path[:0] = [*here, str(HERE.parent)]
         from tests.search.milvus_server import MilvusTestServer
 
-        server = MilvusTestServer(tempfile.mkdtemp(prefix="vlmatch-bench-milvus-")).start()
+        server = MilvusTestServer(tempfile.mkdtemp(prefix="vlmatch-bench-milvus-"), test_timers=False).start()
     host = f"{cpu_model()}, {os.cpu_count()} cores{f' ({a.note})' if a.note else ''}, OMP_NUM_THREADS=" \
            f"{os.environ.get('OMP_NUM_THREADS', 'unset')}, flags {' '.join(cpu_flags())}"
     rows = []
