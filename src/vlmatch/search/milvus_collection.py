@@ -49,6 +49,14 @@ from .milvus_layout import Layout, field_of, search_params
 from .milvus_probe import require
 
 
+def _unanswered() -> tuple[type[BaseException], ...]:
+    """What a read raises when the server does not answer: pymilvus's exception, and the raw gRPC error of
+    pymilvus's own transport that it lets through when its connection recovery fails."""
+    import grpc
+
+    return pymilvus().MilvusException, grpc.RpcError
+
+
 def _answers(method):
     """A read that the server does not answer (pymilvus's retries run out after READ_TIMEOUT_S) raises
     :class:`Unavailable` naming the server (a service's 503), not pymilvus's exception, nor the raw gRPC error
@@ -56,8 +64,6 @@ def _answers(method):
 
     @functools.wraps(method)
     def wrapped(self, *args, **kwargs):
-        import grpc  # pymilvus's own transport
-
         try:
             try:
                 return method(self, *args, **kwargs)
@@ -67,7 +73,7 @@ def _answers(method):
                 for name in (self.items_name, self.enc_name):  # a restarted server: load them again, once
                     self.client.load_collection(name, timeout=READ_TIMEOUT_S)
                 return method(self, *args, **kwargs)
-        except (pymilvus().MilvusException, grpc.RpcError) as e:
+        except _unanswered() as e:  # evaluated only when a read raised: no import on the answered path
             raise Unavailable(f"{self.loc}: the Milvus server did not answer ({_short(e)[:160]}); retry in a few "
                               "seconds") from None
 
