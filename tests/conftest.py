@@ -7,9 +7,13 @@ from vlmatch.data.synth import ToyWorld, ToyWorldConfig
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
-    """Never touch the user's ~/.cache from tests."""
-    cache = tmp_path_factory.getbasetemp() / "vlcache"
-    monkeypatch.setenv("VLMATCH_CACHE", str(cache))
+    """Never touch the user's ~/.cache from tests, nor the host's torch.compile cache: Inductor's on-disk cache
+    (/tmp/torchinductor_$USER) does not key its kernels by ATEN_CPU_CAPABILITY, so kernels cached by an AVX-512
+    process and loaded by one held to AVX2 gave non-finite scores and crashed the process (the compiled-engine
+    and compiled-training tests). One cache per test session: kernels compiled by this process only."""
+    base = tmp_path_factory.getbasetemp()
+    monkeypatch.setenv("VLMATCH_CACHE", str(base / "vlcache"))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(base / "inductor"))
 
 
 @pytest.fixture(scope="session")

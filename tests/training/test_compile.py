@@ -24,12 +24,11 @@ def _losses(run):
             if json.loads(ln)["type"] == "train"]
 
 
-def test_compiled_training_equals_eager_to_float_rounding(small_world, tmp_path, capsys, monkeypatch):
+def test_compiled_training_equals_eager_to_float_rounding(small_world, tmp_path, capsys):
     pytest.importorskip("torch._inductor")
-    # Inductor's on-disk cache does not key its kernels by ATEN_CPU_CAPABILITY: kernels cached by an AVX-512
-    # process and loaded by one held to AVX2 gave CAAN non-finite scores (the trainer then falls back to eager,
-    # which this test forbids). A cache of the test's own keeps it about this code, not about the host's /tmp.
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    # Inductor's on-disk cache is the test session's own (tests/conftest.py): kernels cached by an AVX-512 process
+    # and loaded by one held to AVX2 gave CAAN non-finite scores (the trainer then falls back to eager, which
+    # this test forbids).
     torch._dynamo.reset()
     eager, compiled = tmp_path / "eager", tmp_path / "compiled"
     train(_cfg(small_world), eager, progress=False)
