@@ -69,7 +69,8 @@ def run_row(a) -> dict:
     model = load_model(resolve_checkpoint(a.model))
     method = a.method or default_method(model)
     res = pointing_game(model, split.features, split.ids, a.entities, method, progress=True,
-                        phrase_as_query=a.phrase_as_query)
+                        phrase_as_query=a.phrase_as_query,
+                        mirror_features=mirror_views(folder, split.ids) if a.mirror else None)
     print(format_grounding({a.row: res}))
     run = Path(str(a.model)).parent.name if not str(a.model).startswith("pretrained:") else None
     rsum = None
@@ -86,6 +87,20 @@ def run_row(a) -> dict:
            "host": {"cpu": cpu_model(), "flags": cpu_flags()}, "finished": time.strftime("%Y-%m-%dT%H:%M:%S"), **res}
     write_json(ROWS / f"{a.row}.json", row)
     return row
+
+
+def mirror_views(folder: Path, names: list[str]):
+    """The val photos' mirror-view features, extracted now from the photo folder the feature cache was made from,
+    with the backbone that made it (both named by its features.json)."""
+    from vlmatch.features.backbones import backbone_for
+    from vlmatch.features.views import photo_features
+
+    described = json.loads((folder / "features.json").read_text())
+    images = Path(described["images_dir"])
+    if not images.is_dir():
+        sys.exit(f"grounding.py: --mirror needs the photos of {folder} ({images}, named by its features.json)")
+    bb = backbone_for(described["backbone"])
+    return photo_features(bb, [images / n for n in names], mirror=True, progress=True, desc="mirror views")
 
 
 # The seed systems before and after the grounding objective (#48): (seed, map, matching-only row, taught row). The
@@ -141,7 +156,8 @@ def render(rows: list[dict]) -> str:
            "every phrase of it; `ceiling`: the best any cell centre of the grid can do. Rendered by",
            "`python experiments/grounding.py --rerender` from `experiments/results/grounding/*.json`.", "",
            "`95 %`: the pointing's bootstrap interval, images resampled with their phrases (rows measured since",
-           "2026-11-27; '-' before).", "",
+           "2026-11-27; '-' before). `+ mirror`: each map is the mean of the photo's and its mirror image's, mirrored",
+           "back (`--mirror`; `vlmatch.evaluation.mirror`).", "",
            "| row | model | method | features | val rsum | pointing | 95 % | centre | capmean | ceiling | phrases | "
            + " | ".join(TYPES) + " | s |",
            "|" + "---|" * (12 + len(TYPES))]
@@ -149,7 +165,7 @@ def render(rows: list[dict]) -> str:
         types = " | ".join(f"{r['by_type'][t]['pointing']:.1f}" if t in r["by_type"] else "-" for t in TYPES)
         rsum = f"{r['val_rsum']:.1f}" if r.get("val_rsum") else "-"
         method = r["method"] + (" (phrase as query)" if r.get("phrases_as") == "query" and r["method"] in
-                                ("attention", "contribution") else "")
+                                ("attention", "contribution") else "") + (" + mirror" if r.get("mirror") else "")
         ci = r.get("pointing_ci95")
         ci = f"{ci[0]:.1f}-{ci[1]:.1f}" if ci else "-"
         out.append(f"| {r['row']} | `{r['model']}` | {method} | {r['features']} | {rsum} | **{r['pointing']:.1f}** | "
@@ -223,6 +239,8 @@ def main() -> None:
     ap.add_argument("--method", help="explanation method (default: the model's best)")
     ap.add_argument("--entities", default=str(ENTITIES))
     ap.add_argument("--phrase-as-query", action="store_true", help="attention/contribution: each phrase its own query")
+    ap.add_argument("--mirror", action="store_true", help="each map the mean of the photo's and its mirror image's "
+                                                          "(vlmatch.evaluation.mirror)")
     ap.add_argument("--max-images", type=int)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--note")

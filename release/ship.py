@@ -63,6 +63,7 @@ def explainer_record(row: str, default: bool) -> dict:
     r = json.loads((EXPERIMENTS / "grounding" / f"{row}.json").read_text())
     return {"method": r["method"], "pointing": r["pointing"], "centre": r["centre"], "caption_mean": r["caption_mean"],
             "ceiling": r["ceiling"], "phrases": r["phrases"], "row": row, "default": default,
+            **({"mirror": True} if r.get("mirror") else {}),
             "by_type": {t: v["pointing"] for t, v in r["by_type"].items()}}
 
 

@@ -112,3 +112,31 @@ def test_explain_method_and_phrase_on_the_cli(tmp_path, capsys, method):
     if method == "contribution":  # token columns sum to the score; the phrase column is a sum of some of them
         assert w[:, :-1].sum() == pytest.approx(res["score"], rel=1e-4)
     assert (tmp_path / "m.png").stat().st_size > 0
+
+
+def test_grounding_mirror_on_a_photo_folder_and_its_one_line_errors(grid_data, tmp_path, capsys):
+    photos, ents = _photo_world(tmp_path)
+    assert main(["grounding", "--model", "pretrained:vsepp-minilm-f8k", "--data", str(photos), "--split", "val",
+                 "--entities", str(ents), "--method", "contribution", "--mirror", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    res = json.loads(out.strip().splitlines()[-1])
+    assert res["mirror"] is True and res["phrases"] == 3 and res["pointing"] == 100.0
+    data, ents, ck = grid_data  # features with no photo folder behind them: --mirror cannot see the photos
+    assert main(["grounding", "--model", str(ck), "--data", str(data), "--split", "val", "--entities", str(ents),
+                 "--mirror", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--mirror needs the photos" in err and "features.json" in err
+
+
+def test_explain_mirror_on_the_cli(tmp_path, capsys):
+    photo = sorted(draw_photos(tmp_path / "p", 1).iterdir())[0]
+    args = ["explain", "--model", "pretrained:vsepp-minilm-f8k", "--image", str(photo), "--text",
+            "a red ball on the grass", "--method", "contribution", "--out", str(tmp_path / "m.png")]
+    assert main([*args, "--json", str(tmp_path / "one.json")]) == 0
+    assert main([*args, "--json", str(tmp_path / "two.json"), "--mirror"]) == 0
+    assert "mirror image" in capsys.readouterr().out.splitlines()[-1]
+    one, two = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("one", "two"))
+    assert not one["mirrored"] and two["mirrored"] and two["score"] == pytest.approx(one["score"], rel=1e-5)
+    # each view's contributions sum to its score: the mean's, to the mean of the two scores
+    assert np.sum(two["weights"]) == pytest.approx((two["score"] + two["mirror_score"]) / 2, rel=1e-4)
+    assert not np.allclose(two["weights"], one["weights"])

@@ -157,3 +157,28 @@ def test_the_shipped_explainer_draws_the_maps_when_it_points_better_than_the_ind
     monkeypatch.setattr(pretrained, "explainer_record", lambda folder: better if str(folder) == str(idx.parts["model"])
                         else None)
     assert idx.explainer() == (idx.model, "contribution")
+
+
+def test_an_explainer_recorded_with_mirror_views_explains_with_them(served, monkeypatch):
+    """A model whose shipped record says ``mirror`` explains with the photo's mirror view too: the maps are the
+    mean of the two views' (as :func:`explain_pair` makes them from both views' features), the score the photo's;
+    ``mirror=False`` (``--no-mirror``) and a text naming a side keep the photo's alone."""
+    import vlmatch.pretrained as pretrained
+    from vlmatch.viz.attention import explain_pair
+
+    c, idx = served
+    monkeypatch.setattr(idx, "_shipped_explainer", False)
+    record = {"method": "contribution", "pointing": 90.0, "mirror": True}
+    monkeypatch.setattr(pretrained, "explainer_record",
+                        lambda folder: record if str(folder) == str(idx.parts["model"]) else None)
+    att = idx.explain(5, "a dog on the grass")
+    path = next(it["path"] for it in idx.items if it["id"] == 5)
+    views = idx.image_features(path, mirror=True).numpy()
+    want = explain_pair(idx.model, views[0], "a dog on the grass", "contribution", mirror_features=views[1])
+    assert att.mirror_score is not None and att.method == "contribution"
+    np.testing.assert_allclose(att.weights, want.weights, rtol=1e-5, atol=1e-7)
+    alone = idx.explain(5, "a dog on the grass", mirror=False)
+    assert alone.mirror_score is None and att.score == pytest.approx(alone.score, rel=1e-5)
+    assert idx.explain(5, "a dog on the left").mirror_score is None
+    body = c.get("/explain/5", params={"text": "a dog on the grass"}).json()
+    assert body["mirrored"] is True and body["score"] == pytest.approx(att.score, rel=1e-5)

@@ -36,6 +36,7 @@ def add_parser(sub):
     p.add_argument("--weights", help="local weights file for the backbone")
     p.add_argument("--boxes", metavar="FILE.npy", help="(k, 4) region boxes x1 y1 x2 y2 in image pixels "
                                                       "(region features); default: the backbone's grid")
+    add_mirror_arg(p)
     add_backend_args(p)
     p.set_defaults(func=cmd_explain, quick_exit=True)  # ends without the interpreter's teardown (cli.quick_exit)
 
@@ -52,6 +53,7 @@ def cmd_explain(a):
         from ..features.backbones import backbone_for
         from ..features.photo import load_image
         from ..features.provenance import check_backbone, checkpoint_backbone, resolve_backbone
+        from ..features.views import mirror_pixels
         from ..io import check_writable, write_json
         from ..models.registry import load_model
         from ..viz.attention import explain_pair
@@ -84,17 +86,23 @@ def cmd_explain(a):
         method = a.method or default_method(model)
         bb = backbone_for(resolve_backbone(a.model, a.backbone), a.weights)
         check_backbone(checkpoint_backbone(a.model), bb.describe(), model.cfg.img_dim, a.model)
+    mirror = recorded_mirror(a.model) if a.mirror is None else a.mirror
     with phases("encode"), torch.inference_mode():
-        feats = bb(bb.preprocess([load_image(Path(a.image), bb.info.input_size)]))[0].clone()
+        pixels = load_image(Path(a.image), bb.info.input_size)
+        views = bb(bb.preprocess([pixels, mirror_pixels(pixels)] if mirror else [pixels])).numpy()
     with phases("explain"):
-        att = explain_pair(model, feats.numpy(), a.text, method, a.phrase)
+        att = explain_pair(model, views[0], a.text, method, a.phrase, mirror_features=views[1] if mirror else None)
     att.grid, att.image = bb.info.grid, str(a.image)
     with phases("render"):
         render(att, a.image, a.out, boxes=boxes)
     if a.json:
         write_json(a.json, {"model": str(a.model), "text": a.text, **att.to_dict()})
-    print(f"{a.out}: {len(att.words)} {method} maps, score {att.score:.4f}")
+    print(f"{a.out}: {len(att.words)} {method} maps{_mirrored(att)}, score {att.score:.4f}")
     phases.report()
+
+
+def _mirrored(att) -> str:
+    return " (mean of the photo's and its mirror image's)" if att.mirror_score is not None else ""
 
 
 def explain_indexed(a, phases=None):
@@ -108,14 +116,14 @@ def explain_indexed(a, phases=None):
     with phases("load"):
         idx = open_index(a, a.index, lean_queries=False)
     with phases("explain"):
-        att = idx.explain(a.id, a.text, a.method, tuple(a.phrase))
+        att = idx.explain(a.id, a.text, a.method, tuple(a.phrase), mirror=a.mirror)
     if not att.grid:
         raise ConfigError(f"{idx.root}: no image grid is known (built from features without a backbone)")
     with phases("render"):
         render(att, att.image, a.out)
     if a.json:
         write_json(a.json, {"index": str(idx.root), "id": a.id, "text": a.text, **att.to_dict()})
-    print(f"{a.out}: {len(att.words)} {att.method} maps, score {att.score:.4f}")
+    print(f"{a.out}: {len(att.words)} {att.method} maps{_mirrored(att)}, score {att.score:.4f}")
 
 
 def default_explainer() -> tuple[str, str]:
@@ -125,5 +133,24 @@ def default_explainer() -> tuple[str, str]:
     from ..pretrained import default_explainer as shipped
 
     name, method = shipped()
-    print(f"using the shipped default explainer: --model pretrained:{name} --method {method}")
-    return resolve_checkpoint(f"pretrained:{name}"), method
+    folder = resolve_checkpoint(f"pretrained:{name}")
+    mirror = " --mirror" if recorded_mirror(folder) else ""
+    print(f"using the shipped default explainer: --model pretrained:{name} --method {method}{mirror}")
+    return folder, method
+
+
+def recorded_mirror(checkpoint) -> bool:
+    """Whether a shipped model's explainer record says its maps are the mean over the photo and its mirror
+    image (``vlmatch pretrained``): the default of ``--mirror`` for it; False for any other checkpoint."""
+    from ..pretrained import explainer_record
+
+    return bool((explainer_record(checkpoint) or {}).get("mirror"))
+
+
+def add_mirror_arg(p) -> None:
+    import argparse
+
+    p.add_argument("--mirror", action=argparse.BooleanOptionalAction, default=None,
+                   help="average each map with the map of the photo's mirror image, mirrored back (one more backbone "
+                        "pass; a text naming left or right keeps the photo's alone); default: on where the model's "
+                        "shipped explainer record says so (the default explainer's), else off")

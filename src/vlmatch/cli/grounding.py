@@ -6,12 +6,12 @@ import json
 import sys
 from pathlib import Path
 
-from ..errors import ConfigError, DataError
+from ..errors import DataError
 from .common import checkpoint_arg
 
 
 def add_parser(sub):
-    from .explain import METHODS
+    from .explain import METHODS, add_mirror_arg
 
     p = sub.add_parser("grounding", help="pointing accuracy of a model's heat maps on Flickr30k Entities boxes",
                        description="For every phrase with a box: the phrase's heat map -> its peak -> a hit when it "
@@ -34,6 +34,7 @@ def add_parser(sub):
     p.add_argument("--json", metavar="OUT", help="also write the results as JSON")
     p.add_argument("--backbone", help="image backbone for a photo folder (default: the one the model was trained on)")
     p.add_argument("--weights", help="local weights file for that backbone")
+    add_mirror_arg(p)
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_grounding)
 
@@ -47,6 +48,8 @@ def cmd_grounding(a):
 
     if a.json:
         check_writable(a.json)
+    from .explain import recorded_mirror
+
     if a.model is None:
         from .explain import default_explainer
 
@@ -54,11 +57,13 @@ def cmd_grounding(a):
         a.method = a.method or shipped_method
     model = load_model(a.model)
     method = a.method or default_method(model)
-    features, names = split_features(a, model)
+    features, names, images = split_features(a, model)
+    mirror = recorded_mirror(a.model) if a.mirror is None else a.mirror
+    mirror_features = mirror_views(a, images, names) if mirror else None
     res = pointing_game(model, features, names, a.entities, method, progress=not a.no_progress,
-                        phrase_as_query=a.phrase_as_query)
+                        phrase_as_query=a.phrase_as_query, mirror_features=mirror_features)
     res = {"model": str(a.model), "data": str(a.data), "split": a.split, **res}
-    print(format_grounding({f"{Path(str(a.model)).name} {method}": res}))
+    print(format_grounding({f"{Path(str(a.model)).name} {method}" + (" + mirror" if mirror else ""): res}))
     ci = res.get("pointing_ci95")
     if ci:
         print(f"pointing 95 % interval (images resampled with their phrases): {ci[0]:.1f} - {ci[1]:.1f}")
@@ -69,8 +74,9 @@ def cmd_grounding(a):
 
 
 def split_features(a, model):
-    """(features (N, k, D) array-like, image names) of the split: from a precomp folder, or extracted now from a
-    photo folder with a Karpathy JSON."""
+    """(features (N, k, D) array-like, image names, the images' folder or None) of the split: from a precomp
+    folder (its features.json names the photos' folder), or extracted now from a photo folder with a Karpathy
+    JSON."""
     root = Path(a.data).expanduser()
     if not root.is_dir():
         raise DataError(root, "data folder not found")
@@ -88,20 +94,32 @@ def _precomp(root: Path, split: str, a, model):
     sp = PrecompSplit(root, split, max_images=a.max_images)
     if sp.ids is None:
         raise DataError(root / f"{split}_ids.txt", "not found: the pointing game needs the image names")
-    if (root / "features.json").is_file():
-        check_backbone(checkpoint_backbone(a.model), read_json(root / "features.json").get("backbone", {}),
-                       model.cfg.img_dim, root)
-    return sp.features, sp.ids
+    described = read_json(root / "features.json") if (root / "features.json").is_file() else {}
+    if described:
+        check_backbone(checkpoint_backbone(a.model), described.get("backbone", {}), model.cfg.img_dim, root)
+    images = described.get("images_dir")
+    return sp.features, sp.ids, Path(images) if images else None
+
+
+def mirror_views(a, images: Path | None, names: list[str]):
+    """The split's mirror-view features (``--mirror``), extracted from its photos with the model's backbone."""
+    from ..features.backbones import backbone_for
+    from ..features.provenance import resolve_backbone
+    from ..features.views import photo_features
+
+    if images is None or not images.is_dir():
+        where = Path(a.data) / "features.json"
+        raise DataError(where, f"--mirror needs the photos of these features, and the images folder it names "
+                               f"({images}) is not there: pass --data the photo folder, or --no-mirror")
+    bb = backbone_for(resolve_backbone(a.model, a.backbone), a.weights)
+    return photo_features(bb, [images / n for n in names], mirror=True, progress=not a.no_progress,
+                          desc="mirror views")
 
 
 def _photo_folder(root: Path, a, model):
-    import numpy as np
-    import torch
-    from tqdm.auto import tqdm
-
     from ..features.backbones import backbone_for
-    from ..features.photo import load_image
     from ..features.provenance import check_backbone, checkpoint_backbone, resolve_backbone
+    from ..features.views import photo_features
 
     jsons = [p for p in sorted(root.glob("*.json")) if p.name != "features.json"]
     if not jsons:
@@ -117,15 +135,4 @@ def _photo_folder(root: Path, a, model):
     images = root / "images" if (root / "images").is_dir() else root
     bb = backbone_for(resolve_backbone(a.model, a.backbone), a.weights)
     check_backbone(checkpoint_backbone(a.model), bb.describe(), model.cfg.img_dim, a.model)
-    feats = []
-    with torch.inference_mode():
-        for i in tqdm(range(0, len(names), 16), desc="features", unit="batch", leave=False, disable=a.no_progress):
-            batch = []
-            for n in names[i:i + 16]:
-                if not (images / n).is_file():
-                    raise DataError(images / n, "image named by the Karpathy JSON not found")
-                batch.append(load_image(images / n, bb.info.input_size))
-            feats.append(bb(bb.preprocess(batch)).numpy())
-    if not feats:
-        raise ConfigError("no images")
-    return np.concatenate(feats), names
+    return photo_features(bb, [images / n for n in names], progress=not a.no_progress), names, images

@@ -29,6 +29,7 @@ from ..data.entities import TYPES, EntitiesDir, GroundedPhrase, in_box
 from ..errors import ConfigError
 from ..models.base import MatchingModel
 from .explainers import QUERY_METHODS, caption_token_maps, check_method, query_maps, supports, token_spans
+from .mirror import grid_of, merge_views, names_a_side
 from .pointing_stats import bootstrap_interval
 
 BASELINES = ("centre", "caption_mean", "ceiling")
@@ -75,10 +76,28 @@ class Tally:
 
 
 def image_phrase_maps(model: MatchingModel, features: np.ndarray, captions: list[str],
-                      phrases: list[GroundedPhrase], method: str,
-                      as_query: bool = False) -> tuple[list[np.ndarray], list[np.ndarray]]:
+                      phrases: list[GroundedPhrase], method: str, as_query: bool = False,
+                      mirror: np.ndarray | None = None) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Each phrase's (k,) map and each caption's (k,) mean map for one image (``as_query``: attention and
-    contribution too score each phrase, and each caption, as its own query)."""
+    contribution too score each phrase, and each caption, as its own query). ``mirror``: the features of the
+    image's mirror view; each map is then averaged with that view's, mirrored back (:mod:`.mirror`), except
+    where the text read names a side (the phrase scored alone, else its caption): that one is the photo's."""
+    maps, caption_maps = _image_phrase_maps(model, features, captions, phrases, method, as_query)
+    if mirror is None:
+        return maps, caption_maps
+    grid = grid_of(len(maps[0]) if maps else len(caption_maps[0]))
+    other, other_captions = _image_phrase_maps(model, mirror, captions, phrases, method, as_query)
+    alone = method in QUERY_METHODS or as_query
+    maps = [m if names_a_side(gp.phrase.text if alone else captions[gp.caption]) else merge_views(m, o, grid)
+            for gp, m, o in zip(phrases, maps, other, strict=True)]
+    caption_maps = [m if names_a_side(c) else merge_views(m, o, grid)
+                    for c, m, o in zip(captions, caption_maps, other_captions, strict=True)]
+    return maps, caption_maps
+
+
+def _image_phrase_maps(model: MatchingModel, features: np.ndarray, captions: list[str],
+                       phrases: list[GroundedPhrase], method: str,
+                       as_query: bool) -> tuple[list[np.ndarray], list[np.ndarray]]:
     if method in QUERY_METHODS or as_query:
         maps = query_maps(model, features, [gp.phrase.text for gp in phrases] + captions, method)
         return [maps[:, i] for i in range(len(phrases))], [maps[:, len(phrases) + i] for i in range(len(captions))]
@@ -94,13 +113,16 @@ def image_phrase_maps(model: MatchingModel, features: np.ndarray, captions: list
 
 def pointing_game(model: MatchingModel, features: Sequence[np.ndarray] | np.ndarray, filenames: Sequence[str],
                   entities, method: str, grid: int | None = None,
-                  progress: Callable | bool = False, phrase_as_query: bool = False) -> dict:
+                  progress: Callable | bool = False, phrase_as_query: bool = False,
+                  mirror_features: Sequence[np.ndarray] | np.ndarray | None = None) -> dict:
     """Pointing accuracy of ``method``'s maps of ``model`` over every grounded phrase of the images.
 
     ``features[i]`` (k, D) are image ``filenames[i]``'s grid features (k = grid²); ``entities`` an
     :class:`~vlmatch.data.entities.EntitiesDir` (or its path). Images without Entities files are skipped
     (and counted). ``phrase_as_query``: with attention/contribution, score each phrase as its own query
-    instead of summing its tokens' maps in its caption. Returns the JSON the ``grounding`` command writes."""
+    instead of summing its tokens' maps in its caption. ``mirror_features[i]``: image i's mirror view's
+    features; each map is then the mean of the two views' (:func:`image_phrase_maps`). Returns the JSON the
+    ``grounding`` command writes."""
     check_method(method)
     ents = entities if isinstance(entities, EntitiesDir) else EntitiesDir(entities)
     if not supports(model, method):
@@ -110,6 +132,8 @@ def pointing_game(model: MatchingModel, features: Sequence[np.ndarray] | np.ndar
     grid = grid or int(round(k ** 0.5))
     if grid * grid != k:
         raise ConfigError(f"{k} image positions are not a square grid: the pointing game needs grid features")
+    if mirror_features is not None and len(mirror_features) != len(features):
+        raise ConfigError(f"{len(mirror_features)} mirror views for {len(features)} images")
     total, by_type = Tally(), {t: Tally() for t in TYPES}
     per_image: dict[str, list] = {"names": [], "hits": [], "phrases": []}  # for intervals and cross-fitting
     images = skipped = empty = 0
@@ -127,7 +151,8 @@ def pointing_game(model: MatchingModel, features: Sequence[np.ndarray] | np.ndar
         images += 1
         feats = np.asarray(features[i], dtype=np.float32)
         captions = [s.text for s in sentences]
-        maps, caption_maps = image_phrase_maps(model, feats, captions, phrases, method, phrase_as_query)
+        mirror = None if mirror_features is None else np.asarray(mirror_features[i], dtype=np.float32)
+        maps, caption_maps = image_phrase_maps(model, feats, captions, phrases, method, phrase_as_query, mirror)
         centres = cell_centres(grid, ann.width, ann.height)
         centre = (ann.width / 2.0, ann.height / 2.0)
         mine = Tally()
@@ -153,7 +178,7 @@ def pointing_game(model: MatchingModel, features: Sequence[np.ndarray] | np.ndar
         raise ConfigError(f"no phrase with a box among the {len(filenames)} images: is {ents.root} the Entities "
                           f"folder of these images?")
     result = {"method": method, "phrases_as": "query" if phrase_as_query or method in QUERY_METHODS else "tokens",
-              "model_name": model.name, **total.as_dict(),
+              "mirror": mirror_features is not None, "model_name": model.name, **total.as_dict(),
               "by_type": {t: v.as_dict() for t, v in by_type.items() if v.n},
               "images": images, "images_without_entities": skipped, "phrases_past_token_limit": empty,
               "grid": grid, "seconds": round(time.perf_counter() - t0, 1), "per_image": per_image}

@@ -288,6 +288,9 @@ class ExplainResponse(BaseModel):
     model: str | None = Field(None, description="the checkpoint whose maps these are: one of the index's two models, "
                                                "or the shipped default explainer when it points better")
     score: float | None
+    mirrored: bool = Field(False, description="each map is the mean of the photo's and its mirror image's, mirrored "
+                                              "back (the explainer's shipped record says so; a text naming left or "
+                                              "right keeps the photo's alone); score stays the photo's")
     words: list[str]
     weights: list[list[float]] = Field(..., description="one list per word: its weight on each image position")
     axis: str = Field(..., description='attention: "regions" (each word\'s weights sum to 1), "words" (each '

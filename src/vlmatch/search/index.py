@@ -269,10 +269,12 @@ class Index:
         self.last_timings = {"image": t1 - t0, "stage1": t2 - t1, "stage2": time.perf_counter() - t2, "queries": 1}
         return res
 
-    def image_features(self, image, backbone=None) -> torch.Tensor:
+    def image_features(self, image, backbone=None, mirror: bool = False) -> torch.Tensor:
         """Grid features (1, k, dim) of an image (path, bytes, PIL image or uint8 array) with the
-        backbone the index was built with (or ``backbone``)."""
+        backbone the index was built with (or ``backbone``); with ``mirror``, (2, k, dim): the image's and its
+        mirror image's (one backbone pass)."""
         from ..features.backbones import backbone_for
+        from ..features.views import mirror_pixels
 
         bb_info = self.manifest.get("backbone")
         if not bb_info:
@@ -280,8 +282,9 @@ class Index:
         if backbone is None and self._backbone is None:
             self._backbone = backbone_for(bb_info)
         bb = backbone or self._backbone
+        pixels = _pixels(image, bb.info.input_size)
         with torch.inference_mode():
-            return bb(bb.preprocess([_pixels(image, bb.info.input_size)])).clone()
+            return bb(bb.preprocess([pixels, mirror_pixels(pixels)] if mirror else [pixels])).clone()
 
     # --- attention of one result -----------------------------------------------------------
     def explainer(self, method: str | None = None) -> tuple[MatchingModel, str]:
@@ -330,16 +333,19 @@ class Index:
                     same = entry.features == self.manifest.get("backbone")
                     bb = None if same else backbone_for(entry.features)
                     model = load_model(f"pretrained:{name}", self.device).eval()
-                    self._shipped_explainer = _ShippedExplainer(model, method, bb, name)
+                    self._shipped_explainer = _ShippedExplainer(model, method, bb, name,
+                                                                bool(entry.explainer.get("mirror")))
             except VlmatchError:  # none ships, or its backbone is an extra that is not installed
                 pass
         return self._shipped_explainer or None
 
-    def explain(self, item_id: int, text: str, method: str | None = None, phrases=()):
+    def explain(self, item_id: int, text: str, method: str | None = None, phrases=(), mirror: bool | None = None):
         """Heat maps of image ``item_id`` and ``text`` (a :class:`vlmatch.viz.attention.PairAttention`) by
         ``method``, from the model :meth:`explainer` picks (default: the better-grounding model and method).
         The stage-2 model's ``attention`` reads the stored encoding; everything else needs the raw grid
-        features, extracted again from the indexed photo file."""
+        features, extracted again from the indexed photo file. ``mirror``: average each map with the photo's
+        mirror image's (:mod:`vlmatch.evaluation.mirror`); default: as the explaining model's shipped record
+        says."""
         from ..viz.attention import attention_of_encodings, explain_pair
 
         coll = self._need("images")
@@ -350,13 +356,16 @@ class Index:
         path = self.photo_root.path(coll.items_of([key])[0])
         shipped = self._shipped_explainer if self._shipped_explainer and self._shipped_explainer.model is model else None
         own_backbone = shipped.backbone if shipped else None  # the shipped explainer's, when not the index's
-        if method == "attention" and model is self.model and not phrases:
+        if mirror is None:
+            mirror = shipped.mirror if shipped else self._recorded_mirror(model)
+        if method == "attention" and model is self.model and not phrases and not mirror:
             with torch.no_grad():
                 img = coll.take(np.array([key])).to(self.device)
                 att = attention_of_encodings(self.model, img, text)
         else:
-            feats = self.image_features(path, own_backbone)[0].cpu().numpy()
-            att = explain_pair(model, feats, text, method, tuple(phrases))
+            views = self.image_features(path, own_backbone, mirror=mirror).cpu().numpy()
+            att = explain_pair(model, views[0], text, method, tuple(phrases),
+                               mirror_features=views[1] if mirror else None)
         bb = own_backbone.describe() if own_backbone is not None else self.manifest.get("backbone") or {}
         att.grid = bb.get("grid")
         if shipped:
@@ -366,6 +375,13 @@ class Index:
             att.model = (self.manifest.get(key) or {}).get("checkpoint") or model.name
         att.image = path
         return att
+
+    def _recorded_mirror(self, model: MatchingModel) -> bool:
+        """Whether the shipped record of the index's ``model`` (or retriever) explains with mirror views."""
+        from ..pretrained import explainer_record
+
+        key = "model" if model is self.model else "retriever"
+        return bool(key in self.parts and (explainer_record(self.parts[key]) or {}).get("mirror"))
 
     def explain_png(self, item_id: int, text: str, method: str | None = None) -> bytes:
         """:meth:`explain` drawn as a heat-map PNG on the indexed image file (one panel per word)."""
@@ -385,6 +401,7 @@ class _ShippedExplainer:
     method: str
     backbone: object | None  # a Backbone when it is not the index's own
     name: str  # its registry name
+    mirror: bool = False  # its record explains with the photo's mirror view too
 
 
 def _pixels(image, size: int) -> np.ndarray:

@@ -47,7 +47,8 @@ class SearchBackend(Protocol):
         """The file the index's table holds for ``image_id`` (None when there is no such id)."""
 
     def explain(self, image_id: int, text: str, method: str | None = None) -> dict:
-        """``{method, model, words, weights (n_words lists of k), grid [h, w] | None, boxes | None, axis, score}``."""
+        """``{method, model, words, weights (n_words lists of k), grid [h, w] | None, boxes | None, axis, score,
+        mirrored}``."""
 
     def explain_png(self, image_id: int, text: str, method: str | None = None) -> bytes:
         """The heat-map PNG of the ``explain`` command for this pair."""
@@ -282,7 +283,8 @@ class IndexBackend:
         att = self._served.index.explain(image_id, text, method)
         return {"method": att.method, "model": att.model, "words": att.words,
                 "weights": att.weights.T.tolist(),  # (k positions, n words) -> a row per word
-                "axis": att.axis, "score": att.score, "grid": [att.grid, att.grid] if att.grid else None}
+                "axis": att.axis, "score": att.score, "mirrored": att.mirror_score is not None,
+                "grid": [att.grid, att.grid] if att.grid else None}
 
     def explain_png(self, image_id: int, text: str, method: str | None = None) -> bytes:
         index = self._served.index

@@ -28,11 +28,14 @@ class PairAttention:
     extra: dict = field(default_factory=dict)  # model-specific vectors (e.g. CAAN's f and g)
     method: str = "attention"  # the explanation method that made the maps (vlmatch.evaluation.explainers)
     model: str | None = None  # the checkpoint whose maps these are, when another than the caller's (an index's)
+    mirror_score: float | None = None  # set when the maps are the mean of the photo's and its mirror's (the
+    #                                    mirror image's score; ``score`` stays the photo's, the one that ranks)
 
     def to_dict(self) -> dict:
         named = {"model": self.model} if self.model else {}
+        mirrored = {"mirror_score": self.mirror_score} if self.mirror_score is not None else {}
         return {"method": self.method, **named, "words": self.words, "weights": self.weights.tolist(), "axis": self.axis,
-                "score": self.score,
+                "score": self.score, "mirrored": self.mirror_score is not None, **mirrored,
                 "grid": self.grid, "image": self.image, "shape": list(self.weights.shape),
                 **{k: np.asarray(v).tolist() for k, v in self.extra.items()}}
 
@@ -68,13 +71,31 @@ def pair_attention(model: MatchingModel, features, caption: str, mask=None) -> P
 
 
 def explain_pair(model: MatchingModel, features, caption: str, method: str = "attention",
-                 phrases: list[str] | tuple[str, ...] = (), mask=None) -> PairAttention:
+                 phrases: list[str] | tuple[str, ...] = (), mask=None, mirror_features=None) -> PairAttention:
     """Heat maps of one image (features (k, img_dim)) and a caption by ``method`` (see
     :mod:`vlmatch.evaluation.explainers`): one column per word, then one per phrase of ``phrases``.
 
     ``attention``/``contribution``: a column per token of the caption in context, and a phrase's column is
     the sum over its tokens (the phrase must occur in the caption); ``gradient``/``occlusion``: each word
-    of the caption, and each phrase, scored as its own query."""
+    of the caption, and each phrase, scored as its own query.
+
+    ``mirror_features``: the grid features of the image's mirror view; every map is then the mean of the two
+    views' (:mod:`vlmatch.evaluation.mirror`), unless the caption or a phrase names a side (left, right): then
+    the photo's alone."""
+    from ..evaluation.mirror import grid_of, merge_views, mirror_grid, names_a_side
+
+    att = _explain_pair(model, features, caption, method, phrases, mask)
+    if mirror_features is None or any(names_a_side(t) for t in (caption, *phrases)):
+        return att
+    grid = grid_of(att.weights.shape[0])
+    other = _explain_pair(model, mirror_features, caption, method, phrases,
+                          None if mask is None else mirror_grid(np.asarray(mask).reshape(-1), grid))
+    att.weights = merge_views(att.weights, other.weights, grid)
+    att.mirror_score = other.score
+    return att
+
+
+def _explain_pair(model: MatchingModel, features, caption: str, method: str, phrases, mask) -> PairAttention:
     from ..evaluation.explainers import TOKEN_METHODS, check_method, query_maps, token_maps, token_spans
 
     check_method(method)
