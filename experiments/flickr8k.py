@@ -54,13 +54,16 @@ def features_of(checkpoint) -> Path:
     return features_dir(bb.get("input_size", 224), bb.get("name", BACKBONE))
 
 
-def ensure_features(shared: Path, input_size: int = 224, backbone: str = BACKBONE) -> dict:
+def ensure_features(shared: Path, input_size: int = 224, backbone: str = BACKBONE, mirror: bool = False) -> dict:
+    """The Flickr8k feature cache of a backbone and input size, extracted once (``mirror``: with the splits'
+    mirror-view features too, for data.mirror; a cache without them gets them, its photo features kept)."""
     out = features_dir(input_size, backbone)
     meta = out / "features.json"
-    if meta.is_file() and (out / "dev_ims.npy").is_file() and (out / "train_ims.npy").is_file():
+    have = [out / "dev_ims.npy", out / "train_ims.npy"] + ([out / "train_mirror_ims.npy"] if mirror else [])
+    if meta.is_file() and all(p.is_file() for p in have):
         return json.loads(meta.read_text())
     return extract(shared / "images", out, shared / "dataset_flickr8k.json", backbone,
-                   dtype="float16", batch_size=32, input_size=input_size)
+                   dtype="float16", batch_size=32, input_size=input_size, mirror=mirror)
 
 
 TRAIN_CAPTIONS = 30000  # Karpathy train split of Flickr8k: 6000 images x 5 captions

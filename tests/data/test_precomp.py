@@ -74,3 +74,39 @@ def test_nan_features_are_reported_with_the_image_index(tmp_path):
         sp.check_all_finite()
     with pytest.raises(DataError, match=r"image 1 has NaN"):
         sp.image(1)
+
+
+def test_pairs_show_the_mirror_view_by_chance_per_epoch_and_never_for_a_side(tmp_path):
+    caps = list(CAPS)
+    caps[3] = "dog on the left"  # names a side: always the photo
+    feats = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    write_precomp(tmp_path, "train", feats, caps)
+    np.save(tmp_path / "train_mirror_ims.npy", -feats)
+    sp = PrecompSplit(tmp_path, "train")
+    vocab = Vocab.build(caps, 1)
+    assert not PairDataset(sp, vocab).mirrored.any()  # off by default
+    ds = PairDataset(sp, vocab, mirror=0.5)
+    seen = []
+    for epoch in range(8):
+        ds.set_epoch(3, epoch)
+        seen.append(ds.mirrored.copy())
+        batch = collate_pairs([ds[j] for j in range(10)])
+        assert batch["mirrored"].tolist() == ds.mirrored.tolist()
+        for j in range(10):  # a mirrored row carries the mirror file's features
+            want = -feats[j // 5] if ds.mirrored[j] else feats[j // 5]
+            np.testing.assert_array_equal(batch["features"][j].numpy(), want)
+    seen = np.array(seen)
+    assert not seen[:, 3].any() and 0.25 < seen.mean() < 0.75  # the side caption never; the others about half
+    ds.set_epoch(3, 5)
+    assert np.array_equal(ds.mirrored, seen[5])  # a pure function of (seed, epoch): a resume replays it
+    assert collate_pairs([PairDataset(sp, vocab)[0]])["mirrored"].tolist() == [False]
+
+
+def test_a_missing_or_mismatched_mirror_file_is_named_before_training(tmp_path):
+    write_precomp(tmp_path, "train", np.ones((2, 3, 4)), CAPS)
+    sp = PrecompSplit(tmp_path, "train")
+    with pytest.raises(DataError, match=r"train_mirror_ims\.npy: mirror-view features not found"):
+        PairDataset(sp, Vocab.build(CAPS, 1), mirror=0.5)
+    np.save(tmp_path / "train_mirror_ims.npy", np.ones((2, 4, 4)))
+    with pytest.raises(DataError, match=r"train_mirror_ims\.npy: shape \(2, 4, 4\) does not match"):
+        PairDataset(PrecompSplit(tmp_path, "train"), Vocab.build(CAPS, 1), mirror=0.5)

@@ -12,6 +12,7 @@ from vlmatch.data.precomp import PrecompSplit
 from vlmatch.errors import DataError
 from vlmatch.features.backbones import Backbone, BackboneInfo, create_backbone
 from vlmatch.features.extract import extract
+from vlmatch.features.photo import load_image
 
 
 class TinyBackbone(Backbone):
@@ -292,3 +293,24 @@ def test_a_large_jpeg_is_decoded_at_a_reduced_scale_to_nearly_the_same_pixels(tm
     assert decoded and min(decoded[0]) >= 320  # never below the size asked for
     assert (decoded[0][0] < hw[1]) == scaled  # 3200 x 2400 decodes at 1/4 (800 x 600); 500 x 375 in full
     assert np.abs(got - full).mean() < 1.0 and np.abs(got - full).max() <= 8
+
+
+def test_mirror_views_are_extracted_beside_a_finished_folder_without_touching_it(tmp_path):
+    names = make_images(tmp_path / "im", 5)
+    ann = make_karpathy(tmp_path / "d.json", names, ["train", "train", "train", "val", "val"])
+    first = extract(tmp_path / "im", tmp_path / "out", ann, TinyBackbone(), batch_size=2, progress=False)
+    before = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "out").iterdir() if p.name.endswith(("npy", "txt"))}
+    bb = TinyBackbone()
+    rep = extract(tmp_path / "im", tmp_path / "out", ann, bb, batch_size=2, progress=False, mirror=True)
+    after = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "out").iterdir() if p.name in before}
+    assert after == before  # the photo features, captions and ids are the first run's, untouched
+    assert rep["splits"]["train"]["seconds"] == first["splits"]["train"]["seconds"]  # its figures kept
+    assert rep["splits"]["train"]["mirror"]["images"] == 3 and bb.calls == 2 + 1  # only the mirrors were computed
+    sp = PrecompSplit(tmp_path / "out", "train")
+    for i, name in enumerate(sp.ids):
+        px = load_image(tmp_path / "im" / name, 8)
+        want = TinyBackbone()(TinyBackbone().preprocess([px[:, ::-1].copy()]))[0].numpy()
+        np.testing.assert_allclose(sp.mirror_image(i), want, rtol=1e-5, atol=1e-5)
+    again = TinyBackbone()
+    extract(tmp_path / "im", tmp_path / "out", ann, again, batch_size=2, progress=False, mirror=True)
+    assert again.calls == 0  # both views complete: nothing recomputed

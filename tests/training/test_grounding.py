@@ -62,6 +62,31 @@ def test_grounding_loss_makes_the_maps_point_at_the_named_object(grid, tmp_path)
     assert res["centre"] < 30.0
 
 
+def test_training_on_mirror_views_pulls_them_into_mirrored_boxes(grid, tmp_path):
+    """data.mirror 0.5: half the pairs show the mirror file's features, here each image's cells mirrored (what a
+    per-cell model sees in a mirror image); their targets mirrored with them, the maps still learn to point on
+    held-out photos. A file whose cells are also turned upside down (a 180-degree turn: its boxes, mirrored left to
+    right only, then disagree with it) points far worse: the targets follow the mirror's geometry."""
+    from vlmatch.data.mirror import mirror_grid
+
+    data, ents, dev_feats, dev_names = grid
+    train_feats = np.load(data / "train_ims.npy")
+    results = {}
+    for name, view in (("mirrored", lambda f: mirror_grid(f, 3)), ("turned", lambda f: f[::-1].copy())):
+        root = tmp_path / name
+        root.mkdir()
+        for f in ("train_ims.npy", "train_caps.txt", "train_ids.txt", "dev_ims.npy", "dev_caps.txt", "dev_ids.txt"):
+            (root / f).write_bytes((data / f).read_bytes())
+        np.save(root / "train_mirror_ims.npy", np.stack([view(f) for f in train_feats]))
+        cfg = _cfg(root, ents, 5.0)
+        cfg["data"]["mirror"] = 0.5
+        train(cfg, root / "run", progress=False)
+        results[name] = pointing_game(load_model(root / "run" / "best"), dev_feats, dev_names, ents,
+                                      "contribution")["pointing"]
+    assert results["mirrored"] >= 97.0
+    assert results["turned"] < results["mirrored"] - 10
+
+
 def test_grounding_loss_needs_entities_and_a_decomposing_model(grid, tmp_path):
     data, ents, _, _ = grid
     with pytest.raises(ConfigError, match="needs data.entities"):
@@ -177,3 +202,39 @@ def test_grounding_on_attention_needs_a_model_with_attention(grid, tmp_path):
     cfg["train"].update({"grounding_map": "attention", "epochs": 1})
     with pytest.raises(ConfigError, match="train.grounding_map: attention: model vsepp has no per-word attention"):
         train(cfg, tmp_path / "x", progress=False)
+
+
+def test_a_row_showing_its_mirror_view_is_pulled_into_its_mirrored_boxes():
+    """The grounding term of a batch whose row 0 shows its mirror view equals the term with that row's target
+    cells mirrored by hand (on a 2 x 2 grid: columns swapped); the other rows keep theirs."""
+    from vlmatch.data.vocab import Vocab
+    from vlmatch.models.registry import create_model
+    from vlmatch.training.grounding import grounding_term
+
+    cells = torch.tensor([[1, 0, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]], dtype=torch.bool)
+
+    class Targets:
+        grid = 2
+
+        def __init__(self, cells):
+            self.cells = cells
+
+        def of_batch(self, caption_index):
+            return torch.tensor([0, 0, 2]), torch.tensor([[1, 2], [2, 4], [0, 1]]), self.cells
+
+    torch.manual_seed(0)
+    model = create_model("vsepp", img_dim=6, embed_dim=8, word_dim=4, vocab_size=20, text_pool="mean").double()
+    model.vocab = Vocab.build(["a dog runs on the grass", "a red car"], min_count=1)
+    tokens, lengths = model.tokenize(["a dog runs on", "a red car", "the grass"])
+    inputs = (torch.randn(3, 4, 6, dtype=torch.float64), None, tokens, lengths)
+    index = torch.tensor([0, 1, 2])
+    flipped = grounding_term(model, Targets(cells), {"caption_index": index, "mirrored": torch.tensor([True, False,
+                                                                                                        False])},
+                             inputs, 0.2, "mass")
+    by_hand = cells.clone()
+    by_hand[:2] = cells[:2][:, [1, 0, 3, 2]]  # row 0's two phrases: left and right columns swapped
+    want = grounding_term(model, Targets(by_hand), {"caption_index": index}, inputs, 0.2, "mass")
+    plain = grounding_term(model, Targets(cells), {"caption_index": index, "mirrored": torch.zeros(3, dtype=bool)},
+                           inputs, 0.2, "mass")
+    assert flipped.item() == pytest.approx(want.item(), rel=1e-12)
+    assert plain.item() != pytest.approx(flipped.item(), rel=1e-6)

@@ -33,6 +33,9 @@ def add_parser(sub):
                                                            "in features.json")
     e.add_argument("--global-features", action="store_true", help="also write one pooled vector per image")
     e.add_argument("--limit", type=positive_int, help="only the first N images of each split")
+    e.add_argument("--mirror", action="store_true", help="also each split's mirror-view features ({split}_mirror_ims.npy: "
+                                                         "the photos with left and right swapped), for training with "
+                                                         "data.mirror; a folder already extracted keeps its features")
     e.add_argument("--no-progress", action="store_true")
     e.set_defaults(func=cmd_extract)
 
@@ -41,5 +44,6 @@ def cmd_extract(a):
     from ..features.extract import extract
 
     rep = extract(a.images, a.out, a.annotations, a.backbone, a.dtype, a.batch_size, a.skip_bad,
-                  a.global_features, a.weights, progress=not a.no_progress, limit=a.limit, input_size=a.input_size)
+                  a.global_features, a.weights, progress=not a.no_progress, limit=a.limit, input_size=a.input_size,
+                  mirror=a.mirror)
     print(json.dumps({k: v for k, v in rep["splits"].items()}, indent=2))

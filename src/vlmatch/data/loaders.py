@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from .mirror import names_a_side
 from .precomp import PrecompSplit
 from .vocab import Vocab
 
@@ -33,18 +34,35 @@ def encode_captions(split: PrecompSplit, text) -> list[list[int]]:
 
 
 class PairDataset(Dataset):
-    """(image features, caption ids, caption index, image index) for each caption."""
+    """(image features, caption ids, caption index, image index, mirrored) for each caption.
 
-    def __init__(self, split: PrecompSplit, text):
+    ``mirror`` (``data.mirror``): the chance that a pair shows its image's mirror view
+    (``{split}_mirror_ims.npy``) instead, drawn afresh each epoch as a pure function of (seed, epoch) so a resumed
+    run replays the same views; a caption that names a side (left, right) always keeps the photo."""
+
+    def __init__(self, split: PrecompSplit, text, mirror: float = 0.0):
         self.split = split
         self.tokens = encode_captions(split, text)
+        self.mirror = float(mirror)
+        self.mirrored = np.zeros(len(self.tokens), dtype=bool)
+        if self.mirror > 0:
+            split.mirror_image(0)  # a missing or mismatched file: said now, before any training
+            self._sided = np.array([names_a_side(c) for c in split.captions[: len(self.tokens)]], dtype=bool)
+            self.set_epoch(0, 0)
+
+    def set_epoch(self, seed: int, epoch: int) -> None:
+        if self.mirror <= 0:
+            return
+        g = torch.Generator().manual_seed(seed * 1_000_003 + epoch + 104_729)
+        self.mirrored = (torch.rand(len(self.tokens), generator=g).numpy() < self.mirror) & ~self._sided
 
     def __len__(self) -> int:
         return len(self.tokens)
 
     def __getitem__(self, j: int):
         i = self.split.image_of_caption(j)
-        return self.split.image(i), self.tokens[j], j, i
+        flip = bool(self.mirrored[j])
+        return self.split.mirror_image(i) if flip else self.split.image(i), self.tokens[j], j, i, flip
 
 
 class CaptionPairDataset(Dataset):
@@ -105,7 +123,7 @@ def pad_tokens(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def collate_pairs(batch):
-    feats, caps, cap_idx, img_idx = zip(*batch, strict=True)
+    feats, caps, cap_idx, img_idx, *mirrored = zip(*batch, strict=True)
     tokens, lengths = pad_tokens(list(caps))
     return {
         "features": torch.from_numpy(np.stack(feats)),
@@ -113,6 +131,8 @@ def collate_pairs(batch):
         "lengths": lengths,
         "caption_index": torch.tensor(cap_idx),
         "image_index": torch.tensor(img_idx),
+        # which rows show their image's mirror view (PairDataset's data.mirror)
+        "mirrored": torch.tensor(mirrored[0] if mirrored else [False] * len(cap_idx), dtype=torch.bool),
     }
 
 

@@ -123,6 +123,27 @@ class PrecompSplit:
             raise DataError(self.features_path, f"image {i} has NaN or inf features")
         return x
 
+    @property
+    def mirror_path(self) -> Path:
+        """Where ``features extract --mirror`` writes the split's mirror-view features."""
+        return self.root / f"{self.split}_mirror_ims.npy"
+
+    def mirror_image(self, i: int) -> np.ndarray:
+        """Image ``i``'s features of its mirror view (``{split}_mirror_ims.npy``, opened on first use)."""
+        if getattr(self, "_mirror", None) is None:
+            if not self.mirror_path.is_file():
+                raise DataError(self.mirror_path, "mirror-view features not found (vlmatch features extract ... "
+                                                  "--mirror writes them)")
+            mirror = open_features(self.mirror_path)
+            if mirror.shape[1:] != self.features.shape[1:] or len(mirror) < self.n_images:
+                raise DataError(self.mirror_path, f"shape {tuple(mirror.shape)} does not match the split's "
+                                                  f"{tuple(self.features.shape)}")
+            self._mirror = mirror
+        x = np.asarray(self._mirror[i], dtype=np.float32)
+        if not np.isfinite(x).all():
+            raise DataError(self.mirror_path, f"image {i} has NaN or inf features")
+        return x
+
     def image_of_caption(self, j: int) -> int:
         return j // self.per_image
 

@@ -15,28 +15,12 @@ other one.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
+from ..data.mirror import grid_of, mirror_grid, names_a_side
 from ..errors import ConfigError
 
-_SIDE = re.compile(r"\b(left|right)\b", re.IGNORECASE)
-
-
-def names_a_side(text: str) -> bool:
-    """Whether ``text`` names a side (left or right), which a mirror image turns around."""
-    return bool(_SIDE.search(text))
-
-
-def mirror_grid(weights: np.ndarray, grid: int) -> np.ndarray:
-    """Per-position weights (k, ...) of a ``grid`` x ``grid`` map (row-major, k = grid²) with each row's columns
-    reversed: position (r, c) of a mirror image holds what position (r, grid - 1 - c) of the photo holds. Its
-    own inverse."""
-    w = np.asarray(weights)
-    if w.shape[0] != grid * grid:
-        raise ConfigError(f"a mirror view needs grid maps: {w.shape[0]} positions are not a {grid} x {grid} grid")
-    return w.reshape(grid, grid, *w.shape[1:])[:, ::-1].reshape(w.shape)
+__all__ = ["grid_of", "merge_views", "mirror_grid", "names_a_side"]
 
 
 def merge_views(photo: np.ndarray, mirror: np.ndarray | None, grid: int) -> np.ndarray:
@@ -45,12 +29,4 @@ def merge_views(photo: np.ndarray, mirror: np.ndarray | None, grid: int) -> np.n
         return np.asarray(photo)
     if np.shape(mirror) != np.shape(photo):
         raise ConfigError(f"the mirror view's maps {np.shape(mirror)} do not match the photo's {np.shape(photo)}")
-    return (np.asarray(photo) + mirror_grid(mirror, grid)) / 2
-
-
-def grid_of(k: int) -> int:
-    """The side of a square grid of ``k`` positions; a one-line error when ``k`` is not a square."""
-    g = int(round(k ** 0.5))
-    if g * g != k:
-        raise ConfigError(f"a mirror view needs grid features: {k} positions are not a square grid")
-    return g
+    return (np.asarray(photo) + mirror_grid(np.asarray(mirror), grid)) / 2

@@ -27,6 +27,7 @@ from ..errors import DataError, VlmatchError
 from ..io import fsync_path, write_json, write_text
 from .backbones import Backbone, create_backbone
 from .photo import PHOTO_SUFFIXES, load_image
+from .views import mirror_pixels
 
 IMAGE_SUFFIXES = PHOTO_SUFFIXES  # its name before the photo reader (vlmatch.features.photo)
 
@@ -105,8 +106,8 @@ def drop_bad(job: Job, images_dir: Path, size: int) -> None:
     job.captions = caps if job.captions is not None else None
 
 
-def _fingerprint(job: Job, backbone: Backbone, dtype: str, with_global: bool) -> str:
-    h = hashlib.sha256(json.dumps([job.images, backbone.describe(), dtype, with_global]).encode())
+def _fingerprint(job: Job, backbone: Backbone, dtype: str, with_global: bool, view: str = "") -> str:
+    h = hashlib.sha256(json.dumps([job.images, backbone.describe(), dtype, with_global] + ([view] if view else [])).encode())
     return h.hexdigest()
 
 
@@ -122,29 +123,35 @@ def _read_progress(path: Path) -> dict:
 
 
 def run_job(job: Job, images_dir: Path, out: Path, backbone: Backbone, dtype: str, batch_size: int,
-            with_global: bool, progress: bool = True) -> dict:
+            with_global: bool, progress: bool = True, view: str = "") -> dict:
     """Extract one job, resuming a matching partial run; returns timing figures.
 
     A split is finished as a whole: captions and ids are written first, then the global and the
     region features are renamed into place; ``{prefix}ims.npy`` appearing is the completion mark.
     Whatever a different or unfinished earlier run left under the final names is removed first,
     so a folder never pairs features with another run's captions.
+
+    ``view="mirror"``: the photos' mirror images instead, into ``{prefix}mirror_ims.npy`` with their own progress
+    file (the split's captions, ids and global features are the photo job's, left as they are).
     """
     info = backbone.info
     n, regions = len(job.images), info.grid * info.grid
-    final = out / f"{job.prefix}ims.npy"
-    partial = out / f"{job.prefix}ims.npy.partial"
+    tag = f"{job.prefix}{view + '_' if view else ''}"
+    final = out / f"{tag}ims.npy"
+    partial = out / f"{tag}ims.npy.partial"
+    if view:
+        with_global = False
     gfinal, gpartial = out / f"{job.prefix}global.npy", out / f"{job.prefix}global.npy.partial"
     caps_path, ids_path = out / f"{job.prefix}caps.txt", out / f"{job.prefix}ids.txt"
-    prog_path = out / f"{job.prefix}progress.json"
-    fp = _fingerprint(job, backbone, dtype, with_global)
+    prog_path = out / f"{tag}progress.json"
+    fp = _fingerprint(job, backbone, dtype, with_global, view)
     prog = _read_progress(prog_path)
     matches = prog.get("fingerprint") == fp
     same_captions = prog.get("captions_sha256", _captions_digest(job)) == _captions_digest(job)
     if matches and prog.get("done") == n and same_captions and final.is_file() and ids_path.is_file() \
             and (job.captions is None or caps_path.is_file()) and (not with_global or gfinal.is_file()):
         return {"images": n, "seconds": 0.0, "resumed_from": n}
-    for stale in (final, gfinal, caps_path, ids_path):  # never mixed with what this run writes
+    for stale in (final,) if view else (final, gfinal, caps_path, ids_path):  # never mixed with what this run writes
         if stale.exists():
             stale.unlink()
     done = int(prog.get("done", 0)) if matches and partial.is_file() and (not with_global or gpartial.is_file()) else 0
@@ -156,11 +163,12 @@ def run_job(job: Job, images_dir: Path, out: Path, backbone: Backbone, dtype: st
         garr = np.load(gpartial, mmap_mode="r+") if with_global else None
     resumed_from = done
     t0 = time.time()
-    bar = tqdm(total=n, initial=done, desc=f"extract {job.prefix or 'gallery'}", unit="img", disable=not progress)
+    bar = tqdm(total=n, initial=done, desc=f"extract {tag.rstrip('_') or 'gallery'}", unit="img", disable=not progress)
+    look = mirror_pixels if view == "mirror" else (lambda px: px)
     with torch.inference_mode():
         for a in range(done, n, batch_size):
             names = job.images[a:a + batch_size]
-            x = backbone.preprocess([load_image(images_dir / p, info.input_size) for p in names])
+            x = backbone.preprocess([look(load_image(images_dir / p, info.input_size)) for p in names])
             feats = backbone(x)
             arr[a:a + len(names)] = feats.numpy().astype(dtype)
             if garr is not None:
@@ -174,9 +182,10 @@ def run_job(job: Job, images_dir: Path, out: Path, backbone: Backbone, dtype: st
     bar.close()
     seconds = time.time() - t0
     del arr, garr
-    if job.captions is not None:
+    if job.captions is not None and not view:
         write_text(caps_path, "".join(c.replace("\n", " ").replace("\r", " ") + "\n" for cs in job.captions for c in cs))
-    write_text(ids_path, "".join(p + "\n" for p in job.images))  # names were checked by check_names
+    if not view:
+        write_text(ids_path, "".join(p + "\n" for p in job.images))  # names were checked by check_names
     for path in (partial, gpartial) if with_global else (partial,):
         fsync_path(path)
     if with_global:
@@ -190,10 +199,12 @@ def run_job(job: Job, images_dir: Path, out: Path, backbone: Backbone, dtype: st
 
 def extract(images_dir, out, annotations=None, backbone: str | Backbone = "efficientnet-lite0", dtype="float32",
             batch_size: int = 32, skip_bad: bool = False, global_features: bool = False, weights=None,
-            progress: bool = True, limit: int | None = None, input_size: int | None = None) -> dict:
+            progress: bool = True, limit: int | None = None, input_size: int | None = None,
+            mirror: bool = False) -> dict:
     """Extract features for every image; returns (and writes) the ``features.json`` description.
     ``input_size``: the square size images are resized to (a multiple of 32; default the backbone's own),
-    which sets the grid (input_size / 32 cells a side)."""
+    which sets the grid (input_size / 32 cells a side). ``mirror``: also each split's mirror-view features
+    (``{split}_mirror_ims.npy``: training with ``data.mirror``)."""
     if dtype not in ("float32", "float16"):
         raise VlmatchError(f"dtype must be float32 or float16, not {dtype!r}")
     images_dir, out = Path(images_dir), Path(out)
@@ -209,12 +220,18 @@ def extract(images_dir, out, annotations=None, backbone: str | Backbone = "effic
     report = {"backbone": bb.describe(), "dtype": dtype, "regions": bb.info.grid ** 2,
               "global_features": global_features, "images_dir": str(images_dir),
               "annotations": None if annotations is None else str(annotations), "splits": {}}
+    before = _read_progress(out / "features.json").get("splits", {})  # a split found complete keeps its figures
     for job in jobs:
         if skip_bad:
             drop_bad(job, images_dir, bb.info.input_size)
         if not job.images:
             raise DataError(images_dir, f"no readable images left for {job.prefix or 'the gallery'}")
         stats = run_job(job, images_dir, out, bb, dtype, batch_size, global_features, progress)
-        report["splits"][job.prefix.rstrip("_") or "gallery"] = {**stats, "skipped": job.skipped}
+        name = job.prefix.rstrip("_") or "gallery"
+        if stats["resumed_from"] == stats["images"] and name in before:
+            stats = {k: v for k, v in before[name].items() if k not in ("skipped", "mirror")}
+        if mirror:
+            stats["mirror"] = run_job(job, images_dir, out, bb, dtype, batch_size, False, progress, view="mirror")
+        report["splits"][name] = {**stats, "skipped": job.skipped}
     write_json(out / "features.json", report)
     return report

@@ -45,6 +45,10 @@ class DataOptions:
                                            "images: the phrase boxes train.grounding_loss pulls the heat maps into")
     check_finite: bool = option(True, resumable=True, doc="scan every split for NaN/inf once at start (False: data "
                                                           "already checked)")
+    mirror: float = option(0.0, min=0.0, max=1.0, doc="the chance that a train pair shows its image's mirror view "
+                                                      "({train_split}_mirror_ims.npy, written by features extract "
+                                                      "--mirror), drawn each epoch; its phrase boxes are mirrored too, "
+                                                      "and a caption naming left or right keeps the photo (0: off)")
 
 
 @dataclass

@@ -13,7 +13,8 @@ and :func:`vlmatch.models.losses.pointing_loss` pulls it into the boxes:
   map ``vlmatch grounding --method gradient`` scores, for any model. Teaching it differentiates a gradient
   (double backward): the one per-word map of CAAN and SMAN, whose attention is the caption's mean map.
 
-Only the train split's boxes are read: val's never are, so the pointing figures on val stay honest.
+Only the train split's boxes are read: val's never are, so the pointing figures on val stay honest. A batch row
+that shows its image's mirror view (``data.mirror``) has its target cells mirrored with it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import torch
 from torch import Tensor
 
 from ..data.entities import EntitiesDir
+from ..data.mirror import mirror_grid
 from ..data.precomp import PrecompSplit
 from ..errors import ConfigError, DataError, VlmatchError
 from ..evaluation.explainers import gradient_maps
@@ -170,6 +172,9 @@ def grounding_term(model: MatchingModel, targets: GroundingTargets, batch: dict,
     model's ``shared_encodings`` block the contributions reuse that pass's encodings instead of running the
     text encoder (and an image head) a second time."""
     rows, span, cells = targets.of_batch(batch["caption_index"])
+    if "mirrored" in batch and bool(batch["mirrored"].any()):  # a row showing its mirror view: its boxes mirrored
+        flip = batch["mirrored"][rows]
+        cells = torch.where(flip[:, None], mirror_grid(cells.T, targets.grid).T, cells)
     features, mask, tokens, lengths = inputs
     if len(rows) == 0:
         return torch.zeros((), device=features.device)

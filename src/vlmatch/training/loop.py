@@ -193,7 +193,10 @@ def _train(cfg: dict, run_dir: Path, resume: bool, progress: bool, overwrite: bo
 
     state = {"epoch": 0, "step_in_epoch": 0, "global_step": 0, "best_rsum": -1.0, "best_epoch": None, "elapsed": 0.0}
     metrics_path = run_dir / "metrics.jsonl"
-    dataset = kind.dataset(train_split, model)  # the model tokenises its own captions
+    if dc["mirror"] > 0 and kind is not batch_kind("image_caption"):
+        raise ConfigError("data.mirror shows images their mirror view: this stage trains on caption pairs")
+    # the model tokenises its own captions
+    dataset = kind.dataset(train_split, model, **({"mirror": dc["mirror"]} if dc["mirror"] > 0 else {}))
     if resume:
         # an edited step count would replay or skip batches and cut the log at the wrong row; an edited best
         # would keep best/ at an older epoch: the state must agree with itself and with the log (named by
