@@ -30,6 +30,7 @@ sys.path.insert(0, str(HERE.parent / "benchmarks"))  # the harness: the host's r
 from harness import cpu_flags, cpu_model  # noqa: E402
 
 ENTITIES = HERE.parent.parent / "shared" / "flickr30k_entities"
+SHARED_F8K = HERE.parent.parent / "shared" / "flickr8k"  # the photos, when a checkpoint's feature cache is not made
 RESULTS = HERE / "results"
 ROWS = RESULTS / "grounding"
 CHOICES = RESULTS / "grounding_choices"  # cross-fitted choices among rows (--crossfit)
@@ -38,23 +39,47 @@ TYPES = ("people", "clothing", "bodyparts", "animals", "vehicles", "instruments"
 
 
 def features_for(checkpoint: str) -> Path:
-    """The val feature cache of the backbone the checkpoint was trained on."""
+    """The val feature cache of the backbone the checkpoint was trained on (it may not exist yet)."""
     from vlmatch.features.provenance import checkpoint_backbone
     from vlmatch.models.registry import resolve_checkpoint
 
     bb = checkpoint_backbone(resolve_checkpoint(checkpoint)) or {}
     name, size = bb.get("name", "efficientnet-lite0"), bb.get("input_size", 224)
-    folder = CACHE_ROOT / (f"flickr8k-{name}" + ("" if size in (None, 224) else f"-{size}"))
-    if not (folder / "dev_ims.npy").is_file():
-        sys.exit(f"grounding.py: {folder}/dev_ims.npy not found: extract the features first with "
-                 f"`python experiments/flickr8k.py --extract-only --backbone {name} --input-size {size}`")
-    return folder
+    return CACHE_ROOT / (f"flickr8k-{name}" + ("" if size in (None, 224) else f"-{size}"))
+
+
+def val_views(checkpoint: str, max_images: int | None, mirror: bool):
+    """(features, names, the mirror views' features or None, a label of where the features came from) of Flickr8k
+    val: the checkpoint's feature cache where it was extracted (the mirror views from the photos it names), else
+    extracted now from ../shared/flickr8k's val photos with the checkpoint's backbone."""
+    from vlmatch.data.precomp import PrecompSplit
+    from vlmatch.features.backbones import backbone_for
+    from vlmatch.features.provenance import resolve_backbone
+    from vlmatch.features.views import photo_features
+    from vlmatch.models.registry import resolve_checkpoint
+
+    folder = features_for(checkpoint)
+    if (folder / "dev_ims.npy").is_file():
+        split = PrecompSplit(folder, "dev", max_images=max_images)
+        described = json.loads((folder / "features.json").read_text())
+        images, names, feats, label = Path(described["images_dir"]), split.ids, split.features, folder.name
+        bb = backbone_for(described["backbone"]) if mirror else None
+    else:
+        meta = json.loads((SHARED_F8K / "dataset_flickr8k.json").read_text())
+        names = [im["filename"] for im in meta["images"] if im.get("split") == "val"][:max_images]
+        images, bb = SHARED_F8K / "images", backbone_for(resolve_backbone(resolve_checkpoint(checkpoint), None))
+        label = f"photos ({bb.info.name}, {bb.info.input_size} px, extracted now)"
+        feats = photo_features(bb, [images / n for n in names], progress=True, desc="val photos")
+    if mirror and not images.is_dir():
+        sys.exit(f"grounding.py: --mirror needs the val photos ({images})")
+    mirrored = photo_features(bb, [images / n for n in names], mirror=True, progress=True,
+                              desc="mirror views") if mirror else None
+    return feats, names, mirrored, label
 
 
 def run_row(a) -> dict:
     import torch
 
-    from vlmatch.data.precomp import PrecompSplit
     from vlmatch.evaluation.explainers import default_method
     from vlmatch.evaluation.grounding import format_grounding, pointing_game
     from vlmatch.models.registry import load_model, resolve_checkpoint
@@ -64,13 +89,11 @@ def run_row(a) -> dict:
     if not (Path(a.entities) / "Annotations").is_dir():
         sys.exit(f"grounding.py: {a.entities} holds no Annotations/: it is the Flickr30k Entities folder "
                  f"(../shared/flickr30k_entities beside the checkout)")
-    folder = features_for(a.model)
-    split = PrecompSplit(folder, "dev", max_images=a.max_images)
+    features, names, mirrored, source = val_views(a.model, a.max_images, a.mirror)
     model = load_model(resolve_checkpoint(a.model))
     method = a.method or default_method(model)
-    res = pointing_game(model, split.features, split.ids, a.entities, method, progress=True,
-                        phrase_as_query=a.phrase_as_query,
-                        mirror_features=mirror_views(folder, split.ids) if a.mirror else None)
+    res = pointing_game(model, features, names, a.entities, method, progress=True,
+                        phrase_as_query=a.phrase_as_query, mirror_features=mirrored)
     print(format_grounding({a.row: res}))
     run = Path(str(a.model)).parent.name if not str(a.model).startswith("pretrained:") else None
     rsum = None
@@ -82,25 +105,11 @@ def run_row(a) -> dict:
         run = words[words.index("--name") + 1] if "--name" in words else None
     elif run and (RESULTS / "flickr8k" / f"{run}.json").is_file():
         rsum = json.loads((RESULTS / "flickr8k" / f"{run}.json").read_text())["metrics"]["rsum"]
-    row = {"row": a.row, "model": str(a.model), "run": run, "method": method, "features": folder.name, "val_rsum": rsum,
+    row = {"row": a.row, "model": str(a.model), "run": run, "method": method, "features": source, "val_rsum": rsum,
            "note": a.note, "command": "python experiments/grounding.py " + shlex.join(sys.argv[1:]),
            "host": {"cpu": cpu_model(), "flags": cpu_flags()}, "finished": time.strftime("%Y-%m-%dT%H:%M:%S"), **res}
     write_json(ROWS / f"{a.row}.json", row)
     return row
-
-
-def mirror_views(folder: Path, names: list[str]):
-    """The val photos' mirror-view features, extracted now from the photo folder the feature cache was made from,
-    with the backbone that made it (both named by its features.json)."""
-    from vlmatch.features.backbones import backbone_for
-    from vlmatch.features.views import photo_features
-
-    described = json.loads((folder / "features.json").read_text())
-    images = Path(described["images_dir"])
-    if not images.is_dir():
-        sys.exit(f"grounding.py: --mirror needs the photos of {folder} ({images}, named by its features.json)")
-    bb = backbone_for(described["backbone"])
-    return photo_features(bb, [images / n for n in names], mirror=True, progress=True, desc="mirror views")
 
 
 # The seed systems before and after the grounding objective (#48): (seed, map, matching-only row, taught row). The

@@ -101,10 +101,11 @@ def _explainer_lines(e: Pretrained) -> list[str]:
     x = e.explainer
     if not x or x.get("pointing") is None:
         return []
-    return [f"- Heat maps (`--method {x['method']}`): point inside the named thing's box for {x['pointing']:.1f} % of the "
-            f"{x['phrases']:,} Flickr30k Entities phrases of Flickr8k val (the photo's centre: {x['centre']:.1f} %; "
-            f"`experiments/results/grounding.md`)" + ("; the default explainer of `vlmatch explain`." if x.get("default")
-                                                     else ".")
+    mirror = ", each the mean of the photo's and its mirror image's, `--mirror`" if x.get("mirror") else ""
+    default = "; the default explainer of `vlmatch explain`." if x.get("default") else "."
+    return [f"- Heat maps (`--method {x['method']}`{mirror}): point inside the named thing's box for "
+            f"{x['pointing']:.1f} % of the {x['phrases']:,} Flickr30k Entities phrases of Flickr8k val (the photo's "
+            f"centre: {x['centre']:.1f} %; `experiments/results/grounding.md`){default}"
             + (f" {x['selection']}" if x.get("selection") else "")]
 
 
