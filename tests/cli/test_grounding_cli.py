@@ -87,6 +87,7 @@ def test_grounding_without_model_uses_the_shipped_default_explainer(tmp_path, ca
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert name in res["model"] and res["method"] == method and res["phrases"] == 3
     assert res["grid"] == pretrained.get(name).features["grid"]
+    assert res["mirror"] is bool(pretrained.get(name).explainer.get("mirror"))  # as its record says (the default: on)
 
 
 def test_grounding_on_a_photo_folder_with_a_karpathy_json(tmp_path, capsys):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from vlmatch.data.loaders import PairDataset, collate_pairs
-from vlmatch.data.precomp import PrecompSplit
+from vlmatch.data.precomp import PrecompSplit, available_splits
 from vlmatch.data.vocab import Vocab
 from vlmatch.errors import DataError
 
@@ -83,6 +83,7 @@ def test_pairs_show_the_mirror_view_by_chance_per_epoch_and_never_for_a_side(tmp
     write_precomp(tmp_path, "train", feats, caps)
     np.save(tmp_path / "train_mirror_ims.npy", -feats)
     sp = PrecompSplit(tmp_path, "train")
+    assert available_splits(tmp_path) == ["train"]  # the mirror views are not a split of their own
     vocab = Vocab.build(caps, 1)
     assert not PairDataset(sp, vocab).mirrored.any()  # off by default
     ds = PairDataset(sp, vocab, mirror=0.5)

@@ -55,8 +55,9 @@ def open_features(path) -> np.ndarray:
 
 
 def available_splits(root) -> list[str]:
-    """Names of the splits a precomp folder holds (``{split}_ims.npy`` files)."""
-    return sorted(p.name[: -len("_ims.npy")] for p in Path(root).glob("*_ims.npy"))
+    """Names of the splits a precomp folder holds (``{split}_ims.npy`` files; a split's mirror views,
+    ``{split}_mirror_ims.npy``, are not a split of their own)."""
+    return sorted(p.name[: -len("_ims.npy")] for p in Path(root).glob("*_ims.npy") if not p.name.endswith("_mirror_ims.npy"))
 
 
 def split_hint(root, split: str) -> str:
