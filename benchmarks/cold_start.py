@@ -63,8 +63,9 @@ def parse_profile(stderr: str) -> dict[str, float]:
     return out
 
 
-def time_command(src: Path, argv: list[str], runs: int) -> dict:
-    """``runs`` fresh ``python -m vlmatch.cli ARGV`` with ``src`` first on the path: wall times and phases."""
+def time_command(src: Path, argv: list[str], runs: int, expect: int = 0) -> dict:
+    """``runs`` fresh ``python -m vlmatch.cli ARGV`` with ``src`` first on the path: wall times and phases. A run
+    that exits other than ``expect`` stops the benchmark (a failing command is timed as fast as its error)."""
     env = {**os.environ, "PYTHONPATH": str(src), "VLMATCH_PROFILE": "1"}
     walls, phases, codes = [], [], set()
     for _ in range(runs):
@@ -73,6 +74,9 @@ def time_command(src: Path, argv: list[str], runs: int) -> dict:
         walls.append(time.perf_counter() - t0)
         codes.add(p.returncode)
         phases.append(parse_profile(p.stderr))
+        if p.returncode != expect:
+            last = (p.stderr.strip().splitlines() or ["(no output)"])[-1]
+            sys.exit(f"cold_start.py: `vlmatch {' '.join(argv)}` exited {p.returncode}: {last}")
     names = list(dict.fromkeys(k for ph in phases for k in ph if k != "total"))
     split = {k: statistics.median(ph.get(k, 0.0) for ph in phases) for k in names}
     med = statistics.median(walls)
@@ -150,8 +154,8 @@ def main(argv=None) -> dict:
     ensure_index(index)
     with tempfile.TemporaryDirectory() as tmp:
         cmds = commands(index, Path(tmp) / "explain.png")
-        res = {name: time_command(Path(a.src), cmd, a.runs) for name, cmd in cmds.items()
-               if not a.only or name in a.only}
+        res = {name: time_command(Path(a.src), cmd, a.runs, expect=2 if name == "argerror" else 0)  # argparse refuses
+               for name, cmd in cmds.items() if not a.only or name in a.only}
     for name, r in res.items():
         split = ", ".join(f"{k} {v:.2f}" for k, v in r["split_s"].items())
         print(f"{a.label:7s} {name:9s} median {r['median_s']:.2f} s (min {r['min_s']:.2f}, max {r['max_s']:.2f})  {split}")
