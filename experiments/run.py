@@ -44,7 +44,8 @@ def make_data(cfg: dict, rec: dict, shared: Path) -> None:
                                "root)")
         if not (shared / "dataset_flickr8k.json").is_file():
             sys.exit(f"experiments/run.py: {shared / 'dataset_flickr8k.json'} is missing (pass --shared DIR)")
-        flickr8k.ensure_features(shared, size, backbone, mirror=(cfg["data"].get("mirror") or 0) > 0)
+        mirror = (cfg["data"].get("mirror") or 0) > 0  # data.mirror trains on the splits' mirror views too
+        flickr8k.ensure_features(shared, size, backbone, **({"mirror": True} if mirror else {}))
     elif rec["data"] == "toyworld" and path != "toyworld":
         from vlmatch.data.synth import ToyWorldConfig, ensure_toyworld
 

@@ -97,12 +97,12 @@ def cmd_explain(a):
         render(att, a.image, a.out, boxes=boxes)
     if a.json:
         write_json(a.json, {"model": str(a.model), "text": a.text, **att.to_dict()})
-    print(f"{a.out}: {len(att.words)} {method} maps{_mirrored(att)}, score {att.score:.4f}")
+    print(f"{a.out}: {len(att.words)} {method} maps, score {att.score:.4f}{_mirrored(att)}")
     phases.report()
 
 
 def _mirrored(att) -> str:
-    return " (mean of the photo's and its mirror image's)" if att.mirror_score is not None else ""
+    return " (the photo's; each map the mean of the photo's and its mirror image's)" if att.mirror_score is not None else ""
 
 
 def explain_indexed(a, phases=None):
@@ -123,7 +123,7 @@ def explain_indexed(a, phases=None):
         render(att, att.image, a.out)
     if a.json:
         write_json(a.json, {"index": str(idx.root), "id": a.id, "text": a.text, **att.to_dict()})
-    print(f"{a.out}: {len(att.words)} {att.method} maps{_mirrored(att)}, score {att.score:.4f}")
+    print(f"{a.out}: {len(att.words)} {att.method} maps, score {att.score:.4f}{_mirrored(att)}")
 
 
 def default_explainer() -> tuple[str, str]:
