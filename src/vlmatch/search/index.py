@@ -288,7 +288,13 @@ class Index:
 
     # --- attention of one result -----------------------------------------------------------
     def explainer(self, method: str | None = None) -> tuple[MatchingModel, str]:
-        """(model, method) whose maps explain a result. With no ``method``: of the index's two models and the
+        """(model, method) whose maps explain a result: :meth:`_explainer`'s pick."""
+        model, method, _ = self._explainer(method)
+        return model, method
+
+    def _explainer(self, method: str | None = None) -> tuple[MatchingModel, str, bool]:
+        """(model, method, mirror) whose maps explain a result; ``mirror``: the explaining model's shipped record
+        says its maps are averaged with the photo's mirror image's. With no ``method``: of the index's two models and the
         shipped default explainer (``vlmatch explain``'s, which reads the photo file again with its own
         backbone), the one whose registry entry records the best pointing figure on Flickr8k val (``vlmatch
         pretrained``), with its method; for models that do not ship, the stage-2 model with its best method (an
@@ -301,19 +307,21 @@ class Index:
         models = [(key, m) for key, m in (("model", self.model), ("retriever", self.retriever)) if m is not None]
         records = {key: explainer_record(self.parts[key]) if key in self.parts else None for key, _ in models}
         ranked = sorted(models, key=lambda km: -(records[km[0]] or {}).get("pointing", -1.0))
+        mirror = {key: bool((records[key] or {}).get("mirror")) for key, _ in models}
         if method is None and not self.manifest.get("backbone") and supports(self.model, "attention"):
-            return self.model, "attention"  # built from features: only the stored encodings can be explained
+            # built from features: only the stored encodings can be explained
+            return self.model, "attention", mirror["model"]
         if method is None:
             key, m = ranked[0]
             shipped = self._shipped_explainer_if_better((records[key] or {}).get("pointing", -1.0))
             if shipped is not None:
-                return shipped.model, shipped.method
+                return shipped.model, shipped.method, shipped.mirror
             recorded = (records[key] or {}).get("method")
-            return m, recorded if recorded and supports(m, recorded) else default_method(m)
+            return m, recorded if recorded and supports(m, recorded) else default_method(m), mirror[key]
         check_method(method)
-        for _, m in ranked:
+        for key, m in ranked:
             if supports(m, method):
-                return m, method
+                return m, method, mirror[key]
         raise ConfigError(f"--method {method}: neither model of {self.root} has such maps")
 
     def _shipped_explainer_if_better(self, pointing: float) -> _ShippedExplainer | None:
@@ -352,12 +360,11 @@ class Index:
         key = coll.key_of(item_id)
         if key is None:
             raise VlmatchError(f"no image with id {item_id} in {self.root}")
-        model, method = self.explainer(method)
+        model, method, recorded_mirror = self._explainer(method)
         path = self.photo_root.path(coll.items_of([key])[0])
         shipped = self._shipped_explainer if self._shipped_explainer and self._shipped_explainer.model is model else None
         own_backbone = shipped.backbone if shipped else None  # the shipped explainer's, when not the index's
-        if mirror is None:
-            mirror = shipped.mirror if shipped else self._recorded_mirror(model)
+        mirror = recorded_mirror if mirror is None else mirror
         if method == "attention" and model is self.model and not phrases and not mirror:
             with torch.no_grad():
                 img = coll.take(np.array([key])).to(self.device)
@@ -375,13 +382,6 @@ class Index:
             att.model = (self.manifest.get(key) or {}).get("checkpoint") or model.name
         att.image = path
         return att
-
-    def _recorded_mirror(self, model: MatchingModel) -> bool:
-        """Whether the shipped record of the index's ``model`` (or retriever) explains with mirror views."""
-        from ..pretrained import explainer_record
-
-        key = "model" if model is self.model else "retriever"
-        return bool(key in self.parts and (explainer_record(self.parts[key]) or {}).get("mirror"))
 
     def explain_png(self, item_id: int, text: str, method: str | None = None) -> bytes:
         """:meth:`explain` drawn as a heat-map PNG on the indexed image file (one panel per word)."""
