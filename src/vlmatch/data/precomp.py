@@ -106,6 +106,18 @@ class PrecompSplit:
             self.captions = self.captions[: max_images * self.per_image]
             self.ids = None if self.ids is None else self.ids[:max_images]
 
+    def keep_images(self, keep) -> None:
+        """Keep only the images where ``keep`` (a boolean per image) is true, with their captions and ids, in
+        memory (a held-out subset of a training split: :mod:`vlmatch.data.heldout`)."""
+        keep = np.asarray(keep, dtype=bool)
+        if keep.shape != (self.n_images,):
+            raise ValueError(f"keep_images: {keep.shape[0]} flags for {self.n_images} images")
+        rows = np.flatnonzero(keep)
+        self.features = np.ascontiguousarray(self.features[rows])
+        self.captions = [c for i in rows for c in self.captions[i * self.per_image:(i + 1) * self.per_image]]
+        self.ids = None if self.ids is None else [self.ids[i] for i in rows]
+        self.kept_rows = rows
+
     @property
     def n_images(self) -> int:
         return len(self.features)

@@ -49,6 +49,9 @@ class DataOptions:
                                                       "({train_split}_mirror_ims.npy, written by features extract "
                                                       "--mirror), drawn each epoch; its phrase boxes are mirrored too, "
                                                       "and a caption naming left or right keeps the photo (0: off)")
+    exclude_words: list[str] | None = option(None, doc="leave out every train image whose captions name one of these "
+                                                       "words (a word or its plurals; 'bicycl*': any token starting so): "
+                                                       "the concept-held-out protocol (vlmatch.data.heldout)")
 
 
 @dataclass

@@ -151,6 +151,8 @@ def _train(cfg: dict, run_dir: Path, resume: bool, progress: bool, overwrite: bo
 
     root = resolve_data(dc["path"])
     train_split = PrecompSplit(root, dc["train_split"])
+    if dc.get("exclude_words"):
+        hold_out(train_split, dc["exclude_words"], log=is_main)
     val_split = PrecompSplit(root, dc["val_split"], max_images=dc["val_max_images"])
     if dc["check_finite"]:  # once, up front, rather than when a bad batch comes up
         for sp in (train_split, val_split):
@@ -387,3 +389,17 @@ def _truncate_log(path: Path, global_step: int) -> None:
         return
     keep = [line for line, row in log_rows(path) if row is not None and row["global_step"] <= global_step]
     write_text(path, "".join(line + "\n" for line in keep))
+
+
+def hold_out(split: PrecompSplit, words: list[str], log: bool = True) -> None:
+    """Drop the train images whose captions name one of ``words`` (data.exclude_words)."""
+    from ..data.heldout import images_naming
+
+    named = images_naming(split.captions, split.per_image, words)
+    keep = [not n for n in named]
+    if not any(keep):
+        raise ConfigError(f"data.exclude_words leaves no train image of {split.features_path}")
+    split.keep_images(keep)
+    if log:
+        print(f"data.exclude_words: {len(keep) - sum(keep)} of {len(keep)} train images left out "
+              f"({len(words)} words); training on {sum(keep)}", file=sys.stderr)
