@@ -59,6 +59,12 @@ def add_parser(sub):
     b.add_argument("--batch-size", type=positive_int, default=64)
     b.add_argument("--no-progress", action="store_true")
     b.add_argument("--date-from-mtime", action="store_true", help=DATE_FROM_MTIME)
+    ov = b.add_mutually_exclusive_group()
+    ov.add_argument("--open-vocab", dest="open_vocab", action="store_true", default=None,
+                    help="fuse the ranker's score with the zero-shot score of the backbone's ImageNet concepts (default: "
+                         "where the model ships with that fusion, as the default does; docs/open-vocabulary.md)")
+    ov.add_argument("--no-open-vocab", dest="open_vocab", action="store_false",
+                    help="rank by the model's own score alone")
     b.set_defaults(func=cmd_build)
     u = s.add_parser("update", help="add new and changed images, drop deleted ones (no re-encoding of the rest)")
     u.add_argument("index", nargs="?", help="index folder (or --backend milvus ...)")
@@ -134,7 +140,7 @@ def cmd_build(a):
         m = build_milvus(loc, a.model, images=a.images, features=a.features, split=a.split, captions=a.captions,
                          retriever_ckpt=a.retriever, backbone=a.backbone, dtype=a.dtype, ann=a.ann, nlist=a.nlist,
                          skip_bad=a.skip_bad, batch_size=a.batch_size, progress=not a.no_progress, weights=a.weights,
-                         score=a.score or "model")
+                         score=a.score or "model", open_vocab=a.open_vocab)
         a.out = str(loc)
     else:
         if not a.out:
@@ -143,7 +149,8 @@ def cmd_build(a):
         m = build_index(a.out, a.model, images=a.images, features=a.features, split=a.split, captions=a.captions,
                         retriever_ckpt=a.retriever, backbone=a.backbone, dtype=a.dtype, ann=a.ann, nlist=a.nlist,
                         skip_bad=a.skip_bad, batch_size=a.batch_size, progress=not a.no_progress, weights=a.weights,
-                        overwrite=a.overwrite, score=a.score or "model", date_from_mtime=a.date_from_mtime)
+                        overwrite=a.overwrite, score=a.score or "model", date_from_mtime=a.date_from_mtime,
+                        open_vocab=a.open_vocab)
     if m is None:  # a torchrun rank other than 0
         return
     for bad in m.get("skipped", []):

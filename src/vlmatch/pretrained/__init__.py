@@ -55,6 +55,9 @@ class Pretrained:
     calibration: dict = field(default_factory=dict)
     # the SHA-256 of weights/<name>/checksums.json, which lists every file of the folder (vlmatch.models.sealing)
     checksums_sha256: str = ""
+    # its open-vocabulary fusion (vlmatch.search.open_vocab.Fusion: w0, slope, ratio, words, concepts) and the
+    # results row it was chosen in; empty: it searches by its own score alone
+    open_vocab: dict = field(default_factory=dict)
 
     @property
     def folder(self) -> Path:
@@ -147,6 +150,18 @@ def explainer_record(checkpoint) -> dict | None:
         return None
     found = [e for e in entries() if e.sha256 == digest and e.explainer.get("pointing") is not None]
     return dict(found[0].explainer) if found else None
+
+
+def open_vocab_record(checkpoint) -> dict | None:
+    """The ``open_vocab`` fusion record of the shipped model whose weights a checkpoint folder holds (matched as
+    :func:`explainer_record` matches), or None."""
+    cfg = Path(checkpoint) / "config.json"
+    try:
+        digest = json.loads(cfg.read_text(encoding="utf-8")).get("weights_sha256")
+    except (OSError, ValueError, AttributeError):
+        return None
+    found = [e for e in entries() if e.sha256 == digest and e.open_vocab]
+    return dict(found[0].open_vocab) if found else None
 
 
 def default_score() -> str:

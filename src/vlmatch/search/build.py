@@ -49,6 +49,7 @@ from ..weights import sha256_file
 from .checks import read_captions, read_items
 from .encode import Batch, Stage1Source, encode_part, fingerprint, read_meta
 from .folder import FORMAT, check_out, commit, new_collection_id, open_parts, recover, require_manifest, swapping, writer_lock
+from .open_vocab import open_vocab_of
 from .stage1 import build_faiss, write_faiss
 from .store import open_arrays
 
@@ -154,11 +155,31 @@ def load_index_model(path) -> tuple[MatchingModel, dict]:
                    "config": model.config_dict()["config"]}
 
 
-def _stage1_source(model, retriever) -> Stage1Source:
+def _stage1_source(model, retriever, open_vocab=None) -> Stage1Source:
     if retriever is not None and retriever.cfg.img_dim != model.cfg.img_dim:
         raise ConfigError(f"retriever {retriever.name} takes {retriever.cfg.img_dim}-d features, the model "
                           f"{model.cfg.img_dim}-d: they must be trained on the same features")
-    return Stage1Source(model, retriever)
+    return Stage1Source(model, retriever, open_vocab)
+
+
+def open_vocab_for(checkpoint, backbone: dict | None, want: bool | None = None):
+    """The open-vocabulary part an index of ``checkpoint`` gets (:mod:`vlmatch.search.open_vocab`), or None.
+    ``want`` None: where the model ships with a fusion record (the default does) and its photos come from an
+    EfficientNet-Lite backbone; True: required (an error where it cannot be); False: never."""
+    from ..pretrained import open_vocab_record
+    from .open_vocab import Fusion, OpenVocab
+
+    if want is False:
+        return None
+    record = open_vocab_record(checkpoint)
+    name = (backbone or {}).get("name") or ""
+    if record is None or not name.startswith("efficientnet-lite"):
+        if want:
+            why = (f"{checkpoint} records no fusion (a shipped model's registry entry holds one: the default's)"
+                   if record is None else f"its backbone {name or 'is unknown'} has no ImageNet head vlmatch reads")
+            raise ConfigError(f"--open-vocab: {why}")
+        return None
+    return OpenVocab(name, Fusion.of(record))
 
 
 # --- inputs ------------------------------------------------------------------------------------
@@ -396,8 +417,11 @@ def build_index(out, model_ckpt, images=None, features=None, split: str = "test"
                 retriever_ckpt=None, backbone: str | None = None, dtype: str = "float16", ann: str = "auto",
                 nlist: int | None = None, hnsw_m: int = 32, skip_bad: bool = False, batch_size: int = 64,
                 progress: bool = True, weights=None, overwrite: bool = False, score: str = "model",
-                date_from_mtime: bool = False) -> dict | None:
+                date_from_mtime: bool = False, open_vocab: bool | None = None) -> dict | None:
     """Build (or resume building) an index folder; returns the manifest (None on ranks > 0).
+
+    ``open_vocab``: fuse the ranker's score with the zero-shot concept score (:mod:`vlmatch.search.open_vocab`);
+    None: where the model ships with a fusion (the default does), True: required, False: never.
 
     ``score``: how stage 2 ranks the candidates: ``"model"`` (the model's own score) or ``"mean"`` (the
     mean of the model's and the retriever's scores: the two-model ensemble that ``vlmatch evaluate
@@ -429,21 +453,22 @@ def build_index(out, model_ckpt, images=None, features=None, split: str = "test"
             recover(out)
         D.barrier()  # the other ranks write into build/ only once rank 0 holds the folder
         return _build(out, model_ckpt, images, features, split, captions, retriever_ckpt, backbone, dtype, ann, nlist,
-                      hnsw_m, skip_bad, batch_size, progress, weights, rank, world, score, date_from_mtime)
+                      hnsw_m, skip_bad, batch_size, progress, weights, rank, world, score, date_from_mtime, open_vocab)
 
 
 def _build(out: Path, model_ckpt, images, features, split, captions, retriever_ckpt, backbone, dtype, ann, nlist,
            hnsw_m, skip_bad, batch_size, progress, weights, rank, world, score="model",
-           date_from_mtime=False) -> dict | None:
+           date_from_mtime=False, open_vocab=None) -> dict | None:
     model, model_info = load_index_model(model_ckpt)
     retriever, retriever_info = (None, None) if retriever_ckpt is None else load_index_model(retriever_ckpt)
     # a bad caption file is refused before any encoding (the image collection is written first)
     caption_rows = None if captions is None else read_captions(model, captions, ann, nlist)
-    s1 = _stage1_source(model, retriever)
     trained = checkpoint_backbone(model_ckpt)
+    ov = open_vocab_for(retriever_ckpt or model_ckpt, trained, open_vocab)
+    s1 = _stage1_source(model, retriever, ov)
     manifest = {"format": FORMAT, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "reader": READER_VERSION, "model": model_info, "retriever": retriever_info, "stage1": s1.describe(),
-                "score": score,
+                "score": score, "open_vocab": None if ov is None else ov.describe(),
                 "dtype": dtype, "backbone": trained, "source": {}, "collections": {}, "versions": versions()}
     work = out / "build"
     bb = None
@@ -453,7 +478,8 @@ def _build(out: Path, model_ckpt, images, features, split, captions, retriever_c
         dim = s1.check(n_regions)
         fp = fingerprint("images", rels, [file_stat(root, r)["size"] for r in rels], model_info["checkpoint_sha256"],
                          retriever_info and retriever_info["checkpoint_sha256"], bb.describe(), dtype,
-                         *(["date-from-mtime"] if date_from_mtime else []))
+                         *(["date-from-mtime"] if date_from_mtime else []),
+                         *([manifest["open_vocab"]] if ov is not None else []))
         if date_from_mtime:
             manifest["source"]["date_from_mtime"] = True
         rec = encode_sharded(work / "images", rels,
@@ -545,7 +571,14 @@ def _update(out: Path, manifest: dict, parts: dict, skip_bad, batch_size, progre
     # an index encoded by an older photo reader holds its EXIF-rotated photos as stored (sideways): those
     # are encoded again, as displayed (vlmatch.features.photo.READER_VERSION)
     stale_reader = manifest.get("reader", 1) < READER_VERSION
-    keep_rows, keep_items, todo, reoriented = [], [], [], 0
+    # an index built before the open-vocabulary part (or with another fusion) gets its concept vectors: every
+    # photo is encoded again (one backbone pass each; vlmatch.search.open_vocab)
+    recorded = manifest.get("open_vocab")
+    ov = (open_vocab_of(manifest) if recorded else
+          open_vocab_for(parts.get("retriever") or parts["model"], manifest.get("backbone")) if "open_vocab" not in manifest
+          else None)  # built with --no-open-vocab: stays so
+    add_concepts = ov is not None and not recorded
+    keep_rows, keep_items, todo, reoriented, concept_only = [], [], [], 0, 0
     for rel in rels:
         st = file_stat(root, rel)
         if rel in by_rel:
@@ -555,6 +588,8 @@ def _update(out: Path, manifest: dict, parts: dict, skip_bad, batch_size, progre
                 same = sha256_file(root / rel) == it["sha256"]
             if same and stale_reader and file_orientation(root / rel) != 1:
                 same, reoriented = False, reoriented + 1
+            if same and add_concepts:
+                same, concept_only = False, concept_only + 1
             if same:
                 keep_rows.append(row)
                 keep_items.append(it)
@@ -562,10 +597,12 @@ def _update(out: Path, manifest: dict, parts: dict, skip_bad, batch_size, progre
         todo.append(rel)
     deleted = len(old_items) - len(keep_rows) - sum(r in by_rel for r in todo)
     report = {"kept": len(keep_rows), "new": sum(r not in by_rel for r in todo),
-              "changed": sum(r in by_rel for r in todo) - reoriented, "deleted": deleted}
+              "changed": sum(r in by_rel for r in todo) - reoriented - concept_only, "deleted": deleted}
     if stale_reader:  # encoded by an older photo reader: how many were turned upright
         report["reoriented"] = reoriented
-    if not todo and len(keep_rows) == len(old_items):
+    if add_concepts:  # the unchanged photos encoded again for their concept vectors
+        report["concepts_added"] = concept_only
+    if not todo and len(keep_rows) == len(old_items) and not add_concepts:
         shutil.rmtree(out / "build", ignore_errors=True)  # what an update killed before its commit left
         if stale_reader:  # nothing was sideways: the index is as the current reader would encode it
             with swapping(out):
@@ -573,7 +610,7 @@ def _update(out: Path, manifest: dict, parts: dict, skip_bad, batch_size, progre
         return {**report, "skipped": []}
     model = load_model(parts["model"], note_unsealed=False).eval()  # sealed by the index's manifest
     retriever = load_model(parts["retriever"], note_unsealed=False).eval() if "retriever" in parts else None
-    s1 = _stage1_source(model, retriever)
+    s1 = _stage1_source(model, retriever, ov)
     bb = backbone_for(manifest["backbone"], weights)
     dtype = manifest["dtype"]
     work = out / "build" / "update"
@@ -616,6 +653,9 @@ def _update(out: Path, manifest: dict, parts: dict, skip_bad, batch_size, progre
         written = ("images",)
     manifest["next_id"] = next_id
     manifest["reader"] = READER_VERSION
+    manifest["open_vocab"] = None if ov is None else ov.describe()
+    if ov is not None:
+        manifest["stage1"] = s1.describe()
     manifest["counts"]["images"] = len(items)
     manifest["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     manifest["skipped"] = rec["bad"]

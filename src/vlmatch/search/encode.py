@@ -49,6 +49,9 @@ class Stage1Source:
 
     model: MatchingModel
     retriever: MatchingModel | None = None
+    # the open-vocabulary part (vlmatch.search.open_vocab.OpenVocab): its columns follow the model's in every
+    # stage-1 vector, so that one inner product ranks by the fused score
+    open_vocab: object | None = None
     # the fixed placeholder side of global_embeddings, encoded once per (net, shape), not per query
     _placeholders: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -64,23 +67,36 @@ class Stage1Source:
         return self.retriever if self.retriever is not None else self.model
 
     def describe(self) -> str:
-        if self.retriever is None:
-            return f"global_embeddings of the model ({self.model.name})"
-        return f"global_embeddings of the retriever ({self.retriever.name})"
+        what = (f"global_embeddings of the model ({self.model.name})" if self.retriever is None
+                else f"global_embeddings of the retriever ({self.retriever.name})")
+        return what + (" + the open-vocabulary concept vector" if self.open_vocab is not None else "")
 
     @torch.no_grad()
-    def image_vectors(self, feats: torch.Tensor, img: ImageEncoding) -> torch.Tensor:
+    def image_vectors(self, feats: torch.Tensor | None, img: ImageEncoding) -> torch.Tensor:
+        """Stage-1 photo vectors; with the open-vocabulary part, its concept vectors after the model's columns
+        (zeros where only the stored encoding is at hand, ``feats`` None: a photo-to-photo query, which reads the
+        embedding columns alone)."""
         net = self.net
         enc = img if net is self.model else net.encode_images(feats)
-        return _global(net, enc, self._placeholder(net, "text"))[0]
+        vec = _global(net, enc, self._placeholder(net, "text"))[0]
+        if self.open_vocab is None:
+            return vec
+        part = (torch.zeros(len(vec), self.open_vocab.dim) if feats is None
+                else self.open_vocab.photo_vectors(feats))
+        return torch.cat([vec.float(), part.to(vec.device).float()], dim=1)
 
     @torch.no_grad()
     def text_vectors(self, captions: list[str], txt: TextEncoding | None, n_regions: int) -> torch.Tensor:
+        """Stage-1 query vectors; with the open-vocabulary part, the query's sentence vector after the model's
+        columns, weighted so that the inner product is the fused score (:mod:`vlmatch.search.open_vocab`)."""
         net = self.net
         if net is not self.model or txt is None:
             tokens, lengths = net.tokenize(captions)
             txt = net.encode_texts(tokens, lengths)
-        return _global(net, self._placeholder(net, "image", n_regions), txt)[1]
+        vec = _global(net, self._placeholder(net, "image", n_regions), txt)[1]
+        if self.open_vocab is None:
+            return vec
+        return torch.cat([vec.float(), self.open_vocab.query_vectors(captions, vec).to(vec.device)], dim=1)
 
     def check(self, n_regions: int) -> int:
         """Fail early (before any encoding) when there is no stage-1 part; returns its dimension."""

@@ -34,6 +34,7 @@ from .folder import manifest_stamp, open_parts, reading
 from .hits import DEFAULT_CANDIDATES, SearchHit  # noqa: F401  (SearchHit: its home was here)
 from .hits import ranked as _ranked
 from .hits import sizes as _sizes
+from .open_vocab import open_vocab_of
 from .trust import PhotoRoot
 
 SearchResult = SearchHit  # its name before 0.2, kept for one release
@@ -52,7 +53,7 @@ class Index:
         self.model = model.eval()
         self.retriever = None if retriever is None else retriever.eval()
         self.device = torch.device(device)
-        self.stage1_source = Stage1Source(self.model, self.retriever)
+        self.stage1_source = Stage1Source(self.model, self.retriever, open_vocab_of(manifest))
         dims = manifest.get("dims") or {}
         self.n_regions = dims.get("regions") or 1
         colls = manifest.get("collections", {})

@@ -38,6 +38,7 @@ from .build import (
     image_encoder,
     image_row,
     load_index_model,
+    open_vocab_for,
     photo_folder,
     precomp_features,
     scan_folder,
@@ -70,6 +71,7 @@ from .milvus_collection import read_manifest
 from .milvus_filters import has_scalars, scalars_of
 from .milvus_layout import Layout, create_encodings, create_items, stage1_index, vector_type
 from .milvus_probe import probe
+from .open_vocab import open_vocab_of
 from .stage1 import choose_kind
 
 
@@ -81,7 +83,7 @@ def _model_record(ckpt) -> tuple:
 def build_milvus(loc: MilvusLocation, model_ckpt, images=None, features=None, split: str = "test", captions=None,
                  retriever_ckpt=None, backbone: str | None = None, dtype: str = "float16", ann: str = "auto",
                  nlist: int | None = None, hnsw_m: int = 32, skip_bad: bool = False, batch_size: int = 64,
-                 progress: bool = True, weights=None, score: str = "model") -> dict:
+                 progress: bool = True, weights=None, score: str = "model", open_vocab: bool | None = None) -> dict:
     """Build (or resume building) a Milvus index; returns its manifest. The options are
     :func:`vlmatch.search.build.build_index`'s."""
     if images is None and features is None and captions is None:
@@ -101,7 +103,7 @@ def build_milvus(loc: MilvusLocation, model_ckpt, images=None, features=None, sp
     with WriterLock(client, loc.collection, "vlmatch index build") as lock:
         return _Build(client, loc, lock, progress).run(model_ckpt, images, features, split, captions, retriever_ckpt,
                                                        backbone, dtype, ann, nlist, hnsw_m, skip_bad, batch_size,
-                                                       weights, score)
+                                                       weights, score, open_vocab)
 
 
 class _Build:
@@ -110,17 +112,18 @@ class _Build:
         self.name = loc.collection
 
     def run(self, model_ckpt, images, features, split, captions, retriever_ckpt, backbone, dtype, ann, nlist, hnsw_m,
-            skip_bad, batch_size, weights, score) -> dict:
+            skip_bad, batch_size, weights, score, open_vocab=None) -> dict:
         from ..features.provenance import checkpoint_backbone
 
         model, model_info = _model_record(model_ckpt)
         retriever, retriever_info = (None, None) if retriever_ckpt is None else _model_record(retriever_ckpt)
         caption_rows = None if captions is None else read_captions(model, captions, ann, nlist)
-        s1 = _stage1_source(model, retriever)
         trained = checkpoint_backbone(model_ckpt)
+        ov = open_vocab_for(retriever_ckpt or model_ckpt, trained, open_vocab)
+        s1 = _stage1_source(model, retriever, ov)
         manifest = {"format": FORMAT, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                     "reader": READER_VERSION, "model": model_info, "retriever": retriever_info, "stage1": s1.describe(),
-                    "score": score,
+                    "score": score, "open_vocab": None if ov is None else ov.describe(),
                     "dtype": dtype, "backbone": trained, "source": {}, "collections": {},
                     "versions": {**versions(), "pymilvus": pymilvus().__version__}}
         jobs = []  # (collection, keys, batches(done) -> Batch iterator, encode, item row, n_regions, pad_to)
@@ -398,7 +401,9 @@ def _update(client, loc: MilvusLocation, lock: WriterLock, manifest: dict, skip_
     ckpts = checkpoints(loc, manifest)
     model = load_model(ckpts["model"], note_unsealed=False).eval()  # checked against the manifest's digest
     retriever = load_model(ckpts["retriever"], note_unsealed=False).eval() if "retriever" in ckpts else None
-    encode = image_encoder(model, _stage1_source(model, retriever))
+    # an index built before the open-vocabulary part keeps its layout (a collection's vector width is fixed):
+    # `index build` again adds the concept vectors (docs/open-vocabulary.md)
+    encode = image_encoder(model, _stage1_source(model, retriever, open_vocab_of(manifest)))
     bb = backbone_for(manifest["backbone"], weights)
     layout = Layout.from_dict(manifest["collections"]["images"]["layout"])
     todo = pending["todo"]

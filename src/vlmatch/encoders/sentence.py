@@ -1,0 +1,40 @@
+"""Sentence vectors from a pretrained transformer's own space: the packaged all-MiniLM-L6-v2 as it was trained
+(mean of the last layer's token vectors, unit length: the sentence-transformers recipe of that model), without
+any model's adapters or projection.
+
+The open-vocabulary scorer (:mod:`vlmatch.models.concepts`) meets photos and queries here: a photo through the
+names of the ImageNet concepts its backbone sees, a query through its own words. This is the text side *without*
+the shipped ranker's LoRA adapters: the adapters were fitted to Flickr8k's captions, the base space to a billion
+sentence pairs of every kind.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch import Tensor
+
+from .hf import HFTextEncoder, for_queries
+
+
+class SentenceEmbedder:
+    """``embed(texts) -> (n, H)`` unit vectors of a frozen transformer folder (default: the packaged MiniLM)."""
+
+    def __init__(self, path: str | os.PathLike | None = None, lean: bool = True):
+        self.encoder = HFTextEncoder(path, trainable=False)
+        for_queries(self.encoder, lean=lean)  # the in-memory memo and the lean forward, as a search's queries
+        self.dim = self.encoder.hidden_size
+
+    def content_hash(self) -> str:
+        return self.encoder.content_hash()
+
+    @torch.no_grad()
+    def embed(self, texts: list[str], batch_size: int = 256) -> Tensor:
+        out = []
+        for a in range(0, len(texts), batch_size):
+            tokens, lengths = self.encoder.tokenize(list(texts[a:a + batch_size]))
+            vecs = self.encoder.token_vectors(tokens, lengths, cache=False)  # zero past each text
+            pooled = vecs.sum(1) / lengths[:, None].clamp(min=1).to(vecs.dtype)
+            out.append(torch.nn.functional.normalize(pooled.float(), dim=-1))
+        return torch.cat(out)

