@@ -286,6 +286,89 @@ def render(out: dict) -> str:
     return "\n".join(lines)
 
 
+def platt_fit(x: np.ndarray, y: np.ndarray, iters: int = 50) -> tuple[float, float]:
+    """Logistic regression of y on x (Newton's method): P(y = 1 | x) = sigmoid(a x + b)."""
+    a, b = 1.0, 0.0
+    X = np.stack([x, np.ones_like(x)], 1).astype(np.float64)
+    theta = np.array([a, b])
+    for _ in range(iters):
+        p = 1 / (1 + np.exp(-(X @ theta)))
+        g = X.T @ (p - y)
+        H = (X * (p * (1 - p))[:, None]).T @ X + 1e-9 * np.eye(2)
+        step = np.linalg.solve(H, g)
+        theta -= step
+        if np.abs(step).max() < 1e-10:
+            break
+    return float(theta[0]), float(theta[1])
+
+
+def shipped_fused(captions: list[str]) -> tuple[np.ndarray, dict]:
+    """The default model's fused val scores with the shipped fusion (protocol.json's choice)."""
+    choice = json.loads((RESULTS / "protocol.json").read_text())["choice_shipped"]
+    D = np.load(OUT / "default_model.npy")
+    C = np.load(OUT / f"concept_{choice['form']}.npy")
+    vocab = set(json.loads((OUT / "default_vocab.json").read_text())["words"])
+    ratio = float(D.std(0).mean() / C.std(0).mean())
+    lam = (choice["w0"] + choice["slope"] * rare_share(captions, vocab)) * ratio
+    return D + lam[None, :] * C, {**choice, "ratio": round(ratio, 4)}
+
+
+def relevance(a) -> None:
+    """The relevance scale (Platt on the fused score) and the "nothing matches" line, cross-fitted over val halves."""
+    from vlmatch.data.precomp import read_caption_lines
+
+    captions = read_caption_lines(FEATURES / "dev_caps.txt")
+    F, choice = shipped_fused(captions)
+    n_img, n_cap = F.shape
+    photo = np.arange(n_cap) // 5
+    half = photo % 2
+    gt = np.zeros_like(F, dtype=bool)
+    gt[photo, np.arange(n_cap)] = True
+    out = {"fusion": choice, "halves": {}}
+    for h in (0, 1):  # fit on half h's queries, report on the other half's
+        fit, ev = half == h, half != h
+        a_, b_ = platt_fit(F[:, fit].ravel(), gt[:, fit].ravel().astype(np.float64))
+        P = 1 / (1 + np.exp(-(a_ * F + b_)))
+        edges = np.linspace(0, 1, 11)
+        pe, ge = P[:, ev].ravel(), gt[:, ev].ravel()
+        bins = []
+        for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+            m = (pe >= lo) & (pe < hi if hi < 1 else pe <= hi)
+            if m.any():
+                bins.append({"range": [round(lo, 1), round(hi, 1)], "pairs": int(m.sum()),
+                             "predicted": round(float(pe[m].mean()), 4), "observed": round(float(ge[m].mean()), 4)})
+        top_present = P.max(0)
+        Pr = np.where(gt, -1.0, P)
+        top_removed = Pr.max(0)
+
+        def rates(t, sel):
+            return float(np.mean(top_removed[sel] < t)), float(np.mean(top_present[sel] < t))
+
+        ts = np.linspace(0.0, 1.0, 201)
+        best = max(ts, key=lambda t: rates(t, fit)[0] - rates(t, fit)[1])  # Youden's J on the fitting half
+        flag_removed, flag_present = rates(best, ev)
+        out["halves"][str(h)] = {"a": a_, "b": b_, "threshold": round(float(best), 3), "reliability": bins,
+                                 "flagged_when_removed": round(flag_removed, 4),
+                                 "flagged_when_present": round(flag_present, 4), "queries": int(ev.sum())}
+    a_, b_ = platt_fit(F.ravel(), gt.ravel().astype(np.float64))
+    P = 1 / (1 + np.exp(-(a_ * F + b_)))
+    top_present, top_removed = P.max(0), np.where(gt, -1.0, P).max(0)
+    ts = np.linspace(0.0, 1.0, 201)
+    t = max(ts, key=lambda t: float(np.mean(top_removed < t)) - float(np.mean(top_present < t)))
+    out["shipped"] = {"a": round(a_, 4), "b": round(b_, 4), "threshold": round(float(t), 3)}
+    out["cross_fitted"] = {k: round(float(np.mean([out["halves"][h][k] for h in "01"])), 4)
+                           for k in ("flagged_when_removed", "flagged_when_present")}
+    out["command"] = "python experiments/open_vocab.py relevance"
+    out["what"] = ("relevance = sigmoid(a * fused + b), Platt-fitted on one half of the val photos' queries (all their "
+                   "pairs with the 1,000 val photos; a match is the caption's own photo), its reliability measured on "
+                   "the other half; 'nothing matches' when the best photo's relevance is under the threshold (chosen "
+                   "on the fitting half by Youden's J), flagged rates on the other half: with the query's own photo "
+                   "removed from the gallery (should be flagged) and present (should not)")
+    out["host"] = {"cpu": cpu_model(), "flags": cpu_flags()}
+    write_json(RESULTS / "relevance.json", out)
+    print(json.dumps({k: out[k] for k in ("shipped", "cross_fitted")}, indent=1))
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -296,8 +379,9 @@ def main(argv=None) -> None:
     s.add_argument("--model-only", action="store_true")
     s.add_argument("--concepts-only", action="store_true", help="only the concept forms not yet scored")
     sub.add_parser("choose")
+    sub.add_parser("relevance")
     a = ap.parse_args(argv)
-    {"scores": scores, "choose": choose}[a.cmd](a)
+    {"scores": scores, "choose": choose, "relevance": relevance}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -181,17 +181,35 @@ def cmd_update(a):
     print(json.dumps({k: v for k, v in rep.items() if k != "skipped"}))
 
 
+def no_match_line(results):
+    from ..search.open_vocab import no_match_line as line
+
+    return line(results)
+
+
 def format_results(results, what: str) -> str:
     """The result table; a name with a line break, a tab or bytes that are not UTF-8 is shown escaped
     (``\\n``, ``\\xe9``), so every result is one line."""
     # a photo's capture time (to the minute; "-" when it has none), when any result records one
     taken = what == "file" and any(getattr(r, "taken", None) for r in results)
-    lines = [f"{'rank':>4}  {'score':>8}  {'stage1':>8}  " + (f"{'taken':<16}  " if taken else "") + what]
+    # the probability that the photo matches (an index with a relevance scale: docs/open-vocabulary.md)
+    rel = any(getattr(r, "relevance", None) is not None for r in results)
+    lines = [f"{'rank':>4}  " + (f"{'relevance':>9}  " if rel else "") + f"{'score':>8}  {'stage1':>8}  "
+             + (f"{'taken':<16}  " if taken else "") + what]
     for r in results:
         name = printable(str(r.path if what == 'file' else r.text), controls=True)
         when = f"{(getattr(r, 'taken', None) or '-')[:16].replace('T', ' '):<16}  " if taken else ""
-        lines.append(f"{r.rank:>4}  {r.score:8.4f}  {r.stage1_score:8.4f}  {when}{name}")
-    return "\n".join(lines)
+        p = getattr(r, "relevance", None)
+        relevance = (f"{p:9.2f}  " if p is not None else f"{'-':>9}  ") if rel else ""
+        lines.append(f"{r.rank:>4}  {relevance}{r.score:8.4f}  {r.stage1_score:8.4f}  {when}{name}")
+    line = no_match_line(results) if what == "file" else None
+    return "\n".join(lines + ([line] if line else []))
+
+
+def no_match_field(results) -> dict:
+    """``{"no_match": LINE}`` when the best photo is unlikely to match, else nothing."""
+    line = no_match_line(results)
+    return {"no_match": line} if line else {}
 
 
 def stale_reader_note(idx) -> None:
@@ -249,5 +267,6 @@ def cmd_search(a):
         write_json(a.json, {"query": query, "index": a.index or str(idx.root),
                             "candidates": a.candidates, "timings_s": idx.last_timings,
                             **({"where": where.to_dict()} if where is not None else {}),
+                            **no_match_field(res if what == "file" else []),
                             "results": [r.to_dict() for r in res]})
     phases.report()

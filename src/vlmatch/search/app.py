@@ -44,6 +44,7 @@ from ..io import printable
 from ..version import __version__
 from .filters import Where
 from .milvus_client import RETRY_AFTER_S, Unavailable
+from .open_vocab import no_match_line
 from .service import Busy, Limits, ModelPool, SearchBackend
 
 log = logging.getLogger("vlmatch.search")
@@ -257,6 +258,10 @@ class SearchResult(BaseModel):
     camera: str | None = Field(None, description="camera make and model (EXIF)")
     gps: list[float] | None = Field(None, description="[latitude, longitude] in decimal degrees (EXIF GPS)")
     size: list[int] | None = Field(None, description="[width, height] in pixels, as the photo is displayed")
+    relevance: float | None = Field(None, description="the probability that the photo matches the text, 0 to 1 "
+                                    "(fitted on Flickr8k val; absent for an index without a relevance scale)")
+    no_match: bool | None = Field(None, description="true when the relevance is under the index's 'nothing "
+                                  "matches' threshold")
 
 
 class SearchResponse(BaseModel):
@@ -265,6 +270,8 @@ class SearchResponse(BaseModel):
     k: int
     candidates: int
     results: list[SearchResult]
+    no_match: str | None = Field(None, description="one line when even the best photo is unlikely to match: "
+                                 "'no photo matches this well (best relevance R); closest: PATH'")
     timings: dict[str, float] = Field(..., description="milliseconds: queue (waiting for a worker), search, total")
 
 
@@ -530,8 +537,8 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
         total = time.perf_counter() - t0
         if min_score is not None:
             results = [r for r in results if r["score"] >= min_score]
-        return {"text": text, "k": k, "candidates": candidates,
-                "results": [{**r, "path": printable(str(r["path"]))} for r in results],
+        shown = [{**r, "path": printable(str(r["path"]))} for r in results]
+        return {"text": text, "k": k, "candidates": candidates, "results": shown, "no_match": no_match_line(shown),
                 "timings": {"queue_ms": waited * 1e3, "search_ms": (total - waited) * 1e3, "total_ms": total * 1e3}}
 
     @app.post("/search", response_model=SearchResponse, responses=ERRORS, tags=["search"])

@@ -28,9 +28,23 @@ class SearchHit:
     camera: str | None = None  # make and model
     gps: list[float] | None = None  # [lat, lon], decimal degrees
     size: list[int] | None = None  # [w, h] in pixels, as displayed (EXIF orientation applied)
+    # the probability that the photo matches the query (vlmatch.search.open_vocab.Relevance; None: the index has no
+    # relevance scale), and whether it is under the index's "nothing matches" threshold
+    relevance: float | None = None
+    no_match: bool | None = None
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+def with_relevance(hits: list[SearchHit], relevance) -> list[SearchHit]:
+    """``hits`` with their relevance (``relevance``: a :class:`vlmatch.search.open_vocab.Relevance`, or None)."""
+    if relevance is None:
+        return hits
+    for h, p in zip(hits, relevance([h.score for h in hits]), strict=True):
+        h.relevance = round(float(p), 4)
+        h.no_match = bool(p < relevance.threshold)
+    return hits
 
 
 

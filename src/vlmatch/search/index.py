@@ -31,7 +31,7 @@ from .backend import CollectionBackend, FolderCollection, MilvusLocation
 from .encode import Stage1Source
 from .filters import Where
 from .folder import manifest_stamp, open_parts, reading
-from .hits import DEFAULT_CANDIDATES, SearchHit  # noqa: F401  (SearchHit: its home was here)
+from .hits import DEFAULT_CANDIDATES, SearchHit, with_relevance  # noqa: F401  (SearchHit: its home was here)
 from .hits import ranked as _ranked
 from .hits import sizes as _sizes
 from .open_vocab import open_vocab_of
@@ -200,8 +200,9 @@ class Index:
         s1, rows = coll.search(q, cand) if where is None else coll.search(q, cand, where=where)
         t2 = time.perf_counter()
         out = []
+        rel = None if self.stage1_source.open_vocab is None else self.stage1_source.open_vocab.relevance
         for i in range(len(q)):
-            out.append(self._rerank_images(coll, txt.select(slice(i, i + 1)), rows[i], s1[i], kk))
+            out.append(with_relevance(self._rerank_images(coll, txt.select(slice(i, i + 1)), rows[i], s1[i], kk), rel))
         t3 = time.perf_counter()
         self.last_timings = {"stage1": t2 - t1, "stage2": t3 - t2, "queries": len(q)}
         return out

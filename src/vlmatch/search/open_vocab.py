@@ -69,18 +69,55 @@ class Fusion:
     ratio: float = 1.0
     words: str | None = None
     concepts: dict = field(default_factory=dict)  # ConceptOptions fields
+    relevance: dict = field(default_factory=dict)  # {"a", "b", "threshold"}: see Relevance
 
     def describe(self) -> dict:
         return {"w0": self.w0, "slope": self.slope, "ratio": self.ratio, "words": self.words,
-                "concepts": dict(self.concepts)}
+                "concepts": dict(self.concepts), "relevance": dict(self.relevance)}
 
     @classmethod
     def of(cls, record: dict) -> Fusion:
         try:
             return cls(float(record["w0"]), float(record.get("slope", 0.0)), float(record.get("ratio", 1.0)),
-                       record.get("words"), dict(record.get("concepts") or {}))
+                       record.get("words"), dict(record.get("concepts") or {}), dict(record.get("relevance") or {}))
         except (KeyError, TypeError, ValueError) as e:
             raise ConfigError(f"open-vocabulary record unreadable ({e}): {record!r}") from None
+
+
+@dataclass(frozen=True)
+class Relevance:
+    """A score a person can read: ``sigmoid(a * fused + b)``, the probability that a photo matches the query,
+    Platt-fitted on Flickr8k val (a match: a caption's own photo; experiments/results/open_vocab/relevance.json);
+    ``threshold``: below it, the best photo is unlikely to match ("no photo matches this well")."""
+
+    a: float
+    b: float
+    threshold: float
+
+    def __call__(self, scores):
+        import numpy as np
+
+        return 1.0 / (1.0 + np.exp(-(self.a * np.asarray(scores, dtype=np.float64) + self.b)))
+
+    @classmethod
+    def of(cls, record: dict | None) -> Relevance | None:
+        if not record:
+            return None
+        return cls(float(record["a"]), float(record["b"]), float(record["threshold"]))
+
+
+NO_MATCH = "no photo matches this well"
+
+
+def no_match_line(hits) -> str | None:
+    """The one line a search says when its best photo is unlikely to match (None when it is likely, or when the
+    index has no relevance scale)."""
+    if not hits:
+        return None
+    first = hits[0] if isinstance(hits[0], dict) else vars(hits[0])
+    if first.get("relevance") is None or not first.get("no_match"):
+        return None
+    return f"{NO_MATCH} (best relevance {first['relevance']:.2f}); closest: {first['path']}"
 
 
 class OpenVocab:
@@ -92,6 +129,7 @@ class OpenVocab:
         self._scorer = None
         self._embedder = None
         self._vocab = training_words(fusion.words) if fusion.words else None
+        self.relevance = Relevance.of(fusion.relevance)
         self.dim = 384
 
     @property
