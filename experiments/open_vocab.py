@@ -341,7 +341,7 @@ def relevance(a) -> None:
         Pr = np.where(gt, -1.0, P)
         top_removed = Pr.max(0)
 
-        def rates(t, sel):
+        def rates(t, sel, top_removed=top_removed, top_present=top_present):
             return float(np.mean(top_removed[sel] < t)), float(np.mean(top_present[sel] < t))
 
         ts = np.linspace(0.0, 1.0, 201)
@@ -369,6 +369,222 @@ def relevance(a) -> None:
     print(json.dumps({k: out[k] for k in ("shipped", "cross_fitted")}, indent=1))
 
 
+OOD_KINDS = ("tinted", "crop", "mirror", "synthetic")
+
+
+def ood_pixels(photos: list[Path], size: int, seed: int = 0) -> tuple[list[np.ndarray], list[str], list[int]]:
+    """Photos unlike Flickr8k's, made from val photos and from nothing: a strong colour cast, a 4x zoom into a
+    corner, the mirror image (in domain: the control), and synthetic images (noise, gradients, flat colour,
+    stripes, checkerboards). Returns (pixels, kind, source val row or -1)."""
+    from vlmatch.features.photo import load_image
+
+    g = np.random.default_rng(seed)
+    px, kinds, src = [], [], []
+    for i, path in enumerate(photos):
+        base = load_image(path, size).astype(np.float32)
+        row = i
+        tint = np.clip(base * np.array([1.0, 0.35, 0.35]) + np.array([60, 0, 90]) * g.random(), 0, 255)
+        px.append(tint.astype(np.uint8))
+        kinds.append("tinted")
+        src.append(row)
+        q = size // 4
+        a, b = g.integers(0, size - q, 2)
+        crop = base[a:a + q, b:b + q].repeat(4, 0).repeat(4, 1)
+        px.append(crop.astype(np.uint8))
+        kinds.append("crop")
+        src.append(row)
+        px.append(np.ascontiguousarray(base[:, ::-1]).astype(np.uint8))
+        kinds.append("mirror")
+        src.append(row)
+    yy, xx = np.mgrid[0:size, 0:size] / size
+    for j in range(len(photos)):
+        kind = j % 5
+        c = g.random(3) * 255
+        if kind == 0:
+            im = g.random((size, size, 3)) * 255
+        elif kind == 1:
+            im = (yy[..., None] * c + (1 - yy[..., None]) * g.random(3) * 255)
+        elif kind == 2:
+            im = np.ones((size, size, 3)) * c
+        elif kind == 3:
+            im = ((np.sin(xx * g.integers(4, 40) * np.pi) > 0)[..., None] * c)
+        else:
+            n = g.integers(2, 16)
+            im = (((xx * n).astype(int) + (yy * n).astype(int)) % 2)[..., None] * c
+        px.append(np.clip(im, 0, 255).astype(np.uint8))
+        kinds.append("synthetic")
+        src.append(-1)
+    return px, kinds, src
+
+
+def hubness(a) -> None:
+    """How often photos unlike anything seen enter the top 5 of unrelated queries (k-occurrence), before (the
+    ranker alone) and after (the fusion), on a gallery of val's 1,000 photos + ood_pixels of 200 of them."""
+    from vlmatch.data.precomp import read_caption_lines
+    from vlmatch.features.backbones import create_backbone
+    from vlmatch.models.registry import load_model
+    from vlmatch.pretrained import get
+    from vlmatch.search.encode import Stage1Source
+    from vlmatch.search.open_vocab import Fusion, OpenVocab
+
+    captions = read_caption_lines(FEATURES / "dev_caps.txt")
+    ids = read_caption_lines(FEATURES / "dev_ids.txt")
+    shared = HERE.parent.parent / "shared" / "flickr8k" / "images"
+    g = np.random.default_rng(1)
+    picks = sorted(g.choice(len(ids), a.n_ood, replace=False).tolist())
+    bb = create_backbone("efficientnet-lite2", input_size=320)
+    px, kinds, src = ood_pixels([shared / ids[i] for i in picks], 320)
+    src = [picks[s] if s >= 0 else -1 for s in src]
+    with torch.inference_mode():
+        grids = torch.cat([bb(bb.preprocess(px[i:i + 8])).float() for i in range(0, len(px), 8)])
+    model = load_model("pretrained:vsepp-lite2-320-grounded-f8k").eval()
+    rec = get("vsepp-lite2-320-grounded-f8k").open_vocab
+    ov = OpenVocab("efficientnet-lite2", Fusion.of(rec))
+    s1 = Stage1Source(model, None, ov)
+    with torch.no_grad():
+        ood_vec = s1.image_vectors(grids, model.encode_images(grids)).numpy()
+        _, val_grids = val_data()
+        val_vec = torch.cat([s1.image_vectors(val_grids[i:i + 100], model.encode_images(val_grids[i:i + 100]))
+                             for i in range(0, len(val_grids), 100)]).numpy()
+        q = torch.cat([s1.text_vectors(captions[i:i + 250], None, 100) for i in range(0, len(captions), 250)]).numpy()
+    d = val_vec.shape[1] - ov.dim
+    gallery = np.concatenate([val_vec, ood_vec])
+    kind_of = np.array(["val"] * len(val_vec) + kinds)
+    source = np.array(list(range(len(val_vec))) + src)
+    photo_of_query = np.arange(len(captions)) // 5
+    out = {"gallery": {"val": len(val_vec), **{k: kinds.count(k) for k in OOD_KINDS}}, "queries": len(captions),
+           "systems": {}}
+    for name, cols in (("ranker", slice(0, d)), ("fused", slice(0, None))):
+        S = gallery[:, cols] @ q[:, cols].T  # (photos, queries)
+        top = np.argsort(-S, axis=0, kind="stable")[:5]  # (5, queries)
+        res = {}
+        for k in OOD_KINDS:
+            rows = np.flatnonzero(kind_of == k)
+            occ = []
+            for r in rows:  # unrelated queries: every caption but the source photo's own
+                hit = (top == r).any(0) & (photo_of_query != source[r])
+                occ.append(int(hit.sum()))
+            occ = np.array(occ)
+            inq = np.isin(top, rows).any(0)
+            res[k] = {"mean_k_occurrence": round(float(occ.mean()), 2), "max_k_occurrence": int(occ.max()),
+                      "photos_in_any_top5": int((occ > 0).sum()), "of": len(rows),
+                      "queries_with_one_in_top5": round(float(inq.mean()), 4)}
+        vocc = np.array([(top == r).any(0).sum() for r in range(len(val_vec))])
+        res["val"] = {"mean_k_occurrence": round(float(vocc.mean()), 2), "max_k_occurrence": int(vocc.max())}
+        out["systems"][name] = res
+    out["what"] = ("k-occurrence: for each photo, how many of the 5,000 val caption queries put it in their top 5, "
+                   "counting only queries unrelated to it (not its source photo's captions); out-of-domain photos made "
+                   "from 200 val photos (tinted, 4x crop, mirror as the in-domain control) and 200 synthetic images")
+    out["command"] = f"python experiments/open_vocab.py hubness --n-ood {a.n_ood}"
+    out["host"] = {"cpu": cpu_model(), "flags": cpu_flags()}
+    write_json(RESULTS / "hubness.json", out)
+    print(json.dumps(out["systems"], indent=1))
+
+
+def two_thing_queries(ids: list[str]) -> tuple[list[dict], list[set[str]]]:
+    """Val queries that name two things: for each caption with two boxed Entities phrases of different types, the
+    span of the caption from the first phrase to the second ("a dog is running on the beach"); and each val photo's
+    boxed types (over all its captions' phrases)."""
+    from vlmatch.data.entities import EntitiesDir
+
+    ents = EntitiesDir(HERE.parent.parent / "shared" / "flickr30k_entities")
+    queries, types = [], []
+    for row, name in enumerate(ids):
+        if not ents.has(name):
+            types.append(set())
+            continue
+        sentences, _, grounded = ents.grounded(name)
+        types.append({t for gp in grounded for t in gp.phrase.types})
+        for ci, sent in enumerate(sentences):
+            gps = sorted((gp for gp in grounded if gp.caption == ci), key=lambda gp: gp.phrase.start)
+            for a_, b_ in zip(gps, gps[1:], strict=False):
+                ta, tb = a_.phrase.types[0], b_.phrase.types[0]
+                if ta != tb:
+                    queries.append({"text": sent.text[a_.phrase.start:b_.phrase.end], "photo": row,
+                                    "types": [ta, tb]})
+                    break
+    return queries, types
+
+
+def both_share(top: np.ndarray, queries: list[dict], types: list[set[str]]) -> float:
+    """Share of the top photos (rows of ``top``, one column per query) whose boxes hold both named types."""
+    hits = [set(q["types"]) <= types[p] for j, q in enumerate(queries) for p in top[:, j]]
+    return float(np.mean(hits))
+
+
+def two_things(a) -> None:
+    """Queries that name two things: the share of the top 5 whose Entities boxes hold both, with and without the
+    re-scoring of the top candidates by each content word's own score (vlmatch.search.compose)."""
+    from vlmatch.data.precomp import read_caption_lines
+    from vlmatch.models.registry import load_model
+    from vlmatch.pretrained import get
+    from vlmatch.search.compose import and_evidence, query_terms
+    from vlmatch.search.encode import Stage1Source
+    from vlmatch.search.open_vocab import Fusion, OpenVocab
+
+    ids = read_caption_lines(FEATURES / "dev_ids.txt")
+    queries, types = two_thing_queries(ids)
+    model = load_model("pretrained:vsepp-lite2-320-grounded-f8k").eval()
+    ov = OpenVocab("efficientnet-lite2", Fusion.of(get("vsepp-lite2-320-grounded-f8k").open_vocab))
+    s1 = Stage1Source(model, None, ov)
+    _, grids = val_data()
+    texts = [q["text"] for q in queries]
+    with torch.no_grad():
+        img = torch.cat([model.encode_images(grids[i:i + 100]).embedding for i in range(0, len(grids), 100)])
+        vec = torch.cat([s1.image_vectors(grids[i:i + 100], model.encode_images(grids[i:i + 100]))
+                         for i in range(0, len(grids), 100)]).numpy()
+        qv = torch.cat([s1.text_vectors(texts[i:i + 250], None, 100) for i in range(0, len(texts), 250)]).numpy()
+    F = vec @ qv.T  # fused stage-1 scores (photos, queries)
+    K = 100
+    cand = np.argsort(-F, axis=0, kind="stable")[:K]
+    terms = [query_terms(t) for t in texts]
+    ev = np.zeros((K, len(texts)))
+    for j, ws in enumerate(terms):
+        if len(ws) >= 2:
+            with torch.no_grad():
+                tok, ln = model.tokenize(ws)
+                wv = model.encode_texts(tok, ln).embedding
+            ev[:, j] = and_evidence((img[cand[:, j]] @ wv.T).numpy())
+    base_top = cand[:5]
+    zF = np.take_along_axis(F, cand, 0)
+    zF = (zF - zF.mean(0)) / (zF.std(0) + 1e-8)
+    half = np.array([q["photo"] % 2 for q in queries])
+    betas = [0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5]
+
+    def top5(beta):
+        order = np.argsort(-(zF + beta * ev), axis=0, kind="stable")[:5]
+        return np.take_along_axis(cand, order, 0)
+
+    tops = {b: top5(b) for b in betas}
+    res = {"queries": len(queries), "candidates": K, "betas": betas, "halves": {}}
+    cross = np.zeros_like(base_top)
+    for h in (0, 1):
+        fit = half == h
+        qs = [q for q, f in zip(queries, fit, strict=True) if f]
+        best = max(betas, key=lambda b: (both_share(tops[b][:, fit], qs, types), -b))
+        res["halves"][str(h)] = {"beta": best}
+        cross[:, half != h] = tops[best][:, half != h]
+    allb = max(betas, key=lambda b: (both_share(tops[b], queries, types), -b))
+    res["before"] = round(both_share(base_top, queries, types), 4)
+    res["after_cross_fitted"] = round(both_share(cross, queries, types), 4)
+    res["beta_shipped"] = allb
+    res["by_beta"] = {str(b): round(both_share(tops[b], queries, types), 4) for b in betas}
+    own = [q["photo"] in base_top[:, j] for j, q in enumerate(queries)]
+    res["own_photo_in_top5"] = {"before": round(float(np.mean(own)), 4),
+                                "after_cross_fitted": round(float(np.mean([q["photo"] in cross[:, j]
+                                                                          for j, q in enumerate(queries)])), 4)}
+    res["examples"] = texts[:5]
+    res["what"] = ("val queries naming two Entities types (a caption's span from one boxed phrase to the next of "
+                   "another type); the share of the top-5 photos whose Entities boxes hold both types, the default "
+                   "with its fusion, before and after re-scoring its top 100 by each content word's own score (beta "
+                   "chosen on one half of the val photos' queries, reported on the other)")
+    res["command"] = "python experiments/open_vocab.py two-things"
+    res["host"] = {"cpu": cpu_model(), "flags": cpu_flags()}
+    write_json(RESULTS / "two_things.json", res)
+    print(json.dumps({k: res[k] for k in ("queries", "before", "after_cross_fitted", "beta_shipped", "by_beta",
+                                         "own_photo_in_top5")}, indent=1))
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -380,8 +596,11 @@ def main(argv=None) -> None:
     s.add_argument("--concepts-only", action="store_true", help="only the concept forms not yet scored")
     sub.add_parser("choose")
     sub.add_parser("relevance")
+    h = sub.add_parser("hubness")
+    h.add_argument("--n-ood", type=int, default=200)
+    sub.add_parser("two-things")
     a = ap.parse_args(argv)
-    {"scores": scores, "choose": choose, "relevance": relevance}[a.cmd](a)
+    {"scores": scores, "choose": choose, "relevance": relevance, "hubness": hubness, "two-things": two_things}[a.cmd](a)
 
 
 if __name__ == "__main__":

