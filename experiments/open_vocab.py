@@ -67,6 +67,7 @@ FORMS = {
     "tree16_leaf150": dict(tree=True, top_k=16, ic_power=1.0, max_leaves=150),
     "tree8_leaf150_T05": dict(tree=True, top_k=8, ic_power=1.0, max_leaves=150, temperature=0.5),
 }
+RANKER_FORMS = ("conse10_t", "tree16_ic2")  # also tried in the ranker's own text space (no second forward)
 WEIGHTS = [0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0]
 RARE_SLOPES = [0.0, 0.25, 0.5, 1.0, 2.0]
 
@@ -88,18 +89,31 @@ def scores(a) -> None:
     split, grids = val_data()
     OUT.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    if not a.concepts_only:
+    if not a.concepts_only and not (OUT / f"{a.tag}_model.npy").is_file():
         model = load_model(a.model).eval()
         S = np.asarray(model_scores(model, split, progress=True))
         np.save(OUT / f"{a.tag}_model.npy", S.astype(np.float32))
         print(f"model scores {S.shape} in {time.time() - t0:.0f} s", file=sys.stderr)
         vocab = train_vocab(a.recipe)
         write_json(OUT / f"{a.tag}_vocab.json", {"words": sorted(vocab)})
+    w, b = imagenet_head("efficientnet-lite2")
+    if a.ranker_forms:  # the concept forms in the ranker's own (adapted) text space: one per model
+        from vlmatch.encoders.hf import HFTextEncoder, for_queries
+
+        model = load_model(a.model).eval()
+        for_queries(model, lean=False)
+        hf = next(m for m in model.modules() if isinstance(m, HFTextEncoder))
+        emb = SentenceEmbedder(encoder=hf)
+        q = emb.embed(split.captions)
+        for name in RANKER_FORMS:
+            sc = ConceptScorer(w, b, emb, ConceptOptions(**FORMS[name]))
+            v = torch.cat([sc.photo_vectors(grids[i:i + 100]) for i in range(0, len(grids), 100)])
+            np.save(OUT / f"concept_{name}_ranker_{a.tag}.npy", (v @ q.T).numpy().astype(np.float32))
+            print(f"ranker-space form {name} done ({time.time() - t0:.0f} s)", file=sys.stderr)
     if a.model_only:
         return
     emb = SentenceEmbedder()
     q = emb.embed(split.captions)
-    w, b = imagenet_head("efficientnet-lite2")
     for name, opts in FORMS.items():
         path = OUT / f"concept_{name}.npy"
         if path.is_file():
@@ -198,11 +212,20 @@ def choose(a) -> None:
     vocab_h = set(json.loads((OUT / "heldout_vocab.json").read_text())["words"])
     vocab_d = set(json.loads((OUT / "default_vocab.json").read_text())["words"])
     rare_h, rare_d = rare_share(captions, vocab_h), rare_share(captions, vocab_d)
-    C = {name: np.load(OUT / f"concept_{name}.npy") for name in FORMS}
+    # each form's concept scores for the held-out model and for the default: the same for the base text space,
+    # each model's own for the ranker's space ("@ranker")
+    forms = list(FORMS) + [f"{f}@ranker" for f in RANKER_FORMS]
+
+    def load(form: str, tag: str) -> np.ndarray:
+        name, _, space = form.partition("@")
+        return np.load(OUT / (f"concept_{name}_ranker_{tag}.npy" if space else f"concept_{name}.npy"))
+
+    C = {f: load(f, "heldout") for f in forms}
+    CD = {f: load(f, "default") for f in forms}
     zH, zD = zscore(H), zscore(D)
     zC = {k: zscore(v) for k, v in C.items()}
     base_h = t2i_ranks(zH)
-    grid = [(f, w0, s) for f in FORMS for w0 in WEIGHTS for s in RARE_SLOPES]
+    grid = [(f, w0, s) for f in forms for w0 in WEIGHTS for s in RARE_SLOPES]
     table = []
     for f, w0, s in grid:  # every candidate on the held-out model: concept queries and all queries, per half
         r = t2i_ranks(zH + (w0 + s * rare_h)[None, :] * zC[f])
@@ -228,8 +251,8 @@ def choose(a) -> None:
         cross[half == h] = r[half == h]
     final = max(table, key=lambda r: (r["concept_0"] + r["concept_1"]) if
                 r["all_0"] + r["all_1"] >= base["all_0"] + base["all_1"] - 2.0 else -1)
-    zero = {f: t2i_ranks(C[f]) for f in FORMS}
-    fd = t2i_ranks(zD + (final["w0"] + final["slope"] * rare_d)[None, :] * zC[final["form"]])
+    zero = {f: t2i_ranks(C[f]) for f in forms}
+    fd = t2i_ranks(zD + (final["w0"] + final["slope"] * rare_d)[None, :] * zscore(CD[final["form"]]))
     default_ranks = t2i_ranks(zD)
 
     def fig(ranks, sel) -> dict:
@@ -241,17 +264,20 @@ def choose(a) -> None:
     allq = np.arange(len(captions))
     rows = {
         "heldout_concepts": {"ranker": fig(base_h, cq), "zero_shot": fig(zero[final["form"]], cq),
+                             "fused_shipped_choice": fig(t2i_ranks(zH + (final["w0"] + final["slope"] * rare_h)[None, :]
+                                                                   * zC[final["form"]]), cq),
                              "fused_crossfit": fig(cross, cq)},
         "heldout_all": {"ranker": fig(base_h, allq), "fused_crossfit": fig(cross, allq)},
-        "default_all": {"ranker": fig(default_ranks, allq), "zero_shot": fig(zero[final["form"]], allq),
+        "default_all": {"ranker": fig(default_ranks, allq), "zero_shot": fig(t2i_ranks(CD[final["form"]]), allq),
                         "fused": fig(fd, allq)},
         "default_concepts": {"ranker": fig(default_ranks, cq), "fused": fig(fd, cq)},
-        "zero_shot_forms_all": {f: fig(zero[f], allq) for f in FORMS},
-        "zero_shot_forms_concepts": {f: fig(zero[f], cq) for f in FORMS},
+        "zero_shot_forms_heldout_all": {f: fig(zero[f], allq) for f in forms},
+        "zero_shot_forms_heldout_concepts": {f: fig(zero[f], cq) for f in forms},
     }
     out = {"what": "text -> photo R@1+R@5+R@10 on Flickr8k val (gallery: all 1,000 photos); concept queries: the "
                    f"{len(cq)} val captions naming one of the {len(CONCEPTS)} held-out concepts",
-           "concepts": CONCEPTS, "forms": FORMS, "weights": WEIGHTS, "slopes": RARE_SLOPES,
+           "concepts": CONCEPTS, "forms": {**FORMS, **{f"{f}@ranker": {**FORMS[f], "text": "ranker"}
+                                                        for f in RANKER_FORMS}}, "weights": WEIGHTS, "slopes": RARE_SLOPES,
            "candidates": len(grid), "choice_per_half": {str(h): chosen[h] for h in (0, 1)},
            "choice_shipped": final, "selection": "each half of the val photos' queries picks (form, w0, slope) among "
            f"{len(grid)} candidates on the held-out model: the best concept-query recall that keeps all its queries "
@@ -276,11 +302,12 @@ def render(out: dict) -> str:
         for name, f in systems.items():
             lines.append(f"| {key} ({f['queries']}) | {name} | {f['t2i_rsum']} | {f['r1']} | {f['r5']} | {f['r10']} | "
                          f"{f['ci95'][0]}-{f['ci95'][1]} |")
-    lines += ["", "Zero-shot forms alone (all val / concept queries):", "",
+    lines += ["", "Zero-shot forms alone, with the held-out model's text side where a form reads it (all val / "
+              "concept queries):", "",
               "| form | all | concepts |", "|---|---:|---:|"]
     for f in out["forms"]:
-        lines.append(f"| {f} | {out['rows']['zero_shot_forms_all'][f]['t2i_rsum']} | "
-                     f"{out['rows']['zero_shot_forms_concepts'][f]['t2i_rsum']} |")
+        lines.append(f"| {f} | {out['rows']['zero_shot_forms_heldout_all'][f]['t2i_rsum']} | "
+                     f"{out['rows']['zero_shot_forms_heldout_concepts'][f]['t2i_rsum']} |")
     lines += ["", f"Selection: {out['selection']}.", "", f"Per half: {json.dumps(out['choice_per_half'])}", "",
               f"Shipped: {json.dumps(out['choice_shipped'])}", "", f"Reproduce: `{out['command']}`", ""]
     return "\n".join(lines)
@@ -518,7 +545,7 @@ def two_things(a) -> None:
     from vlmatch.data.precomp import read_caption_lines
     from vlmatch.models.registry import load_model
     from vlmatch.pretrained import get
-    from vlmatch.search.compose import and_evidence, query_terms
+    from vlmatch.search.compose import and_evidence, query_terms, word_scores
     from vlmatch.search.encode import Stage1Source
     from vlmatch.search.open_vocab import Fusion, OpenVocab
 
@@ -530,7 +557,7 @@ def two_things(a) -> None:
     _, grids = val_data()
     texts = [q["text"] for q in queries]
     with torch.no_grad():
-        img = torch.cat([model.encode_images(grids[i:i + 100]).embedding for i in range(0, len(grids), 100)])
+        img = model.encode_images(grids)
         vec = torch.cat([s1.image_vectors(grids[i:i + 100], model.encode_images(grids[i:i + 100]))
                          for i in range(0, len(grids), 100)]).numpy()
         qv = torch.cat([s1.text_vectors(texts[i:i + 250], None, 100) for i in range(0, len(texts), 250)]).numpy()
@@ -541,10 +568,7 @@ def two_things(a) -> None:
     ev = np.zeros((K, len(texts)))
     for j, ws in enumerate(terms):
         if len(ws) >= 2:
-            with torch.no_grad():
-                tok, ln = model.tokenize(ws)
-                wv = model.encode_texts(tok, ln).embedding
-            ev[:, j] = and_evidence((img[cand[:, j]] @ wv.T).numpy())
+            ev[:, j] = and_evidence(word_scores(model, img.select(torch.as_tensor(cand[:, j])), ws))
     base_top = cand[:5]
     zF = np.take_along_axis(F, cand, 0)
     zF = (zF - zF.mean(0)) / (zF.std(0) + 1e-8)
@@ -594,6 +618,7 @@ def main(argv=None) -> None:
     s.add_argument("--recipe", default=None)
     s.add_argument("--model-only", action="store_true")
     s.add_argument("--concepts-only", action="store_true", help="only the concept forms not yet scored")
+    s.add_argument("--ranker-forms", action="store_true", help="the RANKER_FORMS in the model's own text space")
     sub.add_parser("choose")
     sub.add_parser("relevance")
     h = sub.add_parser("hubness")

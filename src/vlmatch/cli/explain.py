@@ -123,7 +123,9 @@ def explain_indexed(a, phases=None):
         render(att, att.image, a.out)
     if a.json:
         write_json(a.json, {"index": str(idx.root), "id": a.id, "text": a.text, **att.to_dict()})
-    print(f"{a.out}: {len(att.words)} {att.method} maps, score {att.score:.4f}{_mirrored(att)}")
+    ov = getattr(idx.stage1_source, "open_vocab", None) is not None
+    print(f"{a.out}: {len(att.words)} {att.method} maps, score {att.score:.4f}{_mirrored(att)}"
+          + ("; the maps split the ranking model's part of the fused score (the concept part is not drawn)" if ov else ""))
 
 
 def default_explainer() -> tuple[str, str]:

@@ -21,9 +21,12 @@ from .hf import HFTextEncoder, for_queries
 class SentenceEmbedder:
     """``embed(texts) -> (n, H)`` unit vectors of a frozen transformer folder (default: the packaged MiniLM)."""
 
-    def __init__(self, path: str | os.PathLike | None = None, lean: bool = True):
-        self.encoder = HFTextEncoder(path, trainable=False)
-        for_queries(self.encoder, lean=lean)  # the in-memory memo and the lean forward, as a search's queries
+    def __init__(self, path: str | os.PathLike | None = None, lean: bool = True, encoder: HFTextEncoder | None = None):
+        """``encoder``: embed with a model's own text encoder instead (a ranker's, its adapters merged): its space,
+        and the same forward as the ranker's query (the in-memory memo of :mod:`vlmatch.encoders.hf` serves both)."""
+        self.encoder = encoder if encoder is not None else HFTextEncoder(path, trainable=False)
+        if encoder is None:
+            for_queries(self.encoder, lean=lean)  # the in-memory memo and the lean forward, as a search's queries
         self.dim = self.encoder.hidden_size
 
     def content_hash(self) -> str:

@@ -298,6 +298,8 @@ class ExplainResponse(BaseModel):
     mirrored: bool = Field(False, description="each map is the mean of the photo's and its mirror image's, mirrored "
                                               "back (the explainer's shipped record says so; a text naming left or "
                                               "right keeps the photo's alone); score stays the photo's")
+    shows: str | None = Field(None, description="what the maps split: the model's score, or the ranking model's "
+                                               "part of an open-vocabulary index's fused score")
     words: list[str]
     weights: list[list[float]] = Field(..., description="one list per word: its weight on each image position")
     axis: str = Field(..., description='attention: "regions" (each word\'s weights sum to 1), "words" (each '

@@ -41,3 +41,13 @@ def rescore(fused: np.ndarray, word_scores: np.ndarray, beta: float) -> np.ndarr
     """The candidates' final scores: the fused score standardised over them + beta x the AND evidence."""
     f = np.asarray(fused, dtype=np.float64)
     return (f - f.mean()) / (f.std() + 1e-8) + beta * and_evidence(word_scores)
+
+
+def word_scores(model, images, terms: list[str]) -> np.ndarray:
+    """(candidates, words) the model's own score of each candidate (``images``: their encodings) for each word
+    alone."""
+    import torch
+
+    with torch.no_grad():
+        tokens, lengths = model.tokenize(terms)
+        return model.score(images, model.encode_texts(tokens, lengths)).float().cpu().numpy()

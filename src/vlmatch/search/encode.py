@@ -62,6 +62,10 @@ class Stage1Source:
                                        else _placeholder_image(net, n_regions))
         return self._placeholders[key]
 
+    def __post_init__(self):
+        if self.open_vocab is not None and hasattr(self.open_vocab, "bind"):
+            self.open_vocab.bind(self.net)
+
     @property
     def net(self) -> MatchingModel:
         return self.retriever if self.retriever is not None else self.model

@@ -184,15 +184,16 @@ class Index:
         t0 = time.perf_counter()
         txt, q = self.encode_queries(texts)
         t_text = time.perf_counter() - t0
-        out = self.rank_images(txt, q, k, candidates, where)
+        out = self.rank_images(txt, q, k, candidates, where, texts=texts)
         self.last_timings = {"text": t_text, **self.last_timings}
         return out
 
     @torch.no_grad()
     def rank_images(self, txt: TextEncoding, q: np.ndarray, k: int = 10, candidates: int | None = None,
-                    where=None) -> list[list[SearchHit]]:
+                    where=None, texts: list[str] | None = None) -> list[list[SearchHit]]:
         """Two-stage ranking of encoded queries: ``txt`` (the model's text encodings, one row per
-        query) and ``q`` (their stage-1 vectors, (n, d)); ``where``: a filter (see :meth:`search`)."""
+        query) and ``q`` (their stage-1 vectors, (n, d)); ``where``: a filter (see :meth:`search`); ``texts``: the
+        queries' words, for the AND re-scoring of the open-vocabulary part (:mod:`vlmatch.search.compose`)."""
         coll = self._need("images")
         kk, cand = _sizes(k, candidates, len(coll))
         where = Where.of(where)
@@ -202,21 +203,47 @@ class Index:
         out = []
         rel = None if self.stage1_source.open_vocab is None else self.stage1_source.open_vocab.relevance
         for i in range(len(q)):
-            out.append(with_relevance(self._rerank_images(coll, txt.select(slice(i, i + 1)), rows[i], s1[i], kk), rel))
+            text = texts[i] if texts is not None else None
+            out.append(with_relevance(self._rerank_images(coll, txt.select(slice(i, i + 1)), rows[i], s1[i], kk, text),
+                                      rel))
         t3 = time.perf_counter()
         self.last_timings = {"stage1": t2 - t1, "stage2": t3 - t2, "queries": len(q)}
         return out
 
-    def _rerank_images(self, coll: CollectionBackend, txt: TextEncoding, rows: np.ndarray, s1: np.ndarray, k: int):
+    def _rerank_images(self, coll: CollectionBackend, txt: TextEncoding, rows: np.ndarray, s1: np.ndarray, k: int,
+                       text: str | None = None):
         ok = rows >= 0
         rows, s1 = rows[ok], s1[ok]
         if self.stage1_is_score:
+            order = self._and_order(coll, text, rows, s1)
+            if order is not None:  # ranked by the AND re-scoring; each hit still shows its fused score
+                hits = _ranked(coll, rows, order, s1, k, "path", keep=self.photo_root.keep)
+                for h in hits:
+                    h.score = h.stage1_score
+                return hits
             return _ranked(coll, rows, s1, s1, k, "path", keep=self.photo_root.keep)
         order = np.argsort(rows, kind="stable")  # read the memory map in file order
         rows, s1 = rows[order], s1[order]
         img = coll.take(rows).to(self.device)
         scores = score_blocks(self.model, img, [(np.arange(1), txt)], 1, max(1, len(rows)), progress=False)[:, 0]
         return _ranked(coll, rows, self._fused(scores, s1), s1, k, "path", keep=self.photo_root.keep)
+
+    def _and_order(self, coll: CollectionBackend, text: str | None, rows: np.ndarray, s1: np.ndarray):
+        """The candidates' AND re-scoring (a query naming several things: :mod:`vlmatch.search.compose`), or None
+        where it does not apply (no open-vocabulary part, its beta 0, a query of fewer than two content words)."""
+        from .compose import query_terms, rescore, word_scores
+
+        ov = self.stage1_source.open_vocab
+        if ov is None or not ov.fusion.and_beta or text is None or len(rows) < 3:
+            return None
+        terms = query_terms(text)
+        if len(terms) < 2:
+            return None
+        order = np.argsort(rows, kind="stable")  # read the store in file order
+        img = coll.take(rows[order]).to(self.device)
+        words = np.empty((len(rows), len(terms)))
+        words[order] = word_scores(self.model, img, terms)
+        return rescore(s1, words, ov.fusion.and_beta)
 
     def _fused(self, scores: np.ndarray, s1: np.ndarray) -> np.ndarray:
         return (scores + s1) / 2 if self.score_mode == "mean" else scores

@@ -70,18 +70,26 @@ class Fusion:
     words: str | None = None
     concepts: dict = field(default_factory=dict)  # ConceptOptions fields
     relevance: dict = field(default_factory=dict)  # {"a", "b", "threshold"}: see Relevance
+    and_beta: float = 0.0  # the AND re-scoring of queries that name several things (vlmatch.search.compose)
+    text: str = "base"  # the sentence space: "base" (the packaged MiniLM as trained) or "ranker" (the ranker's own)
 
     def describe(self) -> dict:
         return {"w0": self.w0, "slope": self.slope, "ratio": self.ratio, "words": self.words,
-                "concepts": dict(self.concepts), "relevance": dict(self.relevance)}
+                "concepts": dict(self.concepts), "relevance": dict(self.relevance), "and_beta": self.and_beta,
+                "text": self.text}
 
     @classmethod
     def of(cls, record: dict) -> Fusion:
         try:
             return cls(float(record["w0"]), float(record.get("slope", 0.0)), float(record.get("ratio", 1.0)),
-                       record.get("words"), dict(record.get("concepts") or {}), dict(record.get("relevance") or {}))
+                       record.get("words"), dict(record.get("concepts") or {}), dict(record.get("relevance") or {}),
+                       float(record.get("and_beta", 0.0)), str(record.get("text", "base")))
         except (KeyError, TypeError, ValueError) as e:
             raise ConfigError(f"open-vocabulary record unreadable ({e}): {record!r}") from None
+
+    def __post_init__(self):
+        if self.text not in ("base", "ranker"):
+            raise ConfigError(f"open-vocabulary text space must be 'base' or 'ranker', not {self.text!r}")
 
 
 @dataclass(frozen=True)
@@ -128,16 +136,30 @@ class OpenVocab:
         self.fusion = fusion
         self._scorer = None
         self._embedder = None
+        self._ranker = None
         self._vocab = training_words(fusion.words) if fusion.words else None
         self.relevance = Relevance.of(fusion.relevance)
         self.dim = 384
 
+    def bind(self, ranker) -> None:
+        """The ranker whose text encoder a ``text: ranker`` fusion embeds with (Stage1Source binds its net)."""
+        self._ranker = ranker
+
     @property
     def embedder(self):
         if self._embedder is None:
+            from ..encoders.hf import HFTextEncoder
             from ..encoders.sentence import SentenceEmbedder
 
-            self._embedder = SentenceEmbedder()
+            if self.fusion.text == "ranker":
+                hf = next((m for m in (self._ranker.modules() if self._ranker is not None else ())
+                           if isinstance(m, HFTextEncoder)), None)
+                if hf is None:
+                    raise ConfigError("this open-vocabulary fusion embeds with the ranker's transformer text encoder; "
+                                      "the model has none")
+                self._embedder = SentenceEmbedder(encoder=hf)
+            else:
+                self._embedder = SentenceEmbedder()
             self.dim = self._embedder.dim
         return self._embedder
 

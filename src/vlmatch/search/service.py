@@ -22,6 +22,14 @@ from ..errors import ConfigError
 log = logging.getLogger("vlmatch.search")
 
 
+def maps_show(index) -> str:
+    """What an index's heat maps split: the ranker's score, or -- with the open-vocabulary part -- the ranker's part
+    of the fused score (the zero-shot concept part is not drawn)."""
+    if getattr(index.stage1_source, "open_vocab", None) is None:
+        return "the model's score"
+    return "the ranking model's part of the fused score (the zero-shot concept part is not drawn)"
+
+
 class SearchBackend(Protocol):
     model_name: str
     size: int  # number of indexed images
@@ -270,7 +278,7 @@ class IndexBackend:
     @staticmethod
     def _rows(s, hits) -> list[dict]:
         shown = s.shown([r.id for r in hits])
-        meta = ("taken", "camera", "gps", "size")
+        meta = ("taken", "camera", "gps", "size", "relevance", "no_match")
         return [{"id": r.id, "path": shown[r.id], "score": r.score, "stage1_score": r.stage1_score,
                  **{f: getattr(r, f) for f in meta if getattr(r, f) is not None}} for r in hits]
 
@@ -284,7 +292,7 @@ class IndexBackend:
         return {"method": att.method, "model": att.model, "words": att.words,
                 "weights": att.weights.T.tolist(),  # (k positions, n words) -> a row per word
                 "axis": att.axis, "score": att.score, "mirrored": att.mirror_score is not None,
-                "grid": [att.grid, att.grid] if att.grid else None}
+                "grid": [att.grid, att.grid] if att.grid else None, "shows": maps_show(self._served.index)}
 
     def explain_png(self, image_id: int, text: str, method: str | None = None) -> bytes:
         index = self._served.index
