@@ -51,9 +51,9 @@ def rare_share(text: str, vocab: frozenset[str] | None) -> float:
 
 
 def training_words(name: str) -> frozenset[str]:
-    """The words of a shipped training set's captions (``vlmatch/pretrained/words/NAME.txt``)."""
+    """The words of a shipped model's training captions (``vlmatch/pretrained/words/NAME.txt``, one per line)."""
     try:
-        text = resources.files("vlmatch.search").joinpath("words", f"{name}.txt").read_text(encoding="utf-8")
+        text = resources.files("vlmatch.pretrained").joinpath("words", f"{name}.txt").read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"no word list {name!r} ships with vlmatch") from None
     return frozenset(text.split())
