@@ -587,9 +587,18 @@ def two_things(a) -> None:
     cand = np.argsort(-F, axis=0, kind="stable")[:K]
     terms = [query_terms(t) for t in texts]
     ev = np.zeros((K, len(texts)))
+    concept = vec[:, -ov.dim:]  # the photos' concept vectors (the shipped form)
+    words = sorted({w for ws in terms for w in ws})
+    wvec = dict(zip(words, ov.embedder.embed(words).numpy(), strict=True)) if a.evidence != "model" else {}
     for j, ws in enumerate(terms):
         if len(ws) >= 2:
-            ev[:, j] = and_evidence(word_scores(model, img.select(torch.as_tensor(cand[:, j])), ws))
+            rows = cand[:, j]
+            parts = []
+            if a.evidence in ("model", "both"):
+                parts.append(word_scores(model, img.select(torch.as_tensor(rows)), ws))
+            if a.evidence in ("concept", "both"):
+                parts.append(concept[rows] @ np.stack([wvec[w] for w in ws]).T)
+            ev[:, j] = np.mean([and_evidence(p) for p in parts], axis=0)
     base_top = cand[:5]
     zF = np.take_along_axis(F, cand, 0)
     zF = (zF - zF.mean(0)) / (zF.std(0) + 1e-8)
@@ -632,7 +641,9 @@ def two_things(a) -> None:
                    "chosen on one half of the val photos' queries, reported on the other)")
     res["command"] = "python experiments/open_vocab.py two-things"
     res["host"] = {"cpu": cpu_model(), "flags": cpu_flags()}
-    write_json(RESULTS / "two_things.json", res)
+    res["evidence"] = a.evidence
+    res["command"] = f"python experiments/open_vocab.py two-things --evidence {a.evidence}"
+    write_json(RESULTS / f"two_things_{a.evidence}.json", res)
     print(json.dumps({k: res[k] for k in ("queries", "before", "after_cross_fitted", "beta_shipped", "by_beta",
                                          "own_photo_in_top5", "hard_pairs")}, indent=1))
 
@@ -651,7 +662,9 @@ def main(argv=None) -> None:
     sub.add_parser("relevance")
     h = sub.add_parser("hubness")
     h.add_argument("--n-ood", type=int, default=200)
-    sub.add_parser("two-things")
+    tt = sub.add_parser("two-things")
+    tt.add_argument("--evidence", choices=("model", "concept", "both"), default="model",
+                    help="each word's own score from the ranker, from the concept vectors, or both (mean)")
     a = ap.parse_args(argv)
     {"scores": scores, "choose": choose, "relevance": relevance, "hubness": hubness, "two-things": two_things}[a.cmd](a)
 

@@ -79,3 +79,28 @@ def test_an_old_index_gets_its_concept_vectors_from_update(photos, tmp_path):
     (photos / "photo_000.jpg").touch()
     vlmatch("index", "update", str(idx2), "--no-progress")
     assert manifest(idx2)["open_vocab"] is None
+
+
+def test_the_and_rescoring_orders_the_candidates_by_the_weakest_word(photos, tmp_path):
+    """With a fusion whose beta is on, the candidates of a two-word query come in the order of
+    vlmatch.search.compose.rescore over their stored concept vectors; each hit still shows its fused score."""
+    from vlmatch import Index
+    from vlmatch.search.compose import query_terms, rescore
+
+    idx = tmp_path / "and"
+    vlmatch("index", "build", "--images", str(photos), "--out", str(idx), "--no-progress")
+    m = manifest(idx)
+    m["open_vocab"]["and_beta"] = 2.0
+    m["seal"] = seal(m)
+    (idx / "manifest.json").write_text(json.dumps(m, indent=2))
+    index = Index.open(idx)
+    text = "a red ball on the green grass"
+    hits = index.search(text, k=6)
+    coll = index.images
+    rows = np.array([coll.key_of(h.id) for h in hits])
+    s1 = np.array([h.score for h in hits])
+    ov = index.stage1_source.open_vocab
+    concepts = np.asarray(coll.stage1.vectors[rows], dtype=np.float32)[:, -ov.dim:]
+    want = rescore(s1, concepts @ ov.embedder.embed(query_terms(text)).numpy().T, 2.0)
+    assert list(np.argsort(-want, kind="stable")) == list(range(6))
+    assert all(h.score == h.stage1_score for h in hits)

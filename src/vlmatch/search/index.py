@@ -231,19 +231,20 @@ class Index:
     def _and_order(self, coll: CollectionBackend, text: str | None, rows: np.ndarray, s1: np.ndarray):
         """The candidates' AND re-scoring (a query naming several things: :mod:`vlmatch.search.compose`), or None
         where it does not apply (no open-vocabulary part, its beta 0, a query of fewer than two content words)."""
-        from .compose import query_terms, rescore, word_scores
+        from .compose import query_terms, rescore
 
         ov = self.stage1_source.open_vocab
-        if ov is None or not ov.fusion.and_beta or text is None or len(rows) < 3:
+        stage1 = getattr(coll, "stage1", None)  # the folder backend keeps each photo's concept vector in stage1.npy
+        if ov is None or not ov.fusion.and_beta or text is None or len(rows) < 3 or stage1 is None:
             return None
         terms = query_terms(text)
         if len(terms) < 2:
             return None
-        order = np.argsort(rows, kind="stable")  # read the store in file order
-        img = coll.take(rows[order]).to(self.device)
-        words = np.empty((len(rows), len(terms)))
-        words[order] = word_scores(self.model, img, terms)
-        return rescore(s1, words, ov.fusion.and_beta)
+        order = np.argsort(rows, kind="stable")  # read the memory map in file order
+        concepts = np.empty((len(rows), ov.dim), dtype=np.float32)
+        concepts[order] = np.asarray(stage1.vectors[rows[order]], dtype=np.float32)[:, -ov.dim:]
+        words = ov.embedder.embed(terms).float().numpy()
+        return rescore(s1, concepts @ words.T, ov.fusion.and_beta)
 
     def _fused(self, scores: np.ndarray, s1: np.ndarray) -> np.ndarray:
         return (scores + s1) / 2 if self.score_mode == "mean" else scores
