@@ -46,7 +46,7 @@ def build(n_images: int, runs: int) -> dict:
     folder.mkdir(parents=True)
     for name in names:
         (folder / name).symlink_to((sd.SHARED / "images" / name).resolve())
-    model = resolve_checkpoint(f"pretrained:{sd._pair()[0]}")
+    model = resolve_checkpoint(sd._pair()[0])
     build_index(CACHE / "warm", model, images=folder, progress=False, open_vocab=True)  # name vectors cached
     times = {"without": [], "with": []}
     for _ in range(runs):
@@ -77,7 +77,7 @@ def synthetic_index(root: Path, n: int, open_vocab: bool):
     from vlmatch.search.encode import encode_part
     from vlmatch.search.folder import commit
 
-    ckpt = resolve_checkpoint(f"pretrained:{sd._pair()[0]}")
+    ckpt = resolve_checkpoint(sd._pair()[0])
     model, rec = load_index_model(ckpt)
     ov = open_vocab_for(ckpt, {"name": "efficientnet-lite2"}) if open_vocab else None
     s1 = _stage1_source(model, None, ov)
