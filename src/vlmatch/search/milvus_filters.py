@@ -50,7 +50,7 @@ def scalars_of(item: dict) -> dict:
 
 def _like(text: str) -> tuple[str, bool]:
     """``text`` as a literal inside a ``like`` pattern: (pattern text, exact)."""
-    out = "".join("_" if ch in '%_\\"\'' else ch for ch in text)
+    out = "".join("_" if ch in '%_\\"\'' or not ch.isprintable() else ch for ch in text)
     return out, out == text
 
 
@@ -83,13 +83,37 @@ def expression(where: Where) -> tuple[str, bool]:
     return " && ".join(f"({p})" for p in parts), exact
 
 
-def _rows(client, name: str, expr: str, fields: list[str]) -> list[dict]:
+def rows_of(client, name: str, fields: list[str], expr: str = "", batch_size: int = 4096) -> list[dict]:
+    """Every row of collection ``name`` that passes ``expr`` (a query iterator: no 16,384-row cap)."""
     out = []
-    it = client.query_iterator(name, batch_size=4096, filter=expr, output_fields=fields)
-    while batch := it.next():
-        out += batch
-    it.close()
+    with quiet_iterator():
+        it = client.query_iterator(name, batch_size=batch_size, filter=expr, output_fields=fields)
+        while batch := it.next():
+            out += batch
+        it.close()
     return out
+
+
+def _rows(client, name: str, expr: str, fields: list[str]) -> list[dict]:
+    return rows_of(client, name, fields, expr)
+
+
+class quiet_iterator:
+    """pymilvus's query iterator warns 'failed to get mvccTs from milvus server' on every iterator where the
+    server gives it no session timestamp (milvus-lite never does); it then reads at the client's latest
+    write's time, which is what these reads need: the warning is silenced while one runs."""
+
+    NAME = "pymilvus.client.iterator.query_iterator"
+
+    def __enter__(self):
+        import logging
+
+        self.log = logging.getLogger(self.NAME)
+        self.was = self.log.level
+        self.log.setLevel(logging.ERROR)
+
+    def __exit__(self, *exc):
+        self.log.setLevel(self.was)
 
 
 def _vectors(client, name: str, ids: list[int], read: dict) -> np.ndarray:
