@@ -43,7 +43,7 @@ from ..features.photo import MissingDecoder, PhotoTooLarge, open_photo, sniff
 from ..io import printable
 from ..version import __version__
 from .filters import Where
-from .milvus_client import RETRY_AFTER_S, Unavailable
+from .milvus_client import RETRY_AFTER_S, Refused, Unavailable
 from .open_vocab import no_match_line
 from .service import Busy, Limits, ModelPool, SearchBackend
 
@@ -477,6 +477,10 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
     async def _unavailable(request, e):  # the Milvus server is away: the index stays open, answers resume
         return JSONResponse({"error": "index_unavailable", "detail": words(str(e))}, status_code=503,
                             headers={"Retry-After": str(RETRY_AFTER_S)})
+
+    @app.exception_handler(Refused)
+    async def _refused(request, e):  # the Milvus server answered and refused: its words, not a retry's matter
+        return JSONResponse({"error": "index_refused", "detail": words(str(e))}, status_code=502)
 
     @app.exception_handler(VlmatchError)
     async def _vlmatch_error(request, e):
