@@ -7,7 +7,8 @@ backbone and text transformer are not part of them), measures Flickr8k val recal
 the float16 weights through the same engine, refuses the float16 copy when it moves val rsum by 0.5 or
 more, writes the checkpoint folder (config.json, model.safetensors, text_encoder.json, backbone.json, and
 calibration.* with ``--calibration``; no tokenizer copy: the base encoder's, whose hash is pinned) to
-``src/vlmatch/pretrained/weights/<name>/`` and its entry to ``registry.json``: config,
+``src/vlmatch/pretrained/weights/<name>/`` (written and gated in ``.<name>.staging`` beside it, then swapped
+in by renames: a failed gate leaves the shipped folder as it was) and its entry to ``registry.json``: config,
 SHA-256, features, text encoder, role, data and licence, the command that trained it (from the run's
 record in experiments/results/flickr8k/) and the measured recalls.
 """
@@ -191,7 +192,12 @@ def from_recipe(a) -> None:
     sys.path.insert(0, str(ROOT / "experiments"))
     from recipes import read_recipe
 
-    _, rec = read_recipe(a.recipe)
+    from vlmatch.errors import VlmatchError
+
+    try:
+        _, rec = read_recipe(a.recipe)
+    except VlmatchError as e:
+        sys.exit(f"release/ship.py: error: {e}")
     ship_opts = rec.get("ship")
     if not ship_opts:
         sys.exit(f"release/ship.py: {a.recipe}: no recipe.ship section (a shipped model's recipe is in "
@@ -354,6 +360,26 @@ def stage_float16(model, stage: Path, features_dir: Path):
     return cfg, checksums, half_sims, val_metrics(None, half_sims)
 
 
+def ship_staged(model, name: str, features_dir: Path, full: dict):
+    """The float16 folder of ``model`` written and gated in a staging folder beside the shipped one, then
+    swapped in; a failed gate leaves the shipped folder (which the registry names) as it was.
+    (out, config, checksums SHA-256, val scores, val metrics of the float16 copy)."""
+    out = PRETRAINED / "weights" / name
+    stage = out.with_name(f".{name}.staging")
+    shutil.rmtree(stage, ignore_errors=True)
+    try:
+        cfg, checksums, half_sims, half = stage_float16(model, stage, features_dir)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    if abs(half["rsum"] - full["rsum"]) >= 0.5:
+        shutil.rmtree(stage)
+        sys.exit(f"float16 storage moves val rsum {full['rsum']:.2f} -> {half['rsum']:.2f}: not shipped (the shipped "
+                 f"{out.name} is unchanged)")
+    swap_in(stage, out)
+    return out, cfg, checksums, half_sims, half
+
+
 def swap_in(stage: Path, out: Path) -> None:
     """Replace the shipped folder ``out`` by ``stage`` by renames: at every moment one of them is there whole."""
     old = out.with_name(f".{out.name}.old")
@@ -392,15 +418,7 @@ def ship(a) -> None:
             sys.exit(f"{a.calibration}: no calibration.json / calibration.safetensors (experiments/calibration.py --write)")
         model.calibration.weights_sha256 = None  # bound below to the float16 weights that ship
     full = val_metrics(model, features=features_dir)
-    out = PRETRAINED / "weights" / a.name
-    stage = out.with_name(f".{a.name}.staging")  # written and gated here; the shipped folder is replaced after
-    shutil.rmtree(stage, ignore_errors=True)
-    cfg, checksums, half_sims, half = stage_float16(model, stage, features_dir)
-    if abs(half["rsum"] - full["rsum"]) >= 0.5:
-        shutil.rmtree(stage)
-        sys.exit(f"float16 storage moves val rsum {full['rsum']:.2f} -> {half['rsum']:.2f}: not shipped (the shipped "
-                 f"{out.name} is unchanged)")
-    swap_in(stage, out)
+    out, cfg, checksums, half_sims, half = ship_staged(model, a.name, features_dir, full)
     features = json.loads((features_dir / "features.json").read_text())
     tenc = cfg["config"].get("text_encoder", "")
     entry = pretrained.Pretrained(

@@ -101,6 +101,7 @@ class MilvusCollection:
         self.layout = Layout.from_dict(info["layout"])
         self.cls = type(template)
         self.scalars = None  # whether the items carry the filter's scalar fields (asked at the first filter)
+        self.infix = None  # whether the server's `like` takes a leading % (asked at the first filter)
         missing = set(template.tensors()) - set(self.layout.fields)
         if missing:
             raise DataError(self.enc_name, f"stored encodings lack field(s) {sorted(missing)} the model produces: "
