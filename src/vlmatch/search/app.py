@@ -697,14 +697,9 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
             return Response(status_code=304, headers={"ETag": etag, "Cache-Control": FILE_CACHE})
         return None
 
-    @app.get("/images/{id}", responses={200: {"content": {"image/jpeg": {}}}, **ERRORS}, tags=["files"])
-    async def image(id: int, request: Request):  # noqa: A002
-        """The indexed image file of ``id`` (its path comes from the index's table, never from the request)."""
-        path = check_id(id)
-        _, etag = file_identity(path)
-        if (r := not_modified(request, etag)) is not None:
-            return r
-
+    async def image_format(path: Path, id: int) -> str:  # noqa: A002
+        """The image type of the indexed file (its first bytes): 404 file_missing when it cannot be read,
+        415 not_an_image when it is not an image (deleted, overwritten, replaced since it was indexed)."""
         def head() -> bytes:
             with open(path, "rb") as f:
                 return f.read(16)
@@ -715,6 +710,34 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
             raise ApiError(404, "file_missing", "the indexed file cannot be read (update the index)") from None
         if fmt is None:
             raise ApiError(415, "not_an_image", f"the indexed file of id {id} is not an image type the service serves")
+        return fmt
+
+    async def indexed_image(id: int) -> Path:  # noqa: A002
+        """The file of ``id`` checked as ``/images`` checks it, before a model works on it."""
+        path = check_id(id)
+        file_identity(path)
+        await image_format(path, id)
+        return path
+
+    def explain_job(fn, id: int, text: str, method):  # noqa: A002
+        """``fn(id, text, method)`` on a worker; a file that changed under it since the check: as /images."""
+        def job():
+            try:
+                return fn(id, text, method)
+            except DataError as e:
+                if str(getattr(e, "path", "")) == str(backend.path_of(id)):
+                    raise ApiError(415, "bad_image", f"the indexed file of id {id} cannot be decoded") from None
+                raise
+        return job
+
+    @app.get("/images/{id}", responses={200: {"content": {"image/jpeg": {}}}, **ERRORS}, tags=["files"])
+    async def image(id: int, request: Request):  # noqa: A002
+        """The indexed image file of ``id`` (its path comes from the index's table, never from the request)."""
+        path = check_id(id)
+        _, etag = file_identity(path)
+        if (r := not_modified(request, etag)) is not None:
+            return r
+        fmt = await image_format(path, id)
         headers = {"ETag": etag, "Cache-Control": FILE_CACHE}
         if fmt in BROWSER_FORMATS:  # as it is: browsers apply a JPEG's EXIF orientation themselves
             # streamed from disk in chunks: a large file is never held in memory whole
@@ -749,8 +772,8 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
                           method: Annotated[Method | None, Query(description=METHOD_HELP)] = None):
         """The heat-map PNG of the ``explain`` command: one overlay per word on one shared colour scale."""
         text = check_text(text)
-        file_identity(check_id(id))  # a deleted file: 404, as for /images
-        png, _ = await run_model(backend.explain_png, id, text, method)
+        await indexed_image(id)  # deleted, overwritten, not an image: answered as /images answers
+        png, _ = await run_model(explain_job(backend.explain_png, id, text, method))
         return Response(png, media_type="image/png", headers={"Cache-Control": "public, max-age=3600"})
 
     @app.get("/explain/{id}", response_model=ExplainResponse, responses=ERRORS, tags=["explain"])
@@ -758,8 +781,8 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
                       method: Annotated[Method | None, Query(description=METHOD_HELP)] = None):
         """Per-word heat maps of the model for (image ``id``, ``text``), made by ``method``."""
         text = check_text(text)
-        check_id(id)
-        out, _ = await run_model(backend.explain, id, text, method)
+        await indexed_image(id)  # deleted, overwritten, not an image: answered as /images answers
+        out, _ = await run_model(explain_job(backend.explain, id, text, method))
         shown = [w for word, w in zip(out["words"], out["weights"], strict=True) if not SPECIAL.match(word)]
         vmax = max((max(w) for w in shown or out["weights"] if len(w)), default=0.0)
         return {"id": id, "text": text, "vmax": float(vmax), "grid": None, "boxes": None, "score": None, **out}
