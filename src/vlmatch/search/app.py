@@ -47,6 +47,8 @@ from .milvus_client import RETRY_AFTER_S, Refused, Unavailable
 from .open_vocab import no_match_line
 from .service import Busy, Limits, ModelPool, SearchBackend
 
+NO_MATCH = "no photo matches these filters"
+
 log = logging.getLogger("vlmatch.search")
 INTERNAL = "the server failed to answer this request; the details are in the server's log"
 
@@ -273,6 +275,7 @@ class SearchResponse(BaseModel):
     no_match: str | None = Field(None, description="one line when even the best photo is unlikely to match: "
                                  "'no photo matches this well (best relevance R); closest: PATH'")
     timings: dict[str, float] = Field(..., description="milliseconds: queue (waiting for a worker), search, total")
+    message: str | None = Field(None, description=f"'{NO_MATCH}' when filters leave no photo (results empty)")
 
 
 class CaptionResult(BaseModel):
@@ -545,7 +548,8 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
             results = [r for r in results if r["score"] >= min_score]
         shown = [{**r, "path": printable(str(r["path"]))} for r in results]
         return {"text": text, "k": k, "candidates": candidates, "results": shown, "no_match": no_match_line(shown),
-                "timings": {"queue_ms": waited * 1e3, "search_ms": (total - waited) * 1e3, "total_ms": total * 1e3}}
+                "timings": {"queue_ms": waited * 1e3, "search_ms": (total - waited) * 1e3, "total_ms": total * 1e3},
+                "message": NO_MATCH if where is not None and not results else None}
 
     @app.post("/search", response_model=SearchResponse, responses=ERRORS, tags=["search"])
     async def search(req: SearchRequest):
@@ -639,7 +643,8 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
             results = [r for r in results if r["score"] >= min_score]
         return {"text": text, "like": like, "k": k, "candidates": candidates,
                 "results": [{**r, "path": printable(str(r["path"]))} for r in results],
-                "timings": {"queue_ms": waited * 1e3, "search_ms": (total - waited) * 1e3, "total_ms": total * 1e3}}
+                "timings": {"queue_ms": waited * 1e3, "search_ms": (total - waited) * 1e3, "total_ms": total * 1e3},
+                "message": NO_MATCH if where is not None and not results else None}
 
     @app.post(LIKE_ROUTE, response_model=SearchResponse, responses=ERRORS, tags=["search"])
     async def search_like(image: Annotated[UploadFile | None, File(description="a photo (JPEG, PNG, HEIC, ...)")] = None,
