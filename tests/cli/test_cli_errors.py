@@ -210,7 +210,8 @@ def _quick_exit_to(stdout):
     import vlmatch
 
     code = "from vlmatch.cli import quick_exit\nprint('rank score file')\nquick_exit(0)\n"
-    env = {**os.environ, "PYTHONPATH": str(Path(vlmatch.__file__).resolve().parents[1])}
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"},  # the CLI's stdout is buffered
+           "PYTHONPATH": str(Path(vlmatch.__file__).resolve().parents[1])}
     return subprocess.run([sys.executable, "-c", code], stdout=stdout, stderr=subprocess.PIPE, text=True, env=env,
                           timeout=60)
 

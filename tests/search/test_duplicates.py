@@ -97,8 +97,9 @@ def test_cli_duplicates_table_and_json(like_index, tmp_path, capsys):  # noqa: F
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--threshold", "1.5"], "--threshold must be a similarity between -1 and 1"),
-    (["--threshold", "nan"], "--threshold must be"),
+    (["--threshold", "1.5"], "--threshold 1.5: a duplicate's similarity is above 0 and at most 1"),
+    (["--threshold", "nan"], "--threshold nan: a duplicate's"),
+    (["--threshold", "-1"], "--threshold -1.0: a duplicate's similarity is above 0"),
     (["--neighbours", "0"], "--neighbours must be at least 1"),
 ])
 def test_cli_duplicates_errors_are_one_line(like_index, capsys, args, message):  # noqa: F811
