@@ -191,7 +191,10 @@ def main(argv=None):
     print(table(record))
     if a.write:
         a.write.mkdir(parents=True, exist_ok=True)
-        shipped.save(a.write)
+        from vlmatch.models.checkpoint import read_checkpoint
+
+        # bound to the weights whose embeddings the banks are: release/ship.py refuses it beside any other
+        shipped.save(a.write, weights_sha256=read_checkpoint(checkpoint_of(a.model)).config["weights_sha256"])
         print(f"wrote {a.write}/calibration.safetensors ({(a.write / 'calibration.safetensors').stat().st_size / 1e6:.2f} MB), "
               f"beta {shipped.beta:g}")
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from vlmatch.errors import DataError
-from vlmatch.training.config import RECIPE, load_config, parse_yaml
+from vlmatch.training.config import RECIPE, load_config, read_yaml_file
 
 DATA = ("flickr8k", "toyworld", "precomp")
 KEYS = {"name", "data", "features", "world", "calibration", "note", "recorded", "ship"}
@@ -35,7 +35,7 @@ def read_recipe(path: str | Path) -> tuple[dict, dict]:
     path = Path(path)
     if not path.is_file():
         raise DataError(path, "no such recipe file")
-    raw = parse_yaml(path.read_text(encoding="utf-8"))
+    raw = read_yaml_file(path)
     rec = raw.get(RECIPE) if isinstance(raw, dict) else None
     if not isinstance(rec, dict):
         raise DataError(path, f"no '{RECIPE}:' section (a recipe is a config file plus a '{RECIPE}:' section)")

@@ -7,7 +7,8 @@ backbone and text transformer are not part of them), measures Flickr8k val recal
 the float16 weights through the same engine, refuses the float16 copy when it moves val rsum by 0.5 or
 more, writes the checkpoint folder (config.json, model.safetensors, text_encoder.json, backbone.json, and
 calibration.* with ``--calibration``; no tokenizer copy: the base encoder's, whose hash is pinned) to
-``src/vlmatch/pretrained/weights/<name>/`` and its entry to ``registry.json``: config,
+``src/vlmatch/pretrained/weights/<name>/`` (written and gated in ``.<name>.staging`` beside it, then swapped
+in by renames: a failed gate leaves the shipped folder as it was) and its entry to ``registry.json``: config,
 SHA-256, features, text encoder, role, data and licence, the command that trained it (from the run's
 record in experiments/results/flickr8k/) and the measured recalls.
 """
@@ -146,6 +147,10 @@ def main(argv=None):
     ap.add_argument("--default-explainer", action="store_true", help="the default explainer of `vlmatch explain`")
     ap.add_argument("--set-explainer", nargs=2, metavar=("NAME", "ROW"),
                     help="record a grounding row on a shipped entry without shipping it again")
+    ap.add_argument("--reseal", action="store_true",
+                    help="bring every shipped folder (and experiments/checkpoints/) to the current checkpoint format: "
+                         "config.json's format, each calibration bound to its weights' SHA-256, checksums.json and "
+                         "the registry's checksums_sha256 written again (weights and calibrations unchanged)")
     ap.add_argument("--set-held-out", metavar="NAME",
                     help="record the cross-fitted calibration figures of experiments/results/calibration/pretrained_NAME.json "
                          "(experiments/calibration.py --model pretrained:NAME --shipped-banks) on shipped entry NAME")
@@ -164,6 +169,9 @@ def main(argv=None):
             import subprocess
 
             subprocess.run([sys.executable, str(ROOT / "experiments" / "run.py"), str(a.recipe)], check=True)
+    if a.reseal:
+        reseal_all()
+        return 0
     if a.set_explainer:
         set_explainer(*a.set_explainer, a.default_explainer)
     elif a.set_held_out:
@@ -184,7 +192,12 @@ def from_recipe(a) -> None:
     sys.path.insert(0, str(ROOT / "experiments"))
     from recipes import read_recipe
 
-    _, rec = read_recipe(a.recipe)
+    from vlmatch.errors import VlmatchError
+
+    try:
+        _, rec = read_recipe(a.recipe)
+    except VlmatchError as e:
+        sys.exit(f"release/ship.py: error: {e}")
     ship_opts = rec.get("ship")
     if not ship_opts:
         sys.exit(f"release/ship.py: {a.recipe}: no recipe.ship section (a shipped model's recipe is in "
@@ -268,6 +281,40 @@ def set_held_out(name: str) -> None:
     write_json(PRETRAINED / "registry.json", [dataclasses.asdict(e) for e in reg])
 
 
+def reseal(folder: Path, calibration: Path | None = None) -> str:
+    """``folder`` in the current checkpoint format: config.json's format, its calibration (or the one in
+    ``calibration``, kept apart until it ships) bound to its weights, sealed again; the weights and every
+    other file unchanged. Returns the SHA-256 of the new checksums.json."""
+    from vlmatch.io import write_json
+    from vlmatch.models.calibration import RECORD, bind_calibration
+    from vlmatch.models.sealing import CHECKPOINT_FORMAT, seal_checkpoint, verify_checkpoint
+    from vlmatch.weights import sha256_file
+
+    verify_checkpoint(folder)  # it is whole as it was shipped: nothing is sealed that was not
+    cfg = json.loads((folder / "config.json").read_text())
+    if sha256_file(folder / "model.safetensors") != cfg["weights_sha256"]:
+        sys.exit(f"{folder}: model.safetensors does not match config.json's weights_sha256: not resealed")
+    write_json(folder / "config.json", {**cfg, "format": CHECKPOINT_FORMAT})
+    for d in (folder, calibration):
+        if d is not None and (d / RECORD).is_file():
+            bind_calibration(d, cfg["weights_sha256"], fitted_for=cfg["weights_sha256"])
+    return seal_checkpoint(folder)
+
+
+def reseal_all() -> None:
+    from vlmatch import pretrained
+    from vlmatch.io import write_json
+
+    reg = []
+    for e in pretrained.entries():
+        reg.append(dataclasses.replace(e, checksums_sha256=reseal(e.folder)))
+        print(f"resealed {e.folder.relative_to(ROOT)}")
+    write_json(PRETRAINED / "registry.json", [dataclasses.asdict(e) for e in reg])
+    for run in sorted((ROOT / "experiments" / "checkpoints").glob("*/best")):
+        reseal(run, run.parent / "calibration")
+        print(f"resealed {run.relative_to(ROOT)}")
+
+
 def write_cards() -> None:
     """The model card block of every file that holds its markers (README.md, the docs page), from the registry."""
     from vlmatch.pretrained import card
@@ -280,13 +327,74 @@ def write_cards() -> None:
                 print(f"{path.relative_to(ROOT)}: {'rewritten' if changed else 'up to date'}")
 
 
-def ship(a) -> None:
-    from check import public_command
+def stage_float16(model, stage: Path, features_dir: Path):
+    """The shipped folder written in ``stage``: float16 weights, config.json, backbone.json, the calibration
+    bound to the float16 weights, sealed; (config, checksums SHA-256, val scores, val metrics) of its load."""
+    import hashlib
+
     from safetensors.torch import load_file
     from safetensors.torch import save as safetensors_bytes
 
-    from vlmatch import load_model, pretrained
+    from vlmatch import load_model
     from vlmatch.io import write_bytes, write_json
+    from vlmatch.models.calibration import RECORD, bind_calibration
+    from vlmatch.models.sealing import seal_checkpoint
+
+    model.save(stage)
+    if (stage / "text_encoder.json").is_file():
+        # no copy of the tokenizer: the base encoder's own is used, and text_encoder.json pins that folder's hash
+        # (its tokenizer files included); 0.7 MB a model of the package's weight budget
+        shutil.rmtree(stage / "tokenizer", ignore_errors=True)
+    state = {k: v.half() if v.is_floating_point() else v for k, v in load_file(str(stage / "model.safetensors")).items()}
+    data = safetensors_bytes(state)
+    write_bytes(stage / "model.safetensors", data)
+    cfg = json.loads((stage / "config.json").read_text())
+    cfg["weights_sha256"] = hashlib.sha256(data).hexdigest()
+    write_json(stage / "config.json", cfg)
+    if (stage / RECORD).is_file():  # the float16 copy of the weights it was fitted for
+        bind_calibration(stage, cfg["weights_sha256"])
+    features = json.loads((features_dir / "features.json").read_text())
+    write_json(stage / "backbone.json", features["backbone"])
+    checksums = seal_checkpoint(stage)  # every file of the folder, after the float16 rewrite and backbone.json
+    half_sims = val_scores(load_model(stage), features_dir)
+    return cfg, checksums, half_sims, val_metrics(None, half_sims)
+
+
+def ship_staged(model, name: str, features_dir: Path, full: dict):
+    """The float16 folder of ``model`` written and gated in a staging folder beside the shipped one, then
+    swapped in; a failed gate leaves the shipped folder (which the registry names) as it was.
+    (out, config, checksums SHA-256, val scores, val metrics of the float16 copy)."""
+    out = PRETRAINED / "weights" / name
+    stage = out.with_name(f".{name}.staging")
+    shutil.rmtree(stage, ignore_errors=True)
+    try:
+        cfg, checksums, half_sims, half = stage_float16(model, stage, features_dir)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    if abs(half["rsum"] - full["rsum"]) >= 0.5:
+        shutil.rmtree(stage)
+        sys.exit(f"float16 storage moves val rsum {full['rsum']:.2f} -> {half['rsum']:.2f}: not shipped (the shipped "
+                 f"{out.name} is unchanged)")
+    swap_in(stage, out)
+    return out, cfg, checksums, half_sims, half
+
+
+def swap_in(stage: Path, out: Path) -> None:
+    """Replace the shipped folder ``out`` by ``stage`` by renames: at every moment one of them is there whole."""
+    old = out.with_name(f".{out.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if out.exists():
+        out.rename(old)
+    stage.rename(out)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def ship(a) -> None:
+    from check import public_command
+
+    from vlmatch import load_model, pretrained
+    from vlmatch.io import write_json
 
     best = CACHE_ROOT / "runs" / a.run / "best"
     from inputs import need_features, need_run
@@ -298,38 +406,20 @@ def ship(a) -> None:
     model = load_model(best)
     uncalibrated = val_metrics(model, features=features_dir) if a.calibration else None
     if a.calibration:
+        from vlmatch.errors import DataError
         from vlmatch.models.calibration import load_calibration
 
-        model.calibration = load_calibration(a.calibration, model.cfg.embed_dim)
+        try:  # fitted for these weights (experiments/calibration.py --write records them), or refused
+            model.calibration = load_calibration(a.calibration, model.cfg.embed_dim,
+                                                 json.loads((best / "config.json").read_text())["weights_sha256"])
+        except DataError as e:
+            sys.exit(f"release/ship.py: {e}")
         if model.calibration is None:
             sys.exit(f"{a.calibration}: no calibration.json / calibration.safetensors (experiments/calibration.py --write)")
+        model.calibration.weights_sha256 = None  # bound below to the float16 weights that ship
     full = val_metrics(model, features=features_dir)
-    out = PRETRAINED / "weights" / a.name
-    if out.exists():
-        shutil.rmtree(out)
-    model.save(out)
-    if (out / "text_encoder.json").is_file():
-        # no copy of the tokenizer: the base encoder's own is used, and text_encoder.json pins that folder's hash
-        # (its tokenizer files included); 0.7 MB a model of the package's weight budget
-        shutil.rmtree(out / "tokenizer", ignore_errors=True)
-    state = {k: v.half() if v.is_floating_point() else v for k, v in load_file(str(out / "model.safetensors")).items()}
-    data = safetensors_bytes(state)
-    write_bytes(out / "model.safetensors", data)
-    cfg = json.loads((out / "config.json").read_text())
-    import hashlib
-
-    cfg["weights_sha256"] = hashlib.sha256(data).hexdigest()
-    write_json(out / "config.json", cfg)
+    out, cfg, checksums, half_sims, half = ship_staged(model, a.name, features_dir, full)
     features = json.loads((features_dir / "features.json").read_text())
-    write_json(out / "backbone.json", features["backbone"])
-    from vlmatch.models.sealing import seal_checkpoint
-
-    checksums = seal_checkpoint(out)  # checksums.json: every file of the folder, after the float16 rewrite and backbone.json
-    half_sims = val_scores(load_model(out), features_dir)
-    half = val_metrics(None, half_sims)
-    if abs(half["rsum"] - full["rsum"]) >= 0.5:
-        shutil.rmtree(out)
-        sys.exit(f"float16 storage moves val rsum {full['rsum']:.2f} -> {half['rsum']:.2f}: not shipped")
     tenc = cfg["config"].get("text_encoder", "")
     entry = pretrained.Pretrained(
         name=a.name, model=cfg["name"], role=a.role, sha256=cfg["weights_sha256"], val_rsum=round(half["rsum"], 2),

@@ -79,3 +79,20 @@ def test_a_meta_build_of_the_usual_layers_imports_no_compiler_stack():
     env = {**os.environ, "PYTHONPATH": SRC}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_torch_init_is_torchs_own_outside_a_meta_build():
+    """Importing vlmatch, or loading a model with it, leaves torch.nn.init as torch made it; the switches are
+    there only while a meta build runs."""
+    from torch.nn import init
+
+    import vlmatch  # noqa: F401
+
+    before = {n: getattr(init, n) for n in ("uniform_", "normal_", "kaiming_uniform_", "xavier_uniform_")}
+    assert not any(getattr(f, "vlmatch_switched", False) for f in before.values())
+    with meta_build():
+        assert getattr(init.kaiming_uniform_, "vlmatch_switched", False)
+        with meta_build():
+            pass
+        assert getattr(init.kaiming_uniform_, "vlmatch_switched", False)  # the outer build still runs
+    assert {n: getattr(init, n) for n in before} == before

@@ -31,6 +31,7 @@ import os
 import re
 import secrets
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -99,6 +100,12 @@ def check_writable(path: str | os.PathLike) -> None:
         raise DataError(path, f"cannot be created: {parent} is a file, not a folder")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise DataError(path, f"cannot be created: no permission to write in {parent}")
+    try:  # a folder the permissions allow may still refuse files (/proc, /sys, a read-only mount): try one
+        fd, probe = tempfile.mkstemp(prefix=".vlmatch-probe-", dir=parent)
+    except OSError as e:
+        raise DataError(path, f"cannot be created: {parent} takes no new files ({e.strerror})") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

@@ -99,15 +99,38 @@ def _switched(real):
     return init_fn
 
 
+_ACTIVE = [0]  # meta builds running in any thread: the switches are in torch.nn.init while it is above 0
+_REAL: dict[str, object] = {}  # the initialisers the switches replaced, put back by the last build to end
+
+
 def _install_switches() -> None:
-    """Wrap torch.nn.init's initialisers once per process (outside a meta build they call through unchanged)."""
+    """Wrap torch.nn.init's initialisers while a meta build runs (outside one, in any thread, they call through
+    unchanged); the first build to start installs them, the last to end puts torch's own back, so nothing of
+    torch stays changed once vlmatch has built its models."""
     from torch.nn import init
 
     with _SWITCH_LOCK:
+        _ACTIVE[0] += 1
+        if _ACTIVE[0] > 1:
+            return
         for name in _INITS:
             fn = getattr(init, name, None)
             if fn is not None and not getattr(fn, "vlmatch_switched", False):
+                _REAL[name] = fn
                 setattr(init, name, _switched(fn))
+
+
+def _remove_switches() -> None:
+    from torch.nn import init
+
+    with _SWITCH_LOCK:
+        _ACTIVE[0] -= 1
+        if _ACTIVE[0] > 0:
+            return
+        for name, fn in _REAL.items():
+            if getattr(getattr(init, name, None), "vlmatch_switched", False):  # not another library's wrapper
+                setattr(init, name, fn)
+        _REAL.clear()
 
 
 @contextmanager
@@ -115,10 +138,14 @@ def meta_build():
     """Build modules on the meta device (shapes, no memory) with ``torch.nn.init`` skipped in this thread: their
     values come from a weights file (``load_state_dict(assign=True)``), and an initialiser run on a meta tensor
     goes through torch's reference implementations, whose first use imports torch's compiler stack (seconds
-    of a command's start). Other threads initialise as usual meanwhile."""
+    of a command's start). Other threads initialise as usual meanwhile. ``torch.nn.init`` is wrapped only
+    while a meta build runs (in any thread), and is torch's own again after the last one ends."""
     _install_switches()
-    with _building(meta=True):
-        yield
+    try:
+        with _building(meta=True):
+            yield
+    finally:
+        _remove_switches()
 
 
 @contextmanager

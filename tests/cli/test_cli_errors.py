@@ -199,3 +199,57 @@ def test_text_that_is_not_utf8_is_named(capsys, argv, name):
     assert main([*argv, text]) == 2
     err = _one_line(capsys.readouterr().err)
     assert f"vlmatch: error: {name} is not UTF-8 text (byte \\xff at character 7 of \"a dog \\xff\\xfe on grass\")" in err
+
+
+def _quick_exit_to(stdout):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import vlmatch
+
+    code = "from vlmatch.cli import quick_exit\nprint('rank score file')\nquick_exit(0)\n"
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"},  # the CLI's stdout is buffered
+           "PYTHONPATH": str(Path(vlmatch.__file__).resolve().parents[1])}
+    return subprocess.run([sys.executable, "-c", code], stdout=stdout, stderr=subprocess.PIPE, text=True, env=env,
+                          timeout=60)
+
+
+def test_a_failing_write_at_the_quick_exit_is_an_error_but_a_closed_pipe_is_not():
+    import os
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    with open("/dev/full", "w") as full:
+        r = _quick_exit_to(full)
+    assert r.returncode != 0 and r.stderr.strip().splitlines() == [
+        "vlmatch: error: writing standard output failed: No space left on device"]
+    rd, wr = os.pipe()
+    os.close(rd)  # the reader went away (`| head -1`)
+    with os.fdopen(wr, "w") as closed:
+        r = _quick_exit_to(closed)
+    assert r.returncode == 0 and r.stderr == ""
+
+
+def test_a_negative_latitude_or_longitude_is_a_value_not_an_option():
+    from vlmatch.cli import _negative_values
+
+    parser = build_parser()
+    argv = ["search", "idx", "a dog", "--near", "-33.87,-151.21,10", "-k", "3"]
+    a = parser.parse_args(_negative_values(parser, argv))
+    assert a.near == "-33.87,-151.21,10" and a.k == 3
+    assert "--near -33.87,151.21,10" in " ".join(parser._subparsers._group_actions[0].choices["search"]
+                                                  .format_help().split())
+
+
+def test_explain_to_a_folder_that_takes_no_files_is_refused_before_any_work(capsys, tmp_path):
+    import os
+
+    if not os.path.isdir("/proc"):
+        pytest.skip("no /proc here")
+    (tmp_path / "p.jpg").write_bytes(b"")
+    assert main(["explain", "--image", str(tmp_path / "p.jpg"), "--text", "a dog", "--out", "/proc/x.png"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines() == [err] and err.startswith("vlmatch: error: /proc/x.png: cannot be created: /proc takes "
+                                                        "no new files")

@@ -67,3 +67,11 @@ def test_a_flickr8k_recipe_extracts_the_features_its_data_path_names(monkeypatch
     monkeypatch.chdir(tmp_path)  # elsewhere data.path names another folder: refused, naming the one it wants
     with pytest.raises(runner.VlmatchError, match="benchmarks/cache/flickr8k-efficientnet-lite2-320"):
         runner.make_data(cfg, rec, shared)
+
+
+def test_a_recipe_that_is_not_yaml_is_one_line_naming_the_file_and_the_place(runner, tmp_path, capsys):
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("model:\n  name: vsepp\n  embed_dim: [32\nrecipe: {name: x}\n")
+    assert runner.main([str(bad), "--results", "r", "--runs", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(bad) in err and "not valid YAML: line" in err, err

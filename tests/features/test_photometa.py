@@ -75,3 +75,14 @@ def test_wrong_types_never_raise():
     assert any("DateTimeOriginal: not text" in n for n in m["notes"])
     assert any("Make: not text" in n for n in m["notes"]) and any("GPSLatitude" in n for n in m["notes"])
     assert meta_from_exif({0x8825: "junk", 0x8769: 3}, ("a", 1)) == {}
+
+
+@pytest.mark.parametrize("orientation", [0, 9, 255, 65535])
+def test_an_orientation_outside_1_to_8_is_read_upright_with_a_note(tmp_path, orientation):
+    from vlmatch.features.photo import file_orientation
+
+    p = save_photo(tmp_path / "o.jpg", make="Nikon", orientation=orientation)
+    m = _meta(p)
+    assert m["size"] == [40, 30] and m["camera"] == "Nikon"  # as stored
+    assert m["notes"] == [f"Orientation: '{orientation}' is not 1..8; the photo is read upright, as stored"]
+    assert file_orientation(p) == 1

@@ -90,9 +90,21 @@ def test_a_broken_checksums_file_is_named(tmp_path):
         load_model(tmp_path / "ck")
 
 
-def test_an_unsealed_checkpoint_loads_with_a_note_and_vlmatch_seal_seals_it(tmp_path, capsys):
+def _as_older(folder):
+    """``folder`` as vlmatch saved it before checkpoints were sealed: no format in config.json, a calibration
+    that names no weights, no checksums.json."""
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg.pop("format")
+    (folder / "config.json").write_text(json.dumps(cfg))
+    rec = json.loads((folder / "calibration.json").read_text())
+    rec.pop("weights_sha256")
+    (folder / "calibration.json").write_text(json.dumps(rec))
+    (folder / CHECKSUMS).unlink()
+
+
+def test_an_older_unsealed_checkpoint_loads_with_a_note_and_vlmatch_seal_seals_it(tmp_path, capsys):
     _save(tmp_path / "ck")
-    (tmp_path / "ck" / CHECKSUMS).unlink()  # saved by an older vlmatch
+    _as_older(tmp_path / "ck")
     assert load_model(tmp_path / "ck").calibration is not None
     assert "has no checksums.json (saved by an older vlmatch)" in capsys.readouterr().err
     assert main(["seal", str(tmp_path / "ck")]) == 0
@@ -100,6 +112,78 @@ def test_an_unsealed_checkpoint_loads_with_a_note_and_vlmatch_seal_seals_it(tmp_
     (tmp_path / "ck" / "calibration.json").unlink()
     assert main(["seal", str(tmp_path / "ck")]) == 2  # a sealed folder that lost a part is not sealed again
     assert "calibration.json: missing" in capsys.readouterr().err
+
+
+def test_a_checkpoint_saved_sealed_is_refused_without_its_seal(tmp_path):
+    _save(tmp_path / "ck")
+    (tmp_path / "ck" / CHECKSUMS).unlink()
+    with pytest.raises(DataError, match=r"ck: has no checksums.json, but its config.json says format 2") as e:
+        load_model(tmp_path / "ck")
+    assert "\n" not in str(e.value)
+
+
+def _foreign(folder, donor):
+    for name in ("calibration.json", "calibration.safetensors"):
+        shutil.copy(donor / name, folder / name)
+
+
+def _beta_5(folder, donor):
+    rec = json.loads((folder / "calibration.json").read_text())
+    (folder / "calibration.json").write_text(json.dumps({**rec, "beta": 5.0}))
+
+
+def _no_calibration(folder, donor):
+    for name in ("calibration.json", "calibration.safetensors"):
+        (folder / name).unlink()
+
+
+CALIBRATED = [e for e in pretrained.entries() if e.calibration]
+
+
+@pytest.mark.parametrize("entry", CALIBRATED, ids=lambda e: e.name)
+@pytest.mark.parametrize("change", [_foreign, _beta_5, _no_calibration], ids=lambda f: f.__name__.strip("_"))
+def test_a_shipped_checkpoint_without_its_seal_and_with_its_calibration_changed_is_refused(tmp_path, entry, change):
+    """The probe's silent-wrong cases: checksums.json deleted from a copy of a shipped checkpoint, then
+    another shipped model's calibration swapped in, beta edited, or both calibration files deleted."""
+    donor = next(e for e in CALIBRATED if e.name != entry.name).folder
+    ck = shutil.copytree(entry.folder, tmp_path / "ck")
+    (ck / CHECKSUMS).unlink()
+    change(ck, donor)
+    with pytest.raises(DataError, match=r"ck: has no checksums.json, but its config.json says format 2") as e:
+        load_model(ck)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("entry", CALIBRATED, ids=lambda e: e.name)
+def test_a_foreign_calibration_with_checksums_recomputed_is_refused_and_not_sealed(tmp_path, entry, capsys):
+    """checksums.json written again by hand (or by `vlmatch seal`) over another model's calibration: the
+    calibration names the weights it was fitted for."""
+    donor = next(e for e in CALIBRATED if e.name != entry.name).folder
+    ck = shutil.copytree(entry.folder, tmp_path / "ck")
+    _foreign(ck, donor)
+    from vlmatch.models.sealing import seal_checkpoint
+
+    seal_checkpoint(ck)
+    with pytest.raises(DataError, match=r"ck/calibration.json: fitted for other weights") as e:
+        load_model(ck)
+    assert "\n" not in str(e.value)
+    (ck / CHECKSUMS).unlink()
+    assert main(["seal", str(ck)]) == 2  # `vlmatch seal` refuses it too
+    assert "fitted for other weights" in capsys.readouterr().err
+    assert not (ck / CHECKSUMS).exists()
+
+
+def test_a_calibration_naming_no_weights_is_refused_in_a_sealed_format_checkpoint(tmp_path):
+    _save(tmp_path / "ck")
+    rec_path = tmp_path / "ck" / "calibration.json"
+    rec = json.loads(rec_path.read_text())
+    rec.pop("weights_sha256")
+    rec_path.write_text(json.dumps(rec))
+    from vlmatch.models.sealing import seal_checkpoint
+
+    seal_checkpoint(tmp_path / "ck")
+    with pytest.raises(DataError, match=r"calibration.json: records no weights_sha256"):
+        load_model(tmp_path / "ck")
 
 
 def test_the_fingerprint_of_a_checkpoint_changes_with_its_calibration_alone(tmp_path):
@@ -116,3 +200,5 @@ def test_every_shipped_folder_is_sealed_and_pinned_by_the_registry(entry):
     assert sha256_file(entry.folder / CHECKSUMS) == entry.checksums_sha256
     if entry.calibration:
         assert files["calibration.safetensors"] == entry.calibration["sha256"]
+        assert json.loads((entry.folder / "calibration.json").read_text())["weights_sha256"] == entry.sha256
+    assert json.loads((entry.folder / "config.json").read_text())["format"] == 2

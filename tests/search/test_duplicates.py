@@ -97,8 +97,9 @@ def test_cli_duplicates_table_and_json(like_index, tmp_path, capsys):  # noqa: F
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--threshold", "1.5"], "--threshold must be a similarity between -1 and 1"),
-    (["--threshold", "nan"], "--threshold must be"),
+    (["--threshold", "1.5"], "--threshold 1.5: a duplicate's similarity is above 0 and at most 1"),
+    (["--threshold", "nan"], "--threshold nan: a duplicate's"),
+    (["--threshold", "-1"], "--threshold -1.0: a duplicate's similarity is above 0"),
     (["--neighbours", "0"], "--neighbours must be at least 1"),
 ])
 def test_cli_duplicates_errors_are_one_line(like_index, capsys, args, message):  # noqa: F811
@@ -115,3 +116,12 @@ def test_cli_duplicates_not_an_index(tmp_path, capsys):
 def test_find_duplicates_refuses_a_bad_threshold(like_index):  # noqa: F811
     with pytest.raises(ConfigError):
         find_duplicates(Index.open(like_index, lean_queries=False), 2.0)
+
+
+@pytest.mark.parametrize("threshold", [-1.0, 0.0, -0.5, 1.5, float("nan")])
+def test_a_threshold_that_joins_everything_or_nothing_is_refused_in_one_line(threshold):
+    from vlmatch.errors import ConfigError
+    from vlmatch.search.duplicates import check_threshold
+
+    with pytest.raises(ConfigError, match=r"--threshold .*: a duplicate's similarity is above 0 and at most 1"):
+        check_threshold(threshold)

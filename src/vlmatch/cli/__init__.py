@@ -30,13 +30,47 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _value_options(parser: argparse.ArgumentParser) -> set[str]:
+    """Every option string (of any command) that takes one value."""
+    out = set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                out |= _value_options(sub)
+        elif action.option_strings and action.nargs in (None, "?") and not isinstance(
+                action, (argparse._StoreConstAction, argparse._StoreTrueAction, argparse._StoreFalseAction,
+                         argparse._HelpAction, argparse._VersionAction, argparse._CountAction)) and \
+                type(action).__name__ != "BooleanOptionalAction":
+            out |= set(action.option_strings)
+    return out
+
+
+def _negative_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``--near -33.87,151.21,10`` as ``--near=-33.87,151.21,10``: argparse reads a value that starts with a
+    minus and is not one plain number as an option (every southern latitude, every western longitude)."""
+    import re
+
+    takes = _value_options(parser)
+    out, i = [], 0
+    while i < len(argv):
+        x = argv[i]
+        if x in takes and i + 1 < len(argv) and re.match(r"-[0-9.]", argv[i + 1]):
+            out.append(f"{x}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(x)
+        i += 1
+    return out
+
+
 def main(argv=None) -> int:
     """Run one command. Bad input ends with one error line and exit 2, an unexpected error with one line
     and exit 1, Ctrl-C with exit 130; ``--debug`` (anywhere on the line) shows the traceback instead."""
     from_command_line = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
-    args = build_parser().parse_args([x for x in argv if x != "--debug"])
+    parser = build_parser()
+    args = parser.parse_args(_negative_values(parser, [x for x in argv if x != "--debug"]))
     try:
         args.func(args)
     except KeyboardInterrupt:
@@ -66,13 +100,25 @@ def quick_exit(code: int) -> None:
     functions run (caches flush, locks are released), the clearing of a thousand modules torch brought in
     (half a second of a search's cold start) does not. Only from the command line: ``main(argv)`` returns."""
     import atexit
+    import errno
     import os
 
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except (OSError, ValueError):  # a reader that closed the pipe (`| head -1`), a closed stream
+        except BrokenPipeError:  # a reader that closed the pipe (`| head -1`): what it read is what it wanted
             pass
+        except ValueError:  # a stream closed already
+            pass
+        except OSError as e:  # a write that failed (a full disk): the output is not whole, the exit says so
+            if e.errno == errno.EPIPE:
+                continue
+            name = "standard output" if stream is sys.stdout else "standard error"
+            try:
+                os.write(2, f"vlmatch: error: writing {name} failed: {e.strerror or e}\n".encode())
+            except OSError:
+                pass
+            code = code or 1
     atexit._run_exitfuncs()
     os._exit(code)
 

@@ -11,7 +11,8 @@ def add_filter_args(p) -> None:
     g.add_argument("--before", metavar="DATE", help="taken on or before DATE (a whole day with YYYY-MM-DD)")
     g.add_argument("--camera", metavar="TEXT", help="camera make and model contain TEXT (any case)")
     g.add_argument("--under", metavar="SUBFOLDER", help="in SUBFOLDER of the indexed photo folder (any depth)")
-    g.add_argument("--near", metavar="LAT,LON,KM", help="GPS position within KM kilometres of LAT,LON")
+    g.add_argument("--near", metavar="LAT,LON,KM", help="GPS position within KM kilometres of LAT,LON; south and "
+                                                        "west are negative, as given: --near -33.87,151.21,10")
 
 
 def where_of(a):

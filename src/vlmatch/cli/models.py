@@ -67,6 +67,7 @@ def cmd_seal(a):
     if verify_checkpoint(d) is not None:
         print(f"{d} is sealed already: every file matches its {CHECKSUMS}")
         return
-    load_model(d)  # its weights match config.json, its parts fit the model
+    # its weights match config.json, its parts fit the model, its calibration was fitted for these weights
+    load_model(d, allow_unsealed=True, note_unsealed=False)
     seal_checkpoint(d)
     print(f"sealed {d}: wrote {d / CHECKSUMS}")

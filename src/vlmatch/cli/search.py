@@ -187,6 +187,9 @@ def no_match_line(results):
     return line(results)
 
 
+NO_MATCH = "no photo matches these filters"
+
+
 def format_results(results, what: str) -> str:
     """The result table; a name with a line break, a tab or bytes that are not UTF-8 is shown escaped
     (``\\n``, ``\\xe9``), so every result is one line."""
@@ -261,7 +264,10 @@ def cmd_search(a):
         phases.times.pop("query")
         phases.add("encode", enc)
         phases.add("search", t.get("stage1", 0.0) + t.get("stage2", 0.0))
-    print(format_results(res, what))
+    if not res and where is not None:
+        print(NO_MATCH)
+    else:
+        print(format_results(res, what))
     if a.json:
         query = {"like": a.like, "text": a.text} if a.like is not None else a.text if a.image is None else {"image": a.image}
         write_json(a.json, {"query": query, "index": a.index or str(idx.root),

@@ -12,7 +12,8 @@ image (no pixels decoded), robust to broken tags.
 - ``gps``: ``[lat, lon]`` in decimal degrees (south and west negative);
 - ``size``: ``[w, h]`` as displayed: an orientation tag of 5-8 (a quarter turn) swaps the stored
   width and height;
-- ``notes``: one line per tag that was there but unusable (a wrong type, an empty string, an absurd
+- ``notes``: one line per tag that was there but unusable (an orientation outside 1..8, read as upright;
+  a wrong type, an empty string, an absurd
   date, a GPS rational with a zero denominator): that field is left out, the photo is indexed anyway.
 """
 
@@ -155,6 +156,8 @@ def meta_from_exif(exif, stored_size) -> dict:
         out["size"] = [h, w] if isinstance(orient, int) and 5 <= orient <= 8 else [w, h]
     except (TypeError, ValueError):
         pass
+    if ORIENTATION in exif and not (isinstance(exif[ORIENTATION], int) and 1 <= exif[ORIENTATION] <= 8):
+        notes.append(f"Orientation: {str(exif[ORIENTATION])[:20]!r} is not 1..8; the photo is read upright, as stored")
     if notes:
         out["notes"] = notes
     return out

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from safetensors.torch import save as safetensors_bytes
 from torch import Tensor, nn
 
-from ..errors import ConfigError, VlmatchError
+from ..errors import ConfigError, DataError, VlmatchError
 from ..io import write_bytes, write_json
 from ..options import check_mapping, dataclass_specs, raise_problems
 from .checkpoint import read_config_json  # noqa: F401 (the name callers import from here)
@@ -421,13 +421,19 @@ class MatchingModel(nn.Module):
         state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
         data = safetensors_bytes(state)
         write_bytes(directory / "model.safetensors", data)
-        write_json(directory / "config.json", {**self.config_dict(), "weights_sha256": hashlib.sha256(data).hexdigest()})
+        from .sealing import CHECKPOINT_FORMAT, seal_checkpoint
+
+        digest = hashlib.sha256(data).hexdigest()
+        write_json(directory / "config.json", {**self.config_dict(), "weights_sha256": digest,
+                                               "format": CHECKPOINT_FORMAT})
         if self.vocab is not None:
             self.vocab.save(directory / "vocab.json")
         self.save_extra(directory)
         if self.calibration is not None:
-            self.calibration.save(directory)
-        from .sealing import seal_checkpoint
+            if self.calibration.weights_sha256 not in (None, digest):
+                raise DataError(directory / "calibration.json", "the model's calibration was fitted for other "
+                                f"weights ({self.calibration.weights_sha256[:12]}...): fit it again for these")
+            self.calibration.save(directory, weights_sha256=digest)
 
         seal_checkpoint(directory)
         return directory

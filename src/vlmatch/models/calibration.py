@@ -29,7 +29,9 @@ split's banks in float32 353.3: experiments/results/calibration.md).
 
 Files beside a checkpoint's weights: ``calibration.safetensors`` (``{side}_coef`` int8, ``{side}_scale``
 and ``{side}_basis`` float16 per bank) and ``calibration.json`` (beta, each bank's rows, rank and source,
-the SHA-256 of the safetensors file, checked on load).
+the SHA-256 of the safetensors file, checked on load, and ``weights_sha256``: the SHA-256 of the weights
+the banks were encoded with, recorded when it is fitted or saved with its model, so a calibration is
+refused beside any other weights, checksums.json or not).
 """
 
 from __future__ import annotations
@@ -92,6 +94,7 @@ class Calibration:
     image_bank: Tensor | None = None
     sources: dict = field(default_factory=dict)  # side -> {"rows", "rank", "source"}
     stored: dict = field(default_factory=dict, repr=False)  # side -> the compressed parts the banks came from
+    weights_sha256: str | None = None  # the weights it was fitted for (None: an older record)
 
     def __post_init__(self):
         if not (self.beta > 0 and math.isfinite(self.beta)):
@@ -122,9 +125,10 @@ class Calibration:
 
     # --- files ---------------------------------------------------------------------------------
     @classmethod
-    def fit(cls, beta: float, rank: int = 128, **banks) -> Calibration:
+    def fit(cls, beta: float, rank: int = 128, weights_sha256: str | None = None, **banks) -> Calibration:
         """From full banks ``text=(m, d)`` / ``image=(m, d)`` (each with ``{side}_source=...``): compressed
-        as they will be stored, so the object scores exactly as the loaded files will."""
+        as they will be stored, so the object scores exactly as the loaded files will. ``weights_sha256``:
+        the weights whose embeddings the banks are (a model's save records its own)."""
         kept, sources, stored = {}, {}, {}
         for side in SIDES:
             bank = banks.get(side)
@@ -134,11 +138,13 @@ class Calibration:
             kept[side] = expand(stored[side])
             sources[side] = {"rows": int(bank.shape[0]), "rank": int(stored[side]["basis"].shape[0]),
                              "source": banks.get(f"{side}_source", "")}
-        return cls(beta, kept.get("text"), kept.get("image"), sources, stored)
+        return cls(beta, kept.get("text"), kept.get("image"), sources, stored, weights_sha256)
 
-    def save(self, directory) -> None:
-        """Write calibration.safetensors and calibration.json into ``directory`` (each atomically)."""
+    def save(self, directory, weights_sha256: str | None = None) -> None:
+        """Write calibration.safetensors and calibration.json into ``directory`` (each atomically), bound to
+        ``weights_sha256`` (default: the weights it was fitted for)."""
         directory = Path(directory)
+        bound = weights_sha256 or self.weights_sha256
         tensors = {}
         for side, bank in (("text", self.text_bank), ("image", self.image_bank)):
             if bank is not None:
@@ -147,12 +153,15 @@ class Calibration:
         data = safetensors_bytes(tensors)
         write_bytes(directory / FILE, data)
         write_json(directory / RECORD, {"method": METHOD, "beta": self.beta, "banks": self.sources,
-                                        "sha256": hashlib.sha256(data).hexdigest()})
+                                        "sha256": hashlib.sha256(data).hexdigest(),
+                                        **({"weights_sha256": bound} if bound else {})})
 
 
-def load_calibration(directory, dim: int) -> Calibration | None:
+def load_calibration(directory, dim: int, weights_sha256: str | None = None, bound: bool = False) -> Calibration | None:
     """The calibration kept in a checkpoint folder (None when it has none), hash-checked; its banks
-    must be ``dim``-wide (the model's embedding)."""
+    must be ``dim``-wide (the model's embedding). ``weights_sha256``: the weights it is loaded for; a
+    record naming other weights is refused, and so is one naming none where ``bound`` (a checkpoint saved
+    since calibrations record their weights)."""
     directory = Path(directory)
     rec_path, path = directory / RECORD, directory / FILE
     if not rec_path.is_file() and not path.is_file():
@@ -162,6 +171,7 @@ def load_calibration(directory, dim: int) -> Calibration | None:
         raise DataError(rec_path, "expected an object with 'beta', 'banks' and 'sha256'")
     if rec.get("method", METHOD) not in METHODS:
         raise DataError(rec_path, f"method {rec['method']!r} is not one this vlmatch computes ({METHOD!r})")
+    check_binding(rec, rec_path, weights_sha256, bound)
     verify_sha256(path, rec["sha256"], rec_path)
     tensors = load_file(str(path))
     banks, stored = {}, {}
@@ -183,16 +193,46 @@ def load_calibration(directory, dim: int) -> Calibration | None:
         raise DataError(path, "holds no bank (text_coef ... or image_coef ...)")
     try:
         return Calibration(float(rec["beta"]), banks.get("text"), banks.get("image"), rec.get("banks") or {},
-                           stored)
+                           stored, rec.get("weights_sha256"))
     except ConfigError as e:
         raise DataError(rec_path, str(e)) from None
 
 
-def attach_calibration(model, directory) -> None:
+def bind_calibration(directory, weights_sha256: str, fitted_for: str | None = None) -> None:
+    """Record in ``directory``'s calibration.json that it belongs to the weights ``weights_sha256``: for
+    weights derived from those it was fitted for (``fitted_for``: a record naming other weights is refused),
+    such as their float16 copy that ships, or a record written before calibrations named their weights."""
+    rec_path = Path(directory) / RECORD
+    rec = read_json(rec_path)
+    if not isinstance(rec, dict):
+        raise DataError(rec_path, "expected an object with 'beta', 'banks' and 'sha256'")
+    if fitted_for is not None:
+        check_binding(rec, rec_path, fitted_for, bound=False)
+    write_json(rec_path, {**rec, "weights_sha256": weights_sha256})
+
+
+def check_binding(rec: dict, rec_path: Path, weights_sha256: str | None, bound: bool) -> None:
+    """Refuse, in one line, a calibration record fitted for other weights than ``weights_sha256``."""
+    if weights_sha256 is None:
+        return
+    own = rec.get("weights_sha256")
+    if own is None and bound:
+        raise DataError(rec_path, "records no weights_sha256 (the weights it was fitted for), but its checkpoint was "
+                                  "saved since calibrations record them: it does not belong to these weights; "
+                                  "restore the checkpoint's own calibration or fit it again")
+    if own is not None and own != weights_sha256:
+        raise DataError(rec_path, f"fitted for other weights ({str(own)[:12]}...) than this checkpoint's "
+                                  f"({weights_sha256[:12]}...): it belongs to another model; restore the "
+                                  "checkpoint's own calibration or fit it again")
+
+
+def attach_calibration(model, directory, weights_sha256: str | None = None, bound: bool = False) -> None:
     """Set ``model.calibration`` from the checkpoint folder ``directory`` (left None when it keeps none);
-    refused for a model whose scores cannot take one."""
-    cal = load_calibration(directory, model.cfg.embed_dim)
-    if cal is not None and not model.calibrates:
+    refused for a model whose scores cannot take one, or fitted for other weights (see
+    :func:`load_calibration`)."""
+    kept = any((Path(directory) / f).is_file() for f in (RECORD, FILE))
+    cal = load_calibration(directory, model.cfg.embed_dim, weights_sha256, bound) if model.calibrates else None
+    if kept and not model.calibrates:
         raise DataError(Path(directory) / RECORD, f"model {model.name} takes no calibration (only global-vector "
                                                   "models, whose calibrated score is one inner product)")
     model.calibration = cal

@@ -219,11 +219,12 @@ def read_vocab(path):
     return _VOCABS[key]
 
 
-def finish_model(ck: Checkpoint, model, map_location="cpu", note_unsealed: bool = True):
+def finish_model(ck: Checkpoint, model, map_location="cpu", note_unsealed: bool = True, allow_unsealed: bool = False):
     """Step 5: vocabulary, the model's own files, the sealed file list, the calibration; the model on
-    ``map_location`` in eval mode."""
+    ``map_location`` in eval mode. A folder saved sealed (config.json's format) without its checksums.json
+    is refused unless ``allow_unsealed`` (``vlmatch seal``, which checks the rest and seals it again)."""
     from .calibration import attach_calibration
-    from .sealing import verify_checkpoint
+    from .sealing import sealed_format, verify_checkpoint
 
     d = ck.folder
     if (d / "vocab.json").is_file():
@@ -235,13 +236,26 @@ def finish_model(ck: Checkpoint, model, map_location="cpu", note_unsealed: bool 
     model.load_extra(d)  # (its text encoder's record: the encoder it names must be the one installed)
     # every file against checksums.json (the checks above name what does not make sense; this, what was
     # changed, removed or copied in since the save), before the calibration is attached
-    if verify_checkpoint(d, known={"model.safetensors": ck.weights_sha256}) is None and note_unsealed:
-        _unsealed(d)
-    attach_calibration(model, d)
+    sealed = sealed_format(ck.config)
+    if verify_checkpoint(d, known={"model.safetensors": ck.weights_sha256}) is None:
+        if sealed and not allow_unsealed:
+            _missing_seal(d, ck)
+        if note_unsealed and not sealed:
+            _unsealed(d)
+    # the calibration must name these weights (a save since calibrations record them), whatever the seal says
+    attach_calibration(model, d, ck.weights_sha256, bound=sealed)
     return model.to(map_location).eval()
 
 
 _WARNED: set[Path] = set()
+
+
+def _missing_seal(d: Path, ck: Checkpoint) -> None:
+    from .sealing import CHECKSUMS, checkpoint_format
+
+    raise DataError(d, f"has no {CHECKSUMS}, but its config.json says format {checkpoint_format(ck.config)} (saved "
+                       f"sealed): a part was removed or replaced since; restore the checkpoint whole, or `vlmatch seal "
+                       f"{d}` if you changed it yourself")
 
 
 def _unsealed(d: Path) -> None:

@@ -101,11 +101,13 @@ def create_model(name: str, vocab=None, **overrides) -> MatchingModel:
     return model
 
 
-def load_model(checkpoint_dir, map_location="cpu", *, note_unsealed: bool = True) -> MatchingModel:
+def load_model(checkpoint_dir, map_location="cpu", *, note_unsealed: bool = True,
+               allow_unsealed: bool = False) -> MatchingModel:
     """Load a model saved with ``model.save(dir)``: config.json + model.safetensors (+ vocab.json).
     ``pretrained:NAME`` loads a trained model shipped with vlmatch (see ``vlmatch pretrained``).
     Every file is checked against the folder's checksums.json; a folder without one (an older save) loads
-    with a note, unless ``note_unsealed`` is False (a copy inside an index, which its manifest seals).
+    with a note, unless ``note_unsealed`` is False (a copy inside an index, which its manifest seals); a
+    folder saved sealed (config.json's ``format`` 2) without it is refused unless ``allow_unsealed``.
 
     An option config.json lacks takes the model's ``legacy_options`` value (see :func:`checkpoint_options`)."""
     ck = read_checkpoint(checkpoint_dir)  # the folder and its config.json (vlmatch.models.checkpoint)
@@ -115,7 +117,7 @@ def load_model(checkpoint_dir, map_location="cpu", *, note_unsealed: bool = True
         raise DataError(ck.config_path, str(e)) from None
     ck.read_weights()  # header and SHA-256, each read once
     model = build_model(ck, create_model)  # built once (on the meta device), shapes checked, then filled
-    return finish_model(ck, model, map_location, note_unsealed)
+    return finish_model(ck, model, map_location, note_unsealed, allow_unsealed)
 
 
 def load_checkpoint(checkpoint, map_location="cpu") -> MatchingModel:

@@ -20,6 +20,22 @@ from ..weights import sha256_file
 
 CHECKSUMS = "checksums.json"
 CHECKSUMS_FORMAT = 1
+# config.json's "format": 2 since checkpoints are saved sealed (and their calibration bound to their
+# weights); a config.json without it is of format 1, saved before: the one kind loaded without a seal
+CHECKPOINT_FORMAT = 2
+SEALED_SINCE = 2
+
+
+def checkpoint_format(config: dict) -> int:
+    """The format a checkpoint's config.json records (1 when it records none: saved before sealing)."""
+    fmt = config.get("format", 1) if isinstance(config, dict) else 1
+    return fmt if isinstance(fmt, int) and not isinstance(fmt, bool) else 0
+
+
+def sealed_format(config: dict) -> bool:
+    """Whether a checkpoint was saved sealed (so a missing checksums.json, or a calibration that names no
+    weights, is a part removed since, not an older save)."""
+    return checkpoint_format(config) >= SEALED_SINCE
 
 
 def _checkpoint_files(folder: Path) -> list[str]:

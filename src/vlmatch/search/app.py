@@ -43,9 +43,11 @@ from ..features.photo import MissingDecoder, PhotoTooLarge, open_photo, sniff
 from ..io import printable
 from ..version import __version__
 from .filters import Where
-from .milvus_client import RETRY_AFTER_S, Unavailable
+from .milvus_client import RETRY_AFTER_S, Refused, Unavailable
 from .open_vocab import no_match_line
 from .service import Busy, Limits, ModelPool, SearchBackend
+
+NO_MATCH = "no photo matches these filters"
 
 log = logging.getLogger("vlmatch.search")
 INTERNAL = "the server failed to answer this request; the details are in the server's log"
@@ -273,6 +275,7 @@ class SearchResponse(BaseModel):
     no_match: str | None = Field(None, description="one line when even the best photo is unlikely to match: "
                                  "'no photo matches this well (best relevance R); closest: PATH'")
     timings: dict[str, float] = Field(..., description="milliseconds: queue (waiting for a worker), search, total")
+    message: str | None = Field(None, description=f"'{NO_MATCH}' when filters leave no photo (results empty)")
 
 
 class CaptionResult(BaseModel):
@@ -478,6 +481,10 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
         return JSONResponse({"error": "index_unavailable", "detail": words(str(e))}, status_code=503,
                             headers={"Retry-After": str(RETRY_AFTER_S)})
 
+    @app.exception_handler(Refused)
+    async def _refused(request, e):  # the Milvus server answered and refused: its words, not a retry's matter
+        return JSONResponse({"error": "index_refused", "detail": words(str(e))}, status_code=502)
+
     @app.exception_handler(VlmatchError)
     async def _vlmatch_error(request, e):
         if isinstance(e, DataError):  # a file of the index itself is unreadable: not the client's doing
@@ -541,7 +548,8 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
             results = [r for r in results if r["score"] >= min_score]
         shown = [{**r, "path": printable(str(r["path"]))} for r in results]
         return {"text": text, "k": k, "candidates": candidates, "results": shown, "no_match": no_match_line(shown),
-                "timings": {"queue_ms": waited * 1e3, "search_ms": (total - waited) * 1e3, "total_ms": total * 1e3}}
+                "timings": {"queue_ms": waited * 1e3, "search_ms": (total - waited) * 1e3, "total_ms": total * 1e3},
+                "message": NO_MATCH if where is not None and not results else None}
 
     @app.post("/search", response_model=SearchResponse, responses=ERRORS, tags=["search"])
     async def search(req: SearchRequest):
@@ -635,7 +643,8 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
             results = [r for r in results if r["score"] >= min_score]
         return {"text": text, "like": like, "k": k, "candidates": candidates,
                 "results": [{**r, "path": printable(str(r["path"]))} for r in results],
-                "timings": {"queue_ms": waited * 1e3, "search_ms": (total - waited) * 1e3, "total_ms": total * 1e3}}
+                "timings": {"queue_ms": waited * 1e3, "search_ms": (total - waited) * 1e3, "total_ms": total * 1e3},
+                "message": NO_MATCH if where is not None and not results else None}
 
     @app.post(LIKE_ROUTE, response_model=SearchResponse, responses=ERRORS, tags=["search"])
     async def search_like(image: Annotated[UploadFile | None, File(description="a photo (JPEG, PNG, HEIC, ...)")] = None,
@@ -693,14 +702,9 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
             return Response(status_code=304, headers={"ETag": etag, "Cache-Control": FILE_CACHE})
         return None
 
-    @app.get("/images/{id}", responses={200: {"content": {"image/jpeg": {}}}, **ERRORS}, tags=["files"])
-    async def image(id: int, request: Request):  # noqa: A002
-        """The indexed image file of ``id`` (its path comes from the index's table, never from the request)."""
-        path = check_id(id)
-        _, etag = file_identity(path)
-        if (r := not_modified(request, etag)) is not None:
-            return r
-
+    async def image_format(path: Path, id: int) -> str:  # noqa: A002
+        """The image type of the indexed file (its first bytes): 404 file_missing when it cannot be read,
+        415 not_an_image when it is not an image (deleted, overwritten, replaced since it was indexed)."""
         def head() -> bytes:
             with open(path, "rb") as f:
                 return f.read(16)
@@ -711,6 +715,34 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
             raise ApiError(404, "file_missing", "the indexed file cannot be read (update the index)") from None
         if fmt is None:
             raise ApiError(415, "not_an_image", f"the indexed file of id {id} is not an image type the service serves")
+        return fmt
+
+    async def indexed_image(id: int) -> Path:  # noqa: A002
+        """The file of ``id`` checked as ``/images`` checks it, before a model works on it."""
+        path = check_id(id)
+        file_identity(path)
+        await image_format(path, id)
+        return path
+
+    def explain_job(fn, id: int, text: str, method):  # noqa: A002
+        """``fn(id, text, method)`` on a worker; a file that changed under it since the check: as /images."""
+        def job():
+            try:
+                return fn(id, text, method)
+            except DataError as e:
+                if str(getattr(e, "path", "")) == str(backend.path_of(id)):
+                    raise ApiError(415, "bad_image", f"the indexed file of id {id} cannot be decoded") from None
+                raise
+        return job
+
+    @app.get("/images/{id}", responses={200: {"content": {"image/jpeg": {}}}, **ERRORS}, tags=["files"])
+    async def image(id: int, request: Request):  # noqa: A002
+        """The indexed image file of ``id`` (its path comes from the index's table, never from the request)."""
+        path = check_id(id)
+        _, etag = file_identity(path)
+        if (r := not_modified(request, etag)) is not None:
+            return r
+        fmt = await image_format(path, id)
         headers = {"ETag": etag, "Cache-Control": FILE_CACHE}
         if fmt in BROWSER_FORMATS:  # as it is: browsers apply a JPEG's EXIF orientation themselves
             # streamed from disk in chunks: a large file is never held in memory whole
@@ -745,8 +777,8 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
                           method: Annotated[Method | None, Query(description=METHOD_HELP)] = None):
         """The heat-map PNG of the ``explain`` command: one overlay per word on one shared colour scale."""
         text = check_text(text)
-        file_identity(check_id(id))  # a deleted file: 404, as for /images
-        png, _ = await run_model(backend.explain_png, id, text, method)
+        await indexed_image(id)  # deleted, overwritten, not an image: answered as /images answers
+        png, _ = await run_model(explain_job(backend.explain_png, id, text, method))
         return Response(png, media_type="image/png", headers={"Cache-Control": "public, max-age=3600"})
 
     @app.get("/explain/{id}", response_model=ExplainResponse, responses=ERRORS, tags=["explain"])
@@ -754,8 +786,8 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
                       method: Annotated[Method | None, Query(description=METHOD_HELP)] = None):
         """Per-word heat maps of the model for (image ``id``, ``text``), made by ``method``."""
         text = check_text(text)
-        check_id(id)
-        out, _ = await run_model(backend.explain, id, text, method)
+        await indexed_image(id)  # deleted, overwritten, not an image: answered as /images answers
+        out, _ = await run_model(explain_job(backend.explain, id, text, method))
         shown = [w for word, w in zip(out["words"], out["weights"], strict=True) if not SPECIAL.match(word)]
         vmax = max((max(w) for w in shown or out["weights"] if len(w)), default=0.0)
         return {"id": id, "text": text, "vmax": float(vmax), "grid": None, "boxes": None, "score": None, **out}

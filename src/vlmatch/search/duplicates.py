@@ -48,8 +48,10 @@ def group_pairs(n: int, pairs) -> list[list[int]]:
 
 
 def check_threshold(threshold: float) -> float:
-    if not np.isfinite(threshold) or not -1.0 <= threshold <= 1.0:
-        raise ConfigError(f"--threshold must be a similarity between -1 and 1, not {threshold}")
+    # a cosine similarity at or below 0 is no likeness at all: such a threshold joins every photo in one group
+    if not np.isfinite(threshold) or not 0.0 < threshold <= 1.0:
+        raise ConfigError(f"--threshold {threshold}: a duplicate's similarity is above 0 and at most 1 (the default "
+                          f"{DEFAULT_THRESHOLD} finds near copies; lower finds looser likeness)")
     return float(threshold)
 
 

@@ -80,9 +80,17 @@ def _near(value) -> tuple[float, float, float] | None:
     return lat, lon, km
 
 
+def _printable(value, name: str) -> None:
+    """A camera or folder name holds no control character (a newline, a tab, NUL): none is in a camera
+    name or a path this index stores, and one would reach a backend's expression as it is."""
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in str(value)):
+        raise ConfigError(f"{name} {value!r}: holds a control character (a newline, a tab?); give the text alone")
+
+
 def _under(value) -> str | None:
     if value is None:
         return None
+    _printable(value, "under")
     text = str(value).replace("\\", "/").strip()
     parts = [p for p in text.split("/") if p not in ("", ".")]
     if text.startswith("/") or ".." in parts:
@@ -113,6 +121,8 @@ class Where:
         object.__setattr__(self, "_before", _bound(self.before, "before", end=True))
         object.__setattr__(self, "near", _near(self.near))
         object.__setattr__(self, "under", _under(self.under))
+        if self.camera is not None:
+            _printable(self.camera, "camera")
         cam = (self.camera or "").strip().lower()
         object.__setattr__(self, "camera", cam or None)
         if self._after is not None and self._before is not None and self._after > self._before:

@@ -68,7 +68,7 @@ from .milvus_client import (
     write_prop,
 )
 from .milvus_collection import read_manifest
-from .milvus_filters import has_scalars, scalars_of
+from .milvus_filters import has_scalars, rows_of, scalars_of
 from .milvus_layout import Layout, create_encodings, create_items, stage1_index, vector_type
 from .milvus_probe import probe
 from .open_vocab import open_vocab_of
@@ -336,12 +336,7 @@ def update_milvus(loc: MilvusLocation, skip_bad: bool = False, batch_size: int =
 
 
 def _all_items(client, name: str) -> list[dict]:
-    out = []
-    it = client.query_iterator(name, batch_size=1000, output_fields=["item"])
-    while batch := it.next():
-        out += [r["item"] for r in batch]
-    it.close()
-    return out
+    return [r["item"] for r in rows_of(client, name, ["item"], batch_size=1000)]
 
 
 def _plan(client, items_name: str, root: Path, manifest: dict) -> dict:

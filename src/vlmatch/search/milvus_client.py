@@ -54,6 +54,38 @@ class Unavailable(VlmatchError):
     Retry-After and keeps its index open; answers resume when the server is back."""
 
 
+class Refused(VlmatchError):
+    """The Milvus server answered and refused a request (its words say what it refused): not a retry's
+    matter, and not the client's (its input is checked before it reaches Milvus): a service answers 502."""
+
+
+_UNLOADED = ("not loaded", "released", "call load()")  # Milvus 2.3-2.4 / milvus-lite 3.x say it differently
+_AWAY = ("unavailable", "deadline", "timeout", "timed out", "connect", "not ready", "closed", "rpc error",
+         "socket", "refused")
+
+
+def unloaded(e: BaseException) -> bool:
+    """Whether a Milvus error says the collection is not loaded: a server restarted, or a collection
+    another process wrote and released (milvus-lite: 'in state released; call load()'): load it, retry."""
+    return any(w in str(e) for w in _UNLOADED)
+
+
+def unreachable(e: BaseException) -> bool:
+    """Whether a Milvus error says the server did not answer (rather than answered and refused)."""
+    pm = pymilvus()
+    if isinstance(e, (pm.exceptions.ConnectError, pm.exceptions.MilvusUnavailableException)):
+        return True
+    if not isinstance(e, pm.MilvusException):  # gRPC's own error: the transport
+        return True
+    return getattr(e, "code", None) == 2 or any(w in str(e).lower() for w in _AWAY)
+
+
+def load(client, name: str, timeout: float | None = None) -> None:
+    """Load collection ``name`` for reads (idempotent): every process that reads one must, since the
+    process that wrote it may have released it (milvus-lite does when its writer exits)."""
+    client.load_collection(name, timeout=timeout)
+
+
 def pymilvus():
     try:
         import pymilvus as pm
@@ -239,6 +271,8 @@ def ensure_anchor(client, name: str) -> None:
     Milvus server may refuse to alter collection properties (2.3 does on a collection created without any)."""
     pm = pymilvus()
     if client.has_collection(name):
+        if not _legacy(client, name):
+            load(client, name)  # released by the process that wrote it last (milvus-lite)
         return
     schema = pm.MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
     schema.add_field("pk", pm.DataType.INT64, is_primary=True)
@@ -266,9 +300,9 @@ def _get(client, name: str, pks: list[int], consistency: str, timeout: float | N
     try:
         rows = client.get(name, **kw)
     except pymilvus().MilvusException as e:
-        if "not loaded" not in str(e):
+        if not unloaded(e):
             raise
-        client.load_collection(name, timeout=timeout)  # a restarted server loads collections again lazily
+        load(client, name, timeout)  # a restarted server, or released by the process that wrote it
         rows = client.get(name, **kw)
     return {int(r["pk"]): r["value"] for r in rows}
 

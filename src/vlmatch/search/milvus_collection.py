@@ -36,15 +36,19 @@ from .milvus_client import (
     MAX_RESULTS,
     PENDING,
     READ_TIMEOUT_S,
+    Refused,
     Unavailable,
     _short,
     check_name,
     connect,
+    load,
     part_name,
     pymilvus,
     read_prop,
+    unloaded,
+    unreachable,
 )
-from .milvus_filters import filtered_search
+from .milvus_filters import filtered_search, rows_of
 from .milvus_layout import Layout, field_of, search_params
 from .milvus_probe import require
 
@@ -60,7 +64,9 @@ def _unanswered() -> tuple[type[BaseException], ...]:
 def _answers(method):
     """A read that the server does not answer (pymilvus's retries run out after READ_TIMEOUT_S) raises
     :class:`Unavailable` naming the server (a service's 503), not pymilvus's exception, nor the raw gRPC error
-    pymilvus lets through when its connection recovery fails (DEADLINE_EXCEEDED while a server restarts)."""
+    pymilvus lets through when its connection recovery fails (DEADLINE_EXCEEDED while a server restarts).
+    A read the server answers with a refusal raises :class:`Refused` with its words (a service's 502); a
+    collection not loaded (a restarted server, or released by the process that wrote it) is loaded, once."""
 
     @functools.wraps(method)
     def wrapped(self, *args, **kwargs):
@@ -68,12 +74,14 @@ def _answers(method):
             try:
                 return method(self, *args, **kwargs)
             except pymilvus().MilvusException as e:
-                if "not loaded" not in str(e):
+                if not unloaded(e):
                     raise
-                for name in (self.items_name, self.enc_name):  # a restarted server: load them again, once
-                    self.client.load_collection(name, timeout=READ_TIMEOUT_S)
+                for name in (self.items_name, self.enc_name):
+                    load(self.client, name, READ_TIMEOUT_S)
                 return method(self, *args, **kwargs)
         except _unanswered() as e:  # evaluated only when a read raised: no import on the answered path
+            if not unreachable(e):
+                raise Refused(f"{self.loc}: the Milvus server refused the request: {_short(e)[:200]}") from None
             raise Unavailable(f"{self.loc}: the Milvus server did not answer ({_short(e)[:160]}); retry in a few "
                               "seconds") from None
 
@@ -93,6 +101,7 @@ class MilvusCollection:
         self.layout = Layout.from_dict(info["layout"])
         self.cls = type(template)
         self.scalars = None  # whether the items carry the filter's scalar fields (asked at the first filter)
+        self.infix = None  # whether the server's `like` takes a leading % (asked at the first filter)
         missing = set(template.tensors()) - set(self.layout.fields)
         if missing:
             raise DataError(self.enc_name, f"stored encodings lack field(s) {sorted(missing)} the model produces: "
@@ -127,12 +136,8 @@ class MilvusCollection:
 
     @_answers
     def _exhaustive(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        ids, vecs = [], []
-        it = self.client.query_iterator(self.items_name, batch_size=1000, output_fields=["id", "s1"])
-        while batch := it.next():
-            ids += [r["id"] for r in batch]
-            vecs += [r["s1"] for r in batch]
-        it.close()
+        rows = rows_of(self.client, self.items_name, ["id", "s1"], batch_size=1000)
+        ids, vecs = [r["id"] for r in rows], [r["s1"] for r in rows]
         order = np.argsort(ids)
         ids, vecs = np.asarray(ids)[order], np.asarray(vecs, dtype=np.float32)[order]
         scores = q @ vecs.T
@@ -173,11 +178,7 @@ class MilvusCollection:
     @property
     def items(self) -> list[dict]:
         """The whole table in id order (one pass over the collection: for tests and small indexes)."""
-        out = []
-        it = self.client.query_iterator(self.items_name, batch_size=1000, output_fields=["item"])
-        while batch := it.next():
-            out += [r["item"] for r in batch]
-        it.close()
+        out = [r["item"] for r in rows_of(self.client, self.items_name, ["item"], batch_size=1000)]
         return sorted(out, key=lambda r: r["id"])
 
 
@@ -202,7 +203,10 @@ def committed_seal(loc: MilvusLocation) -> str | None:
 
 
 def read_manifest(client, loc: MilvusLocation) -> dict:
-    """The committed manifest, refused when absent, of another format or edited."""
+    """The committed manifest, refused when absent, of another format or edited. The state collection is
+    loaded first: the process that wrote it last may have released it (milvus-lite does at its exit)."""
+    if client.has_collection(loc.collection):
+        load(client, loc.collection)
     m = read_prop(client, loc.collection, MANIFEST)
     if m is None:
         if read_prop(client, loc.collection, PENDING) is not None:
@@ -268,7 +272,7 @@ def open_milvus(loc: MilvusLocation, model=None, retriever=None):
         if field_of(client, items, "s1") != ("FLOAT_VECTOR", dim):
             raise DataError(items, f"its s1 field is not FLOAT_VECTOR of {dim} values as the manifest records")
         for name in (items, enc):
-            client.load_collection(name)
+            load(client, name)
         n = client.query(items, filter="", output_fields=["count(*)"], **read)[0]["count(*)"]
         if n != info["count"] and not updating:  # during an update, photos come and go one batch at a time
             raise DataError(items, f"holds {n} items but the manifest records {info['count']}: an update was "

@@ -50,19 +50,22 @@ def scalars_of(item: dict) -> dict:
 
 def _like(text: str) -> tuple[str, bool]:
     """``text`` as a literal inside a ``like`` pattern: (pattern text, exact)."""
-    out = "".join("_" if ch in '%_\\"\'' else ch for ch in text)
+    out = "".join("_" if ch in '%_\\"\'' or not ch.isprintable() else ch for ch in text)
     return out, out == text
 
 
-def expression(where: Where) -> tuple[str, bool]:
-    """(Milvus boolean expression, whether it is exactly the filter or wider)."""
+def expression(where: Where, infix: bool = True) -> tuple[str, bool]:
+    """(Milvus boolean expression, whether it is exactly the filter or wider). ``infix=False``: a server
+    whose ``like`` takes prefix patterns only (Milvus 2.3): the camera is left to the exact test."""
     parts, exact = [], True
     after, before = where.seconds
     if after is not None or before is not None:
         parts.append(f"taken >= {after if after is not None else NO_DATE + 1}")
         if before is not None:
             parts.append(f"taken <= {before}")
-    if where.camera is not None:
+    if where.camera is not None and not infix:
+        exact = False
+    elif where.camera is not None:
         pat, ok = _like(where.camera)
         parts.append(f'camera like "%{pat}%"')
         exact &= ok
@@ -83,13 +86,37 @@ def expression(where: Where) -> tuple[str, bool]:
     return " && ".join(f"({p})" for p in parts), exact
 
 
-def _rows(client, name: str, expr: str, fields: list[str]) -> list[dict]:
+def rows_of(client, name: str, fields: list[str], expr: str = "", batch_size: int = 4096) -> list[dict]:
+    """Every row of collection ``name`` that passes ``expr`` (a query iterator: no 16,384-row cap)."""
     out = []
-    it = client.query_iterator(name, batch_size=4096, filter=expr, output_fields=fields)
-    while batch := it.next():
-        out += batch
-    it.close()
+    with quiet_iterator():
+        it = client.query_iterator(name, batch_size=batch_size, filter=expr, output_fields=fields)
+        while batch := it.next():
+            out += batch
+        it.close()
     return out
+
+
+def _rows(client, name: str, expr: str, fields: list[str]) -> list[dict]:
+    return rows_of(client, name, fields, expr)
+
+
+class quiet_iterator:
+    """pymilvus's query iterator warns 'failed to get mvccTs from milvus server' on every iterator where the
+    server gives it no session timestamp (milvus-lite never does); it then reads at the client's latest
+    write's time, which is what these reads need: the warning is silenced while one runs."""
+
+    NAME = "pymilvus.client.iterator.query_iterator"
+
+    def __enter__(self):
+        import logging
+
+        self.log = logging.getLogger(self.NAME)
+        self.was = self.log.level
+        self.log.setLevel(logging.ERROR)
+
+    def __exit__(self, *exc):
+        self.log.setLevel(self.was)
 
 
 def _vectors(client, name: str, ids: list[int], read: dict) -> np.ndarray:
@@ -115,8 +142,36 @@ def filtered_search(coll, q: np.ndarray, k: int, where: Where) -> tuple[np.ndarr
     client, name = coll.client, coll.items_name
     if coll.scalars is None:
         coll.scalars = has_scalars(client, name)
+    if getattr(coll, "infix", None) is None:
+        coll.infix = infix_like(client)
+    try:
+        return _filtered(coll, q, k, where)
+    except Exception as e:  # noqa: BLE001 - pymilvus's exception; any other goes on as it was
+        if "unsupported pattern" not in str(e) or not coll.infix:
+            raise
+    coll.infix = False  # Milvus 2.3: `like` takes prefixes only; the camera is tested in Python
+    return _filtered(coll, q, k, where)
+
+
+def infix_like(client) -> bool:
+    """Whether the server's ``like`` takes a pattern with a leading ``%`` (milvus-lite, Milvus 2.4 on);
+    Milvus 2.3 takes prefix patterns only."""
+    import re
+
+    try:
+        v = str(client.get_server_version())
+    except Exception:  # noqa: BLE001 - unknown: the expression without it is always right
+        return False
+    if v.startswith("milvus_lite"):
+        return True
+    m = re.match(r"v?(\d+)\.(\d+)", v)
+    return bool(m) and (int(m.group(1)), int(m.group(2))) >= (2, 4)
+
+
+def _filtered(coll, q: np.ndarray, k: int, where: Where) -> tuple[np.ndarray, np.ndarray]:
+    client, name = coll.client, coll.items_name
     if coll.scalars:
-        expr, exact = expression(where)
+        expr, exact = expression(where, coll.infix)
     else:
         expr, exact = "", False
     if exact:  # the expression is the filter: count the matches, search on it when there are many

@@ -140,6 +140,24 @@ def parse_yaml(text: str):
     return yaml.load(text, Loader=_Loader)  # a SafeLoader: no !!python tags
 
 
+def yaml_problem(e: Exception) -> str:
+    """A YAML (or decoding) error in one line: where and what (PyYAML's own text spans several lines)."""
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    what = getattr(e, "problem", None) or getattr(e, "context", None) or str(e)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return where + " ".join(str(what).split())
+
+
+def read_yaml_file(path: Path):
+    """The YAML document of ``path``; one line naming the file and the place when it is not YAML."""
+    try:
+        return parse_yaml(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise DataError(path, f"not valid YAML: {yaml_problem(e)}") from None
+    except OSError as e:
+        raise DataError(path, f"cannot be read ({e.strerror})") from None
+
+
 def resolve_path(name_or_path: str) -> Path:
     p = Path(name_or_path)
     if p.is_file():
@@ -167,7 +185,7 @@ def load_config(name_or_path: str | None = None, overrides: list[str] = (), extr
         try:
             data = parse_yaml(path.read_text(encoding="utf-8")) or {}
         except (yaml.YAMLError, UnicodeDecodeError) as e:
-            raise DataError(path, f"not valid YAML: {e}") from None
+            raise DataError(path, f"not valid YAML: {yaml_problem(e)}") from None
         if not isinstance(data, dict):
             raise DataError(path, "a config must be a mapping with sections model, data, train")
         data.pop(RECIPE, None)
