@@ -82,8 +82,9 @@ def test_a_shipped_calibration_is_pinned_by_the_registry(shipped):
     from vlmatch.models.calibration import Calibration
 
     folder = pretrained.WEIGHTS / "tiny"
+    weights = json.loads((folder / "config.json").read_text())["weights_sha256"]  # calibrations name their weights
     shipped.calibration = Calibration.fit(10.0, rank=4, text=torch.nn.functional.normalize(torch.randn(6, 8), dim=1))
-    shipped.calibration.save(folder)
+    shipped.calibration.save(folder, weights_sha256=weights)
     with pytest.raises(DataError, match="calibration.safetensors: the registry records no calibration"):
         load_model("pretrained:tiny")
     reg = json.loads(pretrained.REGISTRY.read_text())
@@ -95,7 +96,8 @@ def test_a_shipped_calibration_is_pinned_by_the_registry(shipped):
     pretrained.REGISTRY.write_text(json.dumps(reg))
     assert load_model("pretrained:tiny").calibration.beta == 10.0
     # replaced together with its own record (so calibration.json's hash agrees): the registry still refuses it
-    Calibration.fit(99.0, rank=4, text=torch.nn.functional.normalize(torch.randn(6, 8), dim=1)).save(folder)
+    Calibration.fit(99.0, rank=4, text=torch.nn.functional.normalize(torch.randn(6, 8), dim=1)).save(
+        folder, weights_sha256=weights)
     with pytest.raises(DataError, match="calibration.safetensors: not the file the registry records"):
         load_model("pretrained:tiny")
     (folder / "calibration.safetensors").unlink()

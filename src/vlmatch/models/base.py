@@ -430,7 +430,8 @@ class MatchingModel(nn.Module):
             self.vocab.save(directory / "vocab.json")
         self.save_extra(directory)
         if self.calibration is not None:
-            if self.calibration.weights_sha256 not in (None, digest):
+            loaded = self.__dict__.get("_loaded_calibration") is self.calibration  # checked at load for these weights
+            if self.calibration.weights_sha256 not in (None, digest) and not loaded:
                 raise DataError(directory / "calibration.json", "the model's calibration was fitted for other "
                                 f"weights ({self.calibration.weights_sha256[:12]}...): fit it again for these")
             self.calibration.save(directory, weights_sha256=digest)

@@ -236,3 +236,6 @@ def attach_calibration(model, directory, weights_sha256: str | None = None, boun
         raise DataError(Path(directory) / RECORD, f"model {model.name} takes no calibration (only global-vector "
                                                   "models, whose calibrated score is one inner product)")
     model.calibration = cal
+    # checked against the weights this model was loaded with: it travels with them (a copy of the model saved
+    # in another dtype binds it to the copy's weights: MatchingModel.save)
+    model.__dict__["_loaded_calibration"] = cal
