@@ -104,3 +104,21 @@ def test_the_and_rescoring_orders_the_candidates_by_the_weakest_word(photos, tmp
     want = rescore(s1, concepts @ ov.embedder.embed(query_terms(text)).numpy().T, 2.0)
     assert list(np.argsort(-want, kind="stable")) == list(range(6))
     assert all(h.score == h.stage1_score for h in hits)
+
+
+def test_milvus_lite_build_and_search_in_other_processes(photos, tmp_path):
+    """The same open-vocabulary index on milvus-lite: built in one process, searched in another, with the relevance
+    scale and the concept columns (one vector field, 1,410 wide)."""
+    pytest.importorskip("milvus_lite")
+    db = str(tmp_path / "lib.db")
+    milvus = ["--backend", "milvus", "--milvus-uri", db, "--collection", "photos"]
+    vlmatch("index", "build", "--images", str(photos), *milvus, "--no-progress")
+    out = vlmatch("search", *milvus, "a red ball on the grass", "-k", "3", "--json", str(tmp_path / "r.json"))
+    assert "Traceback" not in out.stderr
+    got = json.loads((tmp_path / "r.json").read_text())
+    assert len(got["results"]) == 3 and all(0.0 <= r["relevance"] <= 1.0 for r in got["results"])
+    from vlmatch import Index
+
+    index = Index.open(milvus_uri=db, collection="photos")
+    assert index.manifest["open_vocab"]["dim"] == 384
+    assert [h.id for h in index.search("a red ball on the grass", k=3)] == [r["id"] for r in got["results"]]
