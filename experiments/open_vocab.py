@@ -349,6 +349,39 @@ def platt_fit(x: np.ndarray, y: np.ndarray, iters: int = 50) -> tuple[float, flo
     return float(theta[0]), float(theta[1])
 
 
+def isotonic_fit(x: np.ndarray, y: np.ndarray, per_bin: int = 20) -> tuple[list[float], list[float]]:
+    """An increasing map from score to probability (isotonic regression by pooling adjacent violators) over bins
+    of the sorted scores that each hold ``per_bin`` matches (fine where matches are, coarse among the millions of
+    non-matches below them): knots (bin mean score, pooled rate), read by linear interpolation."""
+    order = np.argsort(x, kind="stable")
+    xs, ys = x[order], y[order]
+    cum = np.cumsum(ys)
+    cuts = np.searchsorted(cum, np.arange(per_bin, cum[-1], per_bin), side="left") + 1
+    edges = np.unique(np.concatenate([[0], cuts, [len(xs)]])).astype(int)
+    bx = np.array([xs[a:b].mean() for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a])
+    by = np.array([ys[a:b].mean() for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a])
+    bw = np.array([b - a for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a], dtype=float)
+    vals, wts, xsum, n = [], [], [], []
+    for v, w, xx in zip(by, bw, bx, strict=True):
+        vals.append(v)
+        wts.append(w)
+        xsum.append(xx * w)
+        n.append(1)
+        while len(vals) > 1 and vals[-2] > vals[-1]:  # pool the violators
+            w2 = wts[-2] + wts[-1]
+            vals[-2] = (vals[-2] * wts[-2] + vals[-1] * wts[-1]) / w2
+            xsum[-2] += xsum[-1]
+            wts[-2] = w2
+            n[-2] += n[-1]
+            del vals[-1], wts[-1], xsum[-1], n[-1]
+    kx = [float(sx / w) for sx, w in zip(xsum, wts, strict=True)]
+    return kx, [float(v) for v in vals]
+
+
+def isotonic_apply(knots: tuple[list[float], list[float]], x: np.ndarray) -> np.ndarray:
+    return np.interp(x, knots[0], knots[1])
+
+
 def shipped_fused(captions: list[str]) -> tuple[np.ndarray, dict]:
     """The default model's fused val scores with the shipped fusion (protocol.json's choice)."""
     choice = json.loads((RESULTS / "protocol.json").read_text())["choice_shipped"]
@@ -375,8 +408,10 @@ def relevance(a) -> None:
     out = {"fusion": choice, "halves": {}}
     for h in (0, 1):  # fit on half h's queries, report on the other half's
         fit, ev = half == h, half != h
+        knots = isotonic_fit(F[:, fit].ravel(), gt[:, fit].ravel().astype(np.float64))
         a_, b_ = platt_fit(F[:, fit].ravel(), gt[:, fit].ravel().astype(np.float64))
-        P = 1 / (1 + np.exp(-(a_ * F + b_)))
+        platt = 1 / (1 + np.exp(-(a_ * F + b_)))
+        P = isotonic_apply(knots, F)
         edges = np.linspace(0, 1, 11)
         pe, ge = P[:, ev].ravel(), gt[:, ev].ravel()
         bins = []
@@ -395,20 +430,30 @@ def relevance(a) -> None:
         ts = np.linspace(0.0, 1.0, 201)
         best = max(ts, key=lambda t: rates(t, fit)[0] - rates(t, fit)[1])  # Youden's J on the fitting half
         flag_removed, flag_present = rates(best, ev)
-        out["halves"][str(h)] = {"a": a_, "b": b_, "threshold": round(float(best), 3), "reliability": bins,
+        pe_p = platt[:, ev].ravel()
+        platt_bins = []
+        for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+            m = (pe_p >= lo) & (pe_p < hi if hi < 1 else pe_p <= hi)
+            if m.any():
+                platt_bins.append({"range": [round(lo, 1), round(hi, 1)], "pairs": int(m.sum()),
+                                   "predicted": round(float(pe_p[m].mean()), 4), "observed": round(float(ge[m].mean()), 4)})
+        out["halves"][str(h)] = {"knots": len(knots[0]), "platt": {"a": a_, "b": b_, "reliability": platt_bins},
+                                 "threshold": round(float(best), 3), "reliability": bins,
                                  "flagged_when_removed": round(flag_removed, 4),
                                  "flagged_when_present": round(flag_present, 4), "queries": int(ev.sum())}
-    a_, b_ = platt_fit(F.ravel(), gt.ravel().astype(np.float64))
-    P = 1 / (1 + np.exp(-(a_ * F + b_)))
+    knots = isotonic_fit(F.ravel(), gt.ravel().astype(np.float64))
+    P = isotonic_apply(knots, F)
     top_present, top_removed = P.max(0), np.where(gt, -1.0, P).max(0)
     ts = np.linspace(0.0, 1.0, 201)
     t = max(ts, key=lambda t: float(np.mean(top_removed < t)) - float(np.mean(top_present < t)))
-    out["shipped"] = {"a": round(a_, 4), "b": round(b_, 4), "threshold": round(float(t), 3)}
+    out["shipped"] = {"scores": [round(v, 5) for v in knots[0]], "probabilities": [round(v, 5) for v in knots[1]],
+                      "threshold": round(float(t), 3)}
     out["cross_fitted"] = {k: round(float(np.mean([out["halves"][h][k] for h in "01"])), 4)
                            for k in ("flagged_when_removed", "flagged_when_present")}
     out["command"] = "python experiments/open_vocab.py relevance"
-    out["what"] = ("relevance = sigmoid(a * fused + b), Platt-fitted on one half of the val photos' queries (all their "
-                   "pairs with the 1,000 val photos; a match is the caption's own photo), its reliability measured on "
+    out["what"] = ("relevance = an isotonic (increasing) map of the fused score, fitted on one half of the val photos' "
+                   "queries (all their pairs with the 1,000 val photos, in bins of 20 matches each; a match is the "
+                   "caption's own photo; Platt's sigmoid beside it for comparison), its reliability measured on "
                    "the other half; 'nothing matches' when the best photo's relevance is under the threshold (chosen "
                    "on the fitting half by Youden's J), flagged rates on the other half: with the query's own photo "
                    "removed from the gallery (should be flagged) and present (should not)")

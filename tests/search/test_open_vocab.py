@@ -55,10 +55,13 @@ def test_one_inner_product_is_the_fused_score(toy_ckpts):
 
 
 def test_fusion_records_round_trip_and_bad_ones_are_refused():
-    f = Fusion(0.2, 0.5, 1.7, None, {"tree": False, "top_k": 10}, {"a": 20.0, "b": -6.0, "threshold": 0.15})
+    f = Fusion(0.2, 0.5, 1.7, None, {"tree": False, "top_k": 10},
+               {"scores": [0.0, 1.0], "probabilities": [0.0, 0.5], "threshold": 0.15})
     assert Fusion.of(f.describe()) == f
     with pytest.raises(ConfigError, match="open-vocabulary record"):
         Fusion.of({"slope": 1})
+    with pytest.raises(ConfigError, match="increasing"):
+        Relevance.of({"scores": [1.0, 0.0], "probabilities": [0.0, 0.5], "threshold": 0.1})
 
 
 def test_rare_words_are_the_content_words_training_never_used():
@@ -71,12 +74,18 @@ def test_rare_words_are_the_content_words_training_never_used():
 
 
 def test_relevance_is_a_probability_that_grows_with_the_score():
-    rel = Relevance(a=20.0, b=-6.0, threshold=0.2)
+    rel = Relevance.of({"scores": [-0.5, 0.0, 0.5], "probabilities": [0.0, 0.1, 0.6], "threshold": 0.2})
     p = rel([-1.0, 0.0, 0.3, 0.6])
-    assert np.all((p >= 0) & (p <= 1)) and np.all(np.diff(p) > 0)
+    assert np.all((p >= 0) & (p <= 1)) and np.all(np.diff(p) >= 0) and p[2] == pytest.approx(0.4)
     hits = [SearchHit(1, 7, 0.1, 0.1, path="x.jpg"), SearchHit(2, 8, 0.0, 0.0, path="y.jpg")]
     with_relevance(hits, rel)
-    assert hits[0].relevance == pytest.approx(1 / (1 + np.exp(4.0)), abs=1e-4) and hits[0].no_match
+    assert hits[1].no_match and hits[1].relevance == pytest.approx(0.1)
+    assert hits[0].relevance == pytest.approx(0.2, abs=1e-4) and not hits[0].no_match
+    hits = [SearchHit(1, 7, 0.1, 0.1, path="x.jpg"), SearchHit(2, 8, 0.0, 0.0, path="y.jpg")]
+    with_relevance(hits, Relevance.of({"scores": [-0.5, 0.0, 0.5], "probabilities": [0.0, 0.1, 0.6],
+                                       "threshold": 0.5}))
+    assert hits[0].no_match
+    hits[0].no_match = True
     line = no_match_line(hits)
     assert line.startswith("no photo matches this well") and line.endswith("closest: x.jpg")
     assert no_match_line([{**hits[0].to_dict(), "no_match": False}]) is None

@@ -94,24 +94,32 @@ class Fusion:
 
 @dataclass(frozen=True)
 class Relevance:
-    """A score a person can read: ``sigmoid(a * fused + b)``, the probability that a photo matches the query,
-    Platt-fitted on Flickr8k val (a match: a caption's own photo; experiments/results/open_vocab/relevance.json);
+    """A score a person can read: the probability that a photo matches the query, an increasing (isotonic) map of
+    the fused score fitted on Flickr8k val (a match: a caption's own photo; ``scores`` -> ``probabilities`` knots,
+    read by linear interpolation; experiments/results/open_vocab/relevance.json, with its reliability curve);
     ``threshold``: below it, the best photo is unlikely to match ("no photo matches this well")."""
 
-    a: float
-    b: float
+    scores: tuple[float, ...]
+    probabilities: tuple[float, ...]
     threshold: float
 
     def __call__(self, scores):
         import numpy as np
 
-        return 1.0 / (1.0 + np.exp(-(self.a * np.asarray(scores, dtype=np.float64) + self.b)))
+        return np.interp(np.asarray(scores, dtype=np.float64), self.scores, self.probabilities)
 
     @classmethod
     def of(cls, record: dict | None) -> Relevance | None:
         if not record:
             return None
-        return cls(float(record["a"]), float(record["b"]), float(record["threshold"]))
+        try:
+            xs, ps = tuple(float(v) for v in record["scores"]), tuple(float(v) for v in record["probabilities"])
+            rel = cls(xs, ps, float(record["threshold"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ConfigError(f"relevance record unreadable ({e})") from None
+        if len(xs) != len(ps) or len(xs) < 2 or list(xs) != sorted(xs) or list(ps) != sorted(ps):
+            raise ConfigError("relevance record: its knots must be two increasing lists of the same length")
+        return rel
 
 
 NO_MATCH = "no photo matches this well"
