@@ -151,6 +151,13 @@ def banks_cross_fit(text: dict, both: dict) -> dict:
             "A": on_b["A"]["rsum"], "held_out": round((on_a["B"]["rsum"] + on_b["A"]["rsum"]) / 2, 2)}
 
 
+def weights_of(model: str) -> str:
+    """The SHA-256 of the weights of run ``model``'s checkpoint (what a written calibration is bound to)."""
+    from vlmatch.models.checkpoint import read_checkpoint
+
+    return read_checkpoint(checkpoint_of(model)).config["weights_sha256"]
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True, help="a run under benchmarks/cache/runs/, or pretrained:NAME")
@@ -191,10 +198,8 @@ def main(argv=None):
     print(table(record))
     if a.write:
         a.write.mkdir(parents=True, exist_ok=True)
-        from vlmatch.models.checkpoint import read_checkpoint
-
         # bound to the weights whose embeddings the banks are: release/ship.py refuses it beside any other
-        shipped.save(a.write, weights_sha256=read_checkpoint(checkpoint_of(a.model)).config["weights_sha256"])
+        shipped.save(a.write, weights_sha256=weights_of(a.model))
         print(f"wrote {a.write}/calibration.safetensors ({(a.write / 'calibration.safetensors').stat().st_size / 1e6:.2f} MB), "
               f"beta {shipped.beta:g}")
 

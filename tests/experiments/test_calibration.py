@@ -26,6 +26,7 @@ def bench(tmp_path, monkeypatch):
     monkeypatch.setattr(mod, "HERE", tmp_path)
     monkeypatch.setattr(mod, "CACHE", tmp_path / "cache")
     monkeypatch.setattr(mod, "RESULTS", tmp_path / "results" / "calibration")
+    monkeypatch.setattr(mod, "weights_of", lambda model: "0" * 64)  # the toy's embeddings come from no checkpoint
     rng = np.random.default_rng(0)
     img = _unit(rng, 40)  # val: 40 images with 5 captions each, near their image; a few hub images
     txt = np.repeat(img, 5, axis=0) + 0.6 * rng.standard_normal((200, 8)).astype(np.float32)

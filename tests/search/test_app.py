@@ -60,7 +60,9 @@ def test_search_post_and_get_rank_by_score(client):
     assert r.status_code == 200
     body = r.json()
     assert [x["id"] for x in body["results"]] == [2, 6, 0]  # the blue images first, then by id
-    assert set(body["results"][0]) == {"id", "path", "score", "stage1_score", "taken", "camera", "gps", "size"}
+    assert set(body["results"][0]) == {"id", "path", "score", "stage1_score", "taken", "camera", "gps", "size",
+                                       "relevance", "no_match"}
+    assert body["results"][0]["relevance"] is None and body["no_match"] is None  # this index has no relevance scale
     assert body["results"][0]["taken"] is None  # the fake's photos record no EXIF: null, the field is still there
     assert body["results"][0]["path"].endswith("img002.jpeg")
     scores = [x["score"] for x in body["results"]]
