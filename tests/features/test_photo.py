@@ -228,3 +228,40 @@ def test_file_orientation_reads_the_tag_only(tmp_path):
     assert photo.file_orientation(tmp_path / "t.jpg") == 8
     assert photo.file_orientation(tmp_path / "u.jpg") == 1
     assert photo.file_orientation(tmp_path / "x.jpg") == 1
+
+
+def test_a_200_megapixel_jpeg_decodes_at_a_reduced_scale_and_a_png_as_large_is_refused(tmp_path):
+    """Pillow's decompression-bomb check (on the file's claimed size) is replaced by a limit on the pixels
+    decoded: a JPEG past 179 M pixels opens at 1/8 scale; a PNG claiming as many is refused in one line."""
+    import struct
+    import zlib
+
+    from PIL import Image
+
+    # a 16384 x 12288 (201 M pixel) JPEG costs seconds to write: a tiny one whose header claims that size
+    # decodes the same way up to the header (draft picks the scale from the header)
+    Image.new("RGB", (16, 16), (10, 200, 30)).save(tmp_path / "small.jpg", quality=90)
+    raw = bytearray((tmp_path / "small.jpg").read_bytes())
+    at = raw.index(b"\xff\xc0") + 5
+    raw[at:at + 4] = struct.pack(">HH", 12288, 16384)
+    (tmp_path / "huge.jpg").write_bytes(bytes(raw))
+    assert open_photo(tmp_path / "huge.jpg", 320).size == (2048, 1536)  # 1/8 scale: 3 M pixels decoded
+    with pytest.raises(photo.PhotoTooLarge, match=r"huge.jpg: has 16384x12288 pixels"):
+        open_photo(tmp_path / "huge.jpg", max_pixels=100_000_000)  # at full scale: refused before decoding
+    Image.new("L", (1, 1)).save(tmp_path / "bomb.png")
+    png = bytearray((tmp_path / "bomb.png").read_bytes())
+    ihdr = png[12:29]
+    ihdr[4:12] = struct.pack(">II", 20000, 20000)
+    png[12:29] = ihdr
+    png[29:33] = struct.pack(">I", zlib.crc32(bytes(ihdr)))
+    (tmp_path / "bomb.png").write_bytes(bytes(png))
+    with pytest.raises(photo.PhotoTooLarge, match=r"bomb.png: has 20000x20000 pixels; the limit is 256000000"):
+        open_photo(tmp_path / "bomb.png")
+
+
+def test_a_real_large_jpeg_reads_through_draft(tmp_path):
+    from PIL import Image
+
+    Image.new("RGB", (6000, 4000), (120, 30, 200)).save(tmp_path / "big.jpg", quality=80)
+    im = open_photo(tmp_path / "big.jpg", 320, max_pixels=2_000_000)  # 24 M stored, 375 k decoded (1/8)
+    assert im.size == (750, 500)

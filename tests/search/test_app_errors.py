@@ -24,7 +24,7 @@ from .fake import FakeBackend
 from .test_app import assert_error, jpeg
 
 LIMITS = dict(max_text_chars=50, max_k=20, max_candidates=50, max_upload_bytes=20_000, max_upload_pixels=1_000_000,
-              max_body_bytes=2_000)
+              max_decode_pixels=1_000_000, max_body_bytes=2_000)
 LEAKS = ("Error", "Traceback", "pydantic", "surrogates not allowed", "shape", "/")  # texts of exceptions and paths
 
 

@@ -86,3 +86,35 @@ def test_a_heat_map_is_drawn_on_the_photo_as_displayed(tmp_path):
             for n in ("up.jpg", "o6.jpg")]
     assert pngs[0].shape == pngs[1].shape
     assert np.abs(pngs[0] - pngs[1]).mean() < 1.0
+
+
+def test_photos_past_the_upload_cap_get_thumbnails_and_views_decoded_once(tmp_path, monkeypatch):
+    """The upload cap (here 4 M pixels) is not the indexed photos' limit: a PNG / TIFF / HEIC larger than it
+    (a 48 MP phone photo, scaled down here to 5 M) has a thumbnail and a full view, each decoded once; a RAW
+    is shown through its JPEG preview."""
+    from vlmatch.search import app as app_module
+
+    from ..features.raw_files import jpeg_bytes as preview
+    from ..features.raw_files import tiff_raw
+
+    big = Image.new("RGB", (2600, 2000), (30, 140, 60))
+    png, tif = io.BytesIO(), io.BytesIO()
+    big.save(png, "PNG")
+    big.save(tif, "TIFF")
+    backend, c = client_with(tmp_path, {0: png.getvalue(), 2: tif.getvalue()})
+    raw = backend.paths[3].with_suffix(".nef")
+    raw.write_bytes(tiff_raw(preview((120, 80))))
+    backend.paths[3] = raw
+    calls = []
+    real = app_module.as_jpeg
+    monkeypatch.setattr(app_module, "as_jpeg", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    with c:
+        for i in (0, 2):
+            assert c.get(f"/thumbs/{i}").status_code == 200
+        for _ in range(2):
+            r = c.get("/images/2")
+            assert r.status_code == 200 and decoded(r.content).shape == (2000, 2600, 3)
+        assert calls == [backend.paths[2]]  # the second view came from memory
+        r = c.get("/images/3")
+        assert r.status_code == 200 and decoded(r.content).shape == (80, 120, 3)
+        assert c.get("/thumbs/3").status_code == 200

@@ -43,6 +43,9 @@ def add_parser(sub):
     b.add_argument("--out", help="index folder: new, empty or an index (rebuilt); outside --images (the folder "
                                  "backend)")
     add_backend_args(b, writing=True)
+    b.add_argument("--rebuild", action="store_true",
+                   help="encode every photo again where --out already indexes --images with this model (without it "
+                        "such a build stops at once and says what `vlmatch index update` would do)")
     b.add_argument("--overwrite", action="store_true",
                    help="build into an --out that holds other files too (they are kept; only an index's own entries "
                         "are replaced)")
@@ -146,6 +149,12 @@ def cmd_build(a):
         if not a.out:
             raise ConfigError("index build needs --out FOLDER (or --backend milvus --milvus-uri URI --collection NAME)")
         check_out_folder(a.out)
+        if a.images is not None and not a.rebuild:
+            from ..search.changes import same_index_plan, update_line
+
+            plan = same_index_plan(a.out, a.images, a.model, a.retriever)
+            if plan is not None:
+                raise ConfigError(update_line(a.out, plan))
         m = build_index(a.out, a.model, images=a.images, features=a.features, split=a.split, captions=a.captions,
                         retriever_ckpt=a.retriever, backbone=a.backbone, dtype=a.dtype, ann=a.ann, nlist=a.nlist,
                         skip_bad=a.skip_bad, batch_size=a.batch_size, progress=not a.no_progress, weights=a.weights,
@@ -153,8 +162,9 @@ def cmd_build(a):
                         open_vocab=a.open_vocab)
     if m is None:  # a torchrun rank other than 0
         return
-    for bad in m.get("skipped", []):
-        print(f"skipped {bad['key']}: {bad['error']}")
+    from ..search.report import summary_lines
+
+    print("\n".join(summary_lines(m)))
     print(json.dumps({"index": a.out, "counts": m["counts"], "stage1": m["stage1"],
                       "ann": {k: v["stage1"]["kind"] for k, v in m["collections"].items()}}, indent=2))
 

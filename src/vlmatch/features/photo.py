@@ -13,7 +13,13 @@ photo is encoded, thumbnailed and explained the way a browser or a photo viewer 
 3. the first frame of an animated GIF / WebP / multi-page TIFF;
 4. the EXIF orientation applied (all eight values: :data:`ORIENTATION_OPS`); HEIF files carry their
    rotation in the container and pillow-heif applies it while decoding;
-5. colour normalised to 8-bit RGB: CMYK, YCbCr, palette, 1-bit, greyscale; 16- and 32-bit greyscale
+5. a camera RAW (:mod:`vlmatch.features.raw`: CR2, NEF, ARW, DNG, ORF, RW2, RAF, told apart from TIFF by
+   its header or its suffix) read through the full-size JPEG preview it embeds (:class:`~.raw.NoPreview`
+   when it has none);
+6. no file-size guard (Pillow's decompression-bomb check is off): the limit is on the pixels that will be
+   *decoded* (:data:`MAX_DECODE_PIXELS`, after a JPEG's reduced decode), which is what costs memory, so a
+   200-megapixel JPEG reads at 1/8 scale while a PNG of as many pixels is refused;
+7. colour normalised to 8-bit RGB: CMYK, YCbCr, palette, 1-bit, greyscale; 16- and 32-bit greyscale
    scaled (not clipped) to 8 bits; transparency (RGBA, LA, PA, palette with a transparent index)
    composited on white, as a viewer shows it on a light page.
 
@@ -29,12 +35,15 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
+from .raw import RAW_SUFFIXES, NoPreview, embedded_jpeg, is_raw
 
 READER_VERSION = 2  # 1: stored pixels, EXIF orientation ignored (vlmatch <= 0.1 indexes)
+# the most pixels a photo may decode to (after a JPEG's reduced decode): 256 M RGB pixels are 768 MB
+MAX_DECODE_PIXELS = 256_000_000
 
 # suffixes listed as photos when a folder is scanned (the content decides what each file is)
 PHOTO_SUFFIXES = frozenset({".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff",
-                            ".heic", ".heif", ".hif", ".avif"})
+                            ".heic", ".heif", ".hif", ".avif"}) | RAW_SUFFIXES
 
 # EXIF orientation -> the PIL transpose that shows the stored pixels upright (None: as stored)
 ORIENTATION_OPS = {1: None, 2: "FLIP_LEFT_RIGHT", 3: "ROTATE_180", 4: "FLIP_TOP_BOTTOM", 5: "TRANSPOSE",
@@ -46,9 +55,12 @@ _AVIF_BRANDS = {b"avif", b"avis"}
 VISION_EXTRA = "pip install 'vlmatch[vision]'"
 
 
-def sniff(head: bytes) -> str | None:
+def sniff(head: bytes, name=None) -> str | None:
     """The image format of a file from its first 32 bytes: ``JPEG``, ``PNG``, ``GIF``, ``BMP``, ``WEBP``,
-    ``TIFF``, ``HEIF`` or ``AVIF``; None for anything else (a video, a sidecar, a text file)."""
+    ``TIFF``, ``HEIF``, ``AVIF`` or ``RAW`` (a camera RAW: by its own header, or a TIFF header under a RAW
+    suffix of ``name``, the file's name when known); None for anything else (a video, a sidecar, a text file)."""
+    if is_raw(head, name):
+        return "RAW"
     if head.startswith(b"\xff\xd8\xff"):
         return "JPEG"
     if head.startswith(b"\x89PNG\r\n\x1a\n"):
@@ -124,21 +136,33 @@ def _name(src, name) -> str | Path:
     return getattr(src, "path", None) or "image"
 
 
-def open_photo(src, size: int | None = None, *, name=None, max_pixels: int | None = None):
+def _no_bomb_check() -> None:
+    """Pillow refuses images over 2 x ``Image.MAX_IMAGE_PIXELS`` (179 M) when it *opens* them, before a
+    JPEG could decode at a reduced scale: vlmatch checks the pixels it will decode instead (``max_pixels``)."""
+    from PIL import Image
+
+    if Image.MAX_IMAGE_PIXELS is not None:
+        Image.MAX_IMAGE_PIXELS = None
+
+
+def open_photo(src, size: int | None = None, *, name=None, max_pixels: int | None = MAX_DECODE_PIXELS):
     """The photo ``src`` (a path, the file's bytes or a binary file object) as an upright 8-bit RGB PIL
     image, as a viewer displays it. ``size``: the side the caller will shrink it to -- a JPEG then decodes
     at the smallest 1/2..1/8 scale that still covers ``size`` x ``size``. Any problem is a
     :class:`~vlmatch.errors.DataError` naming the file (``name``, else the path) and what is wrong;
     ``max_pixels``: a photo that would decode to more pixels (a JPEG: at the reduced scale) is refused
-    before it is decoded (:class:`PhotoTooLarge`)."""
+    before it is decoded (:class:`PhotoTooLarge`; default :data:`MAX_DECODE_PIXELS`, None: no limit)."""
     from PIL import Image
 
+    _no_bomb_check()
     where = _name(src, name)
     try:
         head = _head(src)
     except OSError as e:
         raise DataError(where, f"unreadable image ({type(e).__name__}: {e.strerror or e})") from None
-    fmt = sniff(head)
+    fmt = sniff(head, where)
+    if fmt == "RAW":
+        return _open_raw(src, size, where, max_pixels)
     if fmt in ("HEIF", "AVIF") and not decoder_available(fmt):
         raise MissingDecoder(where, f"a {fmt} photo, and no {fmt} decoder is installed: {VISION_EXTRA} (pillow-heif)")
     fp = io.BytesIO(bytes(src)) if isinstance(src, (bytes, bytearray, memoryview)) else src
@@ -158,6 +182,35 @@ def open_photo(src, size: int | None = None, *, name=None, max_pixels: int | Non
         raise
     except Exception as e:  # PIL raises many types (OSError, DecompressionBombError, SyntaxError, ...)
         raise DataError(where, f"unreadable image ({type(e).__name__}: {e})") from None
+
+
+def _open_raw(src, size, where, max_pixels):
+    """A camera RAW as displayed: its embedded JPEG preview, turned by the RAW's own orientation tag."""
+    if isinstance(src, (str, Path)):
+        try:
+            data = Path(src).read_bytes()
+        except OSError as e:
+            raise DataError(where, f"unreadable image ({type(e).__name__}: {e.strerror or e})") from None
+    elif isinstance(src, (bytes, bytearray, memoryview)):
+        data = bytes(src)
+    else:
+        pos = src.tell()
+        data = src.read()
+        src.seek(pos)
+    found = embedded_jpeg(data)
+    if found is None:
+        raise NoPreview(where, "a camera RAW with no embedded JPEG preview (vlmatch does not decode RAW sensor data: "
+                               "export a JPEG beside it, same name)")
+    jpeg, orientation = found
+    im = open_photo(jpeg, size, name=where, max_pixels=max_pixels)
+    if orientation != 1:
+        from PIL import Image
+
+        with Image.open(io.BytesIO(jpeg)) as probe:
+            own = orientation_of(probe)
+        if own == 1:  # the preview records no orientation of its own: the RAW's applies
+            im = upright(im, orientation)
+    return im
 
 
 def load_image(path, size: int) -> np.ndarray:
@@ -185,7 +238,7 @@ def file_orientation(path) -> int:
     from PIL import Image
 
     try:
-        if sniff(_head(path)) in ("HEIF", "AVIF", None):
+        if sniff(_head(path), path) in ("HEIF", "AVIF", "RAW", None):
             return 1
         with Image.open(path) as im:
             return orientation_of(im)

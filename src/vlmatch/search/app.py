@@ -335,10 +335,10 @@ ERRORS = {s: {"model": ErrorBody} for s in (400, 404, 413, 415, 422, 503)}
 
 
 def as_jpeg(path: Path, item_id: int, max_pixels: int, side: int = 4096) -> bytes:
-    """An indexed photo in a format browsers do not show (HEIC, TIFF, AVIF) as an upright JPEG of at most
-    ``side`` pixels a side."""
+    """An indexed photo in a format browsers do not show (HEIC, TIFF, AVIF, a RAW's preview) as an upright JPEG
+    of at most ``side`` pixels a side (decoded once: the service keeps the last few, :class:`ThumbCache`)."""
     try:
-        im = open_photo(path, max_pixels=max_pixels)
+        im = open_photo(path, side, max_pixels=max_pixels)
     except PhotoTooLarge as e:
         raise ApiError(415, "image_too_large", f"the indexed file of id {item_id} {e.problem}") from None
     except DataError:
@@ -353,7 +353,7 @@ class ThumbCache:
     """Thumbnails (JPEG bytes) of recently asked ids, keyed by the file's identity."""
 
     def __init__(self, size: int, capacity: int):
-        self.size, self.capacity = size, capacity
+        self.size, self.capacity = size, capacity  # a capacity of 0 keeps none
         self._items: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
 
@@ -375,7 +375,9 @@ class ThumbCache:
         im.thumbnail((self.size, self.size))
         buf = io.BytesIO()
         im.save(buf, "JPEG", quality=82)
-        data = buf.getvalue()
+        return self.keep(key, buf.getvalue())
+
+    def keep(self, key, data: bytes) -> bytes:
         with self._lock:
             self._items[key] = data
             while len(self._items) > self.capacity:
@@ -394,6 +396,7 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
     limits = limits or Limits()
     pool = ModelPool(limits.workers, limits.queue)
     thumbs = ThumbCache(limits.thumb_size, limits.thumb_cache)
+    views = ThumbCache(4096, limits.view_cache)  # full views of the photos browsers do not show, converted once
     decoding = asyncio.Semaphore(limits.workers)
 
     @asynccontextmanager
@@ -710,7 +713,7 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
                 return f.read(16)
 
         try:
-            fmt = sniff(await run_in_threadpool(head))
+            fmt = sniff(await run_in_threadpool(head), path)
         except OSError:
             raise ApiError(404, "file_missing", "the indexed file cannot be read (update the index)") from None
         if fmt is None:
@@ -739,7 +742,7 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
     async def image(id: int, request: Request):  # noqa: A002
         """The indexed image file of ``id`` (its path comes from the index's table, never from the request)."""
         path = check_id(id)
-        _, etag = file_identity(path)
+        st, etag = file_identity(path)
         if (r := not_modified(request, etag)) is not None:
             return r
         fmt = await image_format(path, id)
@@ -747,8 +750,11 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
         if fmt in BROWSER_FORMATS:  # as it is: browsers apply a JPEG's EXIF orientation themselves
             # streamed from disk in chunks: a large file is never held in memory whole
             return FileResponse(path, media_type=IMAGE_TYPES[fmt], headers=headers)
-        async with decoding:  # HEIC, TIFF, AVIF: shown as an upright JPEG (at most `workers` decoded at once)
-            data = await run_in_threadpool(as_jpeg, path, id, limits.max_upload_pixels)
+        key = (id, str(path), st.st_ino, st.st_mtime_ns, st.st_size)
+        data = views.lookup(key)
+        if data is None:
+            async with decoding:  # HEIC, TIFF, AVIF, RAW: an upright JPEG (at most `workers` decoded at once)
+                data = views.keep(key, await run_in_threadpool(as_jpeg, path, id, limits.max_decode_pixels))
         return Response(data, media_type="image/jpeg", headers=headers)
 
     @app.get("/thumbs/{id}", responses={200: {"content": {"image/jpeg": {}}}, **ERRORS}, tags=["files"])
@@ -764,7 +770,7 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
         if data is None:
             async with decoding:  # at most `workers` thumbnails are decoded at once
                 try:
-                    data = await run_in_threadpool(thumbs.make, path, key, limits.max_upload_pixels)
+                    data = await run_in_threadpool(thumbs.make, path, key, limits.max_decode_pixels)
                 except ApiError:
                     raise
                 except Exception:  # PIL raises many types for broken files; its words are not ours

@@ -39,47 +39,22 @@ import torch
 
 from .. import distributed as D
 from ..errors import ConfigError, DataError
-from ..features.photo import PHOTO_SUFFIXES, READER_VERSION, file_orientation, load_image, sniff
+from ..features.photo import READER_VERSION, load_image
 from ..features.photometa import mtime_taken, photo_meta
 from ..features.provenance import check_backbone, checkpoint_backbone, resolve_backbone
+from ..features.raw import NoPreview
 from ..io import atomic_dir, link_tree, read_json, write_json
 from ..models.base import MatchingModel
 from ..models.sealing import checkpoint_fingerprint
 from ..weights import sha256_file
+from .changes import plan_changes
 from .checks import read_captions, read_items
 from .encode import Batch, Stage1Source, encode_part, fingerprint, read_meta
 from .folder import FORMAT, check_out, commit, new_collection_id, open_parts, recover, require_manifest, swapping, writer_lock
 from .open_vocab import open_vocab_of
+from .scan import file_stat, scan_folder  # noqa: F401 (scan_folder: imported from here by the Milvus build)
 from .stage1 import build_faiss, write_faiss
 from .store import open_arrays
-
-
-def scan_folder(root: Path) -> list[str]:
-    """Image files under ``root`` (recursively), as sorted POSIX paths relative to it: every file with a
-    photo suffix (:data:`~vlmatch.features.photo.PHOTO_SUFFIXES`; what it holds is read from its content
-    when it is encoded) and every other file whose first bytes are an image's (a photo saved without its
-    suffix). Hidden files (``.name``) are left out."""
-    if not root.is_dir():
-        raise DataError(root, "image folder not found")
-    files = sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
-                   if not p.name.startswith(".") and p.is_file() and (p.suffix.lower() in PHOTO_SUFFIXES
-                                                                     or _image_content(p)))
-    if not files:
-        raise DataError(root, f"no images ({', '.join(sorted(PHOTO_SUFFIXES))})")
-    return files
-
-
-def _image_content(path: Path) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return sniff(f.read(32)) is not None
-    except OSError:
-        return False
-
-
-def file_stat(root: Path, rel: str) -> dict:
-    st = (root / rel).stat()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
 class _Bytes(io.BytesIO):
@@ -108,7 +83,7 @@ def read_image(root: Path, rel: str, size: int, date_from_mtime: bool = False) -
     try:
         pixels = load_image(_Bytes(data, path), size)
     except DataError as e:
-        raise DataError(path, e.problem) from None
+        raise type(e)(path, e.problem) from None
     row = {"size": len(data), "mtime_ns": st.st_mtime_ns, "sha256": hashlib.sha256(data).hexdigest()}
     return pixels, {**row, **photo_row(data, path, st.st_mtime_ns if date_from_mtime else None)}
 
@@ -195,7 +170,7 @@ def image_batches(root: Path, rels: list[str], backbone, batch_size: int, skip_b
             try:
                 pixels, m = read_image(root, rel, size, date_from_mtime)
             except DataError as e:
-                if not skip_bad:
+                if not skip_bad and not isinstance(e, NoPreview):  # a RAW without a preview: always listed
                     raise DataError(e.path, f"{e.problem}; pass --skip-bad to index the rest without it") from None
                 bad.append({"key": rel, "error": e.problem})
                 continue
@@ -340,13 +315,17 @@ def photo_folder(images, model_ckpt, backbone, weights, model, trained, manifest
     paths, the backbone, regions per photo); the manifest gets the backbone and the source. The folder build
     and the Milvus build read it so."""
     from ..features.backbones import backbone_for
+    from .report import found_kinds
 
     root = Path(images).resolve()
-    rels = scan_folder(root)
+    pairs: list = []
+    rels = scan_folder(root, pairs)
     bb = backbone_for(resolve_backbone(model_ckpt, backbone), weights)
     check_backbone(trained, bb.describe(), model.cfg.img_dim, root)
     manifest["backbone"] = bb.describe()
     manifest["source"] = {"kind": "images", "root": str(root)}
+    manifest["found"] = found_kinds(root, rels + [p["raw"] for p in pairs])
+    manifest["raw_pairs"] = pairs
     return root, rels, bb, bb.info.grid ** 2
 
 
@@ -460,6 +439,7 @@ def build_index(out, model_ckpt, images=None, features=None, split: str = "test"
 def _build(out: Path, model_ckpt, images, features, split, captions, retriever_ckpt, backbone, dtype, ann, nlist,
            hnsw_m, skip_bad, batch_size, progress, weights, rank, world, score="model",
            date_from_mtime=False, open_vocab=None) -> dict | None:
+    started = time.monotonic()
     model, model_info = load_index_model(model_ckpt)
     retriever, retriever_info = (None, None) if retriever_ckpt is None else load_index_model(retriever_ckpt)
     # a bad caption file is refused before any encoding (the image collection is written first)
@@ -492,6 +472,9 @@ def _build(out: Path, model_ckpt, images, features, split, captions, retriever_c
                                                                                          strict=True))]
             manifest["skipped"] = rec["bad"]
             manifest["next_id"] = len(items)
+            took = time.monotonic() - started  # this run's (a resumed build's: since it resumed)
+            manifest["build"] = {"seconds": round(took, 2), "encoded": len(items),
+                                 "photos_per_s": round(len(items) / took, 2) if took > 0 else None}
     elif features is not None:
         n_regions, names, img_dir, feats = precomp_features(features, split, model, trained, manifest)
         froot = Path(manifest["source"]["root"])
@@ -581,30 +564,7 @@ def _update(out: Path, manifest: dict, parts: dict, skip_bad, batch_size, progre
           if "open_vocab" not in manifest
           else None)  # built with --no-open-vocab: stays so
     add_concepts = ov is not None and not recorded
-    keep_rows, keep_items, todo, reoriented, concept_only = [], [], [], 0, 0
-    for rel in rels:
-        st = file_stat(root, rel)
-        if rel in by_rel:
-            row, it = by_rel[rel]
-            same = (it["size"], it["mtime_ns"]) == (st["size"], st["mtime_ns"])
-            if not same and it.get("sha256") and it["size"] == st["size"]:
-                same = sha256_file(root / rel) == it["sha256"]
-            if same and stale_reader and file_orientation(root / rel) != 1:
-                same, reoriented = False, reoriented + 1
-            if same and add_concepts:
-                same, concept_only = False, concept_only + 1
-            if same:
-                keep_rows.append(row)
-                keep_items.append(it)
-                continue
-        todo.append(rel)
-    deleted = len(old_items) - len(keep_rows) - sum(r in by_rel for r in todo)
-    report = {"kept": len(keep_rows), "new": sum(r not in by_rel for r in todo),
-              "changed": sum(r in by_rel for r in todo) - reoriented - concept_only, "deleted": deleted}
-    if stale_reader:  # encoded by an older photo reader: how many were turned upright
-        report["reoriented"] = reoriented
-    if add_concepts:  # the unchanged photos encoded again for their concept vectors
-        report["concepts_added"] = concept_only
+    keep_rows, keep_items, todo, report = plan_changes(root, rels, old_items, stale_reader, add_concepts)
     if not todo and len(keep_rows) == len(old_items) and not add_concepts:
         shutil.rmtree(out / "build", ignore_errors=True)  # what an update killed before its commit left
         if stale_reader:  # nothing was sideways: the index is as the current reader would encode it

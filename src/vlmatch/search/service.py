@@ -78,6 +78,10 @@ class Limits:
     max_candidates: int = 1000
     max_upload_bytes: int = 8 * 1024 * 1024
     max_upload_pixels: int = 40_000_000
+    # an indexed photo's thumbnail or full view: the most pixels it may decode to (a JPEG at its reduced scale);
+    # vlmatch.features.photo.MAX_DECODE_PIXELS, spelled out so the service's limits import no PIL
+    max_decode_pixels: int = 256_000_000
+    view_cache: int = 16  # full views of HEIC / TIFF / RAW ... photos (JPEG, up to 4096 px a side) kept in memory
     max_body_bytes: int = 64 * 1024  # a JSON body, a query form: far more than any valid request needs
     workers: int = 2  # threads doing model work (and image decoding)
     queue: int = 16  # requests allowed to wait for a worker; one more is answered 503
@@ -86,7 +90,7 @@ class Limits:
 
     def __post_init__(self):
         for name in ("max_text_chars", "max_k", "max_candidates", "max_upload_bytes", "max_upload_pixels",
-                     "max_body_bytes", "workers", "thumb_size", "thumb_cache", "queue"):
+                     "max_decode_pixels", "view_cache", "max_body_bytes", "workers", "thumb_size", "thumb_cache", "queue"):
             value = getattr(self, name)
             least = 0 if name == "queue" else 1
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
