@@ -152,6 +152,7 @@ def test_explain_json_and_png(client):
     assert ex["words"] == ["<start>", "a", "blue", "square", "<end>"]
     assert len(ex["weights"]) == 5 and all(len(w) == 4 for w in ex["weights"])
     assert ex["grid"] == [2, 2] and ex["axis"] == "regions" and ex["id"] == 2
+    assert ex["content"] == [False, False, True, True, False]  # the page opens on "blue", not "a"
     assert ex["vmax"] == pytest.approx(max(max(w) for w in ex["weights"][1:4]))  # scale over the shown words
     p = client.get("/explain/2.png", params={"text": "a blue square"})
     assert p.status_code == 200 and p.headers["content-type"] == "image/png"

@@ -49,6 +49,8 @@ def check_page(page, base, shots: Path, tag: str, n_results: int):
     chips = page.locator("#chips .chip")
     assert [chips.nth(i).inner_text() for i in range(chips.count())][:2] == ["a", "dog"]
     page.wait_for_function("() => document.getElementById('big').complete")
+    page.wait_for_selector("#chips .chip.on")  # the viewer opens on the first content word, not on "a"
+    assert "on" in chips.nth(1).get_attribute("class") and "fn" in chips.nth(0).get_attribute("class")
     chips.nth(1).hover()
     assert "on" in chips.nth(1).get_attribute("class")
     page.wait_for_function("() => document.getElementById('heat').width > 0")

@@ -41,3 +41,34 @@ def test_render_writes_a_png_with_one_panel_per_word(tmp_path):
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     out = render(a, rgb, tmp_path / "h.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_content_words_at_the_photos_aspect_on_the_inferno_scale():
+    """Special tokens never, function words on request; panels the photo's shape at 384 px; inferno colours."""
+    from io import BytesIO
+
+    from PIL import Image
+
+    from vlmatch.viz.words import is_content, shown_columns
+
+    words = ["[CLS]", "a", "dog", "on", "the", "beach", "[SEP]"]
+    assert shown_columns(words) == [2, 5] and shown_columns(words, all_words=True) == [1, 2, 3, 4, 5]
+    assert not is_content("<start>") and not is_content("The") and is_content("the dog")
+    assert shown_columns(["[CLS]", "a", "[SEP]"]) == [1]  # nothing else to show: its words
+    w = np.zeros((4, 7), dtype=np.float32)
+    w[0, :] = 0.2
+    w[0, 1] = 5.0  # "a" is hottest: with function words hidden, the scale is the shown words' own
+    w[3, 2] = w[3, 5] = 1.0  # dog and beach: bottom right cell
+    a = PairAttention(words, w, "regions", 0.5, grid=2)
+    rgb = np.full((200, 400, 3), 128, dtype=np.uint8)  # landscape 2:1
+    im = Image.open(BytesIO(render(a, rgb)))
+    assert im.size == (798, 324)  # two panels of 384 x 192 (+ margins, words, title, colour bar)
+    im_all = Image.open(BytesIO(render(a, rgb, all_words=True)))
+    assert im_all.size == (1192, 548)  # five panels, three a row
+    tall = Image.open(BytesIO(render(a, np.full((400, 200, 3), 128, dtype=np.uint8))))
+    assert tall.size[1] > tall.size[0]  # a portrait photo stays portrait
+    px = np.asarray(im.convert("RGB"), dtype=int)
+    hot = px[45 + 170, 10 + 370]  # near the bottom right of the first panel: the top of the scale
+    assert hot[0] > 200 and hot[1] > 200 and hot[2] < 170  # inferno's pale yellow, not jet's dark red
+    cold = px[45 + 20, 10 + 20]
+    assert cold[2] >= cold[1]  # inferno's dark purple over grey, not jet's blue-cyan

@@ -36,6 +36,9 @@ def add_parser(sub):
     p.add_argument("--weights", help="local weights file for the backbone")
     p.add_argument("--boxes", metavar="FILE.npy", help="(k, 4) region boxes x1 y1 x2 y2 in image pixels "
                                                       "(region features); default: the backbone's grid")
+    p.add_argument("--all-words", action="store_true",
+                   help="also draw the function words (a, the, on, is ...); by default the PNG shows the content words "
+                        "(special tokens such as [CLS] never; --json keeps every token)")
     add_mirror_arg(p)
     add_backend_args(p)
     p.set_defaults(func=cmd_explain, quick_exit=True)  # ends without the interpreter's teardown (cli.quick_exit)
@@ -94,11 +97,18 @@ def cmd_explain(a):
         att = explain_pair(model, views[0], a.text, method, a.phrase, mirror_features=views[1] if mirror else None)
     att.grid, att.image = bb.info.grid, str(a.image)
     with phases("render"):
-        render(att, a.image, a.out, boxes=boxes)
+        render(att, a.image, a.out, boxes=boxes, all_words=a.all_words)
     if a.json:
         write_json(a.json, {"model": str(a.model), "text": a.text, **att.to_dict()})
-    print(f"{a.out}: {len(att.words)} {method} maps, score {att.score:.4f}{_mirrored(att)}")
+    print(f"{a.out}: {_drawn(att, a.all_words)} {method} maps, score {att.score:.4f}{_mirrored(att)}")
     phases.report()
+
+
+def _drawn(att, all_words: bool) -> str:
+    from ..viz.words import shown_columns
+
+    n = len(shown_columns(att.words, all_words))
+    return f"{n}" if all_words else f"{n} content-word"
 
 
 def _mirrored(att) -> str:
@@ -120,11 +130,11 @@ def explain_indexed(a, phases=None):
     if not att.grid:
         raise ConfigError(f"{idx.root}: no image grid is known (built from features without a backbone)")
     with phases("render"):
-        render(att, att.image, a.out)
+        render(att, att.image, a.out, all_words=a.all_words)
     if a.json:
         write_json(a.json, {"index": str(idx.root), "id": a.id, "text": a.text, **att.to_dict()})
     ov = getattr(idx.stage1_source, "open_vocab", None) is not None
-    print(f"{a.out}: {len(att.words)} {att.method} maps, score {att.score:.4f}{_mirrored(att)}"
+    print(f"{a.out}: {_drawn(att, a.all_words)} {att.method} maps, score {att.score:.4f}{_mirrored(att)}"
           + ("; the maps split the ranking model's part of the fused score (the concept part is not drawn)" if ov else ""))
 
 

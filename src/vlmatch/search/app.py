@@ -42,6 +42,7 @@ from ..errors import ConfigError, DataError, VlmatchError
 from ..features.photo import MissingDecoder, PhotoTooLarge, open_photo, sniff
 from ..io import printable
 from ..version import __version__
+from ..viz.words import is_content
 from .filters import Where
 from .milvus_client import RETRY_AFTER_S, Refused, Unavailable
 from .open_vocab import no_match_line
@@ -311,6 +312,8 @@ class ExplainResponse(BaseModel):
     grid: list[int] | None = Field(None, description="[rows, cols] when positions are a grid (row-major)")
     boxes: list[list[float]] | None = Field(None, description="[x0, y0, x1, y1] per position, as fractions of the image")
     vmax: float = Field(..., description="the top of the one colour scale shared by all words")
+    content: list[bool] = Field(default_factory=list, description="per word: a content word (the page opens on the "
+                                                                  "first; special tokens and function words are not)")
 
 
 class Health(BaseModel):
@@ -796,7 +799,9 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
         out, _ = await run_model(explain_job(backend.explain, id, text, method))
         shown = [w for word, w in zip(out["words"], out["weights"], strict=True) if not SPECIAL.match(word)]
         vmax = max((max(w) for w in shown or out["weights"] if len(w)), default=0.0)
-        return {"id": id, "text": text, "vmax": float(vmax), "grid": None, "boxes": None, "score": None, **out}
+        content = [is_content(word) for word in out["words"]]
+        return {"id": id, "text": text, "vmax": float(vmax), "grid": None, "boxes": None, "score": None,
+                "content": content, **out}
 
     # --- health and page --------------------------------------------------------------------------
     @app.get("/health", response_model=Health, tags=["service"])

@@ -414,7 +414,7 @@ class Index:
         return att
 
     def explain_png(self, item_id: int, text: str, method: str | None = None) -> bytes:
-        """:meth:`explain` drawn as a heat-map PNG on the indexed image file (one panel per word)."""
+        """:meth:`explain` drawn as a heat-map PNG on the indexed image file (one panel per content word)."""
         from ..viz.heatmap import render
 
         att = self.explain(item_id, text, method)

@@ -4,7 +4,9 @@ Grid features (a g x g feature map, e.g. EfficientNet's 7 x 7): each word's k = 
 laid out on the grid, upsampled bilinearly to the image and blended over it. Region features with
 stored boxes (x1, y1, x2, y2 in image pixels): each box is shaded by its weight (overlaps keep the
 largest). Every panel uses one colour scale (0 to the largest weight of the whole pair), so panels
-compare; the word is written under its panel.
+compare; the word is written under its panel. The panels are the photo at its own aspect ratio, 384 px on
+its long side, with the web page's inferno scale and opacity, and a colour bar; content words only unless
+asked (:mod:`vlmatch.viz.words`).
 """
 
 from __future__ import annotations
@@ -46,48 +48,76 @@ def word_maps(att: PairAttention, size: tuple[int, int], boxes: np.ndarray | Non
     return up[:, 0].numpy()
 
 
-def render(att: PairAttention, image, out=None, boxes=None, cols: int | None = None, display: int = 224,
-           title: str | None = None) -> Path | bytes:
-    """The PNG: the image (a path or an HxWx3 uint8 array) with one overlay per word, written to
-    ``out`` (returned), or returned as bytes when ``out`` is None."""
+PANEL = 384  # px on a panel's long side: the photo as the web page shows it, not a stamp
+CMAP = "inferno"  # the web page's scale (search/static/index.html: its STOPS are inferno's)
+
+
+def overlay(rgb: np.ndarray, m: np.ndarray, vmax: float) -> np.ndarray:
+    """The photo with one map laid over it as the web page lays it: the colour of ``m / vmax`` on the inferno
+    scale, its opacity growing with the value (0.15 at 0, 0.75 at the top), so cold places keep the photo."""
+    from matplotlib import colormaps
+
+    t = np.clip(m / vmax, 0.0, 1.0)[..., None]
+    colour = colormaps[CMAP](t[..., 0])[..., :3] * 255.0
+    alpha = 0.15 + 0.6 * t
+    return np.clip(np.rint(rgb * (1 - alpha) + colour * alpha), 0, 255).astype(np.uint8)
+
+
+def render(att: PairAttention, image, out=None, boxes=None, cols: int | None = None, display: int = PANEL,
+           title: str | None = None, all_words: bool = False) -> Path | bytes:
+    """The PNG: the image (a path or an HxWx3 uint8 array), at its own aspect ratio, with one overlay per
+    content word (:func:`vlmatch.viz.words.shown_columns`: special tokens never, function words with
+    ``all_words``) on one colour scale (inferno, as the web page; 0 to the largest weight of the words shown)
+    and a colour bar, written to ``out`` (returned), or returned as bytes when ``out`` is None."""
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
     from matplotlib.figure import Figure  # not pyplot: no global figure state, and a third of the import time
     from PIL import Image
+
+    from .words import shown_columns
 
     if isinstance(image, (str, Path)):
         from ..features.photo import open_photo
 
-        pil = open_photo(Path(image))  # as displayed: the maps were computed on the upright photo
+        pil = open_photo(Path(image), display)  # as displayed: the maps were computed on the upright photo
     else:
         pil = Image.fromarray(np.asarray(image, dtype=np.uint8))
-    scale = display / max(pil.size)
+    w0, h0 = pil.size
+    scale = display / max(w0, h0)
     if boxes is not None:
         boxes = np.asarray(boxes, dtype=np.float64) * scale
-    pil = pil.resize((max(1, round(pil.size[0] * scale)), max(1, round(pil.size[1] * scale))), Image.BILINEAR)
-    rgb = np.asarray(pil)
+    pil = pil.resize((max(1, round(w0 * scale)), max(1, round(h0 * scale))), Image.BILINEAR)
+    rgb = np.asarray(pil, dtype=np.float64)
+    shown = shown_columns(att.words, all_words)
     maps = word_maps(att, pil.size, boxes)
-    vmax = float(att.weights.max())
+    vmax = float(att.weights[:, shown].max()) if shown else 0.0
     if not vmax > 0:  # signed maps (contribution, gradient, occlusion) with no positive weight: nothing to light
         vmax = 1.0
-    n = len(att.words)
-    cols = cols or min(n, 6)
-    rows = -(-n // cols)
-    fig = Figure(figsize=(2.2 * cols, 2.5 * rows + 0.6))
-    axes = fig.subplots(rows, cols, squeeze=False)
-    mappable = None
-    for j, ax in enumerate(axes.flat):
+    n = len(shown)
+    cols = cols or min(max(n, 1), 3)
+    rows = max(1, -(-n // cols))
+    dpi = 100
+    pw, ph = pil.size[0] / dpi, pil.size[1] / dpi  # a panel at the photo's own aspect ratio, one pixel per pixel
+    label, head, bar = 0.32, 0.45, 0.55  # inches: a word under each panel, the title, the colour bar
+    fig = Figure(figsize=(cols * (pw + 0.1) + 0.1, rows * (ph + label) + head + bar), dpi=dpi)
+    W, H = fig.get_size_inches()
+    for k, j in enumerate(shown):
+        r, c = divmod(k, cols)
+        left = (0.1 + c * (pw + 0.1)) / W
+        bottom = (H - head - (r + 1) * (ph + label) + label) / H
+        ax = fig.add_axes((left, bottom, pw / W, ph / H))
         ax.axis("off")
-        if j >= n:
-            continue
-        ax.imshow(rgb)
-        mappable = ax.imshow(maps[j], cmap="jet", alpha=0.5, vmin=0.0, vmax=vmax)
-        ax.set_title(att.words[j], y=-0.14, fontsize=11)
-    fig.colorbar(mappable, ax=axes.ravel().tolist(), fraction=0.02, pad=0.02, label=f"{att.method} ({att.axis})")
-    fig.suptitle(title or f"{att.method} maps, score {att.score:.3f}", fontsize=10)
+        ax.imshow(overlay(rgb, maps[j], vmax), interpolation="nearest")
+        ax.text(0.5, -0.02, att.words[j], transform=ax.transAxes, ha="center", va="top", fontsize=13)
+    cax = fig.add_axes((0.2, 0.18 / H, 0.6, 0.14 / H))
+    fig.colorbar(ScalarMappable(Normalize(0.0, vmax), CMAP), cax=cax, orientation="horizontal",
+                 label=f"{att.method} ({att.axis}), one scale for every word")
+    fig.suptitle(title or f"{att.method} maps, score {att.score:.3f}", fontsize=12, y=1 - 0.12 / H, va="top")
     if out is None:
         buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=80)
+        fig.savefig(buf, format="png", dpi=dpi)
         return buf.getvalue()
     out = Path(out)
     with atomic_path(out) as tmp:
-        fig.savefig(tmp, format="png", dpi=80)
+        fig.savefig(tmp, format="png", dpi=dpi)
     return out
