@@ -200,21 +200,32 @@ def no_match_line(results):
 NO_MATCH = "no photo matches these filters"
 
 
-def format_results(results, what: str) -> str:
+def format_results(results, what: str, where=None) -> str:
     """The result table; a name with a line break, a tab or bytes that are not UTF-8 is shown escaped
-    (``\\n``, ``\\xe9``), so every result is one line."""
-    # a photo's capture time (to the minute; "-" when it has none), when any result records one
-    taken = what == "file" and any(getattr(r, "taken", None) for r in results)
+    (``\\n``, ``\\xe9``), so every result is one line. Photos show their capture time, camera and place (GPS,
+    to about 100 m) in columns when any result records one, or when the search filters on it (``where``)."""
+    cols = []  # (heading, width, the cell of a result) for each column shown
+    if what == "file":
+        def cell(r, name):
+            return getattr(r, name, None)
+
+        if any(cell(r, "taken") for r in results) or (where is not None and (where.after or where.before)):
+            cols.append(("taken", 16, lambda r: (cell(r, "taken") or "-")[:16].replace("T", " ")))
+        if any(cell(r, "camera") for r in results) or (where is not None and where.camera):
+            width = min(24, max([6, *(len(cell(r, "camera") or "") for r in results)]))
+            cols.append(("camera", width, lambda r: _clip(printable(cell(r, "camera") or "-", controls=True), width)))
+        if any(cell(r, "gps") for r in results) or (where is not None and where.near):
+            cols.append(("place", 19, lambda r: _place(cell(r, "gps"))))
     # the probability that the photo matches (an index with a relevance scale: docs/open-vocabulary.md)
     rel = any(getattr(r, "relevance", None) is not None for r in results)
     lines = [f"{'rank':>4}  " + (f"{'relevance':>9}  " if rel else "") + f"{'score':>8}  {'stage1':>8}  "
-             + (f"{'taken':<16}  " if taken else "") + what]
+             + "".join(f"{h:<{w}}  " for h, w, _ in cols) + what]
     for r in results:
         name = printable(str(r.path if what == 'file' else r.text), controls=True)
-        when = f"{(getattr(r, 'taken', None) or '-')[:16].replace('T', ' '):<16}  " if taken else ""
+        extra = "".join(f"{f(r):<{w}}  " for _, w, f in cols)
         p = getattr(r, "relevance", None)
         relevance = (f"{p:9.2f}  " if p is not None else f"{'-':>9}  ") if rel else ""
-        lines.append(f"{r.rank:>4}  {relevance}{r.score:8.4f}  {r.stage1_score:8.4f}  {when}{name}")
+        lines.append(f"{r.rank:>4}  {relevance}{r.score:8.4f}  {r.stage1_score:8.4f}  {extra}{name}")
     line = no_match_line(results) if what == "file" else None
     return "\n".join(lines + ([line] if line else []))
 
@@ -223,6 +234,17 @@ def no_match_field(results) -> dict:
     """``{"no_match": LINE}`` when the best photo is unlikely to match, else nothing."""
     line = no_match_line(results)
     return {"no_match": line} if line else {}
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def _place(gps) -> str:
+    """A photo's GPS position as ``lat,lon`` to 3 decimals (about 100 m); ``-`` when it records none."""
+    if not gps:
+        return "-"
+    return f"{gps[0]:.3f},{gps[1]:.3f}"
 
 
 def stale_reader_note(idx) -> None:
@@ -277,7 +299,7 @@ def cmd_search(a):
     if not res and where is not None:
         print(NO_MATCH)
     else:
-        print(format_results(res, what))
+        print(format_results(res, what, where))
     if a.json:
         query = {"like": a.like, "text": a.text} if a.like is not None else a.text if a.image is None else {"image": a.image}
         write_json(a.json, {"query": query, "index": a.index or str(idx.root),

@@ -73,9 +73,12 @@ def add_duplicates_parser(s) -> None:
                      description="Every photo's nearest photos by the model's image-image similarity (the cosine of "
                                  "the stage-1 image embeddings); pairs at or above --threshold are joined into groups.")
     d.add_argument("index", help="index folder")
-    d.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
-                   help=f"image-image similarity at or above which two photos are copies (default {DEFAULT_THRESHOLD}, "
-                        "chosen on benchmarks/duplicates.py)")
+    d.add_argument("--threshold", type=float,
+                   help="the similarity (cosine of the two photos' image embeddings, -1..1) at or above which two photos "
+                        "are copies of one: higher keeps only closer copies (fewer look-alikes grouped, more copies "
+                        "missed), lower catches more. Default: the index's model's own threshold, stored with a shipped "
+                        "model (chosen on copies against look-alike photos: benchmarks/duplicates_default.py), else "
+                        f"{DEFAULT_THRESHOLD}")
     d.add_argument("--neighbours", type=int, default=DEFAULT_NEIGHBOURS,
                    help=f"nearest photos looked at per photo (default {DEFAULT_NEIGHBOURS})")
     d.add_argument("--json", metavar="OUT", help="write the groups as JSON")
@@ -87,13 +90,22 @@ def cmd_duplicates(a):
     from ..search.duplicates import check_threshold, find_duplicates
     from ..search.index import Index
 
-    check_threshold(a.threshold)
+    if a.threshold is not None:
+        check_threshold(a.threshold)
     if a.neighbours < 1:
         raise ConfigError(f"--neighbours must be at least 1, not {a.neighbours}")
     if a.json:
         check_writable(a.json)
     idx = Index.open(a.index, lean_queries=False)
     rep = find_duplicates(idx, a.threshold, a.neighbours)
+    if a.threshold is None:
+        from ..search.duplicates import model_threshold
+
+        rec = model_threshold(idx)[1]
+        print(f"threshold {rep['threshold']}: " + (
+            f"the model's own (held out: pairwise precision {rec['pair_precision']:.3f}, recall "
+            f"{rec['pair_recall']:.3f}); --threshold to choose" if rec else
+            "the generic default (the model records none); --threshold to choose"))
     print(f"{'group':>5}  {'photos':>6}  {'lowest':>7}  files")
     for g, group in enumerate(rep["groups"], start=1):
         names = ", ".join(printable(p, controls=True) for p in group["paths"])

@@ -53,6 +53,9 @@ class Pretrained:
     # its query-bank calibration (vlmatch.models.calibration), when it ships one: {"method", "beta", "banks",
     # "sha256" of calibration.safetensors, "uncalibrated": val recalls without it}; ``val`` holds the calibrated ones
     calibration: dict = field(default_factory=dict)
+    # its own threshold for `vlmatch index duplicates` (the cosine of two photos' stage-1 image embeddings at or
+    # above which they are copies): {"threshold", "pair_precision", "pair_recall" (on the held-out half), "results"}
+    duplicates: dict = field(default_factory=dict)
     # the SHA-256 of weights/<name>/checksums.json, which lists every file of the folder (vlmatch.models.sealing)
     checksums_sha256: str = ""
     # its open-vocabulary fusion (vlmatch.search.open_vocab.Fusion: w0, slope, ratio, words, concepts) and the
@@ -168,6 +171,13 @@ def open_vocab_of_weights(digest: str | None) -> dict | None:
     manifest records its model's so), or None."""
     found = [e for e in entries() if digest and e.sha256 == digest and e.open_vocab]
     return dict(found[0].open_vocab) if found else None
+
+
+def duplicates_record(weights_sha256: str | None) -> dict | None:
+    """The ``duplicates`` record ({threshold, pair_precision, pair_recall, results}) of the shipped model with
+    these weights (an index manifest's ``sha256`` of its stage-1 model), or None."""
+    found = [e for e in entries() if weights_sha256 and e.sha256 == weights_sha256 and e.duplicates.get("threshold")]
+    return dict(found[0].duplicates) if found else None
 
 
 def default_score() -> str:

@@ -9,9 +9,10 @@ edge, and the connected components (union-find) of two or more photos are the gr
 the number of photos (FAISS's batched inner products); an HNSW stage 1 may miss a pair its graph does
 not reach. A group bigger than ``neighbours`` is still joined through its members' edges.
 
-The default threshold was chosen on one half of a benchmark set of Flickr8k val photos and their copies
-(``benchmarks/duplicates.py``; its other half's precision and recall are in
-``benchmarks/results/duplicates.md``).
+The threshold is the model's own: a shipped model's registry record stores the one chosen on one half of a
+set of Flickr8k val photos, their copies and photos that look alike (``benchmarks/duplicates_default.py``;
+its other half's precision and recall are in ``benchmarks/results/duplicates_default.md``);
+:data:`DEFAULT_THRESHOLD` is for a model that records none.
 """
 
 from __future__ import annotations
@@ -82,12 +83,25 @@ def similar_pairs(vectors: np.ndarray, queries: np.ndarray, threshold: float, ne
     return sorted((i, j, s) for (i, j), s in found.items())
 
 
-def find_duplicates(index, threshold: float = DEFAULT_THRESHOLD, neighbours: int = DEFAULT_NEIGHBOURS) -> dict:
+def model_threshold(index) -> tuple[float, dict | None]:
+    """The threshold of the model that made an index's stage-1 vectors (its retriever, else its model): the one
+    its shipped registry record stores (:func:`vlmatch.pretrained.duplicates_record`, with that record), else
+    :data:`DEFAULT_THRESHOLD` (and None) for a model that records none."""
+    from ..pretrained import duplicates_record
+
+    m = index.manifest
+    stage1 = m.get("retriever") or m.get("model") or {}
+    rec = duplicates_record(stage1.get("sha256"))
+    return (float(rec["threshold"]), rec) if rec else (DEFAULT_THRESHOLD, None)
+
+
+def find_duplicates(index, threshold: float | None = None, neighbours: int = DEFAULT_NEIGHBOURS) -> dict:
     """Groups of near-identical photos of an opened ``Index``: ``{"threshold", "photos", "groups": [{"ids",
-    "paths", "similarity": the lowest similarity of the pairs that joined it}], "pairs"}``."""
+    "paths", "similarity": the lowest similarity of the pairs that joined it}], "pairs"}``. ``threshold``: None
+    for the model's own (:func:`model_threshold`)."""
     from .similar import image_query
 
-    threshold = check_threshold(threshold)
+    threshold = check_threshold(model_threshold(index)[0] if threshold is None else threshold)
     coll = index._need("images")
     stage1 = getattr(coll, "stage1", None)
     if stage1 is None:
