@@ -265,3 +265,22 @@ def test_a_real_large_jpeg_reads_through_draft(tmp_path):
     Image.new("RGB", (6000, 4000), (120, 30, 200)).save(tmp_path / "big.jpg", quality=80)
     im = open_photo(tmp_path / "big.jpg", 320, max_pixels=2_000_000)  # 24 M stored, 375 k decoded (1/8)
     assert im.size == (750, 500)
+
+
+def test_a_heic_with_a_large_enough_thumbnail_is_read_through_it(tmp_path):
+    """The model sees essentially the same pixels (the thumbnail is the same photo, smaller); a thumbnail
+    smaller than the model's input is not used; orientation stays the container's."""
+    pytest.importorskip("pillow_heif")
+    photo.decoder_available("HEIF")
+    up = upright_photo(640, 480)
+    up.save(tmp_path / "t.heic", quality=90, thumbnails=[400])  # a 400 x 300 thumbnail
+    up.save(tmp_path / "plain.heic", quality=90, thumbnails=[])
+    assert open_photo(tmp_path / "t.heic", 224).size == (400, 300)  # covers 224 x 224: the thumbnail
+    assert open_photo(tmp_path / "t.heic", 320).size == (640, 480)  # 300 < 320: the full photo
+    assert open_photo(tmp_path / "t.heic").size == (640, 480)
+    thumb, full = load_image(tmp_path / "t.heic", 224), load_image(tmp_path / "plain.heic", 224)
+    assert mad(thumb, full) < 3.0
+    exif = Image.Exif()
+    exif[EXIF_ORIENTATION] = 6
+    stored_as(up, 6).save(tmp_path / "r.heic", quality=90, thumbnails=[400], exif=exif.tobytes())
+    assert mad(load_image(tmp_path / "r.heic", 224), full) < 6.0  # upright through the thumbnail too

@@ -73,3 +73,21 @@ def test_a_second_build_says_what_update_would_do_and_rebuild_proceeds(toy_ckpts
     assert build(toy_ckpts, other, out) == 0
     assert "indexed 5 photos: 5 encoded in " in capsys.readouterr().out
     assert vlmatch.Index.open(out).manifest["source"]["root"] == str(other.resolve())
+
+
+def test_photos_decoded_in_worker_processes_index_the_same(toy_ckpts, tmp_path, capsys, monkeypatch):
+    imgs = mixed_library(tmp_path / "imgs")
+    assert build(toy_ckpts, imgs, tmp_path / "thread", "--skip-bad") == 0
+    monkeypatch.setenv("VLMATCH_DECODE_WORKERS", "2")
+    assert build(toy_ckpts, imgs, tmp_path / "procs", "--skip-bad") == 0
+    a, b = vlmatch.Index.open(tmp_path / "thread"), vlmatch.Index.open(tmp_path / "procs")
+    assert [it["rel"] for it in a.items] == [it["rel"] for it in b.items]
+    assert [it["sha256"] for it in a.items] == [it["sha256"] for it in b.items]
+    import numpy as np
+
+    assert np.allclose(np.asarray(a.images.stage1.vectors), np.asarray(b.images.stage1.vectors), atol=1e-5)
+    assert a.manifest["skipped"] == b.manifest["skipped"]
+    capsys.readouterr()
+    assert build(toy_ckpts, imgs, tmp_path / "stops") == 2  # without --skip-bad: one line naming the file
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "broken.jpg" in err and "--skip-bad" in err and "Traceback" not in err

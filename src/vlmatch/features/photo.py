@@ -10,6 +10,8 @@ photo is encoded, thumbnailed and explained the way a browser or a photo viewer 
    own plugin where it was built with one; a missing decoder is a one-line error naming the extra;
 2. a JPEG larger than needed decodes at 1/2, 1/4 or 1/8 scale (PIL's draft: the DCT scaled inside the
    decoder, still at least the requested size on both sides);
+   a HEIC that embeds a thumbnail covering the requested size on both sides decodes that thumbnail instead
+   (a 12 MP HEIC's HEVC decode is most of its cost);
 3. the first frame of an animated GIF / WebP / multi-page TIFF;
 4. the EXIF orientation applied (all eight values: :data:`ORIENTATION_OPS`); HEIF files carry their
    rotation in the container and pillow-heif applies it while decoding;
@@ -171,6 +173,10 @@ def open_photo(src, size: int | None = None, *, name=None, max_pixels: int | Non
             if getattr(im, "n_frames", 1) > 1:
                 im.seek(0)  # the first frame of an animation or a multi-page file
             if size and im.format == "JPEG" and im.mode in ("RGB", "L", "CMYK", "YCbCr"):
+                im.draft(im.mode, (size, size))
+            elif size and im.format == "HEIF":
+                # pillow-heif's draft: the smallest embedded thumbnail that covers size x size and is a scaled
+                # copy of the photo (same aspect, crop, rotation, colour profile), else the full decode
                 im.draft(im.mode, (size, size))
             # the pixels that will be decoded (a JPEG's at the draft's scale)
             if max_pixels is not None and im.size[0] * im.size[1] > max_pixels:

@@ -42,7 +42,6 @@ from ..errors import ConfigError, DataError
 from ..features.photo import READER_VERSION, load_image
 from ..features.photometa import mtime_taken, photo_meta
 from ..features.provenance import check_backbone, checkpoint_backbone, resolve_backbone
-from ..features.raw import NoPreview
 from ..io import atomic_dir, link_tree, read_json, write_json
 from ..models.base import MatchingModel
 from ..models.sealing import checkpoint_fingerprint
@@ -162,17 +161,19 @@ def open_vocab_for(checkpoint, backbone: dict | None, want: bool | None = None, 
 
 def image_batches(root: Path, rels: list[str], backbone, batch_size: int, skip_bad: bool,
                   date_from_mtime: bool = False):
+    from .decoding import decoder_pool, read_one
+
     size = backbone.info.input_size
+    procs = None  # the decoding processes of this build (vlmatch.search.decoding), when it has some
 
     def read_batch(a: int):
         names, arrays, bad, meta = [], [], [], []
-        for rel in rels[a:a + batch_size]:
-            try:
-                pixels, m = read_image(root, rel, size, date_from_mtime)
-            except DataError as e:
-                if not skip_bad and not isinstance(e, NoPreview):  # a RAW without a preview: always listed
-                    raise DataError(e.path, f"{e.problem}; pass --skip-bad to index the rest without it") from None
-                bad.append({"key": rel, "error": e.problem})
+        jobs = [(str(root), rel, size, date_from_mtime) for rel in rels[a:a + batch_size]]
+        for rel, pixels, m, err, no_preview in (procs.map(read_one, jobs) if procs else map(read_one, jobs)):
+            if err is not None:
+                if not skip_bad and not no_preview:  # a RAW without a preview: always listed, never a stop
+                    raise DataError(err[0], f"{err[1]}; pass --skip-bad to index the rest without it")
+                bad.append({"key": rel, "error": err[1]})
                 continue
             arrays.append(pixels)
             names.append(rel)
@@ -180,10 +181,11 @@ def image_batches(root: Path, rels: list[str], backbone, batch_size: int, skip_b
         return names, arrays, bad, meta
 
     def gen(done: int) -> Iterator[Batch]:
+        nonlocal procs
         starts = list(range(done, len(rels), batch_size))
-        # the next batch's files are read and decoded in a thread while the backbone encodes this one (the
-        # decoders release the GIL); a batch's problems still surface in batch order, after the batches before it
-        with ThreadPoolExecutor(1, thread_name_prefix="vlmatch-read") as pool:
+        # the next batch's files are read and decoded (in worker processes, or in a thread: the decoders release
+        # the GIL) while the backbone encodes this one; a batch's problems still surface in batch order
+        with decoder_pool(len(rels) - done) as procs, ThreadPoolExecutor(1, thread_name_prefix="vlmatch-read") as pool:
             ahead = pool.submit(read_batch, starts[0]) if starts else None
             for i, a in enumerate(starts):
                 names, arrays, bad, meta = ahead.result()

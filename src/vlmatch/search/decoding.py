@@ -1,0 +1,66 @@
+"""Decoding photos in worker processes beside the backbone.
+
+A 12-megapixel HEIC takes about half a second of one core to decode (HEVC has no reduced decode, where a JPEG
+decodes at 1/8 scale), so an index build of a phone library spends most of its time there. The build's
+reader thread hands each batch's files to a pool of processes, which read, decode and shrink each photo to
+the model's input size (:func:`vlmatch.search.build.read_image`) and send back only those pixels, while the
+backbone encodes the previous batch in the main process.
+
+The pool is forked (the children share the parent's loaded modules, and start in milliseconds), where the
+platform has ``fork``; it is used for builds and updates of at least :data:`MIN_FILES` photos, with
+``VLMATCH_DECODE_WORKERS`` processes (default: the machine's cores; 0 or 1: decode in the reader thread, as
+before). A problem with a file travels back as its one-line message, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+
+MIN_FILES = 64  # fewer photos than this: forking would cost more than it saves
+
+
+def decode_workers(n_files: int) -> int:
+    """How many decoding processes a build of ``n_files`` photos gets (0: none, decode in the reader thread)."""
+    raw = os.environ.get("VLMATCH_DECODE_WORKERS")
+    if "fork" not in mp.get_all_start_methods():
+        return 0
+    if raw is not None:
+        try:
+            n = int(raw)
+        except ValueError:
+            return 0
+        return n if n > 1 else 0
+    return (os.cpu_count() or 1) if n_files >= MIN_FILES and (os.cpu_count() or 1) > 1 else 0
+
+
+@contextmanager
+def decoder_pool(n_files: int):
+    """A process pool decoding photos (or None where :func:`decode_workers` says none)."""
+    n = decode_workers(n_files)
+    if not n:
+        yield None
+        return
+    pool = ProcessPoolExecutor(n, mp_context=mp.get_context("fork"))
+    try:
+        yield pool
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def read_one(args: tuple):
+    """In a worker: ``(rel, pixels, row meta, None, False)``, or ``(rel, None, None, (path, problem), no_preview)``
+    for a file that cannot be read (the error's class does not survive pickling; its words do)."""
+    from ..errors import DataError
+    from ..features.raw import NoPreview
+    from .build import read_image
+
+    root, rel, size, date_from_mtime = args
+    try:
+        pixels, meta = read_image(Path(root), rel, size, date_from_mtime)
+    except DataError as e:
+        return rel, None, None, (e.path, e.problem), isinstance(e, NoPreview)
+    return rel, pixels, meta, None, False
