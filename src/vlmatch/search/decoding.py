@@ -20,7 +20,7 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
-MIN_FILES = 64  # fewer photos than this: forking would cost more than it saves
+MIN_FILES = 16  # fewer photos than this: forking would cost more than it saves
 
 
 def decode_workers(n_files: int) -> int:

@@ -1,0 +1,140 @@
+"""HEIC at speed (issue 60, item 7): 12-megapixel HEIC and JPEG index builds, decoded in the reader thread (as
+before) and in worker processes beside the backbone; a HEIC read through an embedded thumbnail against its
+full decode.
+
+    python benchmarks/heic_speed.py [--photos 48]       # a timing: run it on a quiet machine
+
+Folders (under benchmarks/cache/heic_speed/): ``--photos`` Flickr8k val photos upscaled to 4000 x 3000 (as
+benchmarks/phone_library.py makes them) saved as JPEG q95, as HEIC q90 with the thumbnail an iPhone writes
+(320 px on the long side: smaller than the default model's 320 x 320 input, so the full photo is decoded), and
+as HEIC q90 with a 512 px thumbnail (large enough: the reader decodes it instead). Each folder is indexed with
+the shipped default model (`build_index`, skip_bad) with ``VLMATCH_DECODE_WORKERS=0`` (the reader thread) and
+with the default (one process per core), after a warm-up build; photos/s counts the whole build (model
+loading included, the same in every run).
+
+Fidelity: for ``--check`` HEICs with a 512 px thumbnail, the cosine of the model's stage-1 image embedding from
+the thumbnail read to the one from the full decode (recall is unchanged when the model sees the same photo).
+Results: benchmarks/results/heic_speed.json and .md, with the host's CPU flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import phone_library as P  # noqa: E402
+from harness import cpu_flags, cpu_model, write_report  # noqa: E402
+
+CACHE = HERE / "cache" / "heic_speed"
+RESULTS = HERE / "results" / "heic_speed"
+
+
+def folder_of(photos, fmt: str) -> Path:
+    folder = CACHE / f"{fmt}_{len(photos)}"
+    if folder.is_dir() and len(list(folder.iterdir())) == len(photos):
+        return folder
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    import pillow_heif
+
+    pillow_heif.register_heif_opener()
+    for p in photos:
+        with Image.open(P.SHARED / "images" / p["filename"]) as im:
+            im = im.convert("RGB")
+        big = im.resize((4000, 3000) if im.size[0] >= im.size[1] else (3000, 4000), Image.LANCZOS)
+        stem = Path(p["filename"]).stem
+        if fmt == "jpeg":
+            big.save(folder / f"{stem}.jpg", quality=95)
+        else:
+            big.save(folder / f"{stem}.heic", "HEIF", quality=90, thumbnails=[320 if fmt == "heic_iphone" else 512])
+    return folder
+
+
+def timed_build(folder: Path, workers: str | None) -> dict:
+    old = os.environ.pop("VLMATCH_DECODE_WORKERS", None)
+    if workers is not None:
+        os.environ["VLMATCH_DECODE_WORKERS"] = workers
+    try:
+        return P.build(folder, CACHE / f"index_{folder.name}_{workers}")
+    finally:
+        os.environ.pop("VLMATCH_DECODE_WORKERS", None)
+        if old is not None:
+            os.environ["VLMATCH_DECODE_WORKERS"] = old
+
+
+def fidelity(folder: Path, n: int) -> dict:
+    """Cosine of the default model's stage-1 image vectors: thumbnail read vs full decode."""
+    import torch
+
+    from vlmatch.features import photo
+    from vlmatch.features.backbones import backbone_for
+    from vlmatch.features.provenance import resolve_backbone
+    from vlmatch.search.build import load_index_model
+    from vlmatch.search.encode import Stage1Source
+
+    model_dir, retriever, _ = P.default_checkpoints()
+    model, _ = load_index_model(model_dir)
+    s1 = Stage1Source(model, None)
+    bb = backbone_for(resolve_backbone(model_dir, None))
+    size = bb.info.input_size
+    files = sorted(folder.iterdir())[:n]
+    thumb = [photo.load_image(f, size) for f in files]
+    full = [np.asarray(photo.open_photo(f).resize((size, size), Image.BILINEAR)) for f in files]  # no size: no thumbnail
+    with torch.inference_mode():
+        vec = [s1.image_vectors(f := bb(bb.preprocess(x)), model.encode_images(f)).float().numpy() for x in (thumb, full)]
+    a, b = (v[:, :-2] for v in vec)  # the image part [v, -c, 1] -> v (the offset and the constant are not the photo)
+    cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    return {"photos": len(files), "cosine_min": float(cos.min()), "cosine_mean": float(cos.mean())}
+
+
+def run(a) -> dict:
+    photos = P.val_photos(a.photos)
+    folders = {fmt: folder_of(photos, fmt) for fmt in ("jpeg", "heic_iphone", "heic_512")}
+    P.build(folders["jpeg"], CACHE / "index_warm_up")
+    rates = {}
+    for fmt, folder in folders.items():
+        for workers in ("0", None):
+            key = f"{fmt}/{'thread' if workers == '0' else 'processes'}"
+            rates[key] = timed_build(folder, workers)
+            print(key, rates[key], flush=True)
+    return {"command": "python benchmarks/heic_speed.py " + " ".join(sys.argv[1:]),
+            "host": {"cpu": cpu_model(), "flags": cpu_flags(), "cores": os.cpu_count()},
+            "photos": a.photos, "rates": rates, "fidelity": fidelity(folders["heic_512"], a.check)}
+
+
+def render(r: dict) -> str:
+    lines = ["# HEIC at speed (issue 60, item 7)", "", f"Command: `{r['command']}`  ",
+             f"Host: {r['host']['cpu']}, {r['host']['cores']} cores ({', '.join(r['host']['flags'])})", "",
+             f"{r['photos']} Flickr8k val photos at 12 MP (4000 x 3000), whole index builds with the shipped default:", "",
+             "| folder | decoded in | photos/s | seconds |", "|---|---|---:|---:|"]
+    for key, v in r["rates"].items():
+        fmt, where = key.split("/")
+        lines.append(f"| {fmt} | {where} | {v['images_per_s']:.1f} | {v['seconds']:.1f} |")
+    f = r["fidelity"]
+    lines += ["", f"Thumbnail read vs full decode, {f['photos']} HEICs with a 512 px thumbnail: cosine of the model's "
+                  f"image embeddings min {f['cosine_min']:.4f}, mean {f['cosine_mean']:.4f}.", ""]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--photos", type=int, default=48)
+    ap.add_argument("--check", type=int, default=8, help="HEICs for the fidelity check")
+    a = ap.parse_args(argv)
+    t0 = time.time()
+    r = run(a)
+    write_report(RESULTS, r, render)
+    print(render(r), f"({time.time() - t0:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
