@@ -168,7 +168,7 @@ def image_batches(root: Path, rels: list[str], backbone, batch_size: int, skip_b
 
     def read_batch(a: int):
         names, arrays, bad, meta = [], [], [], []
-        jobs = [(str(root), rel, size, date_from_mtime) for rel in rels[a:a + batch_size]]
+        jobs = [(read_image, str(root), rel, size, date_from_mtime) for rel in rels[a:a + batch_size]]
         for rel, pixels, m, err, no_preview in (procs.map(read_one, jobs) if procs else map(read_one, jobs)):
             if err is not None:
                 if not skip_bad and not no_preview:  # a RAW without a preview: always listed, never a stop

@@ -56,9 +56,7 @@ def read_one(args: tuple):
     for a file that cannot be read (the error's class does not survive pickling; its words do)."""
     from ..errors import DataError
     from ..features.raw import NoPreview
-    from .build import read_image
-
-    root, rel, size, date_from_mtime = args
+    read_image, root, rel, size, date_from_mtime = args  # read_image: vlmatch.search.build's (pickled by name)
     try:
         pixels, meta = read_image(Path(root), rel, size, date_from_mtime)
     except DataError as e:
