@@ -125,3 +125,32 @@ def test_a_threshold_that_joins_everything_or_nothing_is_refused_in_one_line(thr
 
     with pytest.raises(ConfigError, match=r"--threshold .*: a duplicate's similarity is above 0 and at most 1"):
         check_threshold(threshold)
+
+
+def test_the_default_threshold_is_the_models_own_and_its_figures_come_from_the_benchmark():
+    import json
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from vlmatch import pretrained
+    from vlmatch.search.duplicates import DEFAULT_THRESHOLD, model_threshold
+
+    entry = pretrained.get("vsepp-lite2-320-grounded-f8k")
+    rec = entry.duplicates
+    results = json.loads((Path(__file__).resolve().parents[2] / rec["results"]).read_text())
+    assert results["threshold"] == rec["threshold"] and results["model"] == entry.name
+    assert round(results["half_b"]["pair_precision"], 3) == rec["pair_precision"]
+    assert round(results["half_b"]["pair_recall"], 3) == rec["pair_recall"]
+    shipped = SimpleNamespace(manifest={"model": {"sha256": entry.sha256}, "retriever": None})
+    assert model_threshold(shipped) == (rec["threshold"], rec)
+    own = SimpleNamespace(manifest={"model": {"sha256": "0" * 64}, "retriever": None})
+    assert model_threshold(own) == (DEFAULT_THRESHOLD, None)  # a model that records none: the generic default
+
+
+def test_threshold_help_says_what_it_is(capsys):
+    from vlmatch.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["index", "duplicates", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "cosine of the two photos' image embeddings" in help_text and "model's own threshold" in help_text

@@ -74,7 +74,7 @@ def add_duplicates_parser(s) -> None:
                                  "the stage-1 image embeddings); pairs at or above --threshold are joined into groups.")
     d.add_argument("index", help="index folder")
     d.add_argument("--threshold", type=float,
-                   help="the similarity (cosine of the two photos' image embeddings, -1..1) at or above which two photos "
+                   help="the similarity (cosine of the two photos' image embeddings; above 0, at most 1) at or above which two photos "
                         "are copies of one: higher keeps only closer copies (fewer look-alikes grouped, more copies "
                         "missed), lower catches more. Default: the index's model's own threshold, stored with a shipped "
                         "model (chosen on copies against look-alike photos: benchmarks/duplicates_default.py), else "
