@@ -62,9 +62,9 @@ def test_content_words_at_the_photos_aspect_on_the_inferno_scale():
     a = PairAttention(words, w, "regions", 0.5, grid=2)
     rgb = np.full((200, 400, 3), 128, dtype=np.uint8)  # landscape 2:1
     im = Image.open(BytesIO(render(a, rgb)))
-    assert im.size == (798, 324)  # two panels of 384 x 192 (+ margins, words, title, colour bar)
+    assert im.size == (798, 349)  # two panels of 384 x 192 (+ margins, words, title, colour bar)
     im_all = Image.open(BytesIO(render(a, rgb, all_words=True)))
-    assert im_all.size == (1192, 548)  # five panels, three a row
+    assert im_all.size == (1192, 573)  # five panels, three a row
     tall = Image.open(BytesIO(render(a, np.full((400, 200, 3), 128, dtype=np.uint8))))
     assert tall.size[1] > tall.size[0]  # a portrait photo stays portrait
     px = np.asarray(im.convert("RGB"), dtype=int)

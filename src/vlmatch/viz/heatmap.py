@@ -98,7 +98,7 @@ def render(att: PairAttention, image, out=None, boxes=None, cols: int | None = N
     rows = max(1, -(-n // cols))
     dpi = 100
     pw, ph = pil.size[0] / dpi, pil.size[1] / dpi  # a panel at the photo's own aspect ratio, one pixel per pixel
-    label, head, bar = 0.32, 0.45, 0.55  # inches: a word under each panel, the title, the colour bar
+    label, head, bar = 0.32, 0.45, 0.8  # inches: a word under each panel, the title, the colour bar
     fig = Figure(figsize=(cols * (pw + 0.1) + 0.1, rows * (ph + label) + head + bar), dpi=dpi)
     W, H = fig.get_size_inches()
     for k, j in enumerate(shown):
@@ -109,7 +109,7 @@ def render(att: PairAttention, image, out=None, boxes=None, cols: int | None = N
         ax.axis("off")
         ax.imshow(overlay(rgb, maps[j], vmax), interpolation="nearest")
         ax.text(0.5, -0.02, att.words[j], transform=ax.transAxes, ha="center", va="top", fontsize=13)
-    cax = fig.add_axes((0.2, 0.18 / H, 0.6, 0.14 / H))
+    cax = fig.add_axes((0.2, 0.5 / H, 0.6, 0.14 / H))  # its ticks and label below it
     fig.colorbar(ScalarMappable(Normalize(0.0, vmax), CMAP), cax=cax, orientation="horizontal",
                  label=f"{att.method} ({att.axis}), one scale for every word")
     fig.suptitle(title or f"{att.method} maps, score {att.score:.3f}", fontsize=12, y=1 - 0.12 / H, va="top")
