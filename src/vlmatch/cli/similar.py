@@ -74,10 +74,11 @@ def add_duplicates_parser(s) -> None:
                                  "the stage-1 image embeddings); pairs at or above --threshold are joined into groups.")
     d.add_argument("index", help="index folder")
     d.add_argument("--threshold", type=float,
-                   help="the similarity (cosine of the two photos' image embeddings; above 0, at most 1) at or above which two photos "
-                        "are copies of one: higher keeps only closer copies (fewer look-alikes grouped, more copies "
-                        "missed), lower catches more. Default: the index's model's own threshold, stored with a shipped "
-                        "model (chosen on copies against look-alike photos: benchmarks/duplicates_default.py), else "
+                   help="the similarity (cosine of the two photos' image embeddings; above 0, at most 1) at or above "
+                        "which two photos are copies of one: higher keeps only closer copies (fewer look-alikes "
+                        "grouped, more copies missed), lower catches more. Default: the index's model's own "
+                        "threshold, stored with a shipped model (chosen on copies against look-alike photos: "
+                        "benchmarks/duplicates_default.py), else "
                         f"{DEFAULT_THRESHOLD}")
     d.add_argument("--neighbours", type=int, default=DEFAULT_NEIGHBOURS,
                    help=f"nearest photos looked at per photo (default {DEFAULT_NEIGHBOURS})")
