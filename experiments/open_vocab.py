@@ -267,7 +267,7 @@ def choose(a) -> None:
         c = chosen[1 - h]
         r = t2i_ranks(zD + (c["w0"] + c["slope"] * rare_d)[None, :] * zCD[c["form"]])
         cross_d[half == h] = r[half == h]
-    zero = {f: t2i_ranks(C[f]) for f in forms}  # noqa: F841 (the forms' own rows below)
+    zero = {f: t2i_ranks(C[f]) for f in forms}  # each form alone, on the held-out model's queries
     fd = t2i_ranks(zD + (final["w0"] + final["slope"] * rare_d)[None, :] * zCD[final["form"]])
     final = {**final, "ratio_default": ratios_default[final["form"]]}
     default_ranks = t2i_ranks(zD)
@@ -382,6 +382,19 @@ def isotonic_apply(knots: tuple[list[float], list[float]], x: np.ndarray) -> np.
     return np.interp(x, knots[0], knots[1])
 
 
+def reliability(predicted: np.ndarray, truth: np.ndarray) -> list[dict]:
+    """The reliability curve: pairs in ten bins of predicted probability, each bin's mean prediction and observed
+    rate of matches."""
+    edges = np.linspace(0, 1, 11)
+    bins = []
+    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+        m = (predicted >= lo) & (predicted < hi if hi < 1 else predicted <= hi)
+        if m.any():
+            bins.append({"range": [round(lo, 1), round(hi, 1)], "pairs": int(m.sum()),
+                         "predicted": round(float(predicted[m].mean()), 4), "observed": round(float(truth[m].mean()), 4)})
+    return bins
+
+
 def shipped_fused(captions: list[str]) -> tuple[np.ndarray, dict]:
     """The default model's fused val scores with the shipped fusion (protocol.json's choice)."""
     choice = json.loads((RESULTS / "protocol.json").read_text())["choice_shipped"]
@@ -412,14 +425,7 @@ def relevance(a) -> None:
         a_, b_ = platt_fit(F[:, fit].ravel(), gt[:, fit].ravel().astype(np.float64))
         platt = 1 / (1 + np.exp(-(a_ * F + b_)))
         P = isotonic_apply(knots, F)
-        edges = np.linspace(0, 1, 11)
-        pe, ge = P[:, ev].ravel(), gt[:, ev].ravel()
-        bins = []
-        for lo, hi in zip(edges[:-1], edges[1:], strict=True):
-            m = (pe >= lo) & (pe < hi if hi < 1 else pe <= hi)
-            if m.any():
-                bins.append({"range": [round(lo, 1), round(hi, 1)], "pairs": int(m.sum()),
-                             "predicted": round(float(pe[m].mean()), 4), "observed": round(float(ge[m].mean()), 4)})
+        bins = reliability(P[:, ev].ravel(), gt[:, ev].ravel())
         top_present = P.max(0)
         Pr = np.where(gt, -1.0, P)
         top_removed = Pr.max(0)
@@ -430,13 +436,7 @@ def relevance(a) -> None:
         ts = np.linspace(0.0, 1.0, 201)
         best = max(ts, key=lambda t: rates(t, fit)[0] - rates(t, fit)[1])  # Youden's J on the fitting half
         flag_removed, flag_present = rates(best, ev)
-        pe_p = platt[:, ev].ravel()
-        platt_bins = []
-        for lo, hi in zip(edges[:-1], edges[1:], strict=True):
-            m = (pe_p >= lo) & (pe_p < hi if hi < 1 else pe_p <= hi)
-            if m.any():
-                platt_bins.append({"range": [round(lo, 1), round(hi, 1)], "pairs": int(m.sum()),
-                                   "predicted": round(float(pe_p[m].mean()), 4), "observed": round(float(ge[m].mean()), 4)})
+        platt_bins = reliability(platt[:, ev].ravel(), gt[:, ev].ravel())
         out["halves"][str(h)] = {"knots": len(knots[0]), "platt": {"a": a_, "b": b_, "reliability": platt_bins},
                                  "threshold": round(float(best), 3), "reliability": bins,
                                  "flagged_when_removed": round(flag_removed, 4),

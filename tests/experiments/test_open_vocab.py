@@ -49,3 +49,21 @@ def test_bootstrap_interval_holds_the_figure():
 
 def test_rare_share_counts_words_training_never_used():
     assert np.allclose(ov.rare_share(["a dog eats pizza", "the"], {"dog", "eats"}), [1 / 3, 0.0])
+
+
+def test_reliability_bins_hold_every_pair_once():
+    g = np.random.default_rng(3)
+    p = g.random(1000)
+    y = g.random(1000) < p
+    bins = ov.reliability(p, y)
+    assert sum(b["pairs"] for b in bins) == 1000 and len(bins) == 10
+    assert all(abs(b["predicted"] - b["observed"]) < 0.15 for b in bins)  # a calibrated predictor
+
+
+def test_isotonic_fit_is_increasing_and_reads_the_rates():
+    g = np.random.default_rng(4)
+    x = g.normal(0, 1, 50000)
+    y = (g.random(50000) < 1 / (1 + np.exp(-(4 * x - 6)))).astype(float)
+    kx, ky = ov.isotonic_fit(x, y, per_bin=50)
+    assert kx == sorted(kx) and ky == sorted(ky)
+    assert abs(float(ov.isotonic_apply((kx, ky), np.array([2.0]))[0]) - 1 / (1 + np.exp(-2.0))) < 0.1
