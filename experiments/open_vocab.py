@@ -330,7 +330,46 @@ def render(out: dict) -> str:
                      f"{out['rows']['zero_shot_forms_heldout_concepts'][f]['t2i_rsum']} |")
     lines += ["", f"Selection: {out['selection']}.", "", f"Per half: {json.dumps(out['choice_per_half'])}", "",
               f"Shipped: {json.dumps(out['choice_shipped'])}", "", f"Reproduce: `{out['command']}`", ""]
-    return "\n".join(lines)
+    return "\n".join(lines + other_rows())
+
+
+def other_rows() -> list[str]:
+    """The relevance, two-thing and hubness rows (their own JSON files), as written by their commands."""
+    lines = []
+    rel = RESULTS / "relevance.json"
+    if rel.is_file():
+        r = json.loads(rel.read_text())
+        lines += ["## Relevance and 'nothing matches'", "", r["what"] + ".", "",
+                  f"Cross-fitted: flagged when the query's photo was removed **{r['cross_fitted']['flagged_when_removed']}**,"
+                  f" when present **{r['cross_fitted']['flagged_when_present']}**; shipped threshold "
+                  f"{r['shipped']['threshold']}.", "", "| predicted (half A fit, half B pairs) | pairs | observed |",
+                  "|---|---:|---:|"]
+        lines += [f"| {b['predicted']} | {b['pairs']} | {b['observed']} |" for b in r["halves"]["0"]["reliability"]]
+        lines += ["", f"Reproduce: `{r['command']}`", ""]
+    for ev in ("model", "concept", "both"):
+        f = RESULTS / f"two_things_{ev}.json"
+        if f.is_file():
+            t = json.loads(f.read_text())
+            if not lines or not lines[-1].startswith("| two"):
+                lines += ["## Queries that name two things", "", t["what"] + ".", "",
+                          "| evidence | queries | top 5 holding both: before | after (cross-fitted) | harder pairs: "
+                          "before | after |", "|---|---:|---:|---:|---:|---:|"]
+            h = t["hard_pairs"]
+            lines.append(f"| two things, {ev} | {t['queries']} | {t['before']} | {t['after_cross_fitted']} | "
+                         f"{h['before']} | {h['after_cross_fitted']} |")
+    if lines and lines[-1].startswith("| two"):
+        lines += ["", "Reproduce: `python experiments/open_vocab.py two-things --evidence EVIDENCE`", ""]
+    hub = RESULTS / "hubness.json"
+    if hub.is_file():
+        d = json.loads(hub.read_text())
+        lines += ["## Photos unlike anything seen (hubness)", "", d["what"] + ".", "",
+                  "| photos | mean k-occurrence: ranker | fused | max: ranker | fused |", "|---|---:|---:|---:|---:|"]
+        for k in (*OOD_KINDS, "val"):
+            a, b = d["systems"]["ranker"][k], d["systems"]["fused"][k]
+            lines.append(f"| {k} | {a['mean_k_occurrence']} | {b['mean_k_occurrence']} | {a['max_k_occurrence']} | "
+                         f"{b['max_k_occurrence']} |")
+        lines += ["", f"Reproduce: `{d['command']}`", ""]
+    return lines
 
 
 def platt_fit(x: np.ndarray, y: np.ndarray, iters: int = 50) -> tuple[float, float]:
