@@ -31,7 +31,7 @@ class FakeOpenVocab:
     def weights(self, texts):
         return torch.tensor([0.5 + 0.1 * len(t.split()) for t in texts])
 
-    def query_vectors(self, texts, model_vectors=None):
+    def query_vectors(self, texts):
         return self.embed(texts) * self.weights(texts)[:, None]
 
 

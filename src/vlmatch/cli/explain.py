@@ -133,9 +133,11 @@ def explain_indexed(a, phases=None):
         render(att, att.image, a.out, all_words=a.all_words)
     if a.json:
         write_json(a.json, {"index": str(idx.root), "id": a.id, "text": a.text, **att.to_dict()})
+    from ..search.service import maps_show
+
     ov = getattr(idx.stage1_source, "open_vocab", None) is not None
     print(f"{a.out}: {_drawn(att, a.all_words)} {att.method} maps, score {att.score:.4f}{_mirrored(att)}"
-          + ("; the maps split the ranking model's part of the fused score (the concept part is not drawn)" if ov else ""))
+          + (f"; the maps split {maps_show(idx)}" if ov else ""))
 
 
 def default_explainer() -> tuple[str, str]:

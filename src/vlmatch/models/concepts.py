@@ -33,7 +33,6 @@ from torch import Tensor
 from ..errors import ConfigError
 
 _NAMES: dict = {}  # name vectors by (lexicon, text model, template): shared by the scorers of one process
-DEFAULTS = {"temperature": 1.0, "top_k": 16, "ic_power": 1.0, "template": "a photo of a {}."}
 
 
 @dataclass(frozen=True)
@@ -41,11 +40,11 @@ class ConceptOptions:
     """How a photo's class posterior becomes its concept vector (chosen on the concept-held-out protocol:
     docs/open-vocabulary.md). ``tree``: False is plain ConSE over the 1,000 classes."""
 
-    temperature: float = DEFAULTS["temperature"]
-    top_k: int = DEFAULTS["top_k"]
-    ic_power: float = DEFAULTS["ic_power"]
+    temperature: float = 1.0
+    top_k: int = 16
+    ic_power: float = 1.0
     tree: bool = True
-    template: str = DEFAULTS["template"]
+    template: str = "a photo of a {}."
     max_leaves: int = 1000  # nodes over more of the head's classes than this are left out (too general to name)
     unit: bool = True  # False: the weights renormalised to sum 1 (the concept score is an expected cosine)
 

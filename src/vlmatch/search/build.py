@@ -541,6 +541,19 @@ def update_index(path, skip_bad: bool = False, batch_size: int = 64, progress: b
         return _update(out, *open_parts(out), skip_bad, batch_size, progress, weights, date_from_mtime)
 
 
+def open_vocab_to_update(manifest: dict):
+    """(the open-vocabulary part an update encodes with, whether every photo must be encoded again to add it).
+    An index built with the part keeps it; one built with --no-open-vocab stays without; one built before the part
+    existed (no ``open_vocab`` key) gets it where its model ships with a fusion: one more backbone pass per photo."""
+    if manifest.get("open_vocab"):
+        return open_vocab_of(manifest), False
+    if "open_vocab" in manifest:
+        return None, False
+    ov = open_vocab_for(None, manifest.get("backbone"),
+                        weights_sha256=(manifest.get("retriever") or manifest["model"]).get("sha256"))
+    return ov, ov is not None
+
+
 def _update(out: Path, manifest: dict, parts: dict, skip_bad, batch_size, progress, weights,
             date_from_mtime=False) -> dict:
     from ..features.backbones import backbone_for
@@ -557,15 +570,7 @@ def _update(out: Path, manifest: dict, parts: dict, skip_bad, batch_size, progre
     # an index encoded by an older photo reader holds its EXIF-rotated photos as stored (sideways): those
     # are encoded again, as displayed (vlmatch.features.photo.READER_VERSION)
     stale_reader = manifest.get("reader", 1) < READER_VERSION
-    # an index built before the open-vocabulary part (or with another fusion) gets its concept vectors: every
-    # photo is encoded again (one backbone pass each; vlmatch.search.open_vocab)
-    recorded = manifest.get("open_vocab")
-    ov = (open_vocab_of(manifest) if recorded else
-          open_vocab_for(None, manifest.get("backbone"),
-                         weights_sha256=(manifest.get("retriever") or manifest["model"]).get("sha256"))
-          if "open_vocab" not in manifest
-          else None)  # built with --no-open-vocab: stays so
-    add_concepts = ov is not None and not recorded
+    ov, add_concepts = open_vocab_to_update(manifest)
     keep_rows, keep_items, todo, report = plan_changes(root, rels, old_items, stale_reader, add_concepts)
     if not todo and len(keep_rows) == len(old_items) and not add_concepts:
         shutil.rmtree(out / "build", ignore_errors=True)  # what an update killed before its commit left

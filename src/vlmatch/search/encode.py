@@ -100,7 +100,7 @@ class Stage1Source:
         vec = _global(net, self._placeholder(net, "image", n_regions), txt)[1]
         if self.open_vocab is None:
             return vec
-        return torch.cat([vec.float(), self.open_vocab.query_vectors(captions, vec).to(vec.device)], dim=1)
+        return torch.cat([vec.float(), self.open_vocab.query_vectors(captions).to(vec.device)], dim=1)
 
     def check(self, n_regions: int) -> int:
         """Fail early (before any encoding) when there is no stage-1 part; returns its dimension."""

@@ -188,7 +188,7 @@ class OpenVocab:
         f = self.fusion
         return torch.tensor([(f.w0 + f.slope * rare_share(t, self._vocab)) * f.ratio for t in texts])
 
-    def query_vectors(self, texts: list[str], model_vectors: torch.Tensor | None = None) -> torch.Tensor:
+    def query_vectors(self, texts: list[str]) -> torch.Tensor:
         """(n, dim) query sentence vectors times each query's weight."""
         return self.embedder.embed(texts) * self.weights(texts)[:, None]
 
