@@ -284,3 +284,23 @@ def test_a_heic_with_a_large_enough_thumbnail_is_read_through_it(tmp_path):
     exif[EXIF_ORIENTATION] = 6
     stored_as(up, 6).save(tmp_path / "r.heic", quality=90, thumbnails=[400], exif=exif.tobytes())
     assert mad(load_image(tmp_path / "r.heic", 224), full) < 6.0  # upright through the thumbnail too
+
+
+def test_the_models_input_reads_an_iphone_sized_thumbnail(tmp_path, monkeypatch):
+    """An iPhone writes a 320 x 240 thumbnail: short of a 320 x 320 input on one side, yet within
+    MODEL_THUMB_COVER of it, so the model's input reads it (the full HEVC decode is most of a build's cost);
+    what a person sees (open_photo at full cover) still decodes the photo."""
+    pytest.importorskip("pillow_heif")
+    photo.decoder_available("HEIF")
+    up = upright_photo(1600, 1200)
+    up.save(tmp_path / "iphone.heic", quality=90, thumbnails=[320])  # 320 x 240
+    up.save(tmp_path / "plain.heic", quality=90, thumbnails=[])
+    assert open_photo(tmp_path / "iphone.heic", 320).size == (1600, 1200)
+    assert open_photo(tmp_path / "iphone.heic", 320, cover=photo.MODEL_THUMB_COVER).size == (320, 240)
+    assert open_photo(tmp_path / "iphone.heic", 480, cover=photo.MODEL_THUMB_COVER).size == (1600, 1200)  # 240 < 360
+    seen = []
+    real = photo.open_photo
+    monkeypatch.setattr(photo, "open_photo", lambda *a, **k: seen.append(real(*a, **k).size) or real(*a, **k))
+    thumb = photo.load_image(tmp_path / "iphone.heic", 320)
+    assert seen == [(320, 240)]
+    assert mad(thumb, load_image(tmp_path / "plain.heic", 320)) < 4.0

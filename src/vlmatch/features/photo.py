@@ -11,7 +11,10 @@ photo is encoded, thumbnailed and explained the way a browser or a photo viewer 
 2. a JPEG larger than needed decodes at 1/2, 1/4 or 1/8 scale (PIL's draft: the DCT scaled inside the
    decoder, still at least the requested size on both sides);
    a HEIC that embeds a thumbnail covering the requested size on both sides decodes that thumbnail instead
-   (a 12 MP HEIC's HEVC decode is most of its cost);
+   (a 12 MP HEIC's HEVC decode is most of its cost); for the model's square input (:func:`load_image`)
+   a thumbnail covering :data:`MODEL_THUMB_COVER` of it suffices: the 320 x 240 thumbnail an iPhone writes
+   serves a 320 px backbone (the input is squashed to a square anyway; the embedding's cosine to the
+   full decode's is in benchmarks/results/heic_speed.md, the recall in benchmarks/results/phone_library.md);
 3. the first frame of an animated GIF / WebP / multi-page TIFF;
 4. the EXIF orientation applied (all eight values: :data:`ORIENTATION_OPS`); HEIF files carry their
    rotation in the container and pillow-heif applies it while decoding;
@@ -32,6 +35,7 @@ photo is encoded, thumbnailed and explained the way a browser or a photo viewer 
 from __future__ import annotations
 
 import io
+import math
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +46,9 @@ from .raw import RAW_SUFFIXES, NoPreview, embedded_jpeg, is_raw
 READER_VERSION = 2  # 1: stored pixels, EXIF orientation ignored (vlmatch <= 0.1 indexes)
 # the most pixels a photo may decode to (after a JPEG's reduced decode): 256 M RGB pixels are 768 MB
 MAX_DECODE_PIXELS = 256_000_000
+# the share of the model's input side an embedded HEIC thumbnail must cover on both sides to be read instead of
+# the full HEVC decode (0.75: a 4:3 iPhone thumbnail, 320 x 240, for a 320 x 320 input)
+MODEL_THUMB_COVER = 0.75
 
 # suffixes listed as photos when a folder is scanned (the content decides what each file is)
 PHOTO_SUFFIXES = frozenset({".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff",
@@ -147,13 +154,17 @@ def _no_bomb_check() -> None:
         Image.MAX_IMAGE_PIXELS = None
 
 
-def open_photo(src, size: int | None = None, *, name=None, max_pixels: int | None = MAX_DECODE_PIXELS):
+def open_photo(src, size: int | None = None, *, name=None, max_pixels: int | None = MAX_DECODE_PIXELS,
+               cover: float = 1.0):
     """The photo ``src`` (a path, the file's bytes or a binary file object) as an upright 8-bit RGB PIL
     image, as a viewer displays it. ``size``: the side the caller will shrink it to -- a JPEG then decodes
     at the smallest 1/2..1/8 scale that still covers ``size`` x ``size``. Any problem is a
     :class:`~vlmatch.errors.DataError` naming the file (``name``, else the path) and what is wrong;
     ``max_pixels``: a photo that would decode to more pixels (a JPEG: at the reduced scale) is refused
-    before it is decoded (:class:`PhotoTooLarge`; default :data:`MAX_DECODE_PIXELS`, None: no limit)."""
+    before it is decoded (:class:`PhotoTooLarge`; default :data:`MAX_DECODE_PIXELS`, None: no limit);
+    ``cover``: the share of ``size`` an embedded HEIC thumbnail must reach on both sides to be decoded
+    instead of the photo (1: all of it, for what a person sees; :func:`load_image` passes
+    :data:`MODEL_THUMB_COVER`)."""
     from PIL import Image
 
     _no_bomb_check()
@@ -177,7 +188,8 @@ def open_photo(src, size: int | None = None, *, name=None, max_pixels: int | Non
             elif size and im.format == "HEIF":
                 # pillow-heif's draft: the smallest embedded thumbnail that covers size x size and is a scaled
                 # copy of the photo (same aspect, crop, rotation, colour profile), else the full decode
-                im.draft(im.mode, (size, size))
+                side = max(1, math.ceil(size * cover))
+                im.draft(im.mode, (side, side))
             # the pixels that will be decoded (a JPEG's at the draft's scale)
             if max_pixels is not None and im.size[0] * im.size[1] > max_pixels:
                 raise PhotoTooLarge(where, f"has {im.size[0]}x{im.size[1]} pixels; the limit is {max_pixels} pixels")
@@ -224,7 +236,7 @@ def load_image(path, size: int) -> np.ndarray:
     the backbone's input. ``path``: a path, the file's bytes or a binary file object."""
     from PIL import Image
 
-    im = open_photo(path, size)
+    im = open_photo(path, size, cover=MODEL_THUMB_COVER)
     return np.asarray(im.resize((size, size), Image.BILINEAR), dtype=np.uint8)
 
 
