@@ -13,8 +13,10 @@ the shipped default model (`build_index`, skip_bad) with ``VLMATCH_DECODE_WORKER
 with the default (one process per core), after a warm-up build; photos/s counts the whole build (model
 loading included, the same in every run).
 
-Fidelity: for ``--check`` HEICs of each kind (iPhone's 320 x 240 thumbnail; 512 px), the cosine of the model's stage-1 image embedding from
-the thumbnail read to the one from the full decode (recall is unchanged when the model sees the same photo).
+Fidelity: for ``--check`` HEICs of each kind (iPhone's 320 x 240 thumbnail; 512 px), the cosine of the model's
+stage-1 image embedding from the thumbnail read to the one from the full decode (the recall of thumbnail reads:
+benchmarks/phone_library.py, whose HEICs carry an iPhone's thumbnail). ``--fidelity-only`` measures it again
+(any machine), keeping the last run's rates.
 Results: benchmarks/results/heic_speed.json and .md, with the host's CPU flags.
 """
 
