@@ -68,6 +68,10 @@ FORMS = {
     "tree8_leaf150_T05": dict(tree=True, top_k=8, ic_power=1.0, max_leaves=150, temperature=0.5),
 }
 RANKER_FORMS = ("conse10_t", "tree16_ic2")  # also tried in the ranker's own text space (no second forward)
+# ... and with their concept columns projected on the names' leading principal directions (Fusion.dims): fewer
+# columns per photo for stage 1 to read; "FORM@ranker/D"
+DIMS = (64, 96, 128)
+MAX_DIMS = 128  # the choice's budget of concept columns: the most that keep search at 100,000 photos within 10 %
 WEIGHTS = [0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0]
 RARE_SLOPES = [0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0]
 
@@ -83,7 +87,7 @@ def scores(a) -> None:
     from vlmatch.encoders.sentence import SentenceEmbedder
     from vlmatch.evaluation.scoring import model_scores
     from vlmatch.features.concepts import imagenet_head
-    from vlmatch.models.concepts import ConceptOptions, ConceptScorer
+    from vlmatch.models.concepts import ConceptOptions, ConceptScorer, principal_directions
     from vlmatch.models.registry import load_model
 
     split, grids = val_data()
@@ -108,7 +112,10 @@ def scores(a) -> None:
         for name in RANKER_FORMS:
             sc = ConceptScorer(w, b, emb, ConceptOptions(**FORMS[name]))
             v = torch.cat([sc.photo_vectors(grids[i:i + 100]) for i in range(0, len(grids), 100)])
-            np.save(OUT / f"concept_{name}_ranker_{a.tag}.npy", (v @ q.T).numpy().astype(np.float32))
+            np.save(concept_file(f"{name}@ranker", a.tag), (v @ q.T).numpy().astype(np.float32))
+            for d in DIMS:
+                u = principal_directions(sc.name_vectors(), d)
+                np.save(concept_file(f"{name}@ranker/{d}", a.tag), ((v @ u) @ (q @ u).T).numpy().astype(np.float32))
             print(f"ranker-space form {name} done ({time.time() - t0:.0f} s)", file=sys.stderr)
     if a.model_only:
         return
@@ -122,6 +129,28 @@ def scores(a) -> None:
         v = torch.cat([sc.photo_vectors(grids[i:i + 100]) for i in range(0, len(grids), 100)])
         np.save(path, (v @ q.T).numpy().astype(np.float32))
         print(f"concept form {name} done ({time.time() - t0:.0f} s)", file=sys.stderr)
+
+
+def concept_file(form: str, tag: str) -> Path:
+    """The cached (photos x captions) zero-shot scores of ``form`` ("NAME", "NAME@ranker" or "NAME@ranker/D") for
+    model ``tag`` (the base text space's are the same for every model)."""
+    name, _, space = form.partition("@")
+    if not space:
+        return OUT / f"concept_{name}.npy"
+    _, _, dims = space.partition("/")
+    return OUT / f"concept_{name}_ranker{dims}_{tag}.npy"
+
+
+def form_dims(form: str) -> int:
+    """The concept columns a form stores per photo."""
+    return int(form.partition("/")[2] or 384)
+
+
+def form_record(form: str) -> dict:
+    """A form's fusion fields: ConceptOptions, the text space and the projection (Fusion.concepts/text/dims)."""
+    name, _, space = form.partition("@")
+    return {"concepts": dict(FORMS[name]), "text": "ranker" if space else "base",
+            "dims": int(space.partition("/")[2]) if "/" in space else None}
 
 
 def train_vocab(recipe: str | None) -> set[str]:
@@ -206,14 +235,10 @@ def choose(a) -> None:
     rare_h, rare_d = rare_share(captions, vocab_h), rare_share(captions, vocab_d)
     # each form's concept scores for the held-out model and for the default: the same for the base text space,
     # each model's own for the ranker's space ("@ranker")
-    forms = list(FORMS) + [f"{f}@ranker" for f in RANKER_FORMS]
-
-    def load(form: str, tag: str) -> np.ndarray:
-        name, _, space = form.partition("@")
-        return np.load(OUT / (f"concept_{name}_ranker_{tag}.npy" if space else f"concept_{name}.npy"))
-
-    C = {f: load(f, "heldout") for f in forms}
-    CD = {f: load(f, "default") for f in forms}
+    forms = list(FORMS) + [f"{f}@ranker" for f in RANKER_FORMS] + [f"{f}@ranker/{d}" for f in RANKER_FORMS
+                                                                   for d in DIMS]
+    C = {f: np.load(concept_file(f, "heldout")) for f in forms}
+    CD = {f: np.load(concept_file(f, "default")) for f in forms}
     # the product's form (vlmatch.search.open_vocab): raw scores, the concept part scaled by the ratio of the two
     # scores' spreads over the photos (a constant per model, the mean over val queries)
     def ratio(S, Cs):
@@ -222,7 +247,8 @@ def choose(a) -> None:
     zH, zD = H, D
     zC = {k: v * ratio(H, v) for k, v in C.items()}
     base_h = t2i_ranks(zH)
-    grid = [(f, w0, s) for f in forms for w0 in WEIGHTS for s in RARE_SLOPES]
+    # the candidates: the forms within the budget of concept columns (search latency), each weight and slope
+    grid = [(f, w0, s) for f in forms if form_dims(f) <= a.max_dims for w0 in WEIGHTS for s in RARE_SLOPES]
     table = []
     zCD = {k: v * ratio(D, v) for k, v in CD.items()}
     ratios_default = {k: round(ratio(D, v), 4) for k, v in CD.items()}
@@ -278,12 +304,19 @@ def choose(a) -> None:
         return {"t2i_rsum": round(s, 2), "r1": round(r1, 2), "r5": round(r5, 2), "r10": round(r10, 2),
                 "ci95": [round(lo, 2), round(hi, 2)], "queries": int(len(sel))}
 
+    # the ceiling of any weighting of these two scores on the concept queries (their chosen form): one weight for
+    # all of them, chosen on them, and each query's own best weight (no rule of the query can beat either)
+    ceil_w = sorted(set(WEIGHTS) | {1.5, 2.0, 3.0, 5.0})
+    per_w = np.stack([t2i_ranks(zH + w * zC[final["form"]]) for w in ceil_w])  # (weights, captions)
+    one_w = int(np.argmax([rsum_t2i(r[cq])[0] for r in per_w]))
     allq = np.arange(len(captions))
     rows = {
         "heldout_concepts": {"ranker": fig(base_h, cq), "zero_shot": fig(zero[final["form"]], cq),
                              "fused_shipped_choice": fig(t2i_ranks(zH + (final["w0"] + final["slope"] * rare_h)[None, :]
                                                                    * zC[final["form"]]), cq),
-                             "fused_crossfit": fig(cross, cq)},
+                             "fused_crossfit": fig(cross, cq),
+                             f"ceiling_one_weight_{ceil_w[one_w]}": fig(per_w[one_w], cq),
+                             "ceiling_each_querys_weight": fig(per_w.min(0), cq)},
         "heldout_all": {"ranker": fig(base_h, allq), "fused_crossfit": fig(cross, allq)},
         "heldout_home": {"ranker": fig(base_h, np.flatnonzero(home)), "fused_crossfit": fig(cross, np.flatnonzero(home))},
         "default_all": {"ranker": fig(default_ranks, allq), "zero_shot": fig(t2i_ranks(CD[final["form"]]), allq),
@@ -295,11 +328,13 @@ def choose(a) -> None:
     }
     out = {"what": "text -> photo R@1+R@5+R@10 on Flickr8k val (gallery: all 1,000 photos); concept queries: the "
                    f"{len(cq)} val captions naming one of the {len(CONCEPTS)} held-out concepts",
-           "concepts": CONCEPTS, "forms": {**FORMS, **{f"{f}@ranker": {**FORMS[f], "text": "ranker"}
-                                                        for f in RANKER_FORMS}}, "weights": WEIGHTS, "slopes": RARE_SLOPES,
+           "concepts": CONCEPTS, "forms": {f: form_record(f) for f in forms}, "weights": WEIGHTS,
+           "slopes": RARE_SLOPES, "max_dims": a.max_dims,
            "candidates": len(grid), "choice_per_half": {str(h): chosen[h] for h in (0, 1)},
            "choice_shipped": final, "selection": "each half of the val photos' queries picks (form, w0, slope) among "
-           f"{len(grid)} candidates: the best held-out concept-query recall that keeps the held-out model's home "
+           f"{len(grid)} candidates (the forms storing at most {a.max_dims} concept columns per photo, the search "
+           "latency's budget; each form's figures alone are reported whatever its columns): the best held-out "
+           "concept-query recall that keeps the held-out model's home "
            "queries (naming no held-out concept) within 1 point of it alone and the default's queries within 0.5 "
            "point of the default alone; the other half's queries are ranked with it (cross-fitted). The "
            "shipped choice is the same rule on all val queries (its figures on the default model are not "
@@ -438,8 +473,7 @@ def shipped_fused(captions: list[str]) -> tuple[np.ndarray, dict]:
     """The default model's fused val scores with the shipped fusion (protocol.json's choice)."""
     choice = json.loads((RESULTS / "protocol.json").read_text())["choice_shipped"]
     D = np.load(OUT / "default_model.npy")
-    name, _, space = choice["form"].partition("@")
-    C = np.load(OUT / (f"concept_{name}_ranker_default.npy" if space else f"concept_{name}.npy"))
+    C = np.load(concept_file(choice["form"], "default"))
     vocab = set(json.loads((OUT / "default_vocab.json").read_text())["words"])
     ratio = float(D.std(0).mean() / C.std(0).mean())
     lam = (choice["w0"] + choice["slope"] * rare_share(captions, vocab)) * ratio
@@ -673,7 +707,7 @@ def two_things(a) -> None:
     ev = np.zeros((K, len(texts)))
     concept = vec[:, -ov.dim:]  # the photos' concept vectors (the shipped form)
     words = sorted({w for ws in terms for w in ws})
-    wvec = dict(zip(words, ov.embedder.embed(words).numpy(), strict=True)) if a.evidence != "model" else {}
+    wvec = dict(zip(words, ov.text_vectors(words).numpy(), strict=True)) if a.evidence != "model" else {}
     for j, ws in enumerate(terms):
         if len(ws) >= 2:
             rows = cand[:, j]
@@ -732,6 +766,31 @@ def two_things(a) -> None:
                                          "own_photo_in_top5", "hard_pairs")}, indent=1))
 
 
+REGISTRY = HERE.parent / "src" / "vlmatch" / "pretrained" / "registry.json"
+SHIPPED = "vsepp-lite2-320-grounded-f8k"
+
+
+def ship(a) -> None:
+    """Write the shipped default's open-vocabulary record into the registry from the rows that chose it: the form,
+    weights, ratio and projection from protocol.json's shipped choice, the relevance knots and threshold from
+    relevance.json (a test holds the registry to these rows); the rest of the record (words, AND beta) stays."""
+    from vlmatch.io import read_json
+
+    chosen = read_json(RESULTS / "protocol.json")
+    pick = chosen["choice_shipped"]
+    form = chosen["forms"][pick["form"]]
+    registry = read_json(REGISTRY)
+    rec = next(m for m in registry if m["name"] == SHIPPED)
+    ov = rec["open_vocab"]
+    ov.update({"w0": pick["w0"], "slope": pick["slope"], "ratio": pick["ratio_default"], "text": form["text"],
+               "concepts": dict(form["concepts"]), "relevance": read_json(RESULTS / "relevance.json")["shipped"]})
+    ov.pop("dims", None)
+    if form["dims"] is not None:
+        ov["dims"] = form["dims"]
+    write_json(REGISTRY, registry)
+    print(f"{SHIPPED}: open_vocab <- {pick['form']} w0 {pick['w0']} slope {pick['slope']} ratio {pick['ratio_default']}")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -742,15 +801,19 @@ def main(argv=None) -> None:
     s.add_argument("--model-only", action="store_true")
     s.add_argument("--concepts-only", action="store_true", help="only the concept forms not yet scored")
     s.add_argument("--ranker-forms", action="store_true", help="the RANKER_FORMS in the model's own text space")
-    sub.add_parser("choose")
+    c = sub.add_parser("choose")
+    c.add_argument("--max-dims", type=int, default=MAX_DIMS,
+                   help="the candidates' budget of concept columns per photo (384: every form)")
     sub.add_parser("relevance")
+    sub.add_parser("ship", help="write the registry's open-vocabulary record from protocol.json and relevance.json")
     h = sub.add_parser("hubness")
     h.add_argument("--n-ood", type=int, default=200)
     tt = sub.add_parser("two-things")
     tt.add_argument("--evidence", choices=("model", "concept", "both"), default="model",
                     help="each word's own score from the ranker, from the concept vectors, or both (mean)")
     a = ap.parse_args(argv)
-    {"scores": scores, "choose": choose, "relevance": relevance, "hubness": hubness, "two-things": two_things}[a.cmd](a)
+    {"scores": scores, "choose": choose, "relevance": relevance, "hubness": hubness, "two-things": two_things,
+     "ship": ship}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -122,3 +122,20 @@ def test_the_shipped_lexicon_names_imagenet_and_its_hypernyms():
     breeds = set(np.flatnonzero(cover[dog].numpy()).tolist())
     assert breeds == set(range(151, 269))  # every ILSVRC dog breed, and nothing else
     assert lex.names[281][0] == "tabby" and "cat" in {n[0] for n in (lex.names[j] for j in lex.ancestors(281))}
+
+
+def test_principal_directions_are_orthonormal_signed_and_keep_the_names_span():
+    """The projection the open-vocabulary columns use (Fusion.dims): orthonormal, a fixed sign, and at full rank
+    it keeps every inner product of vectors in the names' span."""
+    from vlmatch.models.concepts import principal_directions
+
+    names = scorer(ConceptOptions()).name_vectors()  # 7 name vectors in 8 dimensions: rank 7
+    u = principal_directions(names, 7)
+    assert torch.allclose(u.T @ u, torch.eye(7), atol=1e-5)
+    assert bool((u.gather(0, u.abs().argmax(0, keepdim=True)) > 0).all())
+    a, b = torch.rand(3, 7) @ names, torch.rand(4, 7) @ names  # mixtures of names, as photo vectors are
+    assert torch.allclose((a @ u) @ (b @ u).T, a @ b.T, atol=1e-5)
+    small = principal_directions(names, 2)
+    assert torch.allclose(small, u[:, :2], atol=1e-5)  # the leading directions, in order
+    with pytest.raises(ConfigError, match="between 1 and 8"):
+        principal_directions(names, 9)

@@ -56,8 +56,11 @@ def test_one_inner_product_is_the_fused_score(toy_ckpts):
 
 def test_fusion_records_round_trip_and_bad_ones_are_refused():
     f = Fusion(0.2, 0.5, 1.7, None, {"tree": False, "top_k": 10},
-               {"scores": [0.0, 1.0], "probabilities": [0.0, 0.5], "threshold": 0.15})
+               {"scores": [0.0, 1.0], "probabilities": [0.0, 0.5], "threshold": 0.15}, dims=96)
     assert Fusion.of(f.describe()) == f
+    assert Fusion.of({"w0": 0.1}).dims is None  # a record from before the projection: all the columns
+    with pytest.raises(ConfigError, match="dims"):
+        Fusion(0.1, dims=0)
     with pytest.raises(ConfigError, match="open-vocabulary record"):
         Fusion.of({"slope": 1})
     with pytest.raises(ConfigError, match="increasing"):
@@ -116,6 +119,6 @@ def test_the_defaults_fusion_is_the_one_its_results_rows_chose():
     chosen = json.loads((rows / "protocol.json").read_text())
     pick, forms = chosen["choice_shipped"], chosen["forms"]
     assert (rec["w0"], rec["slope"], rec["ratio"]) == (pick["w0"], pick["slope"], pick["ratio_default"])
-    form = dict(forms[pick["form"]])
-    assert rec["text"] == form.pop("text", "base") and rec["concepts"] == form
+    form = forms[pick["form"]]
+    assert (rec["concepts"], rec["text"], rec.get("dims")) == (form["concepts"], form["text"], form["dims"])
     assert rec["relevance"] == json.loads((rows / "relevance.json").read_text())["shipped"]

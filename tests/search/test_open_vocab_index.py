@@ -43,8 +43,11 @@ def test_build_then_search_in_other_processes(photos, tmp_path):
     vlmatch("index", "build", "--images", str(photos), "--out", str(idx), "--no-progress")
     m = manifest(idx)
     ov = m["open_vocab"]
-    assert ov["backbone"] == "efficientnet-lite2" and ov["dim"] == 384 and ov["relevance"]["threshold"] > 0
-    assert m["collections"]["images"]["stage1"]["dim"] == 1024 + 2 + 384  # calibrated model columns + concepts
+    from vlmatch.pretrained import default_pair, get
+
+    cols = get(default_pair()[0]).open_vocab.get("dims") or 384  # the concept columns (projected where it says)
+    assert ov["backbone"] == "efficientnet-lite2" and ov["dim"] == cols and ov["relevance"]["threshold"] > 0
+    assert m["collections"]["images"]["stage1"]["dim"] == 1024 + 2 + cols  # calibrated model columns + concepts
     out = vlmatch("search", str(idx), "a red ball on the grass", "-k", "3", "--json", str(tmp_path / "r.json"))
     assert out.stdout.splitlines()[0].split()[:3] == ["rank", "relevance", "score"]
     got = json.loads((tmp_path / "r.json").read_text())
@@ -71,7 +74,7 @@ def test_an_old_index_gets_its_concept_vectors_from_update(photos, tmp_path):
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["concepts_added"] == 6 and report["changed"] == 0 and report["new"] == 0
     m = manifest(idx)
-    assert m["open_vocab"] is not None and m["collections"]["images"]["stage1"]["dim"] == 1410
+    assert m["open_vocab"] is not None and m["collections"]["images"]["stage1"]["dim"] == 1026 + m["open_vocab"]["dim"]
     assert m["counts"]["images"] == 6
     # an index built without the fusion on purpose stays so
     idx2 = tmp_path / "plain"
@@ -101,14 +104,14 @@ def test_the_and_rescoring_orders_the_candidates_by_the_weakest_word(photos, tmp
     s1 = np.array([h.score for h in hits])
     ov = index.stage1_source.open_vocab
     concepts = np.asarray(coll.stage1.vectors[rows], dtype=np.float32)[:, -ov.dim:]
-    want = rescore(s1, concepts @ ov.embedder.embed(query_terms(text)).numpy().T, 2.0)
+    want = rescore(s1, concepts @ ov.text_vectors(query_terms(text)).numpy().T, 2.0)
     assert list(np.argsort(-want, kind="stable")) == list(range(6))
     assert all(h.score == h.stage1_score for h in hits)
 
 
 def test_milvus_lite_build_and_search_in_other_processes(photos, tmp_path):
     """The same open-vocabulary index on milvus-lite: built in one process, searched in another, with the relevance
-    scale and the concept columns (one vector field, 1,410 wide)."""
+    scale and the concept columns (one vector field: the model's columns, then the concepts')."""
     pytest.importorskip("milvus_lite")
     db = str(tmp_path / "lib.db")
     milvus = ["--backend", "milvus", "--milvus-uri", db, "--collection", "photos"]
@@ -118,7 +121,26 @@ def test_milvus_lite_build_and_search_in_other_processes(photos, tmp_path):
     got = json.loads((tmp_path / "r.json").read_text())
     assert len(got["results"]) == 3 and all(0.0 <= r["relevance"] <= 1.0 for r in got["results"])
     from vlmatch import Index
+    from vlmatch.pretrained import default_pair, get
 
     index = Index.open(milvus_uri=db, collection="photos")
-    assert index.manifest["open_vocab"]["dim"] == 384
+    assert index.manifest["open_vocab"]["dim"] == (get(default_pair()[0]).open_vocab.get("dims") or 384)
     assert [h.id for h in index.search("a red ball on the grass", k=3)] == [r["id"] for r in got["results"]]
+
+
+def test_projected_concept_columns_are_the_full_ones_on_the_names_leading_directions():
+    """A fusion with ``dims`` stores and queries the concept vectors projected on the names' leading principal
+    directions: exactly the full vectors times that basis, photos and queries alike (an index built with a record
+    without ``dims`` keeps all 384 columns: its manifest's own record is what it searches with)."""
+    import torch
+
+    from vlmatch.search.open_vocab import Fusion, OpenVocab
+
+    full = OpenVocab("efficientnet-lite2", Fusion(0.1))
+    small = OpenVocab("efficientnet-lite2", Fusion(0.1, dims=32))
+    grids = torch.randn(3, 10, 1280, generator=torch.Generator().manual_seed(0))
+    basis = small.basis
+    assert basis.shape == (384, 32) and small.dim == 32 and full.basis is None and full.dim == 384
+    assert torch.allclose(small.photo_vectors(grids), full.photo_vectors(grids) @ basis, atol=1e-5)
+    texts = ["a toaster on a kitchen counter", "a red car"]
+    assert torch.allclose(small.query_vectors(texts), full.query_vectors(texts) @ basis, atol=1e-5)

@@ -243,7 +243,7 @@ class Index:
         order = np.argsort(rows, kind="stable")  # read the memory map in file order
         concepts = np.empty((len(rows), ov.dim), dtype=np.float32)
         concepts[order] = np.asarray(stage1.vectors[rows[order]], dtype=np.float32)[:, -ov.dim:]
-        words = ov.embedder.embed(terms).float().numpy()
+        words = ov.text_vectors(terms).float().numpy()
         return rescore(s1, concepts @ words.T, ov.fusion.and_beta)
 
     def _fused(self, scores: np.ndarray, s1: np.ndarray) -> np.ndarray:
