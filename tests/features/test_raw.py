@@ -49,3 +49,15 @@ def test_a_raw_beside_the_jpeg_of_the_same_shot_is_one_photo():
     kept, pairs = pair_raws(["a/IMG_1.CR2", "a/IMG_1.JPG", "a/IMG_2.nef", "b/IMG_1.cr2", "c.jpg"])
     assert kept == ["a/IMG_1.JPG", "a/IMG_2.nef", "b/IMG_1.cr2", "c.jpg"]
     assert pairs == [{"raw": "a/IMG_1.CR2", "jpeg": "a/IMG_1.JPG"}]
+
+
+def test_a_raws_size_is_its_previews_as_displayed():
+    """What a table row records as the RAW's pixels: the preview's size (not the first IFD's sensor strip or
+    thumbnail), turned by the preview's own orientation, else the RAW's."""
+    from vlmatch.features.raw import preview_pixels
+
+    assert preview_pixels(tiff_raw(jpeg_bytes((96, 64)))) == [96, 64]
+    assert preview_pixels(tiff_raw(jpeg_bytes((96, 64)), orientation=6, canon=True)) == [64, 96]
+    assert preview_pixels(tiff_raw(jpeg_bytes((96, 64), orientation=8), orientation=1, canon=True)) == [64, 96]
+    assert preview_pixels(raf(jpeg_bytes((64, 48)))) == [64, 48]
+    assert preview_pixels(tiff_raw(None)) is None

@@ -42,6 +42,7 @@ from ..errors import ConfigError, DataError
 from ..features.photo import READER_VERSION, load_image
 from ..features.photometa import mtime_taken, photo_meta
 from ..features.provenance import check_backbone, checkpoint_backbone, resolve_backbone
+from ..features.raw import is_raw, preview_pixels
 from ..io import atomic_dir, link_tree, read_json, write_json
 from ..models.base import MatchingModel
 from ..models.sealing import checkpoint_fingerprint
@@ -102,6 +103,8 @@ def photo_row(data: bytes, path: Path, mtime_ns: int | None = None) -> dict:
         meta = {"notes": [f"EXIF not read ({type(e).__name__})"]}
     if "size" in meta:
         meta["pixels"] = meta.pop("size")
+    if is_raw(data[:16], path) and (shown := preview_pixels(data)) is not None:
+        meta["pixels"] = shown  # a RAW is read through its preview: its first IFD's size is not what is shown
     if mtime_ns is not None and "taken" not in meta:
         meta["taken"], meta["taken_from"] = mtime_taken(mtime_ns), "mtime"
     return meta
