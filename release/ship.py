@@ -321,10 +321,10 @@ def write_cards() -> None:
 
     for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
         text = path.read_text(encoding="utf-8") if path.is_file() else ""
-        for marker, short in ((card.BEGIN, False), (card.SUMMARY_BEGIN, True)):
+        for kind, (marker, _, _) in card.BLOCKS.items():
             if marker in text:
-                changed = card.update(path, summary_block=short)
-                print(f"{path.relative_to(ROOT)}: {'rewritten' if changed else 'up to date'}")
+                changed = card.update(path, kind=kind)
+                print(f"{path.relative_to(ROOT)} ({kind}): {'rewritten' if changed else 'up to date'}")
 
 
 def stage_float16(model, stage: Path, features_dir: Path):

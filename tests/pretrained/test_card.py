@@ -48,7 +48,8 @@ def test_update_rewrites_only_the_block_and_refuses_a_file_without_markers(tmp_p
 
 @pytest.mark.parametrize("doc,begin,end,render", [
     ("README.md", card.SUMMARY_BEGIN, card.SUMMARY_END, card.summary),
-    ("docs/pretrained.md", card.BEGIN, card.END, card.render)])
+    ("docs/pretrained.md", card.BEGIN, card.END, card.render),
+    ("docs/search.md", card.CALIBRATION_BEGIN, card.CALIBRATION_END, card.default_calibration)])
 def test_the_committed_card_is_the_registry_rendered(doc, begin, end, render):
     """Run `python release/ship.py --card` after changing the registry."""
     text = (ROOT / doc).read_text(encoding="utf-8")

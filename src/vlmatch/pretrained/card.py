@@ -19,6 +19,9 @@ END = "<!-- pretrained-table:end -->"
 # the README's shorter block: the table and a link to the full cards (the README is a front page)
 SUMMARY_BEGIN = "<!-- pretrained-summary:begin -->"
 SUMMARY_END = "<!-- pretrained-summary:end -->"
+# the search guide's paragraph on the default model's calibration (docs/search.md): its figures, not a copy
+CALIBRATION_BEGIN = "<!-- default-calibration:begin -->"
+CALIBRATION_END = "<!-- default-calibration:end -->"
 ROLES = {"retriever": "stage 1: one global vector per image and caption",
          "rescorer": "stage 2: re-scores stage 1's candidates pair by pair"}
 RECALLS = {"i2t_r1": "image-to-text R@1", "i2t_r5": "R@5", "i2t_r10": "R@10",
@@ -158,17 +161,32 @@ def summary(found: list[Pretrained] | None = None) -> str:
                                          "trained it): [Shipped models](docs/pretrained.md)."]) + "\n"
 
 
-def update(path: Path, block: str | None = None, summary_block: bool = False) -> bool:
-    """Rewrite the block between the markers in ``path`` (the full card's, or with ``summary_block`` the
-    summary's); True when the file changed."""
+def default_calibration(found: list[Pretrained] | None = None) -> str:
+    """The search guide's paragraph on the shipped default's calibration: its card's calibration line as prose."""
+    found = entries() if found is None else found
+    default = next((e for e in found if e.default and e.calibration), None)
+    if default is None:
+        return "The shipped default model has no calibration.\n"
+    line = _calibration_lines(default)[0][2:].replace("The val figures above are", "Its card's val figures "
+                                                      "([Shipped models](pretrained.md)) are")
+    return f"For the shipped default, `pretrained:{default.name}`: {line}\n"
+
+
+# the generated blocks: markers -> what fills them
+BLOCKS = {"card": (BEGIN, END, render), "summary": (SUMMARY_BEGIN, SUMMARY_END, summary),
+          "calibration": (CALIBRATION_BEGIN, CALIBRATION_END, default_calibration)}
+
+
+def update(path: Path, block: str | None = None, summary_block: bool = False, kind: str | None = None) -> bool:
+    """Rewrite the block between the markers in ``path`` (the full card's, with ``summary_block`` the
+    summary's, or ``kind``'s of :data:`BLOCKS`); True when the file changed."""
     path = Path(path)
     text = path.read_text(encoding="utf-8")
-    begin, end = (SUMMARY_BEGIN, SUMMARY_END) if summary_block else (BEGIN, END)
+    begin, end, fill = BLOCKS[kind or ("summary" if summary_block else "card")]
     a, b = text.find(begin), text.find(end)
     if a < 0 or b < a:
         raise DataError(path, f"holds no {begin} ... {end} block for the model card")
-    new = text[:a + len(begin)] + "\n" + ((summary() if summary_block else render()) if block is None else block) \
-        + text[b:]
+    new = text[:a + len(begin)] + "\n" + (fill() if block is None else block) + text[b:]
     if new == text:
         return False
     write_text(path, new)
