@@ -1,8 +1,13 @@
 """Every figure the registry of shipped models quotes (src/vlmatch/pretrained/registry.json) equals the results file
-it was copied from: the val recalls (experiments/results/flickr8k/RUN.json, or the grounding run's record), the
-calibration's beta and held-out figures (experiments/results/calibration/RUN.json), the explainer's pointing figures
-(experiments/results/grounding/ROW.json) and the default pair's search figures (benchmarks/results/search.json).
-A figure edited by hand, or a results file re-run without shipping again, is a problem.
+it was copied from: the val recalls of the float32 and float16 weights, the default pair's and the epochs
+(experiments/results/shipped/NAME.json, written by release/ship.py; the float32 recalls also against the training
+run's row, experiments/results/flickr8k/RUN.json, or the grounding run's record), the calibration's beta, banks and
+held-out figures (experiments/results/calibration/RUN.json and the shipped calibration.json), the explainer's
+pointing figures and reading (experiments/results/grounding/ROW.json), the default pair's search figures
+(benchmarks/results/search.json), the duplicates threshold (benchmarks/results/duplicates_default.json) and the
+open-vocabulary fusion (experiments/results/open_vocab/protocol.json and relevance.json). A figure edited by hand,
+or a results file re-run without shipping again, is a problem; tests/release/test_check.py changes every number of
+the registry in turn and shows each change named.
 
     python release/ship.py --check     # one line per problem; exit status 1 if there is any
 """
@@ -22,6 +27,22 @@ TOLERANCE = 0.006  # the registry rounds to 2 decimals
 
 def _json(path: Path):
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _leaf_diffs(a, b, path: str = "") -> list[str]:
+    """The dotted paths where two JSON values differ (numbers within TOLERANCE are equal; a key on one side only
+    differs)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b), key=str) for d in
+                (_leaf_diffs(a.get(k), b.get(k), f"{path}.{k}" if path else str(k)) if k in a and k in b else [path
+                 + ("." if path else "") + str(k)])]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in _leaf_diffs(x, y, f"{path}[{i}]")]
+    if isinstance(a, bool) or isinstance(b, bool):
+        return [] if a is b else [path]
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return [] if _close(a, b) else [path]
+    return [] if a == b else [path]
 
 
 def _close(a, b) -> bool:
@@ -63,6 +84,29 @@ def val_problems(entry, experiments: Path = EXPERIMENTS) -> list[str]:
     return out
 
 
+def shipped_problems(entry, experiments: Path = EXPERIMENTS) -> list[str]:
+    """The entry's ``val`` block against its shipping's row (experiments/results/shipped/NAME.json)."""
+    path = experiments / "shipped" / f"{entry.name}.json"
+    if not path.is_file():
+        return [f"no shipped row {path.name} (release/ship.py writes it when it ships the weights)"]
+    row = _json(path)
+    if row.get("sha256") != entry.sha256:
+        return [f"its shipped row {path.name} is of other weights ({str(row.get('sha256'))[:12]}...)"]
+    return [f"val.{d} {_get(entry.val, d)!r} is not its shipped row's {_get(row['val'], d)!r}"
+            for d in _leaf_diffs(entry.val, row["val"])]
+
+
+def _get(obj, dotted: str):
+    for part in re.split(r"\.|\[(\d+)\]", dotted):
+        if part in (None, ""):
+            continue
+        try:
+            obj = obj[int(part)] if isinstance(obj, list) else obj.get(part)
+        except (AttributeError, IndexError, ValueError):
+            return None
+    return obj
+
+
 def calibration_problems(entry, experiments: Path = EXPERIMENTS) -> list[str]:
     if not entry.calibration:
         return []
@@ -74,10 +118,17 @@ def calibration_problems(entry, experiments: Path = EXPERIMENTS) -> list[str]:
         out.append(f"calibration command is not its record's ({rec['command']})")
     if cal["beta"] != row["beta"]:  # the beta written is the one picked on half A
         out.append(f"calibration beta {cal['beta']} is not its record's {row['beta']}")
-    if not _close(cal["uncalibrated"]["rsum"], rec["uncalibrated"]["val"]["rsum"]):
-        out.append(f"uncalibrated rsum {cal['uncalibrated']['rsum']} is not its record's {rec['uncalibrated']['val']['rsum']}")
-    if not _close(entry.val["float32"]["rsum"], row["val"]["rsum"]):
-        out.append(f"calibrated val rsum {entry.val['float32']['rsum']} is not its record's {row['val']['rsum']}")
+    out += [f"calibrated val {d} {entry.val['float32'].get(d)!r} is not its record's {row['val'].get(d)!r}"
+            for d in _leaf_diffs({k: entry.val["float32"].get(k) for k in row["val"]},
+                                 {k: round(v, 2) for k, v in row["val"].items()})]
+    out += [f"uncalibrated {d} {cal['uncalibrated'].get(d)!r} is not its record's {rec['uncalibrated']['val'].get(d)!r}"
+            for d in _leaf_diffs(cal["uncalibrated"], {k: round(v, 2) for k, v in rec["uncalibrated"]["val"].items()})]
+    shipped = ROOT / "src" / "vlmatch" / "pretrained" / "weights" / entry.name / "calibration.json"
+    if shipped.is_file():
+        file = _json(shipped)
+        out += [f"calibration {d} is not the shipped calibration.json's" for d in
+                _leaf_diffs({k: cal.get(k) for k in ("beta", "banks", "sha256")},
+                            {k: file.get(k) for k in ("beta", "banks", "sha256")})]
     held = cal.get("held_out")
     if not held:
         return out + ["quotes no held-out figures of its calibration"]
@@ -97,8 +148,16 @@ def explainer_problems(entry, experiments: Path = EXPERIMENTS) -> list[str]:
     if not ex:
         return []
     g = _json(experiments / "grounding" / f"{ex['row']}.json")
-    out = [f"explainer {k} {ex[k]!r} is not its grounding row's {g[k]!r}"
-           for k in ("method", "pointing", "centre", "caption_mean", "ceiling", "phrases") if ex[k] != g[k]]
+    out = [f"explainer {k} {ex.get(k)!r} is not its grounding row's {g.get(k)!r}"
+           for k in ("method", "pointing", "centre", "caption_mean", "ceiling", "phrases") if ex.get(k) != g.get(k)]
+    if bool(ex.get("default")) != bool(entry.default):  # `vlmatch explain`'s default maps are the default model's
+        out.append(f"explainer default {ex.get('default')!r}, but the entry is {'' if entry.default else 'not '}the "
+                   "default model (whose own maps `vlmatch explain` draws by default)")
+    if bool(ex.get("mirror")) != bool(g.get("mirror")):
+        out.append(f"explainer mirror {ex.get('mirror')!r} is not its grounding row's reading (mirror "
+                   f"{bool(g.get('mirror'))})")
+    if "pointing_ci95" in ex and ex["pointing_ci95"] != g.get("pointing_ci95"):
+        out.append(f"explainer pointing_ci95 {ex['pointing_ci95']!r} is not its grounding row's {g.get('pointing_ci95')!r}")
     if ex["by_type"] != {t: v["pointing"] for t, v in g["by_type"].items()}:
         out.append("explainer by_type is not its grounding row's pointing by type")
     return out
@@ -114,7 +173,7 @@ def search_problems(entry, benchmarks: Path = BENCHMARKS) -> list[str]:
     real = next(r for r in res["real"] if r["model"] == pair["build"]["model"])
     scale, s, runs = pair["scale"][-1], entry.search, pair["build"]["runs_images_per_s"]
     want = {"build_images_per_s": round(statistics.median(runs), 1),  # the median of the runs, not the best
-            "build_images_per_s_range": [round(min(runs), 1), round(max(runs), 1)],
+            "build_images_per_s_range": [round(min(runs), 1), round(max(runs), 1)], "build_runs": len(runs),
             "query_p50_ms": round(scale["latency"]["total"]["p50_ms"], 1),
             "query_p99_ms": round(scale["latency"]["total"]["p99_ms"], 1), "n_images": scale["n"],
             "two_stage_r10": round(real["two_stage_t2i"]["100"]["r10"], 2),
@@ -125,10 +184,41 @@ def search_problems(entry, benchmarks: Path = BENCHMARKS) -> list[str]:
     return out
 
 
+def duplicates_problems(entry, benchmarks: Path = BENCHMARKS) -> list[str]:
+    d = entry.duplicates
+    if not d:
+        return []
+    res = _json(ROOT / d["results"]) if d.get("results") else None
+    if res is None or res.get("model") != entry.name:
+        return [f"duplicates cites {d.get('results')!r}, not a results file of this model"]
+    want = {"threshold": res["threshold"], "pair_precision": round(res["half_b"]["pair_precision"], 3),
+            "pair_recall": round(res["half_b"]["pair_recall"], 3)}
+    return [f"duplicates {k} {d.get(k)!r} is not {d['results']}'s {v!r}" for k, v in want.items() if d.get(k) != v]
+
+
+def open_vocab_problems(entry, experiments: Path = EXPERIMENTS) -> list[str]:
+    """The fusion record against the rows that chose it: the form, weights, ratio and projection from
+    open_vocab/protocol.json's shipped choice, the relevance knots and threshold from relevance.json."""
+    ov = entry.open_vocab
+    if not ov:
+        return []
+    rows = experiments / "open_vocab"
+    chosen = _json(rows / "protocol.json")
+    pick = chosen["choice_shipped"]
+    form = chosen["forms"][pick["form"]]
+    want = {"w0": pick["w0"], "slope": pick["slope"], "ratio": pick["ratio_default"], "text": form["text"],
+            "concepts": form["concepts"], "dims": form["dims"], "relevance": _json(rows / "relevance.json")["shipped"],
+            "and_beta": 0.0}  # the AND re-scoring: measured (two_things_*.json) and shipped off
+    got = {k: ov.get(k) for k in want}
+    return [f"open_vocab {d} is not its rows' ({rows.relative_to(ROOT)})" for d in _leaf_diffs(got, want)]
+
+
 def entry_problems(entry, experiments: Path = EXPERIMENTS, benchmarks: Path = BENCHMARKS) -> list[str]:
     """``"NAME: what differs"`` for each figure of registry entry ``entry`` that is not its results file's."""
-    found = (val_problems(entry, experiments) + calibration_problems(entry, experiments)
-             + explainer_problems(entry, experiments) + search_problems(entry, benchmarks))
+    found = (val_problems(entry, experiments) + shipped_problems(entry, experiments)
+             + calibration_problems(entry, experiments) + explainer_problems(entry, experiments)
+             + search_problems(entry, benchmarks) + duplicates_problems(entry, benchmarks)
+             + open_vocab_problems(entry, experiments))
     return [f"{entry.name}: {p}" for p in found]
 
 

@@ -31,6 +31,7 @@ ROOT = HERE.parent
 PRETRAINED = ROOT / "src" / "vlmatch" / "pretrained"
 EXPERIMENTS = ROOT / "experiments" / "results"  # the runs' rows, the calibration and grounding records
 BENCHMARKS = ROOT / "benchmarks" / "results"  # the search figures
+SHIPPED = EXPERIMENTS / "shipped"  # one row per shipping: what ship.py measured of the weights it wrote
 CACHE_ROOT = ROOT / "benchmarks" / "cache"  # the rooms' one cache: features, run folders
 sys.path.insert(0, str(ROOT / "benchmarks"))  # the input checks shared with the speed benchmarks
 FEATURES = CACHE_ROOT / "flickr8k-efficientnet-lite0"
@@ -380,6 +381,15 @@ def ship_staged(model, name: str, features_dir: Path, full: dict):
     return out, cfg, checksums, half_sims, half
 
 
+def shipped_row(entry, command: str) -> dict:
+    """The results row of a shipping (experiments/results/shipped/NAME.json): what release/ship.py measured of the
+    weights it wrote -- val recalls of the float32 and float16 copies, the default pair's, the epochs -- the one
+    source the registry's ``val`` is checked against (release/check.py)."""
+    return {"name": entry.name, "sha256": entry.sha256, "val": entry.val, "command": command,
+            "what": "Flickr8k val (1,000 images x 5,000 captions) through the engine, measured by release/ship.py "
+                    "when it wrote these weights"}
+
+
 def swap_in(stage: Path, out: Path) -> None:
     """Replace the shipped folder ``out`` by ``stage`` by renames: at every moment one of them is there whole."""
     old = out.with_name(f".{out.name}.old")
@@ -444,6 +454,7 @@ def ship(a) -> None:
         reg = [dataclasses.replace(e, explainer={**e.explainer, "default": False}) if e.explainer else e for e in reg]
     if a.default:  # one default per role
         reg = [dataclasses.replace(e, default=False) if e.role == a.role else e for e in reg]
+    write_json(SHIPPED / f"{a.name}.json", shipped_row(entry, " ".join(["python release/ship.py", *sys.argv[1:]])))
     write_json(PRETRAINED / "registry.json", [dataclasses.asdict(e) for e in reg + [entry]])
     print(f"shipped {a.name}: val rsum float32 {full['rsum']:.2f}, float16 {half['rsum']:.2f}, "
           f"{sum(f.stat().st_size for f in out.rglob('*') if f.is_file()) / 1e6:.1f} MB")

@@ -104,21 +104,3 @@ def test_two_thing_queries_prefer_the_photo_that_holds_both():
     fused = np.array([0.50, 0.52, 0.51])  # the global score prefers a photo with one of the two
     assert rescore(fused, words, 0.0).argmax() == 1
     assert rescore(fused, words, 2.0).argmax() == 0
-
-
-def test_the_defaults_fusion_is_the_one_its_results_rows_chose():
-    """The registry's open-vocabulary record is copied from the rows that chose it, not typed: the form, weights
-    and ratio from experiments/results/open_vocab/protocol.json, the relevance knots from relevance.json."""
-    import json
-    from pathlib import Path
-
-    from vlmatch.pretrained import default_pair, get
-
-    rows = Path(__file__).resolve().parents[2] / "experiments" / "results" / "open_vocab"
-    rec = get(default_pair()[0]).open_vocab
-    chosen = json.loads((rows / "protocol.json").read_text())
-    pick, forms = chosen["choice_shipped"], chosen["forms"]
-    assert (rec["w0"], rec["slope"], rec["ratio"]) == (pick["w0"], pick["slope"], pick["ratio_default"])
-    form = forms[pick["form"]]
-    assert (rec["concepts"], rec["text"], rec.get("dims")) == (form["concepts"], form["text"], form["dims"])
-    assert rec["relevance"] == json.loads((rows / "relevance.json").read_text())["shipped"]
