@@ -149,7 +149,7 @@ def main(argv=None):
     ap.add_argument("--set-explainer", nargs=2, metavar=("NAME", "ROW"),
                     help="record a grounding row on a shipped entry without shipping it again")
     ap.add_argument("--reseal", action="store_true",
-                    help="bring every shipped folder (and experiments/checkpoints/) to the current checkpoint format: "
+                    help="bring every shipped folder to the current checkpoint format: "
                          "config.json's format, each calibration bound to its weights' SHA-256, checksums.json and "
                          "the registry's checksums_sha256 written again (weights and calibrations unchanged)")
     ap.add_argument("--set-held-out", metavar="NAME",
@@ -311,9 +311,6 @@ def reseal_all() -> None:
         reg.append(dataclasses.replace(e, checksums_sha256=reseal(e.folder)))
         print(f"resealed {e.folder.relative_to(ROOT)}")
     write_json(PRETRAINED / "registry.json", [dataclasses.asdict(e) for e in reg])
-    for run in sorted((ROOT / "experiments" / "checkpoints").glob("*/best")):
-        reseal(run, run.parent / "calibration")
-        print(f"resealed {run.relative_to(ROOT)}")
 
 
 def write_cards() -> None:
