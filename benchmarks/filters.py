@@ -68,6 +68,7 @@ def _rows(n: int, seed: int = 1) -> list[dict]:
 
 def build(root: Path, n: int) -> dict:
     from vlmatch.models.registry import resolve_checkpoint
+    from vlmatch.search.backends.folder import commit
     from vlmatch.search.build import (
         _stage1_source,
         image_encoder,
@@ -78,7 +79,6 @@ def build(root: Path, n: int) -> dict:
         write_collection,
     )
     from vlmatch.search.encode import encode_part
-    from vlmatch.search.folder import commit
 
     model_ckpt, retriever_ckpt = _pair()
     model, rec = load_index_model(resolve_checkpoint(model_ckpt))

@@ -99,8 +99,8 @@ def _encoding(shape: str, v: np.ndarray):
 
 
 def _manifest(model, ckpt, kind: str, n: int, shape: str) -> dict:
+    from vlmatch.search.backends.folder import checkpoint_digest
     from vlmatch.search.build import versions
-    from vlmatch.search.folder import checkpoint_digest
     from vlmatch.weights import sha256_file
 
     return {"model": {"name": model.name, "checkpoint": str(ckpt), "sha256": sha256_file(ckpt / "model.safetensors"),
@@ -112,8 +112,8 @@ def _manifest(model, ckpt, kind: str, n: int, shape: str) -> dict:
 
 
 def build_folder(root: Path, n: int, model, ckpt, shape: str) -> dict:
+    from vlmatch.search.backends.folder import commit
     from vlmatch.search.build import save_checkpoint, stage1_of, write_collection
-    from vlmatch.search.folder import commit
     from vlmatch.search.store import EncodingWriter
 
     out = root / "folder"
@@ -138,11 +138,19 @@ def build_folder(root: Path, n: int, model, ckpt, shape: str) -> dict:
 
 def build_milvus(root: Path, n: int, model, ckpt, shape: str, uri: str | None = None) -> dict:
     """Into milvus-lite (``root/milvus.db``) or the server at ``uri`` (its collections dropped first)."""
-    from vlmatch.search.folder import seal
+    from vlmatch.search.backends.folder import seal
+    from vlmatch.search.backends.milvus.client import (
+        FORMAT,
+        MANIFEST,
+        connect,
+        ensure_anchor,
+        last_write_ts,
+        part_name,
+        write_prop,
+    )
+    from vlmatch.search.backends.milvus.layout import Layout, create_encodings, create_items, vector_type
+    from vlmatch.search.backends.milvus.probe import probe
     from vlmatch.search.milvus_build import compact, wait_indexed, write_rows
-    from vlmatch.search.milvus_client import FORMAT, MANIFEST, connect, ensure_anchor, last_write_ts, part_name, write_prop
-    from vlmatch.search.milvus_layout import Layout, create_encodings, create_items, vector_type
-    from vlmatch.search.milvus_probe import probe
     from vlmatch.search.stage1 import choose_kind
 
     db = root / "milvus.db"

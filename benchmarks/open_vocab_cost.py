@@ -64,6 +64,7 @@ def build(n_images: int, runs: int) -> dict:
 
 def synthetic_index(root: Path, n: int, open_vocab: bool):
     from vlmatch.models.registry import resolve_checkpoint
+    from vlmatch.search.backends.folder import commit
     from vlmatch.search.build import (
         _stage1_source,
         image_encoder,
@@ -75,7 +76,6 @@ def synthetic_index(root: Path, n: int, open_vocab: bool):
         write_collection,
     )
     from vlmatch.search.encode import encode_part
-    from vlmatch.search.folder import commit
 
     ckpt = resolve_checkpoint(sd._pair()[0])
     model, rec = load_index_model(ckpt)

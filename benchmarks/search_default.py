@@ -160,9 +160,9 @@ def default_scale(n: int, queries: int, k: int = 49, candidates: int = 100, keep
 
 
 def _build_synthetic(root: Path, n: int, k: int, model, retriever, rec, rrec, s1) -> dict:
+    from vlmatch.search.backends.folder import commit
     from vlmatch.search.build import image_encoder, save_checkpoint, stage1_of, versions, write_collection
     from vlmatch.search.encode import encode_part
-    from vlmatch.search.folder import commit
 
     shutil.rmtree(root, ignore_errors=True)
     work = root / "build"

@@ -202,7 +202,7 @@ def test_http_query_parameters_filter_as_python_does(lib):
 @pytest.fixture(scope="module")
 def milvus(lib):
     pytest.importorskip("milvus_lite")
-    from vlmatch.search.backend import MilvusLocation
+    from vlmatch.search.backends.base import MilvusLocation
     from vlmatch.search.milvus_build import build_milvus
 
     loc = MilvusLocation(str(lib["root"] / "m.db"), "photos")

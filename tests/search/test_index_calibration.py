@@ -72,7 +72,7 @@ def test_the_index_keeps_the_calibration_with_its_copy_of_the_model(calibrated):
 
 def test_a_milvus_index_of_the_calibrated_model_ranks_as_the_folder(calibrated, small_world, tmp_path):
     pytest.importorskip("milvus_lite")
-    from vlmatch.search.backend import MilvusLocation
+    from vlmatch.search.backends.base import MilvusLocation
     from vlmatch.search.milvus_build import build_milvus
 
     ckpt, out = calibrated

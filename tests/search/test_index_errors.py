@@ -15,8 +15,8 @@ from vlmatch.cli import main
 from vlmatch.cli.search import format_results
 from vlmatch.data.vocab import Vocab
 from vlmatch.search import build as B
+from vlmatch.search.backends.folder import COLLECTION_FILES, seal
 from vlmatch.search.checks import MAX_CAPTION_TOKENS
-from vlmatch.search.folder import COLLECTION_FILES, seal
 from vlmatch.search.index import SearchHit
 from vlmatch.weights import sha256_file
 

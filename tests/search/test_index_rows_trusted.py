@@ -33,7 +33,7 @@ def test_a_row_must_name_a_file_of_the_indexed_folder(row, refused):
 
 def _milvus_index(tmp_path):
     pytest.importorskip("milvus_lite")
-    from vlmatch.search.backend import MilvusLocation
+    from vlmatch.search.backends.base import MilvusLocation
     from vlmatch.search.milvus_build import build_milvus
 
     from .test_milvus_safety import _models
@@ -47,8 +47,8 @@ def _milvus_index(tmp_path):
 
 
 def _edit_row(loc, manifest, item_id: int, **fields):
-    from vlmatch.search.milvus_client import part_name
-    from vlmatch.search.milvus_collection import client_for
+    from vlmatch.search.backends.milvus.client import part_name
+    from vlmatch.search.backends.milvus.collection import client_for
 
     client = client_for(loc.uri)
     name = part_name(loc.collection, manifest["generation"], "images")
@@ -93,7 +93,7 @@ def test_the_service_never_shows_or_reads_an_edited_row(tmp_path):
 def test_a_folder_index_whose_table_was_edited_and_resealed_is_refused_the_same(tmp_path, capsys):
     from vlmatch.cli import main
     from vlmatch.io import write_json
-    from vlmatch.search import folder
+    from vlmatch.search.backends import folder
     from vlmatch.weights import sha256_file
 
     from .tiny import build_args

@@ -10,8 +10,8 @@ from contextlib import contextmanager
 
 import vlmatch
 from vlmatch import io
-from vlmatch.search import folder
 from vlmatch.search import index as index_module
+from vlmatch.search.backends import folder
 
 from .test_index_safety import NAMES, build, ckpts  # noqa: F401  (the module fixture)
 from .tiny import jpegs, tiny_backbone  # noqa: F401  (autouse)

@@ -4,8 +4,8 @@
 import grpc
 import pytest
 
-from vlmatch.search.milvus_client import Unavailable
-from vlmatch.search.milvus_collection import _answers
+from vlmatch.search.backends.milvus.client import Unavailable
+from vlmatch.search.backends.milvus.collection import _answers
 
 
 class _Deadline(grpc.RpcError):

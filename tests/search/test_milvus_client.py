@@ -9,7 +9,7 @@ pymilvus = pytest.importorskip("pymilvus")
 
 from vlmatch.cli import main  # noqa: E402
 from vlmatch.errors import ConfigError, DataError  # noqa: E402
-from vlmatch.search import milvus_client  # noqa: E402
+from vlmatch.search.backends.milvus import client as milvus_client  # noqa: E402
 
 
 def test_the_token_comes_from_the_environment(monkeypatch):

@@ -13,7 +13,7 @@ pytest.importorskip("milvus_lite")
 
 import vlmatch  # noqa: E402
 from vlmatch.cli import main  # noqa: E402
-from vlmatch.search.backend import MilvusLocation  # noqa: E402
+from vlmatch.search.backends.base import MilvusLocation  # noqa: E402
 from vlmatch.search.build import build_index  # noqa: E402
 from vlmatch.search.milvus_build import build_milvus  # noqa: E402
 

@@ -10,8 +10,8 @@ import torch
 pytest.importorskip("milvus_lite")
 
 from vlmatch.models.base import ImageEncoding, TextEncoding  # noqa: E402
-from vlmatch.search.milvus_client import MAX_DIM, RPC_BYTES, connect  # noqa: E402
-from vlmatch.search.milvus_layout import Layout, create_encodings, pack_float16, unpack_float16  # noqa: E402
+from vlmatch.search.backends.milvus.client import MAX_DIM, RPC_BYTES, connect  # noqa: E402
+from vlmatch.search.backends.milvus.layout import Layout, create_encodings, pack_float16, unpack_float16  # noqa: E402
 
 
 def _images(n, grid, d=512, seed=0):

@@ -18,9 +18,9 @@ pytest.importorskip("milvus_lite")
 import vlmatch  # noqa: E402
 from vlmatch import io  # noqa: E402
 from vlmatch.errors import ConfigError, DataError, VlmatchError  # noqa: E402
-from vlmatch.search.backend import MilvusLocation  # noqa: E402
+from vlmatch.search.backends.base import MilvusLocation  # noqa: E402
+from vlmatch.search.backends.milvus.client import LOCK, MANIFEST, PENDING, connect, read_prop, write_prop  # noqa: E402
 from vlmatch.search.milvus_build import build_milvus, update_milvus  # noqa: E402
-from vlmatch.search.milvus_client import LOCK, MANIFEST, PENDING, connect, read_prop, write_prop  # noqa: E402
 
 from .photo_index import SENTENCES  # noqa: E402
 from .tiny import Tiny32, jpegs, tiny_backbone  # noqa: E402, F401  (autouse)
@@ -194,7 +194,7 @@ def test_a_second_writer_is_refused_and_a_dead_writers_lock_is_taken_over(setup)
 
 
 def test_a_stage2_collection_of_another_vector_type_or_size_or_gone_is_refused_at_open(setup):
-    from vlmatch.search.milvus_layout import Layout, create_encodings
+    from vlmatch.search.backends.milvus.layout import Layout, create_encodings
 
     m = _build(setup)
     c = connect(setup["loc"].uri)

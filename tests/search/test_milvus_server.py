@@ -18,9 +18,9 @@ pytest.importorskip("pymilvus")
 import vlmatch  # noqa: E402
 from vlmatch import io  # noqa: E402
 from vlmatch.errors import VlmatchError  # noqa: E402
-from vlmatch.search.backend import MilvusLocation  # noqa: E402
+from vlmatch.search.backends.base import MilvusLocation  # noqa: E402
+from vlmatch.search.backends.milvus.client import LOCK, PENDING, connect, read_prop, write_prop  # noqa: E402
 from vlmatch.search.milvus_build import update_milvus  # noqa: E402
-from vlmatch.search.milvus_client import LOCK, PENDING, connect, read_prop, write_prop  # noqa: E402
 
 from .conftest import empty_server  # noqa: E402
 from .test_milvus_safety import _build, _counts, _models, _ranking  # noqa: E402
@@ -66,7 +66,7 @@ def _release_dead_writer(loc):
 
 
 def _fresh_clients():
-    from vlmatch.search import milvus_collection
+    from vlmatch.search.backends.milvus import collection as milvus_collection
 
     milvus_collection._CLIENTS.clear()
 
@@ -180,9 +180,9 @@ def test_a_search_before_the_commit_is_visible_sees_the_committed_generation(set
 
 
 def test_an_index_needing_float16_vectors_is_refused_on_a_server_whose_float16_search_is_wrong(setup):
-    from vlmatch.search.folder import seal
-    from vlmatch.search.milvus_client import MANIFEST
-    from vlmatch.search.milvus_collection import read_manifest
+    from vlmatch.search.backends.folder import seal
+    from vlmatch.search.backends.milvus.client import MANIFEST
+    from vlmatch.search.backends.milvus.collection import read_manifest
 
     _build(setup)
     c = connect(setup["loc"].uri)
@@ -215,7 +215,7 @@ def auth_server():
 
 def test_a_wrong_or_missing_token_is_one_line_naming_the_variable_never_the_value(auth_server, monkeypatch, capsys):
     from vlmatch.cli import main
-    from vlmatch.search.milvus_client import TOKEN_ENV
+    from vlmatch.search.backends.milvus.client import TOKEN_ENV
 
     args = ["search", "--backend", "milvus", "--milvus-uri", auth_server.uri, "--collection", "photos", "a dog"]
     for token in (None, "root:n0t-the-Passw0rd"):
@@ -237,8 +237,8 @@ def test_two_users_cannot_read_each_others_collections_where_rbac_grants_them_ap
     """Milvus 2.3 RBAC: privileges per user role on named collections. alice may read the alpha index only."""
     from pymilvus import MilvusClient
 
+    from vlmatch.search.backends.milvus.client import TOKEN_ENV
     from vlmatch.search.milvus_build import build_milvus
-    from vlmatch.search.milvus_client import TOKEN_ENV
 
     ck = _models(tmp_path / "ck")
     photos = jpegs(tmp_path / "photos", [f"p{i}.jpg" for i in range(4)])

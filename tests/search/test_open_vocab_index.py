@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vlmatch.search.folder import seal
+from vlmatch.search.backends.folder import seal
 
 from .photo_index import draw_photos
 

@@ -12,7 +12,7 @@ from PIL import Image
 import vlmatch
 from vlmatch.cli import main
 from vlmatch.features import photo
-from vlmatch.search.folder import MANIFEST, seal
+from vlmatch.search.backends.folder import MANIFEST, seal
 
 from ..features.test_photo import heic_bytes, jpeg_bytes, stored_as, upright_photo
 from .tiny import Tiny32, build_args, tiny_backbone  # noqa: F401  (tiny_backbone: autouse)
@@ -160,10 +160,10 @@ def test_update_turns_upright_what_an_older_reader_indexed_sideways(toy_ckpts, t
 
 def test_a_milvus_update_turns_upright_what_an_older_reader_indexed_sideways(toy_ckpts, tmp_path, monkeypatch):
     pytest.importorskip("milvus_lite")
-    from vlmatch.search.backend import MilvusLocation
+    from vlmatch.search.backends.base import MilvusLocation
+    from vlmatch.search.backends.milvus.client import MANIFEST, connect, write_prop
+    from vlmatch.search.backends.milvus.collection import read_manifest
     from vlmatch.search.milvus_build import build_milvus, update_milvus
-    from vlmatch.search.milvus_client import MANIFEST, connect, write_prop
-    from vlmatch.search.milvus_collection import read_manifest
 
     imgs = phone_folder(tmp_path / "phone", orientations=(1, 6))
     loc = MilvusLocation(str(tmp_path / "m.db"), "phone")

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("milvus_lite")
 
 from vlmatch.errors import ConfigError  # noqa: E402
-from vlmatch.search.backend import MilvusLocation  # noqa: E402
+from vlmatch.search.backends.base import MilvusLocation  # noqa: E402
 from vlmatch.search.index import Index  # noqa: E402
 from vlmatch.search.milvus_build import build_milvus  # noqa: E402
 

@@ -64,7 +64,7 @@ def add_backend_args(p, writing: bool = False) -> None:
 def milvus_location(a):
     """The MilvusLocation of ``--backend milvus`` (None for the folder backend); refuses half of one."""
     from ..errors import ConfigError
-    from ..search.backend import MilvusLocation
+    from ..search.backends.base import MilvusLocation
 
     if a.backend != "milvus":
         if a.milvus_uri or a.collection:

@@ -43,8 +43,8 @@ from ..features.photo import MissingDecoder, PhotoTooLarge, open_photo, sniff
 from ..io import printable
 from ..version import __version__
 from ..viz.words import is_content
+from .backends.milvus.client import RETRY_AFTER_S, Refused, Unavailable
 from .filters import Where
-from .milvus_client import RETRY_AFTER_S, Refused, Unavailable
 from .open_vocab import no_match_line
 from .service import Busy, Limits, ModelPool, SearchBackend
 
@@ -432,7 +432,7 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
 
     root = getattr(backend, "root", None)
     # the index folder as our messages write it (as given, or resolved), where it stands as a whole path;
-    # a Milvus index (vlmatch.search.backend.MilvusLocation): its name and its server's URI
+    # a Milvus index (vlmatch.search.backends.base.MilvusLocation): its name and its server's URI
     names = set() if root is None else ({str(root), root.uri} if hasattr(root, "uri") else
                                         {str(Path(root)), str(Path(root).resolve())})
     folder = None if not names else re.compile(

@@ -13,7 +13,7 @@ Layout of an index folder::
                              it swaps its parts in and commits (every encoding and FAISS index done first)
 
 What belongs to an index, what the manifest records of each part, and how a build or an update
-replaces parts so that a kill at any point leaves one complete index: :mod:`vlmatch.search.folder`.
+replaces parts so that a kill at any point leaves one complete index: :mod:`vlmatch.search.backends.folder`.
 
 Under ``torchrun`` every rank encodes one contiguous shard of the inputs into
 ``build/<what>/part-<rank>-of-<world>`` and rank 0 merges the parts (one process: one part). The
@@ -47,10 +47,20 @@ from ..io import atomic_dir, link_tree, read_json, write_json
 from ..models.base import MatchingModel
 from ..models.sealing import checkpoint_fingerprint
 from ..weights import sha256_file
+from .backends.folder import (
+    FORMAT,
+    check_out,
+    commit,
+    new_collection_id,
+    open_parts,
+    recover,
+    require_manifest,
+    swapping,
+    writer_lock,
+)
 from .changes import plan_changes
 from .checks import read_captions, read_items
 from .encode import Batch, Stage1Source, encode_part, fingerprint, read_meta
-from .folder import FORMAT, check_out, commit, new_collection_id, open_parts, recover, require_manifest, swapping, writer_lock
 from .open_vocab import open_vocab_of
 from .scan import file_stat, scan_folder  # noqa: F401 (scan_folder: imported from here by the Milvus build)
 from .stage1 import build_faiss, write_faiss
@@ -309,7 +319,7 @@ def concat_stores(folders: list[Path], out: Path, dtype: str, rows: list | None 
 
 def stage1_of(folder: Path, ann: str, nlist: int | None, hnsw_m: int):
     """The FAISS index (and its description) of the stage-1 vectors in ``folder``: built before the
-    parts are swapped, so that readers wait only for renames (:func:`vlmatch.search.folder.swapping`)."""
+    parts are swapped, so that readers wait only for renames (:func:`vlmatch.search.backends.folder.swapping`)."""
     vectors = np.load(folder / "stage1.npy", mmap_mode="r")
     index, info = build_faiss(np.asarray(vectors), ann, nlist=nlist, hnsw_m=hnsw_m)
     return index, {**info, "requested": ann}
@@ -366,8 +376,8 @@ def precomp_features(features, split: str, model, trained, manifest: dict):
 def write_collection(dest: Path, folder: Path, items: list[dict], stage1) -> dict:
     """Make the collection folder ``dest`` of the encoded rows in ``folder`` (hard links: ``folder``
     stays whole), ``items`` and ``stage1`` (:func:`stage1_of`); the old version stays as ``dest.prev``
-    until the commit (:func:`vlmatch.search.folder.commit`). Returns the collection's entry of the
-    manifest. Call it holding :func:`vlmatch.search.folder.swapping`."""
+    until the commit (:func:`vlmatch.search.backends.folder.commit`). Returns the collection's entry of the
+    manifest. Call it holding :func:`vlmatch.search.backends.folder.swapping`."""
     index, info = stage1
     with atomic_dir(dest, keep_prev=True) as tmp:
         link_tree(folder / "enc", tmp / "enc")
@@ -413,7 +423,7 @@ def build_index(out, model_ckpt, images=None, features=None, split: str = "test"
     --checkpoint A B`` measures; needs a retriever).
     ``out`` must be new, empty or an index (or an interrupted build) of its own, and lie outside the
     image folder; ``overwrite`` lets it hold other files too, which are kept (see
-    :func:`vlmatch.search.folder.check_out`). One build or update of a folder at a time.
+    :func:`vlmatch.search.backends.folder.check_out`). One build or update of a folder at a time.
     ``date_from_mtime``: a photo without an EXIF capture time is dated by its file's mtime (recorded in the
     manifest's source, so updates do the same)."""
     if images is None and features is None and captions is None:

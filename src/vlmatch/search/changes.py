@@ -51,8 +51,8 @@ def same_index_plan(out, images, model_ckpt, retriever_ckpt) -> dict | None:
     files a rebuild would encode); None otherwise (no index, another folder or model, an interrupted build
     to resume, or an index that cannot be read: the build says what is wrong with it)."""
     from ..models.sealing import checkpoint_fingerprint
+    from .backends.folder import open_parts
     from .checks import read_items
-    from .folder import open_parts
 
     out = Path(out)
     if not (out / "manifest.json").is_file() or (out / "build").exists():  # work left to resume or recover

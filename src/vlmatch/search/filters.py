@@ -7,7 +7,7 @@ matching photos (not the survivors of an unfiltered top 100).
 folder backend as a FAISS id selector over the rows that match (:meth:`Where.mask` on the table's
 columns), or, when few rows match (at most :data:`EXACT_BELOW`, or the candidates asked for), by scoring
 exactly those rows (no graph search); Milvus as a boolean expression over the items' scalar fields
-(:mod:`vlmatch.search.milvus_filters`).
+(:mod:`vlmatch.search.backends.milvus.filters`).
 
 - ``after`` / ``before``: inclusive bounds, ``YYYY-MM-DD`` (a whole day) or a full ISO 8601 time. Times
   compare as the photo's own clock shows them (the EXIF time, its offset aside; a bound's offset is

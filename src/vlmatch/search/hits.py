@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..errors import ConfigError
-from .backend import CollectionBackend
+from .backends.base import CollectionBackend
 
 DEFAULT_CANDIDATES = 100
 

@@ -27,10 +27,10 @@ import torch
 from ..errors import ConfigError, DataError, VlmatchError
 from ..evaluation.scoring import score_blocks
 from ..models.base import ImageEncoding, MatchingModel, TextEncoding
-from .backend import CollectionBackend, FolderCollection, MilvusLocation
+from .backends.base import CollectionBackend, FolderCollection, MilvusLocation
+from .backends.folder import manifest_stamp, open_parts, reading
 from .encode import Stage1Source
 from .filters import Where
-from .folder import manifest_stamp, open_parts, reading
 from .hits import DEFAULT_CANDIDATES, SearchHit, with_relevance  # noqa: F401  (SearchHit: its home was here)
 from .hits import ranked as _ranked
 from .hits import sizes as _sizes
@@ -57,11 +57,11 @@ class Index:
         dims = manifest.get("dims") or {}
         self.n_regions = dims.get("regions") or 1
         colls = manifest.get("collections", {})
-        parts = parts or {}  # the folder of each part (opening resolves them: see vlmatch.search.folder)
+        parts = parts or {}  # the folder of each part (opening resolves them: see vlmatch.search.backends.folder)
         self.parts = parts
         self.images = None
         self.captions = None
-        if collections is not None:  # opened by another backend (vlmatch.search.milvus_collection)
+        if collections is not None:  # opened by another backend (vlmatch.search.backends.milvus.collection)
             self.images, self.captions = collections.get("images"), collections.get("captions")
         if "images" in colls and collections is None:
             tmpl = self.model.encode_images(torch.zeros(1, self.n_regions, self.model.cfg.img_dim))
@@ -86,21 +86,21 @@ class Index:
     def open(cls, path=None, device="cpu", lean_queries: bool = True, *, milvus_uri: str | None = None,
              collection: str | None = None, model=None, retriever=None) -> Index:
         """Open an index folder written by ``vlmatch index build`` (models come from inside it), every
-        part checked against the manifest's records (:mod:`vlmatch.search.folder`). ``lean_queries``:
+        part checked against the manifest's records (:mod:`vlmatch.search.backends.folder`). ``lean_queries``:
         prepare the lean transformer forward for text queries (:func:`vlmatch.encoders.hf.for_queries`:
         about half a second here, half the text time of every query after); ``False`` for one query.
 
         A Milvus index instead: ``Index.open(milvus_uri=URI, collection=NAME)`` (a token, if the server
         needs one, from ``$VLMATCH_MILVUS_TOKEN``); its models are the checkpoints the collection
         records, or ``model`` / ``retriever`` (folders), each checked against the recorded digest
-        (:mod:`vlmatch.search.milvus_collection`)."""
+        (:mod:`vlmatch.search.backends.milvus.collection`)."""
         from ..encoders.hf import for_queries
         from ..models.registry import load_model
 
         if milvus_uri is not None or collection is not None:
             if path is not None:
                 raise ConfigError("open an index folder or a Milvus collection, not both")
-            from .milvus_collection import open_milvus
+            from .backends.milvus.collection import open_milvus
 
             loc = MilvusLocation(milvus_uri or "", collection or "")
             manifest, ckpts, colls = open_milvus(loc, model, retriever)

@@ -1,5 +1,5 @@
 """``vlmatch index build|update --backend milvus``: encode a collection into Milvus
-(layout: :mod:`vlmatch.search.milvus_client`).
+(layout: :mod:`vlmatch.search.backends.milvus.client`).
 
 Encoding is the folder build's (the same backbone, batches, models and stage-1 source); each batch is
 written straight to Milvus, so no machine holds the whole stage-2 store. **Crash safety.** Before
@@ -29,25 +29,9 @@ from .. import io
 from ..errors import ConfigError, DataError
 from ..features.photo import READER_VERSION, file_orientation
 from ..weights import sha256_file
-from .backend import MilvusLocation
-from .build import (
-    SCORES,
-    _stage1_source,
-    file_stat,
-    image_batches,
-    image_encoder,
-    image_row,
-    load_index_model,
-    open_vocab_for,
-    photo_folder,
-    precomp_features,
-    scan_folder,
-    versions,
-)
-from .checks import read_captions
-from .encode import fingerprint
-from .folder import checkpoint_digest, seal
-from .milvus_client import (
+from .backends.base import MilvusLocation
+from .backends.folder import checkpoint_digest, seal
+from .backends.milvus.client import (
     FORMAT,
     MANIFEST,
     MAX_DIM,
@@ -67,10 +51,26 @@ from .milvus_client import (
     read_prop,
     write_prop,
 )
-from .milvus_collection import read_manifest
-from .milvus_filters import has_scalars, rows_of, scalars_of
-from .milvus_layout import Layout, create_encodings, create_items, stage1_index, vector_type
-from .milvus_probe import probe
+from .backends.milvus.collection import read_manifest
+from .backends.milvus.filters import has_scalars, rows_of, scalars_of
+from .backends.milvus.layout import Layout, create_encodings, create_items, stage1_index, vector_type
+from .backends.milvus.probe import probe
+from .build import (
+    SCORES,
+    _stage1_source,
+    file_stat,
+    image_batches,
+    image_encoder,
+    image_row,
+    load_index_model,
+    open_vocab_for,
+    photo_folder,
+    precomp_features,
+    scan_folder,
+    versions,
+)
+from .checks import read_captions
+from .encode import fingerprint
 from .open_vocab import open_vocab_of
 from .stage1 import choose_kind
 
@@ -373,7 +373,7 @@ def _update(client, loc: MilvusLocation, lock: WriterLock, manifest: dict, skip_
             weights) -> dict:
     from ..features.backbones import backbone_for
     from ..models.registry import load_model
-    from .milvus_collection import checkpoints
+    from .backends.milvus.collection import checkpoints
 
     name, gen = loc.collection, int(manifest["generation"])
     items_name, enc_name = part_name(name, gen, "images"), part_name(name, gen, "images", enc=True)

@@ -174,12 +174,12 @@ class Served:
 
 def index_stamp(root):
     """Changes whenever a new version of the index is committed: the folder's manifest file was replaced,
-    or a Milvus index's manifest property rewritten (:func:`vlmatch.search.milvus_collection.committed_seal`)."""
-    from .backend import MilvusLocation
-    from .folder import manifest_stamp
+    or a Milvus index's manifest property rewritten (:func:`vlmatch.search.backends.milvus.collection.committed_seal`)."""
+    from .backends.base import MilvusLocation
+    from .backends.folder import manifest_stamp
 
     if isinstance(root, MilvusLocation):
-        from .milvus_collection import committed_seal
+        from .backends.milvus.collection import committed_seal
 
         return committed_seal(root)
     return manifest_stamp(root)

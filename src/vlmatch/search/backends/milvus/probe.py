@@ -16,8 +16,8 @@ import os
 
 import numpy as np
 
-from ..errors import VlmatchError
-from .milvus_client import pymilvus
+from ....errors import VlmatchError
+from .client import pymilvus
 
 INDEX_TYPES = {  # type -> build params tried on an empty FLOAT_VECTOR field of 16 dimensions
     "FLAT": {}, "IVF_FLAT": {"nlist": 4}, "HNSW": {"M": 8, "efConstruction": 16},

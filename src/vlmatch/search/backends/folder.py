@@ -47,12 +47,12 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from .. import io
-from ..errors import ConfigError, DataError, VlmatchError
-from ..io import read_json, remove_dir, write_json
-from ..models.sealing import verify_checkpoint
-from ..weights import sha256_file, verify_sha256
-from .store import open_arrays
+from ... import io
+from ...errors import ConfigError, DataError, VlmatchError
+from ...io import read_json, remove_dir, write_json
+from ...models.sealing import verify_checkpoint
+from ...weights import sha256_file, verify_sha256
+from ..store import open_arrays
 
 FORMAT = 2
 MANIFEST = "manifest.json"
@@ -253,7 +253,7 @@ def resolve(out, manifest: dict) -> dict[str, Path]:
 def read_manifest(out) -> dict:
     """The manifest of an index folder, refused when it is not sealed by this format or was edited."""
     path = Path(out) / MANIFEST
-    from .checks import check_manifest
+    from ..checks import check_manifest
 
     m = check_manifest(path, read_json(path, "not an index folder (no manifest.json)"))  # its shape first
     if not _vlmatch_manifest(m):

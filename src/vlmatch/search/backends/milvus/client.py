@@ -32,7 +32,7 @@ import re
 import socket
 import time
 
-from ..errors import ConfigError, DataError, VlmatchError
+from ....errors import ConfigError, DataError, VlmatchError
 
 TOKEN_ENV = "VLMATCH_MILVUS_TOKEN"
 MAX_DIM = 32_768  # Milvus: dimensions of one vector field

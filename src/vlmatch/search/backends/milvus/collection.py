@@ -1,9 +1,9 @@
 """Opening a Milvus index for search: the committed manifest checked (format, seal, the models'
 digests, each Milvus collection's vector type and size), and each collection read through
-:class:`vlmatch.search.backend.CollectionBackend` with item ids as keys.
+:class:`vlmatch.search.backends.base.CollectionBackend` with item ids as keys.
 
 The models are not stored in Milvus: the manifest records each checkpoint's folder and digest (the
-one :func:`vlmatch.search.folder.checkpoint_digest` computes, covering ``config.json`` and so the
+one :func:`vlmatch.search.backends.folder.checkpoint_digest` computes, covering ``config.json`` and so the
 weights' SHA-256), and opening takes them from there, or from ``model=`` / ``retriever=``; a
 checkpoint whose digest differs is refused. Every machine that serves the index needs the checkpoints.
 
@@ -25,12 +25,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import ConfigError, DataError, VlmatchError
-from ..models.base import Encoding
-from .backend import MilvusLocation
-from .filters import Where
-from .folder import checkpoint_digest, seal
-from .milvus_client import (
+from ....errors import ConfigError, DataError, VlmatchError
+from ....models.base import Encoding
+from ...filters import Where
+from ..base import MilvusLocation
+from ..folder import checkpoint_digest, seal
+from .client import (
     FORMAT,
     MANIFEST,
     MAX_RESULTS,
@@ -48,9 +48,9 @@ from .milvus_client import (
     unloaded,
     unreachable,
 )
-from .milvus_filters import filtered_search, rows_of
-from .milvus_layout import Layout, field_of, search_params
-from .milvus_probe import require
+from .filters import filtered_search, rows_of
+from .layout import Layout, field_of, search_params
+from .probe import require
 
 
 def _unanswered() -> tuple[type[BaseException], ...]:

@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from .filters import EARTH_KM, Columns, Where, taken_seconds, top_k_of
+from ...filters import EARTH_KM, Columns, Where, taken_seconds, top_k_of
 
 NO_DATE = -(2 ** 62)
 NO_GPS = 999.0
@@ -129,7 +129,7 @@ def _vectors(client, name: str, ids: list[int], read: dict) -> np.ndarray:
 
 def has_scalars(client, name: str) -> bool:
     """Whether the items collection ``name`` has the filter fields (written since they exist): its
-    ``taken`` field is an INT64 (this module sits below milvus_layout, so it reads the schema itself)."""
+    ``taken`` field is an INT64 (this module sits below the layout module, so it reads the schema itself)."""
     for f in client.describe_collection(name).get("fields", []):
         if f.get("name") == "taken":
             return getattr(f.get("type"), "name", str(f.get("type"))) == "INT64"
@@ -137,7 +137,7 @@ def has_scalars(client, name: str) -> bool:
 
 
 def filtered_search(coll, q: np.ndarray, k: int, where: Where) -> tuple[np.ndarray, np.ndarray]:
-    """Stage 1 of a Milvus collection (:class:`vlmatch.search.milvus_collection.MilvusCollection`) among
+    """Stage 1 of a Milvus collection (:class:`vlmatch.search.backends.milvus.collection.MilvusCollection`) among
     the items that pass ``where``: (scores, ids) as its ``search`` returns them."""
     client, name = coll.client, coll.items_name
     if coll.scalars is None:

@@ -6,9 +6,9 @@ one or two collections (images, captions). Every collection answers the same fiv
 whatever holds it: how many items, stage 1's top candidates of query vectors, the stage-2 encodings
 of some candidates, the table rows (id, path or text) of some candidates, and which candidate an item
 id is. A candidate is named by a *key* the backend chooses: the folder index's row, Milvus's item id
-(:mod:`vlmatch.search.milvus_collection`). Keys are ordered: results that tie on score keep key order.
+(:mod:`vlmatch.search.backends.milvus.collection`). Keys are ordered: results that tie on score keep key order.
 
-Two backends: the index folder (:mod:`vlmatch.search.folder`, the default: FAISS + memory-mapped
+Two backends: the index folder (:mod:`vlmatch.search.backends.folder`, the default: FAISS + memory-mapped
 store) and a Milvus collection set (``--backend milvus``; :mod:`vlmatch.search.milvus_build`).
 """
 
@@ -20,12 +20,12 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from ..errors import DataError
-from ..models.base import Encoding
-from .checks import COLLECTIONS, read_items
-from .filters import Columns, Where
-from .stage1 import Stage1
-from .store import EncodingStore
+from ...errors import DataError
+from ...models.base import Encoding
+from ..checks import COLLECTIONS, read_items
+from ..filters import Columns, Where
+from ..stage1 import Stage1
+from ..store import EncodingStore
 
 BACKENDS = ("folder", "milvus")
 

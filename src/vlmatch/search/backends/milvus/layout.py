@@ -8,7 +8,7 @@ them (float16 by default), padded to a whole number of chunks and stored one chu
 Three ways to hold the vector (``Layout.vector``):
 
 - ``FLOAT16_VECTOR``: the server's float16 vectors, where a probe finds they round-trip and search
-  right (:mod:`vlmatch.search.milvus_probe`; Milvus 2.3.5's do not search right).
+  right (:mod:`vlmatch.search.backends.milvus.probe`; Milvus 2.3.5's do not search right).
 - ``FLOAT16_PACKED``: float16 values two to a FLOAT_VECTOR dimension, bit for bit (the first value's
   16 bits high, the second's low), for servers without a working FLOAT16_VECTOR (milvus-lite, 2.3.5). A float32 made of
   two finite float16 values is itself finite (its exponent is all ones only when the high half's is),
@@ -32,10 +32,10 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from ..errors import DataError
-from ..models.base import Encoding
-from .milvus_client import CHUNK_SLOTS, MAX_DIM, RPC_BYTES, pymilvus
-from .milvus_filters import add_scalar_fields
+from ....errors import DataError
+from ....models.base import Encoding
+from .client import CHUNK_SLOTS, MAX_DIM, RPC_BYTES, pymilvus
+from .filters import add_scalar_fields
 
 VECTOR_TYPES = ("FLOAT16_VECTOR", "FLOAT16_PACKED", "FLOAT_VECTOR")
 PACKED = "FLOAT16_PACKED"
@@ -224,7 +224,7 @@ def create_items(client, name: str, dim: int, kind: str, nlist: int | None, hnsw
     schema.add_field("id", pm.DataType.INT64, is_primary=True)
     schema.add_field("item", pm.DataType.JSON)
     schema.add_field("s1", pm.DataType.FLOAT_VECTOR, dim=dim)
-    add_scalar_fields(schema, pm)  # what a search filter reads (vlmatch.search.milvus_filters)
+    add_scalar_fields(schema, pm)  # what a search filter reads (vlmatch.search.backends.milvus.filters)
     ip = client.prepare_index_params()
     itype, params = stage1_index(kind, nlist, hnsw_m)
     ip.add_index("s1", index_type=itype, metric_type="IP", params=params)
@@ -248,7 +248,7 @@ def create_encodings(client, name: str, layout: Layout) -> None:
 
 def vector_type(float16_ok: bool, dtype: str) -> str:
     """How the stage-2 values are held: FLOAT16_VECTOR when the index stores float16 and the server's
-    FLOAT16_VECTOR fields round-trip and search right (:func:`vlmatch.search.milvus_probe.float16_vector`),
+    FLOAT16_VECTOR fields round-trip and search right (:func:`vlmatch.search.backends.milvus.probe.float16_vector`),
     FLOAT16_PACKED for float16 on a server without them, FLOAT_VECTOR for a float32 index."""
     if dtype != "float16":
         return "FLOAT_VECTOR"
