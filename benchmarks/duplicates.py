@@ -13,7 +13,7 @@ portrait shot) -- mixed with ``--distinct`` other val photos, all indexed with t
 The originals (with their copies) and the distinct photos are split in two halves at random (seed 0).
 The threshold of ``vlmatch index duplicates`` is chosen on half A (the one with the best pairwise F1 over
 a grid) and every figure is reported on half B, whose photos are grouped on their own (the same code as
-the command: :func:`vlmatch.search.duplicates.similar_pairs` and :func:`group_pairs` on B's vectors):
+the command: :func:`vlmatch.search.library.duplicates.similar_pairs` and :func:`group_pairs` on B's vectors):
 
 * pairwise precision / recall: over the pairs of photos put in one group, against the pairs of one family
   (an original and its copies);
@@ -134,7 +134,7 @@ def pair_set(groups) -> set:
 def evaluate(rows: np.ndarray, vectors: np.ndarray, queries: np.ndarray, fam: np.ndarray, kind: list,
              threshold: float) -> dict:
     """Figures of the photos ``rows`` grouped on their own at ``threshold``."""
-    from vlmatch.search.duplicates import group_pairs, similar_pairs
+    from vlmatch.search.library.duplicates import group_pairs, similar_pairs
 
     pairs = similar_pairs(vectors[rows], queries[rows], threshold)
     groups = [[int(rows[i]) for i in g] for g in group_pairs(len(rows), [(i, j) for i, j, _ in pairs])]
@@ -202,7 +202,7 @@ def scale_timing(n: int, dim: int = 1026) -> dict:
     """Seconds of the duplicates pair search (:func:`similar_pairs` over a flat FAISS stage 1, as the command
     runs it up to 50,000 photos) on ``n`` random unit vectors of the default model's stage-1 width: its cost
     grows with the square of the number of photos, whatever they show."""
-    from vlmatch.search.duplicates import similar_pairs
+    from vlmatch.search.library.duplicates import similar_pairs
     from vlmatch.search.stage1 import build_faiss
 
     x = np.random.default_rng(0).normal(size=(n, dim)).astype(np.float32)
@@ -229,7 +229,7 @@ def like_figures(idx, ids: list[int], fam: np.ndarray, rows_of: dict) -> dict:
 
 def run(a, argv) -> dict:
     from vlmatch.search.index import Index
-    from vlmatch.search.similar import image_query
+    from vlmatch.search.library.similar import image_query
 
     folder, truth = make_set(Path(a.images), a.originals, a.distinct, a.seed)
     out = CACHE / f"index_{folder.name}"
@@ -260,7 +260,7 @@ def run(a, argv) -> dict:
     cli_s = time.perf_counter() - t0
     scale = scale_timing(a.scale) if a.scale else None
     cli_groups = len(json.loads((CACHE / "duplicates_cli.json").read_text())["groups"])
-    from vlmatch.search.duplicates import DEFAULT_THRESHOLD
+    from vlmatch.search.library.duplicates import DEFAULT_THRESHOLD
 
     return {"command": ("nice -n 10 python benchmarks/duplicates.py " + shlex.join(argv)).strip(),
             "default_threshold": DEFAULT_THRESHOLD, "picked_threshold": best["threshold"],

@@ -18,7 +18,7 @@ made here from Flickr8k val photos (under benchmarks/cache/duplicates_default/):
 
 Families, scenes and distinct photos are split in halves at random (seed 0); the threshold is the one with the
 best pairwise F1 on half A, and every figure is of half B (the same code as the command:
-:func:`vlmatch.search.duplicates.similar_pairs` and :func:`group_pairs`). The chosen threshold is stored with
+:func:`vlmatch.search.library.duplicates.similar_pairs` and :func:`group_pairs`). The chosen threshold is stored with
 the model (its ``duplicates`` record in ``src/vlmatch/pretrained/registry.json``), which ``index duplicates``
 reads when ``--threshold`` is not given. Not a timing: run it under nice beside anything.
 
@@ -150,7 +150,7 @@ def lookalike_figures(rows, vectors, queries, fam, kind, scene, threshold) -> di
 
 def run(a, argv) -> dict:
     from vlmatch.search.index import Index
-    from vlmatch.search.similar import image_query
+    from vlmatch.search.library.similar import image_query
 
     D.KINDS = KINDS  # the evaluation's recall per copy kind, over this set's kinds
     folder, truth = make_set(Path(a.images), a.originals, a.scenes, a.seed)
@@ -175,7 +175,7 @@ def run(a, argv) -> dict:
     best = max(sweep, key=lambda r: (r["pair_f1"], r["threshold"]))
     t = best["threshold"]
     half_b = D.evaluate(rows_b, vectors, queries, fam, kind, t)
-    from vlmatch.search.duplicates import DEFAULT_THRESHOLD
+    from vlmatch.search.library.duplicates import DEFAULT_THRESHOLD
 
     before = D.evaluate(rows_b, vectors, queries, fam, kind, DEFAULT_THRESHOLD)  # the generic default, for comparison
     model = Path(idx.manifest["model"]["checkpoint"]).name

@@ -60,7 +60,7 @@ def _rows(n: int, seed: int = 1) -> list[dict]:
     out = []
     for i in range(n):
         t = start + timedelta(seconds=int(secs[i]))
-        # no photo folder: a row's path is its name in the index (vlmatch.search.trust), the same as its rel
+        # no photo folder: a row's path is its name in the index (vlmatch.search.library.trust), the same as its rel
         out.append({"id": i, "path": f"{t.year}/{i:06d}.jpg", "rel": f"{t.year}/{i:06d}.jpg",
                     "taken": t.isoformat(), "camera": CAMERAS[cams[i]], "pixels": [4032, 3024]})
     return out

@@ -229,6 +229,6 @@ def render(res: dict) -> list[str]:
 
 def synthetic_row(i: int) -> dict:
     """The table row of synthetic photo ``i``: no photo folder, so its path is its name in the index, the
-    same as its ``rel`` (vlmatch.search.trust keeps such rows)."""
+    same as its ``rel`` (vlmatch.search.library.trust keeps such rows)."""
     name = f"synthetic/{i:06d}.jpg"
     return {"id": i, "path": name, "rel": name}

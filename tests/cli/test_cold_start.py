@@ -53,8 +53,9 @@ def test_the_package_imports_no_torch_until_a_model_is_asked_for():
 def test_the_constants_the_parser_spells_out_equal_their_modules():
     from vlmatch.cli import explain, search, similar
     from vlmatch.evaluation import explainers
-    from vlmatch.search import build, duplicates, stage1
-    from vlmatch.search import similar as similar_search
+    from vlmatch.search import build, stage1
+    from vlmatch.search.library import duplicates
+    from vlmatch.search.library import similar as similar_search
 
     assert explain.METHODS == explainers.METHODS
     assert search.SCORES == build.SCORES and search.KINDS == stage1.KINDS

@@ -11,9 +11,9 @@ import pytest
 
 from vlmatch.cli import main
 from vlmatch.errors import ConfigError
-from vlmatch.search.duplicates import find_duplicates, group_pairs, similar_pairs
 from vlmatch.search.index import Index
-from vlmatch.search.similar import image_query
+from vlmatch.search.library.duplicates import find_duplicates, group_pairs, similar_pairs
+from vlmatch.search.library.similar import image_query
 
 from .like_index import like_index  # noqa: F401 -- the fixture
 
@@ -121,7 +121,7 @@ def test_find_duplicates_refuses_a_bad_threshold(like_index):  # noqa: F811
 @pytest.mark.parametrize("threshold", [-1.0, 0.0, -0.5, 1.5, float("nan")])
 def test_a_threshold_that_joins_everything_or_nothing_is_refused_in_one_line(threshold):
     from vlmatch.errors import ConfigError
-    from vlmatch.search.duplicates import check_threshold
+    from vlmatch.search.library.duplicates import check_threshold
 
     with pytest.raises(ConfigError, match=r"--threshold .*: a duplicate's similarity is above 0 and at most 1"):
         check_threshold(threshold)
@@ -133,7 +133,7 @@ def test_the_default_threshold_is_the_models_own_and_its_figures_come_from_the_b
     from types import SimpleNamespace
 
     from vlmatch import pretrained
-    from vlmatch.search.duplicates import DEFAULT_THRESHOLD, model_threshold
+    from vlmatch.search.library.duplicates import DEFAULT_THRESHOLD, model_threshold
 
     entry = pretrained.get("vsepp-lite2-320-grounded-f8k")
     rec = entry.duplicates

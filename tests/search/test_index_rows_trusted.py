@@ -10,7 +10,7 @@ import pytest
 
 import vlmatch
 from vlmatch.errors import DataError
-from vlmatch.search.trust import PhotoRoot
+from vlmatch.search.library.trust import PhotoRoot
 
 from .tiny import jpegs, tiny_backbone  # noqa: F401  (autouse)
 

@@ -12,7 +12,7 @@ import torch
 from vlmatch.cli import main
 from vlmatch.errors import ConfigError
 from vlmatch.search.index import Index
-from vlmatch.search.similar import embedding_width, image_query
+from vlmatch.search.library.similar import embedding_width, image_query
 
 from .like_index import like_index, resized_copy, rotated_with_tag  # noqa: F401
 from .photo_index import photo_index  # noqa: F401 -- the fixture

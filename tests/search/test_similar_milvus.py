@@ -55,7 +55,7 @@ def test_like_on_milvus_equals_the_folder_index(pair):
 
 
 def test_duplicates_needs_an_index_folder(pair):
-    from vlmatch.search.duplicates import find_duplicates
+    from vlmatch.search.library.duplicates import find_duplicates
 
     with pytest.raises(ConfigError, match="index folder"):
         find_duplicates(pair[1])

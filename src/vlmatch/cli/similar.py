@@ -21,7 +21,7 @@ def text_weight(text: str) -> float:
     return value
 
 
-# search.similar.DEFAULT_TEXT_WEIGHT and search.duplicates' defaults, spelled out so the parser imports no torch
+# search.library.similar.DEFAULT_TEXT_WEIGHT and search.library.duplicates' defaults, spelled out so the parser imports no torch
 # (tests/cli/test_cold_start.py keeps them equal)
 DEFAULT_TEXT_WEIGHT = 0.5
 DEFAULT_THRESHOLD = 0.68
@@ -88,8 +88,8 @@ def add_duplicates_parser(s) -> None:
 
 def cmd_duplicates(a):
     from ..io import check_writable, printable, write_json
-    from ..search.duplicates import check_threshold, find_duplicates
     from ..search.index import Index
+    from ..search.library.duplicates import check_threshold, find_duplicates
 
     if a.threshold is not None:
         check_threshold(a.threshold)
@@ -100,7 +100,7 @@ def cmd_duplicates(a):
     idx = Index.open(a.index, lean_queries=False)
     rep = find_duplicates(idx, a.threshold, a.neighbours)
     if a.threshold is None:
-        from ..search.duplicates import model_threshold
+        from ..search.library.duplicates import model_threshold
 
         rec = model_threshold(idx)[1]
         print(f"threshold {rep['threshold']}: " + (

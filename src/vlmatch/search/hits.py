@@ -1,5 +1,5 @@
 """What a search returns: :class:`SearchHit`, and the ranking of re-scored candidates into hits (shared by
-text search, :mod:`vlmatch.search.index`, and search by photo, :mod:`vlmatch.search.similar`)."""
+text search, :mod:`vlmatch.search.index`, and search by photo, :mod:`vlmatch.search.library.similar`)."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def ranked(coll: CollectionBackend, rows: np.ndarray, scores: np.ndarray, s1: np
            keep=None):
     """The best ``k`` of re-scored candidates as hits: by stage-2 score, descending; equal scores keep key
     order (stable). ``keep(row)`` False leaves a row out (a photo row naming a file outside the indexed
-    folder, :mod:`vlmatch.search.trust`) and the next candidate takes its place."""
+    folder, :mod:`vlmatch.search.library.trust`) and the next candidate takes its place."""
     order = np.lexsort((rows, -scores.astype(np.float64)))
     out = []
     for a in range(0, len(order), max(k, 1)):

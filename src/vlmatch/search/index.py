@@ -34,8 +34,8 @@ from .filters import Where
 from .hits import DEFAULT_CANDIDATES, SearchHit, with_relevance  # noqa: F401  (SearchHit: its home was here)
 from .hits import ranked as _ranked
 from .hits import sizes as _sizes
+from .library.trust import PhotoRoot
 from .open_vocab import open_vocab_of
-from .trust import PhotoRoot
 
 SearchResult = SearchHit  # its name before 0.2, kept for one release
 
@@ -79,7 +79,7 @@ class Index:
         # and stage 2 (fetching the candidates' encodings to score them again) would only repeat them in float16
         self.stage1_is_score = (self.retriever is None and self.score_mode == "model"
                                 and self.model.score_is_global())
-        self.photo_root = PhotoRoot(manifest, self.root)  # a row's file must lie in it (vlmatch.search.trust)
+        self.photo_root = PhotoRoot(manifest, self.root)  # a row's file must lie in it (vlmatch.search.library.trust)
 
     # --- opening ---------------------------------------------------------------------------
     @classmethod
@@ -249,13 +249,13 @@ class Index:
     def _fused(self, scores: np.ndarray, s1: np.ndarray) -> np.ndarray:
         return (scores + s1) / 2 if self.score_mode == "mean" else scores
 
-    # --- photo -> photos (search by photo: vlmatch.search.similar) ---------------------------
+    # --- photo -> photos (search by photo: vlmatch.search.library.similar) ---------------------------
     def search_like(self, image_or_id, k: int = 10, text: str | None = None, where=None,
                     candidates: int | None = None, text_weight: float | None = None) -> list[SearchHit]:
         """The ``k`` indexed photos most like a photo (an indexed id, or a file path, bytes, PIL image or
         array), optionally also matching ``text`` ("like this one, but at night"); ``where`` filters as in
-        :meth:`search`. How the scores are made and combined: :mod:`vlmatch.search.similar`."""
-        from .similar import DEFAULT_TEXT_WEIGHT, search_like
+        :meth:`search`. How the scores are made and combined: :mod:`vlmatch.search.library.similar`."""
+        from .library.similar import DEFAULT_TEXT_WEIGHT, search_like
 
         return search_like(self, image_or_id, k, text=text, where=where, candidates=candidates,
                            text_weight=DEFAULT_TEXT_WEIGHT if text_weight is None else text_weight)

@@ -23,7 +23,7 @@ text space, nothing learned from photos). A photo's concept vector is a mixture 
 projection keeps nearly all of the score (correlation 0.998 at 128 of 384 on Flickr8k val) in a third of the
 columns: stage 1 reads fewer columns per photo (benchmarks/results/open_vocab_cost.md).
 
-Search by photo reads only the model's embedding columns (:mod:`vlmatch.search.similar`): the concept columns
+Search by photo reads only the model's embedding columns (:mod:`vlmatch.search.library.similar`): the concept columns
 of a photo query are zero.
 """
 

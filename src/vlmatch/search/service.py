@@ -161,7 +161,7 @@ class Served:
 
     def path(self, image_id: int) -> Path | None:
         """The file of image ``image_id``; None when there is none, or its row names a file outside the
-        indexed photo folder (vlmatch.search.trust: refused, never read)."""
+        indexed photo folder (vlmatch.search.library.trust: refused, never read)."""
         row = self.rows([image_id]).get(int(image_id))
         return None if row is None or not self.index.photo_root.keep(row) else Path(row["path"])
 

@@ -34,10 +34,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import ConfigError, VlmatchError
-from ..evaluation.scoring import score_blocks
-from ..models.base import ImageEncoding
-from .hits import ranked, sizes
+from ...errors import ConfigError, VlmatchError
+from ...evaluation.scoring import score_blocks
+from ...models.base import ImageEncoding
+from ..hits import ranked, sizes
 
 DEFAULT_TEXT_WEIGHT = 0.5
 

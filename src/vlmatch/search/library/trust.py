@@ -29,7 +29,7 @@ import os
 import sys
 from pathlib import Path, PurePosixPath
 
-from ..errors import DataError
+from ...errors import DataError
 
 log = logging.getLogger("vlmatch.search")
 

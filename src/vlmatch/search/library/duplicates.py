@@ -1,7 +1,7 @@
 """Near-identical photos of an index (``vlmatch index duplicates``): resized, re-encoded, cropped or
 rotated copies of one photo.
 
-Each photo's stage-1 image vector, as an image-image query (:func:`vlmatch.search.similar.image_query`:
+Each photo's stage-1 image vector, as an image-image query (:func:`vlmatch.search.library.similar.image_query`:
 the cosine of the photos' unit embeddings for the shipped default), is searched against the index's own
 stage-1 FAISS index for its ``neighbours`` nearest photos; every pair at or above ``threshold`` is an
 edge, and the connected components (union-find) of two or more photos are the groups. A flat stage 1
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 DEFAULT_THRESHOLD = 0.68
 DEFAULT_NEIGHBOURS = 16
@@ -87,7 +87,7 @@ def model_threshold(index) -> tuple[float, dict | None]:
     """The threshold of the model that made an index's stage-1 vectors (its retriever, else its model): the one
     its shipped registry record stores (:func:`vlmatch.pretrained.duplicates_record`, with that record), else
     :data:`DEFAULT_THRESHOLD` (and None) for a model that records none."""
-    from ..pretrained import duplicates_record
+    from ...pretrained import duplicates_record
 
     m = index.manifest
     stage1 = m.get("retriever") or m.get("model") or {}
