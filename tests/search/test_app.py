@@ -10,8 +10,7 @@ from fastapi.testclient import TestClient
 from PIL import Image
 
 from vlmatch import __version__
-from vlmatch.search.app import create_app
-from vlmatch.search.service import Limits
+from vlmatch.search.service import Limits, create_app
 
 from .fake import FakeBackend
 

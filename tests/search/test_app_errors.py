@@ -16,9 +16,9 @@ from PIL import Image
 
 from vlmatch.cli import main
 from vlmatch.errors import ConfigError, DataError
-from vlmatch.search import app as app_module
-from vlmatch.search.app import INTERNAL, create_app
 from vlmatch.search.service import Limits
+from vlmatch.search.service import routes as app_module
+from vlmatch.search.service.routes import INTERNAL, create_app
 
 from .fake import FakeBackend
 from .test_app import assert_error, jpeg

@@ -11,8 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 import vlmatch
-from vlmatch.search.app import create_app
-from vlmatch.search.service import IndexBackend
+from vlmatch.search.service import IndexBackend, create_app
 
 from .photo_index import build_photo_index
 

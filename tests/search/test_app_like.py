@@ -4,8 +4,7 @@
 import pytest
 from fastapi.testclient import TestClient
 
-from vlmatch.search.app import create_app
-from vlmatch.search.service import IndexBackend, Limits
+from vlmatch.search.service import IndexBackend, Limits, create_app
 
 from .fake import FakeBackend
 from .like_index import like_index  # noqa: F401 -- the fixture

@@ -9,8 +9,7 @@ import numpy as np
 from fastapi.testclient import TestClient
 from PIL import Image
 
-from vlmatch.search.app import create_app
-from vlmatch.search.service import Limits
+from vlmatch.search.service import Limits, create_app
 
 from ..features.test_photo import heic_bytes, jpeg_bytes, mad, stored_as, upright_photo
 from .fake import FakeBackend
@@ -92,7 +91,7 @@ def test_photos_past_the_upload_cap_get_thumbnails_and_views_decoded_once(tmp_pa
     """The upload cap (here 4 M pixels) is not the indexed photos' limit: a PNG / TIFF / HEIC larger than it
     (a 48 MP phone photo, scaled down here to 5 M) has a thumbnail and a full view, each decoded once; a RAW
     is shown through its JPEG preview."""
-    from vlmatch.search import app as app_module
+    from vlmatch.search.service import routes as app_module
 
     from ..features.raw_files import jpeg_bytes as preview
     from ..features.raw_files import tiff_raw

@@ -15,10 +15,9 @@ import vlmatch
 from vlmatch.cli import main
 from vlmatch.features import backbones
 from vlmatch.search import filters as F
-from vlmatch.search.app import create_app
 from vlmatch.search.build import build_index, update_index
 from vlmatch.search.filters import Where, top_k_of
-from vlmatch.search.service import IndexBackend
+from vlmatch.search.service import IndexBackend, create_app
 
 from .exif_library import make_library, save_tiny_models
 from .tiny import Tiny32

@@ -75,8 +75,7 @@ def test_a_milvus_row_edited_to_a_file_outside_the_folder_is_refused(tmp_path, c
 def test_the_service_never_shows_or_reads_an_edited_row(tmp_path):
     from fastapi.testclient import TestClient
 
-    from vlmatch.search.app import create_app
-    from vlmatch.search.service import IndexBackend
+    from vlmatch.search.service import IndexBackend, create_app
 
     loc, manifest = _milvus_index(tmp_path)
     _edit_row(loc, manifest, 2, path="/etc/passwd", rel="../../../../etc/passwd")

@@ -322,8 +322,7 @@ def test_parts_swapped_or_a_manifest_edited_are_refused(sealed, ckpts, tmp_path,
 def test_non_finite_stored_encodings_are_refused_not_ranked(sealed, tmp_path, capsys):
     from fastapi.testclient import TestClient
 
-    from vlmatch.search.app import create_app
-    from vlmatch.search.service import IndexBackend
+    from vlmatch.search.service import IndexBackend, create_app
 
     idx = shutil.copytree(sealed / "a", tmp_path / "idx")
     enc = np.load(idx / "images/enc/regions.npy", mmap_mode="r+")

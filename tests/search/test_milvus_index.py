@@ -128,8 +128,7 @@ def test_explain_draws_an_indexed_photo_from_either_backend(both, tmp_path, caps
 def test_the_http_service_over_a_milvus_index_answers_as_over_the_folder(both):
     from fastapi.testclient import TestClient
 
-    from vlmatch.search.app import create_app
-    from vlmatch.search.service import IndexBackend
+    from vlmatch.search.service import IndexBackend, create_app
 
     a, b = _open(both)
     with TestClient(create_app(IndexBackend(a))) as ca, TestClient(create_app(IndexBackend(b))) as cb:

@@ -117,8 +117,7 @@ def test_a_server_killed_during_an_update_restarts_with_the_committed_manifest_a
 def test_a_service_answers_503_while_its_server_is_away_and_recovers_without_a_restart(setup):
     from fastapi.testclient import TestClient
 
-    from vlmatch.search.app import create_app
-    from vlmatch.search.service import IndexBackend
+    from vlmatch.search.service import IndexBackend, create_app
 
     _build(setup)
     _fresh_clients()

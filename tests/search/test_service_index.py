@@ -10,8 +10,7 @@ from fastapi.testclient import TestClient
 from PIL import Image
 
 import vlmatch
-from vlmatch.search.app import create_app
-from vlmatch.search.service import IndexBackend
+from vlmatch.search.service import IndexBackend, create_app
 
 from .photo_index import photo_index  # noqa: F401  (the session fixture)
 

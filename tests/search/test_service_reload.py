@@ -11,8 +11,7 @@ from fastapi.testclient import TestClient
 
 import vlmatch
 from vlmatch.cli import main
-from vlmatch.search.app import create_app
-from vlmatch.search.service import IndexBackend, Limits
+from vlmatch.search.service import IndexBackend, Limits, create_app
 
 from .test_index_safety import NAMES, build, ckpts  # noqa: F401  (the module fixture)
 from .tiny import jpegs, tiny_backbone  # noqa: F401  (autouse)

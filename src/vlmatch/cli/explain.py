@@ -133,7 +133,7 @@ def explain_indexed(a, phases=None):
         render(att, att.image, a.out, all_words=a.all_words)
     if a.json:
         write_json(a.json, {"index": str(idx.root), "id": a.id, "text": a.text, **att.to_dict()})
-    from ..search.service import maps_show
+    from ..search.service.service import maps_show
 
     ov = getattr(idx.stage1_source, "open_vocab", None) is not None
     print(f"{a.out}: {_drawn(att, a.all_words)} {att.method} maps, score {att.score:.4f}{_mirrored(att)}"

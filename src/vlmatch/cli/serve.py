@@ -50,8 +50,7 @@ def cmd_serve(a):
     import torch
     import uvicorn
 
-    from ..search.app import create_app
-    from ..search.service import IndexBackend, Limits
+    from ..search.service import IndexBackend, Limits, create_app
 
     if a.workers < 1 or a.queue < 0:
         raise ConfigError("--workers must be at least 1 and --queue at least 0")

@@ -16,7 +16,7 @@ DEFAULT_CANDIDATES = 100
 @dataclass
 class SearchHit:
     """One ranked item: ``id`` (stable across updates), ``path`` (images) or ``text`` (captions). (The HTTP
-    API's result row is :class:`vlmatch.search.app.SearchResult`.)"""
+    API's result row is :class:`vlmatch.search.service.schema.SearchResult`.)"""
 
     rank: int
     id: int

@@ -49,7 +49,7 @@ def word_maps(att: PairAttention, size: tuple[int, int], boxes: np.ndarray | Non
 
 
 PANEL = 384  # px on a panel's long side: the photo as the web page shows it, not a stamp
-CMAP = "inferno"  # the web page's scale (search/static/index.html: its STOPS are inferno's)
+CMAP = "inferno"  # the web page's scale (search/service/static/index.html: its STOPS are inferno's)
 
 
 def overlay(rgb: np.ndarray, m: np.ndarray, vmax: float) -> np.ndarray:

@@ -1,6 +1,6 @@
 """What the HTTP service needs from an index, and the bounded worker pool it runs model work on.
 
-The app (:mod:`vlmatch.search.app`) talks only to a :class:`SearchBackend`: open an index, search it
+The app (:mod:`vlmatch.search.service.routes`) talks only to a :class:`SearchBackend`: open an index, search it
 by text, search its caption collection by image, map an id to the file the index's own table names,
 and explain one (id, text) pair as per-word weights or a heat-map PNG. :class:`IndexBackend` adapts
 ``vlmatch.Index``; tests may pass any object with the same methods.
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 log = logging.getLogger("vlmatch.search")
 
@@ -175,11 +175,11 @@ class Served:
 def index_stamp(root):
     """Changes whenever a new version of the index is committed: the folder's manifest file was replaced,
     or a Milvus index's manifest property rewritten (:func:`vlmatch.search.backends.milvus.collection.committed_seal`)."""
-    from .backends.base import MilvusLocation
-    from .backends.folder import manifest_stamp
+    from ..backends.base import MilvusLocation
+    from ..backends.folder import manifest_stamp
 
     if isinstance(root, MilvusLocation):
-        from .backends.milvus.collection import committed_seal
+        from ..backends.milvus.collection import committed_seal
 
         return committed_seal(root)
     return manifest_stamp(root)
@@ -213,7 +213,7 @@ class IndexBackend:
     @classmethod
     def open(cls, folder=None, **milvus) -> IndexBackend:
         """``folder``, or a Milvus index: ``milvus_uri=``, ``collection=`` (see ``Index.open``)."""
-        from .index import Index
+        from ..index import Index
 
         return cls(Index.open(folder, **milvus), lambda: Index.open(folder, **milvus))
 
@@ -228,7 +228,7 @@ class IndexBackend:
         """Serve the version committed in the folder if it is not the one served; True if it swapped.
         A version that cannot be opened is logged and the served one kept (tried again once the manifest
         changes again)."""
-        from .index import Index
+        from ..index import Index
 
         with self._reloading:
             stamp = index_stamp(self.root)

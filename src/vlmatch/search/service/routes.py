@@ -8,71 +8,60 @@ the index's own table; nothing in a request is ever used as a path.
 
 What a client can get wrong is answered 4xx in our own words; a failure of the server itself is a
 500 whose detail says only that (the traceback goes to the server log, logger ``vlmatch.search``),
-never an exception's text. Bodies are capped before they are read (:class:`BodyLimit`) and
+never an exception's text. Bodies are capped before they are read (:class:`.middleware.BodyLimit`) and
 uploaded images are decoded only on the model workers, after the request found a free place.
 """
 
-from __future__ import annotations
-
 import asyncio
-import io
-import json
 import logging
 import math
 import re
-import threading
 import time
 import unicodedata
-from collections import OrderedDict
 from contextlib import asynccontextmanager
 from importlib.resources import files
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 from urllib.parse import unquote_to_bytes
 
 from fastapi import Depends, FastAPI, File, Form, Query, Request, UploadFile
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
-from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from ..errors import ConfigError, DataError, VlmatchError
-from ..features.photo import MissingDecoder, PhotoTooLarge, open_photo, sniff
-from ..io import printable
-from ..version import __version__
-from ..viz.words import is_content
-from .backends.milvus.client import RETRY_AFTER_S, Refused, Unavailable
-from .filters import Where
-from .open_vocab import no_match_line
+from ...errors import ConfigError, DataError, VlmatchError
+from ...features.photo import sniff
+from ...io import printable
+from ...version import __version__
+from ...viz.words import is_content
+from ..backends.milvus.client import RETRY_AFTER_S, Refused, Unavailable
+from ..filters import Where
+from ..open_vocab import no_match_line
+from .errors import ApiError
+from .middleware import LIKE_ROUTE, BodyLimit, MultipartSearch
+from .schema import (
+    ERRORS,
+    FILTER_HELP,
+    METHOD_HELP,
+    NO_MATCH,
+    ExplainResponse,
+    Health,
+    ImageSearchResponse,
+    Method,
+    SearchRequest,
+    SearchResponse,
+)
 from .service import Busy, Limits, ModelPool, SearchBackend
-
-NO_MATCH = "no photo matches these filters"
+from .thumbnails import BROWSER_FORMATS, ThumbCache, as_jpeg
+from .uploads import IMAGE_TYPES, check_upload, release_memory
 
 log = logging.getLogger("vlmatch.search")
 INTERNAL = "the server failed to answer this request; the details are in the server's log"
-
-# photo format (vlmatch.features.photo.sniff) -> content type: what the service accepts as uploads
-IMAGE_TYPES = {"JPEG": "image/jpeg", "PNG": "image/png", "GIF": "image/gif", "BMP": "image/bmp", "WEBP": "image/webp",
-               "TIFF": "image/tiff", "HEIF": "image/heif", "AVIF": "image/avif"}
-# the formats every browser shows as they are; /images/{id} converts the others (HEIC, TIFF, AVIF) to an upright JPEG
-BROWSER_FORMATS = ("JPEG", "PNG", "GIF", "BMP", "WEBP")
-UPLOAD_FORMATS = "a JPEG, PNG, GIF, BMP, WebP, TIFF, HEIC/HEIF or AVIF image"
 SPECIAL = re.compile(r"^(<.*>|\[CLS\]|\[SEP\])$")  # <start>, <end>, [CLS], [SEP]: tokens the page does not show
-Method = Literal["attention", "contribution", "gradient", "occlusion"]  # vlmatch.evaluation.explainers.METHODS
-METHOD_HELP = ("how the maps are made: attention (the model's own weights), contribution (each position's exact "
-               "share of the score), gradient (gradient x input), occlusion (score drop with the position masked); "
-               "default: the model's best-grounding method")
 # an id may name another file once the server follows a rebuild: clients revalidate (a 304 is cheap)
 FILE_CACHE = "public, max-age=0, must-revalidate"
-DRAIN_BYTES = 64 * 2**20  # a refused body up to this size is read and dropped (see BodyLimit)
-LIKE_ROUTE = "/search/like"  # search by photo's multipart form; POST /search with a form body is served here
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, code: str, detail: str, headers: dict | None = None):
-        self.status, self.code, self.detail, self.headers = status, code, detail, headers
 
 
 def visible(ch: str) -> bool:
@@ -108,284 +97,6 @@ def query_bytes_problem(query_string: bytes) -> str | None:
                     "send the text percent-encoded as UTF-8")
     return None
 
-
-def sniff_type(head: bytes) -> str | None:
-    """The image content type from a file's first bytes (None: not an image type we take)."""
-    return IMAGE_TYPES.get(sniff(head))
-
-
-def check_upload(data: bytes, limits: Limits) -> None:
-    """Reject anything but a decodable image of sane size; the message says what is wrong.
-
-    It decodes the image: call it on a model worker only (see ``search_image``)."""
-    if not data:
-        raise ApiError(400, "empty_upload", "the uploaded file is empty")
-    if len(data) > limits.max_upload_bytes:
-        raise ApiError(413, "upload_too_large", f"the upload is larger than {limits.max_upload_bytes} bytes")
-    if sniff_type(data[:32]) is None:
-        raise ApiError(415, "not_an_image", f"the upload is not {UPLOAD_FORMATS}")
-    try:
-        # decoded whole, as the model will read it (a truncated or corrupt body fails here, not in the model);
-        # a JPEG at a reduced scale (all the data is still read)
-        open_photo(data, 1024, name="upload", max_pixels=limits.max_upload_pixels)
-    except PhotoTooLarge as e:
-        raise ApiError(413, "image_too_large", f"the image {e.problem}") from None
-    except MissingDecoder as e:  # a HEIC / AVIF upload to a server without the decoder
-        raise ApiError(415, "no_decoder", e.problem) from None
-    except DataError:
-        raise ApiError(415, "bad_image", "the upload is not a readable image (truncated or corrupt)") from None
-
-
-def _libc_trim():
-    try:
-        import ctypes
-
-        return ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):  # not glibc: nothing to do
-        return None
-
-
-_TRIM = _libc_trim()
-
-
-def release_memory() -> None:
-    """Hand freed heap memory back to the system (glibc keeps the pages of a decoded image otherwise,
-    and the server's idle size would stay at its peak)."""
-    if _TRIM is not None:
-        _TRIM(0)
-
-
-class BodyLimit:
-    """ASGI middleware: refuse a request body above its cap (413) before the app reads it.
-
-    A declared ``Content-Length`` over the cap is refused at once; a body without one (chunked) is
-    counted as it arrives and cut off at the cap. ``cap(scope)`` gives the cap of a request.
-    """
-
-    def __init__(self, app, cap):
-        self.app, self.cap = app, cap
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        cap = self.cap(scope)
-        length = dict(scope.get("headers") or ()).get(b"content-length")
-        if length is not None and (not length.strip().isdigit() or int(length) > cap):
-            # up to DRAIN_BYTES the server reads the rest and drops it, so that the client (which sends
-            # its whole body before it reads) gets the 413; a larger body closes the connection instead
-            return await _refuse(send, cap, close=not length.strip().isdigit() or int(length) > DRAIN_BYTES)
-        seen, refused, started = 0, False, False
-
-        async def receive_capped():
-            nonlocal seen, refused
-            if refused:
-                return {"type": "http.disconnect"}
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > cap:
-                    refused = True
-                    if not started:
-                        await _refuse(send, cap, close=True)  # a chunked body has no known end
-                    return {"type": "http.disconnect"}  # the app stops reading; its answer is dropped
-            return message
-
-        async def send_unless_refused(message):
-            nonlocal started
-            if refused:
-                return
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        await self.app(scope, receive_capped, send_unless_refused)
-
-
-class MultipartSearch:
-    """ASGI middleware: ``POST /search`` with a ``multipart/form-data`` body (an uploaded photo) is served by
-    :data:`LIKE_ROUTE`; a JSON body stays with ``POST /search``. One path, two body types, each route with its
-    own validated schema."""
-
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope.get("method") == "POST" and scope.get("path") == "/search":
-            ctype = dict(scope.get("headers") or ()).get(b"content-type", b"")
-            if ctype.split(b";")[0].strip().lower() == b"multipart/form-data":
-                scope = {**scope, "path": LIKE_ROUTE, "raw_path": LIKE_ROUTE.encode()}
-        return await self.app(scope, receive, send)
-
-
-async def _refuse(send, cap: int, close: bool) -> None:
-    body = json.dumps({"error": "body_too_large", "detail": f"the request body is larger than {cap} bytes"}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": 413, "headers": headers + [(b"connection", b"close")] * close})
-    await send({"type": "http.response.body", "body": body})
-
-
-# --- request / response models (they document the OpenAPI schema) -----------------------------
-FILTER_HELP = {  # the filters of a photo search (vlmatch.search.filters), applied in stage 1
-    "after": "only photos taken on or after this date (YYYY-MM-DD or ISO 8601 time); undated photos are left out",
-    "before": "only photos taken on or before this date (YYYY-MM-DD: the whole day)",
-    "camera": "only photos whose camera make and model contain this text (any case)",
-    "under": "only photos in this subfolder of the indexed photo folder (any depth)",
-    "near": "only photos whose GPS position is within KM kilometres of LAT,LON: 'LAT,LON,KM'",
-}
-
-
-class SearchRequest(BaseModel):
-    text: str | None = Field(None, description="the query sentence (required unless like is given)",
-                             examples=["a dog runs on the beach"])
-    like: int | None = Field(None, description="search by photo: the indexed image id whose look-alikes to return; "
-                                               "with a text too, look-alikes that also match the text")
-    text_weight: float | None = Field(None, description="with like and a text: the text's share (0..1) of the "
-                                                        "combined score (default 0.5; see docs/search.md)")
-    k: int = Field(10, description="results to return (1 .. max_k)")
-    candidates: int | None = Field(None, description="stage-1 candidates re-scored by the model (k .. max_candidates; "
-                                                     "default 100, or k if larger, within the cap)")
-    min_score: float | None = Field(None, description="drop results whose (stage-2) score is below this")
-    after: str | None = Field(None, description=FILTER_HELP["after"], examples=["2023-06-01"])
-    before: str | None = Field(None, description=FILTER_HELP["before"], examples=["2023-08-31"])
-    camera: str | None = Field(None, description=FILTER_HELP["camera"])
-    under: str | None = Field(None, description=FILTER_HELP["under"])
-    near: str | list[float] | None = Field(None, description=FILTER_HELP["near"] + " (or [LAT, LON, KM])",
-                                           examples=["48.8566,2.3522,25"])
-
-
-class SearchResult(BaseModel):
-    id: int
-    path: str = Field(..., description="the file's path inside the photo folder the index was built from")
-    score: float = Field(..., description="the model's own (stage-2) score; results are ranked by it")
-    stage1_score: float | None = Field(None, description="the stage-1 (global vector) score that chose the candidate")
-    taken: str | None = Field(None, description="capture time, ISO 8601 (EXIF; absent when the photo records none)")
-    camera: str | None = Field(None, description="camera make and model (EXIF)")
-    gps: list[float] | None = Field(None, description="[latitude, longitude] in decimal degrees (EXIF GPS)")
-    size: list[int] | None = Field(None, description="[width, height] in pixels, as the photo is displayed")
-    relevance: float | None = Field(None, description="the probability that the photo matches the text, 0 to 1 "
-                                    "(fitted on Flickr8k val; absent for an index without a relevance scale)")
-    no_match: bool | None = Field(None, description="true when the relevance is under the index's 'nothing "
-                                  "matches' threshold")
-
-
-class SearchResponse(BaseModel):
-    text: str | None
-    like: int | None = Field(None, description="the indexed image id searched by (a search by photo)")
-    k: int
-    candidates: int
-    results: list[SearchResult]
-    no_match: str | None = Field(None, description="one line when even the best photo is unlikely to match: "
-                                 "'no photo matches this well (best relevance R); closest: PATH'")
-    timings: dict[str, float] = Field(..., description="milliseconds: queue (waiting for a worker), search, total")
-    message: str | None = Field(None, description=f"'{NO_MATCH}' when filters leave no photo (results empty)")
-
-
-class CaptionResult(BaseModel):
-    id: int
-    text: str
-    score: float
-
-
-class ImageSearchResponse(BaseModel):
-    k: int
-    results: list[CaptionResult]
-    timings: dict[str, float]
-
-
-class ExplainResponse(BaseModel):
-    id: int
-    text: str
-    method: str = Field("attention", description="the explanation method that made the maps: attention, "
-                                                 "contribution, gradient or occlusion")
-    model: str | None = Field(None, description="the checkpoint whose maps these are: one of the index's two models, "
-                                               "or the shipped default explainer when it points better")
-    score: float | None
-    mirrored: bool = Field(False, description="each map is the mean of the photo's and its mirror image's, mirrored "
-                                              "back (the explainer's shipped record says so; a text naming left or "
-                                              "right keeps the photo's alone); score stays the photo's")
-    shows: str | None = Field(None, description="what the maps split: the model's score, or the ranking model's "
-                                               "part of an open-vocabulary index's fused score")
-    words: list[str]
-    weights: list[list[float]] = Field(..., description="one list per word: its weight on each image position")
-    axis: str = Field(..., description='attention: "regions" (each word\'s weights sum to 1), "words" (each '
-                                       'region\'s do) or "pair"; contribution: "score" (all weights sum to the score); '
-                                       'gradient: "gradient"; occlusion: "drop"')
-    grid: list[int] | None = Field(None, description="[rows, cols] when positions are a grid (row-major)")
-    boxes: list[list[float]] | None = Field(None, description="[x0, y0, x1, y1] per position, as fractions of the image")
-    vmax: float = Field(..., description="the top of the one colour scale shared by all words")
-    content: list[bool] = Field(default_factory=list, description="per word: a content word (the page opens on the "
-                                                                  "first; special tokens and function words are not)")
-
-
-class Health(BaseModel):
-    status: str
-    model: str
-    index_size: int
-    captions: int
-    index_version: str | None = Field(None, description="the committed version of the index served (the start of "
-                                                        "its manifest's seal): it changes with every build and update")
-    version: str
-    workers: int
-    queue: int
-    in_flight: int
-
-
-class ErrorBody(BaseModel):
-    error: str
-    detail: str
-
-
-ERRORS = {s: {"model": ErrorBody} for s in (400, 404, 413, 415, 422, 503)}
-
-
-def as_jpeg(path: Path, item_id: int, max_pixels: int, side: int = 4096) -> bytes:
-    """An indexed photo in a format browsers do not show (HEIC, TIFF, AVIF, a RAW's preview) as an upright JPEG
-    of at most ``side`` pixels a side (decoded once: the service keeps the last few, :class:`ThumbCache`)."""
-    try:
-        im = open_photo(path, side, max_pixels=max_pixels)
-    except PhotoTooLarge as e:
-        raise ApiError(415, "image_too_large", f"the indexed file of id {item_id} {e.problem}") from None
-    except DataError:
-        raise ApiError(415, "bad_image", f"the indexed file of id {item_id} cannot be decoded") from None
-    im.thumbnail((side, side))
-    buf = io.BytesIO()
-    im.save(buf, "JPEG", quality=90)
-    return buf.getvalue()
-
-
-class ThumbCache:
-    """Thumbnails (JPEG bytes) of recently asked ids, keyed by the file's identity."""
-
-    def __init__(self, size: int, capacity: int):
-        self.size, self.capacity = size, capacity  # a capacity of 0 keeps none
-        self._items: OrderedDict = OrderedDict()
-        self._lock = threading.Lock()
-
-    def lookup(self, key) -> bytes | None:
-        with self._lock:
-            if key in self._items:
-                self._items.move_to_end(key)
-                return self._items[key]
-        return None
-
-    def make(self, path: Path, key, max_pixels: int) -> bytes:
-        """Decode (upright, as displayed; JPEG files at a reduced scale), shrink and keep the thumbnail of
-        ``path``: a JPEG, which keeps no EXIF orientation, so it is stored the right way up."""
-        try:
-            im = open_photo(path, self.size, max_pixels=max_pixels)
-        except PhotoTooLarge as e:
-            raise ApiError(415, "image_too_large", f"the indexed file {e.problem}; thumbnails are made of images "
-                                                   f"of up to {max_pixels} pixels") from None
-        im.thumbnail((self.size, self.size))
-        buf = io.BytesIO()
-        im.save(buf, "JPEG", quality=82)
-        return self.keep(key, buf.getvalue())
-
-    def keep(self, key, data: bytes) -> bytes:
-        with self._lock:
-            self._items[key] = data
-            while len(self._items) > self.capacity:
-                self._items.popitem(last=False)
-        return data
 
 
 async def utf8_query(request: Request) -> None:
@@ -811,7 +522,7 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
                 "index_version": getattr(backend, "version", None), "version": __version__, "workers": pool.workers,
                 "queue": pool.queue, "in_flight": pool.in_flight}
 
-    page = files("vlmatch.search").joinpath("static/index.html").read_text(encoding="utf-8")
+    page = files("vlmatch.search.service").joinpath("static/index.html").read_text(encoding="utf-8")
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def index_page():
