@@ -11,8 +11,8 @@ import pytest
 
 pytest.importorskip("milvus_lite")
 
+from ...tiny import child, jpegs, run_child  # noqa: E402
 from .test_milvus_safety import _models  # noqa: E402
-from .tiny import child, jpegs, run_child  # noqa: E402
 
 
 def _ok(r):
@@ -81,6 +81,6 @@ def test_a_milvus_lite_index_opens_in_every_later_process(tmp_path):
 
 
 def test_a_milvus_server_index_opens_in_every_later_process(milvus_server, tmp_path):
-    from .conftest import empty_server
+    from ...conftest import empty_server
 
     _every_step_in_its_own_process(empty_server(milvus_server), tmp_path)

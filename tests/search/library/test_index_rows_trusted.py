@@ -12,7 +12,7 @@ import vlmatch
 from vlmatch.errors import DataError
 from vlmatch.search.library.trust import PhotoRoot
 
-from .tiny import jpegs, tiny_backbone  # noqa: F401  (autouse)
+from ..tiny import jpegs, tiny_backbone  # noqa: F401  (autouse)
 
 ROOT = "/photos"
 
@@ -36,7 +36,7 @@ def _milvus_index(tmp_path):
     from vlmatch.search.backends.base import MilvusLocation
     from vlmatch.search.milvus_build import build_milvus
 
-    from .test_milvus_safety import _models
+    from ..backends.milvus.test_milvus_safety import _models
 
     ck = _models(tmp_path / "ck")
     photos = jpegs(tmp_path / "photos", [f"p{i:02d}.jpg" for i in range(6)])
@@ -95,10 +95,10 @@ def test_a_folder_index_whose_table_was_edited_and_resealed_is_refused_the_same(
     from vlmatch.search.backends import folder
     from vlmatch.weights import sha256_file
 
-    from .tiny import build_args
+    from ..tiny import build_args
 
     pytest.importorskip("faiss")
-    from .test_milvus_safety import _models
+    from ..backends.milvus.test_milvus_safety import _models
 
     ck = _models(tmp_path / "ck")
     photos = jpegs(tmp_path / "photos", [f"p{i:02d}.jpg" for i in range(4)])

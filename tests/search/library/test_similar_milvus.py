@@ -15,7 +15,7 @@ from vlmatch.search.backends.base import MilvusLocation  # noqa: E402
 from vlmatch.search.index import Index  # noqa: E402
 from vlmatch.search.milvus_build import build_milvus  # noqa: E402
 
-from .like_index import build_like_index  # noqa: E402
+from ..like_index import build_like_index  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -22,9 +22,9 @@ from vlmatch.search.backends.base import MilvusLocation  # noqa: E402
 from vlmatch.search.backends.milvus.client import LOCK, PENDING, connect, read_prop, write_prop  # noqa: E402
 from vlmatch.search.milvus_build import update_milvus  # noqa: E402
 
-from .conftest import empty_server  # noqa: E402
+from ...conftest import empty_server  # noqa: E402
+from ...tiny import Tiny32, jpegs, tiny_backbone  # noqa: E402, F401  (autouse)
 from .test_milvus_safety import _build, _counts, _models, _ranking  # noqa: E402
-from .tiny import Tiny32, jpegs, tiny_backbone  # noqa: E402, F401  (autouse)
 
 
 @pytest.fixture
@@ -203,7 +203,7 @@ def auth_server():
     import shutil
     import tempfile
 
-    from .milvus_server import MilvusTestServer
+    from ...milvus_server import MilvusTestServer
 
     base = tempfile.mkdtemp(prefix="vlmatch-milvus-auth-")
     server = MilvusTestServer(base, auth=True).start()

@@ -20,7 +20,7 @@ from vlmatch.search.service import Limits
 from vlmatch.search.service import routes as app_module
 from vlmatch.search.service.routes import INTERNAL, create_app
 
-from .fake import FakeBackend
+from ..fake import FakeBackend
 from .test_app import assert_error, jpeg
 
 LIMITS = dict(max_text_chars=50, max_k=20, max_candidates=50, max_upload_bytes=20_000, max_upload_pixels=1_000_000,

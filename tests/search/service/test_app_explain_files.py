@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 import vlmatch
 from vlmatch.search.service import IndexBackend, create_app
 
-from .photo_index import build_photo_index
+from ..photo_index import build_photo_index
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@
 a result's button searches by that photo (itself first, the id in the URL), a text typed then searches for
 both, and the chip's x goes back to the text alone."""
 
-from .photo_index import photo_index  # noqa: F401  (the session fixture)
+from ..photo_index import photo_index  # noqa: F401  (the session fixture)
 from .test_browser import launch, served_index  # noqa: F401  (served_index: the fixture)
 
 

@@ -12,7 +12,7 @@ from PIL import Image
 import vlmatch
 from vlmatch.search.service import IndexBackend, create_app
 
-from .photo_index import photo_index  # noqa: F401  (the session fixture)
+from ..photo_index import photo_index  # noqa: F401  (the session fixture)
 
 
 @pytest.fixture(scope="module")

@@ -22,8 +22,8 @@ from vlmatch.search.backends.base import MilvusLocation  # noqa: E402
 from vlmatch.search.backends.milvus.client import LOCK, MANIFEST, PENDING, connect, read_prop, write_prop  # noqa: E402
 from vlmatch.search.milvus_build import build_milvus, update_milvus  # noqa: E402
 
-from .photo_index import SENTENCES  # noqa: E402
-from .tiny import Tiny32, jpegs, tiny_backbone  # noqa: E402, F401  (autouse)
+from ...photo_index import SENTENCES  # noqa: E402
+from ...tiny import Tiny32, jpegs, tiny_backbone  # noqa: E402, F401  (autouse)
 
 
 def _models(folder, seed=0):
@@ -50,7 +50,7 @@ def setup(request, tmp_path):
 
 
 def _uri(request, tmp_path) -> str:
-    from .conftest import empty_server
+    from ...conftest import empty_server
 
     if request.param == "lite":
         return str(tmp_path / "m.db")

@@ -12,7 +12,7 @@ from PIL import Image
 from vlmatch import __version__
 from vlmatch.search.service import Limits, create_app
 
-from .fake import FakeBackend
+from ..fake import FakeBackend
 
 SECRET = "TOP-SECRET-CONTENT"
 

@@ -17,7 +17,7 @@ from vlmatch.search.backends.base import MilvusLocation  # noqa: E402
 from vlmatch.search.build import build_index  # noqa: E402
 from vlmatch.search.milvus_build import build_milvus  # noqa: E402
 
-from .photo_index import SENTENCES, draw_photos, save_models  # noqa: E402
+from ...photo_index import SENTENCES, draw_photos, save_models  # noqa: E402
 
 QUERIES = SENTENCES + ["a yellow thing under a dark sky", "grass"]
 
@@ -41,7 +41,7 @@ def both(request, folder_index):
     if request.param == "lite":
         uri = str(folder_index["root"] / "m.db")
     else:
-        from .conftest import empty_server
+        from ...conftest import empty_server
 
         uri = empty_server(request.getfixturevalue("milvus_server"))
     loc = MilvusLocation(uri, "photos")

@@ -14,8 +14,8 @@ from vlmatch.errors import ConfigError
 from vlmatch.search.index import Index
 from vlmatch.search.library.similar import embedding_width, image_query
 
-from .like_index import like_index, resized_copy, rotated_with_tag  # noqa: F401
-from .photo_index import photo_index  # noqa: F401 -- the fixture
+from ..like_index import like_index, resized_copy, rotated_with_tag  # noqa: F401
+from ..photo_index import photo_index  # noqa: F401 -- the fixture
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +182,7 @@ def test_cli_text_weight_out_of_range(idx, capsys):
 def test_rotated_copy_helper_is_upright_when_the_tag_is_applied(tmp_path):
     from PIL import Image, ImageOps
 
-    from .photo_index import draw_photos
+    from ..photo_index import draw_photos
 
     src = draw_photos(tmp_path / "p", 1) / "photo_000.jpg"
     rotated_with_tag(src, tmp_path / "rot.jpg")
@@ -220,7 +220,7 @@ def test_a_text_on_a_mean_scored_index_uses_the_fused_text_score(tmp_path):
     retriever's part computed from the stored vectors for candidates the text's stage 1 did not return."""
     from vlmatch.search.build import build_index
 
-    from .photo_index import draw_photos, save_models
+    from ..photo_index import draw_photos, save_models
 
     ck = save_models(tmp_path / "ckpt")
     build_index(tmp_path / "index", ck["model"], images=draw_photos(tmp_path / "photos", 10),

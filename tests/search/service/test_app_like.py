@@ -6,8 +6,8 @@ from fastapi.testclient import TestClient
 
 from vlmatch.search.service import IndexBackend, Limits, create_app
 
-from .fake import FakeBackend
-from .like_index import like_index  # noqa: F401 -- the fixture
+from ..fake import FakeBackend
+from ..like_index import like_index  # noqa: F401 -- the fixture
 from .test_app import assert_error, jpeg
 
 

@@ -11,8 +11,8 @@ from PIL import Image
 
 from vlmatch.search.service import Limits, create_app
 
-from ..features.test_photo import heic_bytes, jpeg_bytes, mad, stored_as, upright_photo
-from .fake import FakeBackend
+from ...features.test_photo import heic_bytes, jpeg_bytes, mad, stored_as, upright_photo
+from ..fake import FakeBackend
 
 
 def client_with(tmp_path, files: dict[int, bytes]):
@@ -93,8 +93,8 @@ def test_photos_past_the_upload_cap_get_thumbnails_and_views_decoded_once(tmp_pa
     is shown through its JPEG preview."""
     from vlmatch.search.service import routes as app_module
 
-    from ..features.raw_files import jpeg_bytes as preview
-    from ..features.raw_files import tiff_raw
+    from ...features.raw_files import jpeg_bytes as preview
+    from ...features.raw_files import tiff_raw
 
     big = Image.new("RGB", (2600, 2000), (30, 140, 60))
     png, tif = io.BytesIO(), io.BytesIO()

@@ -15,7 +15,7 @@ from vlmatch.search.index import Index
 from vlmatch.search.library.duplicates import find_duplicates, group_pairs, similar_pairs
 from vlmatch.search.library.similar import image_query
 
-from .like_index import like_index  # noqa: F401 -- the fixture
+from ..like_index import like_index  # noqa: F401 -- the fixture
 
 
 def test_group_pairs_joins_chains_and_drops_singletons():
@@ -137,7 +137,7 @@ def test_the_default_threshold_is_the_models_own_and_its_figures_come_from_the_b
 
     entry = pretrained.get("vsepp-lite2-320-grounded-f8k")
     rec = entry.duplicates
-    results = json.loads((Path(__file__).resolve().parents[2] / rec["results"]).read_text())
+    results = json.loads((Path(__file__).resolve().parents[3] / rec["results"]).read_text())
     assert results["threshold"] == rec["threshold"] and results["model"] == entry.name
     assert round(results["half_b"]["pair_precision"], 3) == rec["pair_precision"]
     assert round(results["half_b"]["pair_recall"], 3) == rec["pair_recall"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .photo_index import photo_index  # noqa: F401  (the session fixture)
+from ..photo_index import photo_index  # noqa: F401  (the session fixture)
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -143,7 +143,7 @@ def dated_index(tmp_path):
 
     from vlmatch.search.build import build_index
 
-    from .photo_index import draw_photos, save_models
+    from ..photo_index import draw_photos, save_models
 
     photos = draw_photos(tmp_path / "photos", 12)
     for i, p in enumerate(sorted(photos.glob("*.jpg"))):

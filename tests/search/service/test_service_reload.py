@@ -13,8 +13,8 @@ import vlmatch
 from vlmatch.cli import main
 from vlmatch.search.service import IndexBackend, Limits, create_app
 
-from .test_index_safety import NAMES, build, ckpts  # noqa: F401  (the module fixture)
-from .tiny import jpegs, tiny_backbone  # noqa: F401  (autouse)
+from ..test_index_safety import NAMES, build, ckpts  # noqa: F401  (the module fixture)
+from ..tiny import jpegs, tiny_backbone  # noqa: F401  (autouse)
 
 Q = "a red dog"
 
