@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ..photo_index import photo_index  # noqa: F401  (the session fixture)
+from ..serving import free_port, wait_until_serving, watched_page
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -69,10 +70,7 @@ def test_page_in_chromium(served_index, tmp_path):
     with sync_playwright() as p:
         browser = launch(p)
         try:
-            page = browser.new_page(viewport={"width": 1200, "height": 820})
-            errors = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.on("response", lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+            page, errors = watched_page(browser)
             external = []
             page.on("request", lambda r: None if r.url.startswith(base) else external.append(r.url))
             check_page(page, base, shots, "desktop", min(12, n_images))
@@ -102,34 +100,17 @@ def served_index(photo_index):  # noqa: F811
 
 def serve(index):
     """``vlmatch serve`` on ``index``, in its own process on a free loopback port: yields (base URL, size)."""
-    import socket
     import subprocess
     import sys
-    import time
 
-    import httpx
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     proc = subprocess.Popen([sys.executable, "-m", "vlmatch.cli", "serve", str(index), "--port", str(port),
                              "--log-level", "warning"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 60
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"vlmatch serve exited with {proc.returncode}: {proc.stdout.read()}")
-            try:
-                n = httpx.get(base + "/health", timeout=2).json()["index_size"]
-                break
-            except httpx.HTTPError:
-                if time.time() > deadline:
-                    pytest.fail("vlmatch serve did not answer /health within 60 s")
-                time.sleep(0.1)
-        yield base, n
+        yield base, wait_until_serving(proc, base, 60, proc.stdout.read)["index_size"]
     finally:
         proc.terminate()
         proc.wait(10)
@@ -171,9 +152,7 @@ def test_page_filters_in_chromium(dated_index, tmp_path):
     with sync_playwright() as p:
         browser = launch(p)
         try:
-            page = browser.new_page(viewport={"width": 1200, "height": 820})
-            errors = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
+            page, errors = watched_page(browser, responses=False)
             page.goto(base + "/")
             page.fill("#q", "a dog on the grass")
             page.press("#q", "Enter")

@@ -3,6 +3,7 @@ a result's button searches by that photo (itself first, the id in the URL), a te
 both, and the chip's x goes back to the text alone."""
 
 from ..photo_index import photo_index  # noqa: F401  (the session fixture)
+from ..serving import watched_page
 from .test_browser import launch, served_index  # noqa: F401  (served_index: the fixture)
 
 
@@ -17,10 +18,7 @@ def test_more_like_this_in_chromium(served_index):  # noqa: F811
     with sync_playwright() as p:
         browser = launch(p)
         try:
-            page = browser.new_page(viewport={"width": 1200, "height": 820})
-            errors = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.on("response", lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+            page, errors = watched_page(browser)
             page.goto(base + "/")
             page.fill("#q", "a dog on the grass")
             page.press("#q", "Enter")

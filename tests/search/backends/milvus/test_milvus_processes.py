@@ -4,13 +4,11 @@ writer exits, and says so as 'in state released'), on milvus-lite and on a Milvu
 
 from __future__ import annotations
 
-import socket
-import time
-
 import pytest
 
 pytest.importorskip("milvus_lite")
 
+from ...serving import free_port, wait_until_serving  # noqa: E402
 from ...tiny import child, jpegs, run_child  # noqa: E402
 from .test_milvus_safety import _models  # noqa: E402
 
@@ -21,29 +19,14 @@ def _ok(r):
     return r
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _serve_answers(milvus: list[str]) -> dict:
     import httpx
 
-    port = _port()
+    port = str(free_port())
     proc = child(["serve", *milvus, "--port", port, "--log-level", "warning"])
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 90
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"vlmatch serve exited with {proc.returncode}: {proc.stderr.read()[-2000:]}")
-            try:
-                httpx.get(base + "/health", timeout=2).raise_for_status()
-                break
-            except httpx.HTTPError:
-                assert time.time() < deadline, "vlmatch serve did not answer /health within 90 s"
-                time.sleep(0.2)
+        wait_until_serving(proc, base, 90, lambda: proc.stderr.read()[-2000:])
         out = {"search": httpx.get(base + "/search", params={"q": "a red dog", "k": 3}, timeout=30),
                "filtered": httpx.get(base + "/search", params={"q": "a red dog", "camera": "canon"}, timeout=30),
                "newline": httpx.get(base + "/search", params={"q": "a red dog", "camera": "a\nb"}, timeout=30)}
