@@ -304,8 +304,9 @@ def choose(a) -> None:
         return {"t2i_rsum": round(s, 2), "r1": round(r1, 2), "r5": round(r5, 2), "r10": round(r10, 2),
                 "ci95": [round(lo, 2), round(hi, 2)], "queries": int(len(sel))}
 
-    # the ceiling of any weighting of these two scores on the concept queries (their chosen form): one weight for
-    # all of them, chosen on them, and each query's own best weight (no rule of the query can beat either)
+    # two references on the concept queries (the chosen form): the best single weight for all of them, chosen on
+    # them (a rule that varies the weight by query, as the shipped one does with rare(q), can beat it), and each
+    # query's own best weight, chosen after seeing its answer: the upper bound of any weighting of these two scores
     ceil_w = sorted(set(WEIGHTS) | {1.5, 2.0, 3.0, 5.0})
     per_w = np.stack([t2i_ranks(zH + w * zC[final["form"]]) for w in ceil_w])  # (weights, captions)
     one_w = int(np.argmax([rsum_t2i(r[cq])[0] for r in per_w]))
@@ -315,8 +316,8 @@ def choose(a) -> None:
                              "fused_shipped_choice": fig(t2i_ranks(zH + (final["w0"] + final["slope"] * rare_h)[None, :]
                                                                    * zC[final["form"]]), cq),
                              "fused_crossfit": fig(cross, cq),
-                             f"ceiling_one_weight_{ceil_w[one_w]}": fig(per_w[one_w], cq),
-                             "ceiling_each_querys_weight": fig(per_w.min(0), cq)},
+                             f"best_one_weight_{ceil_w[one_w]}": fig(per_w[one_w], cq),
+                             "ceiling_each_querys_own_weight": fig(per_w.min(0), cq)},
         "heldout_all": {"ranker": fig(base_h, allq), "fused_crossfit": fig(cross, allq)},
         "heldout_home": {"ranker": fig(base_h, np.flatnonzero(home)), "fused_crossfit": fig(cross, np.flatnonzero(home))},
         "default_all": {"ranker": fig(default_ranks, allq), "zero_shot": fig(t2i_ranks(CD[final["form"]]), allq),
@@ -767,7 +768,6 @@ def two_things(a) -> None:
 
 
 REGISTRY = HERE.parent / "src" / "vlmatch" / "pretrained" / "registry.json"
-SHIPPED = "vsepp-lite2-320-grounded-f8k"
 
 
 def ship(a) -> None:
@@ -775,12 +775,14 @@ def ship(a) -> None:
     weights, ratio and projection from protocol.json's shipped choice, the relevance knots and threshold from
     relevance.json (a test holds the registry to these rows); the rest of the record (words, AND beta) stays."""
     from vlmatch.io import read_json
+    from vlmatch.pretrained import default_pair
 
+    default = default_pair()[0]  # the shipped default, whose rows these are
     chosen = read_json(RESULTS / "protocol.json")
     pick = chosen["choice_shipped"]
     form = chosen["forms"][pick["form"]]
     registry = read_json(REGISTRY)
-    rec = next(m for m in registry if m["name"] == SHIPPED)
+    rec = next(m for m in registry if m["name"] == default)
     ov = rec["open_vocab"]
     ov.update({"w0": pick["w0"], "slope": pick["slope"], "ratio": pick["ratio_default"], "text": form["text"],
                "concepts": dict(form["concepts"]), "relevance": read_json(RESULTS / "relevance.json")["shipped"]})
@@ -788,7 +790,7 @@ def ship(a) -> None:
     if form["dims"] is not None:
         ov["dims"] = form["dims"]
     write_json(REGISTRY, registry)
-    print(f"{SHIPPED}: open_vocab <- {pick['form']} w0 {pick['w0']} slope {pick['slope']} ratio {pick['ratio_default']}")
+    print(f"{default}: open_vocab <- {pick['form']} w0 {pick['w0']} slope {pick['slope']} ratio {pick['ratio_default']}")
 
 
 def main(argv=None) -> None:

@@ -29,20 +29,21 @@ def _json(path: Path):
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def _leaf_diffs(a, b, path: str = "") -> list[str]:
-    """The dotted paths where two JSON values differ (numbers within TOLERANCE are equal; a key on one side only
-    differs)."""
+def _leaf_diffs(a, b, path: str = "", tol: float = TOLERANCE) -> list[str]:
+    """The dotted paths where two JSON values differ: numbers within ``tol`` are equal (TOLERANCE for recalls the
+    registry rounds to 2 decimals; 0 for figures copied whole, such as weights and knots); a key on one side only, or
+    lists of other lengths, differ."""
     if isinstance(a, dict) and isinstance(b, dict):
         return [d for k in sorted(set(a) | set(b), key=str) for d in
-                (_leaf_diffs(a.get(k), b.get(k), f"{path}.{k}" if path else str(k)) if k in a and k in b else [path
-                 + ("." if path else "") + str(k)])]
+                (_leaf_diffs(a[k], b[k], f"{path}.{k}" if path else str(k), tol) if k in a and k in b
+                 else [f"{path}.{k}" if path else str(k)])]
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in _leaf_diffs(x, y, f"{path}[{i}]")]
+        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in _leaf_diffs(x, y, f"{path}[{i}]", tol)]
     if isinstance(a, bool) or isinstance(b, bool):
-        return [] if a is b else [path]
+        return [] if a is b else [path or "(the whole value)"]
     if isinstance(a, int | float) and isinstance(b, int | float):
-        return [] if _close(a, b) else [path]
-    return [] if a == b else [path]
+        return [] if abs(a - b) <= tol else [path or "(the whole value)"]
+    return [] if a == b else [path or "(the whole value)"]
 
 
 def _close(a, b) -> bool:
@@ -93,7 +94,7 @@ def shipped_problems(entry, experiments: Path = EXPERIMENTS) -> list[str]:
     if row.get("sha256") != entry.sha256:
         return [f"its shipped row {path.name} is of other weights ({str(row.get('sha256'))[:12]}...)"]
     return [f"val.{d} {_get(entry.val, d)!r} is not its shipped row's {_get(row['val'], d)!r}"
-            for d in _leaf_diffs(entry.val, row["val"])]
+            for d in _leaf_diffs(entry.val, row["val"], tol=0)]
 
 
 def _get(obj, dotted: str):
@@ -120,15 +121,16 @@ def calibration_problems(entry, experiments: Path = EXPERIMENTS) -> list[str]:
         out.append(f"calibration beta {cal['beta']} is not its record's {row['beta']}")
     out += [f"calibrated val {d} {entry.val['float32'].get(d)!r} is not its record's {row['val'].get(d)!r}"
             for d in _leaf_diffs({k: entry.val["float32"].get(k) for k in row["val"]},
-                                 {k: round(v, 2) for k, v in row["val"].items()})]
+                                 {k: round(v, 2) for k, v in row["val"].items()}, tol=0)]
     out += [f"uncalibrated {d} {cal['uncalibrated'].get(d)!r} is not its record's {rec['uncalibrated']['val'].get(d)!r}"
-            for d in _leaf_diffs(cal["uncalibrated"], {k: round(v, 2) for k, v in rec["uncalibrated"]["val"].items()})]
+            for d in _leaf_diffs(cal["uncalibrated"], {k: round(v, 2) for k, v in rec["uncalibrated"]["val"].items()},
+                                 tol=0)]
     shipped = ROOT / "src" / "vlmatch" / "pretrained" / "weights" / entry.name / "calibration.json"
     if shipped.is_file():
         file = _json(shipped)
         out += [f"calibration {d} is not the shipped calibration.json's" for d in
                 _leaf_diffs({k: cal.get(k) for k in ("beta", "banks", "sha256")},
-                            {k: file.get(k) for k in ("beta", "banks", "sha256")})]
+                            {k: file.get(k) for k in ("beta", "banks", "sha256")}, tol=0)]
     held = cal.get("held_out")
     if not held:
         return out + ["quotes no held-out figures of its calibration"]
@@ -184,11 +186,13 @@ def search_problems(entry, benchmarks: Path = BENCHMARKS) -> list[str]:
     return out
 
 
-def duplicates_problems(entry, benchmarks: Path = BENCHMARKS) -> list[str]:
+def duplicates_problems(entry) -> list[str]:
+    """The model's own duplicates threshold against the results file it cites (a path from the repository root)."""
     d = entry.duplicates
     if not d:
         return []
-    res = _json(ROOT / d["results"]) if d.get("results") else None
+    path = ROOT / str(d.get("results", ""))
+    res = _json(path) if d.get("results") and path.is_file() else None
     if res is None or res.get("model") != entry.name:
         return [f"duplicates cites {d.get('results')!r}, not a results file of this model"]
     want = {"threshold": res["threshold"], "pair_precision": round(res["half_b"]["pair_precision"], 3),
@@ -210,14 +214,15 @@ def open_vocab_problems(entry, experiments: Path = EXPERIMENTS) -> list[str]:
             "concepts": form["concepts"], "dims": form["dims"], "relevance": _json(rows / "relevance.json")["shipped"],
             "and_beta": 0.0}  # the AND re-scoring: measured (two_things_*.json) and shipped off
     got = {k: ov.get(k) for k in want}
-    return [f"open_vocab {d} is not its rows' ({rows.relative_to(ROOT)})" for d in _leaf_diffs(got, want)]
+    return [f"open_vocab {d} is not its rows' (open_vocab/protocol.json, relevance.json)"
+            for d in _leaf_diffs(got, want, tol=0)]
 
 
 def entry_problems(entry, experiments: Path = EXPERIMENTS, benchmarks: Path = BENCHMARKS) -> list[str]:
     """``"NAME: what differs"`` for each figure of registry entry ``entry`` that is not its results file's."""
     found = (val_problems(entry, experiments) + shipped_problems(entry, experiments)
              + calibration_problems(entry, experiments) + explainer_problems(entry, experiments)
-             + search_problems(entry, benchmarks) + duplicates_problems(entry, benchmarks)
+             + search_problems(entry, benchmarks) + duplicates_problems(entry)
              + open_vocab_problems(entry, experiments))
     return [f"{entry.name}: {p}" for p in found]
 

@@ -156,6 +156,7 @@ def main(argv=None):
                     help="record the cross-fitted calibration figures of experiments/results/calibration/pretrained_NAME.json "
                          "(experiments/calibration.py --model pretrained:NAME --shipped-banks) on shipped entry NAME")
     a = ap.parse_args(argv)
+    a.command = " ".join(["python release/ship.py", *(sys.argv[1:] if argv is None else argv)])
     if a.check:
         from check import check_registry
 
@@ -444,14 +445,16 @@ def ship(a) -> None:
         entry.val["pair"] = {"retriever": retrievers[0], "score": "mean", **{k: round(v, 2) for k, v in pair.items()}}
     old = {e.name: e for e in pretrained.entries()}.get(a.name)
     if old is not None and old.sha256 == entry.sha256 and old.calibration.get("sha256") == entry.calibration.get("sha256"):
-        # the same weights (and calibration) again: keep their measured search figures
-        entry = dataclasses.replace(entry, search=old.search, ms_per_query=old.ms_per_query)
+        # the same weights (and calibration) again: keep what was measured of them (search figures, the duplicates
+        # threshold, the open-vocabulary fusion chosen for them)
+        entry = dataclasses.replace(entry, search=old.search, ms_per_query=old.ms_per_query,
+                                    duplicates=old.duplicates, open_vocab=old.open_vocab)
     reg = [e for e in pretrained.entries() if e.name != a.name]
     if a.default_explainer:  # one default explainer
         reg = [dataclasses.replace(e, explainer={**e.explainer, "default": False}) if e.explainer else e for e in reg]
     if a.default:  # one default per role
         reg = [dataclasses.replace(e, default=False) if e.role == a.role else e for e in reg]
-    write_json(SHIPPED / f"{a.name}.json", shipped_row(entry, " ".join(["python release/ship.py", *sys.argv[1:]])))
+    write_json(SHIPPED / f"{a.name}.json", shipped_row(entry, a.command))
     write_json(PRETRAINED / "registry.json", [dataclasses.asdict(e) for e in reg + [entry]])
     print(f"shipped {a.name}: val rsum float32 {full['rsum']:.2f}, float16 {half['rsum']:.2f}, "
           f"{sum(f.stat().st_size for f in out.rglob('*') if f.is_file()) / 1e6:.1f} MB")

@@ -52,6 +52,8 @@ def test_the_other_toy_world_figures_on_getting_started_are_recorded():
 
 def test_every_results_file_the_host_record_cites_exists():
     """A host row names the results file it copies and the command that made it: both must be there."""
-    for h in json.loads((RESULTS / "quickstart_hosts.json").read_text())["hosts"]:
-        for path in re.findall(r"\b(?:experiments|benchmarks)/[\w/.-]+\.(?:json|py|md)", h["host"] + " " + h["source"]):
-            assert (ROOT / path).is_file(), f"quickstart_hosts.json cites {path}, which does not exist"
+    cited = [path for h in json.loads((RESULTS / "quickstart_hosts.json").read_text())["hosts"]
+             for path in re.findall(r"\b(?:experiments|benchmarks)/[\w/.-]+\.(?:json|py|md)", h["host"] + " " + h["source"])]
+    assert cited, "quickstart_hosts.json cites no results file or command: its first row is a recorded run's"
+    for path in cited:
+        assert (ROOT / path).is_file(), f"quickstart_hosts.json cites {path}, which does not exist"

@@ -300,7 +300,13 @@ def test_the_models_input_reads_an_iphone_sized_thumbnail(tmp_path, monkeypatch)
     assert open_photo(tmp_path / "iphone.heic", 480, cover=photo.MODEL_THUMB_COVER).size == (1600, 1200)  # 240 < 360
     seen = []
     real = photo.open_photo
-    monkeypatch.setattr(photo, "open_photo", lambda *a, **k: seen.append(real(*a, **k).size) or real(*a, **k))
+
+    def recorded(*a, **k):
+        im = real(*a, **k)
+        seen.append(im.size)
+        return im
+
+    monkeypatch.setattr(photo, "open_photo", recorded)
     thumb = photo.load_image(tmp_path / "iphone.heic", 320)
     assert seen == [(320, 240)]
     assert mad(thumb, load_image(tmp_path / "plain.heic", 320)) < 4.0

@@ -54,7 +54,7 @@ def test_a_raw_beside_the_jpeg_of_the_same_shot_is_one_photo():
 def test_a_raws_size_is_its_previews_as_displayed():
     """What a table row records as the RAW's pixels: the preview's size (not the first IFD's sensor strip or
     thumbnail), turned by the preview's own orientation, else the RAW's."""
-    from vlmatch.features.raw import preview_pixels
+    from vlmatch.features.photo import preview_pixels
 
     assert preview_pixels(tiff_raw(jpeg_bytes((96, 64)))) == [96, 64]
     assert preview_pixels(tiff_raw(jpeg_bytes((96, 64)), orientation=6, canon=True)) == [64, 96]

@@ -137,5 +137,5 @@ def test_principal_directions_are_orthonormal_signed_and_keep_the_names_span():
     assert torch.allclose((a @ u) @ (b @ u).T, a @ b.T, atol=1e-5)
     small = principal_directions(names, 2)
     assert torch.allclose(small, u[:, :2], atol=1e-5)  # the leading directions, in order
-    with pytest.raises(ConfigError, match="between 1 and 8"):
-        principal_directions(names, 9)
+    with pytest.raises(ConfigError, match="between 1 and 7"):  # 7 names span no more than 7 directions
+        principal_directions(names, 8)

@@ -42,7 +42,7 @@ def test_update_rewrites_only_the_block_and_refuses_a_file_without_markers(tmp_p
     assert not card.update(f, "fresh\n")
     g = tmp_path / "plain.md"
     g.write_text("no markers\n")
-    with pytest.raises(DataError, match="plain.md.*model card"):
+    with pytest.raises(DataError, match="plain.md.*block"):
         card.update(g)
 
 

@@ -17,6 +17,8 @@ import socket
 import subprocess
 from pathlib import Path
 
+from .serving import free_port
+
 _PARTS = ("rootCoord", "proxy", "queryCoord", "queryNode", "indexNode", "dataCoord", "dataNode")
 
 # Test timers: a server's background loops poll on timers sized for big collections; the tests' collections
@@ -57,12 +59,6 @@ def _bind(port: int):
     except OSError:
         sock.close()
         return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class MilvusTestServer:
@@ -118,7 +114,7 @@ class MilvusTestServer:
 
         self.base.mkdir(parents=True, exist_ok=True)
         if self.etcd is None:
-            self.etcd = (_free_port(), _free_port())
+            self.etcd = (free_port(), free_port())
         client, peer = self.etcd
         (self.base / "etcd-embed.yaml").write_text(
             f"name: default\nlisten-client-urls: http://127.0.0.1:{client}\n"

@@ -29,7 +29,10 @@ photo is encoded, thumbnailed and explained the way a browser or a photo viewer 
    composited on white, as a viewer shows it on a light page.
 
 :data:`READER_VERSION` names this behaviour: an index records the version that encoded its photos
-(``reader`` in its manifest). Version 1 read the stored pixels and ignored the EXIF orientation.
+(``reader`` in its manifest). Version 1 read the stored pixels and ignored the EXIF orientation. Version 2 covers
+the HEIC thumbnail read too (:data:`MODEL_THUMB_COVER`, added later without a new version): a HEIC encoded from its
+full decode and one encoded from its thumbnail are the same photo to the model (embedding cosine 0.96-0.99), so an
+index holding both needs no re-encoding.
 """
 
 from __future__ import annotations
@@ -229,6 +232,26 @@ def _open_raw(src, size, where, max_pixels):
         if own == 1:  # the preview records no orientation of its own: the RAW's applies
             im = upright(im, orientation)
     return im
+
+
+def preview_pixels(data: bytes) -> list[int] | None:
+    """A RAW's size as displayed, [w, h]: its embedded preview's (what vlmatch reads of it), turned a quarter
+    where the preview's own orientation, else the RAW's, says so; None without a preview. The RAW's first IFD
+    often describes a thumbnail or the sensor, not what is shown."""
+    from PIL import Image
+
+    found = embedded_jpeg(data)
+    if found is None:
+        return None
+    jpeg, orientation = found
+    try:
+        with Image.open(io.BytesIO(jpeg)) as im:
+            w, h = im.size
+            own = orientation_of(im)
+    except Exception:  # noqa: BLE001 - an unreadable preview: no size (the pixel read reports the problem)
+        return None
+    turn = own if own != 1 else orientation  # as photo._open_raw turns it: the preview's own tag, else the RAW's
+    return [h, w] if turn in (5, 6, 7, 8) else [w, h]
 
 
 def load_image(path, size: int) -> np.ndarray:

@@ -140,29 +140,3 @@ def pair_raws(rels: list[str]) -> tuple[list[str], list[dict]]:
         else:
             kept.append(r)
     return kept, pairs
-
-
-def preview_pixels(data: bytes) -> list[int] | None:
-    """A RAW's size as displayed, [w, h]: its embedded preview's (what vlmatch reads of it), turned a quarter
-    where the preview's own orientation, else the RAW's, says so; None without a preview. The RAW's first IFD
-    often describes a thumbnail or the sensor, not what is shown."""
-    import io
-
-    from PIL import Image
-
-    found = embedded_jpeg(data)
-    if found is None:
-        return None
-    jpeg, orientation = found
-    try:
-        with Image.open(io.BytesIO(jpeg)) as im:
-            w, h = im.size
-            try:
-                own = im.getexif().get(0x0112, 1)
-            except Exception:  # noqa: BLE001 - a broken EXIF block in the preview: the RAW's orientation applies
-                own = 1
-    except Exception:  # noqa: BLE001 - an unreadable preview: no size (the pixel read reports the problem)
-        return None
-    turn = own if isinstance(own, int) and own != 1 and 1 <= own <= 8 else orientation
-    return [h, w] if turn in (5, 6, 7, 8) else [w, h]
-

@@ -82,8 +82,8 @@ def principal_directions(names: Tensor, dims: int) -> Tensor:
     """(H, dims) the leading right singular vectors of the (nodes, H) name vectors, each signed so that its
     largest entry is positive (the SVD's signs are arbitrary; a fixed sign keeps stored vectors comparable
     across processes and hosts)."""
-    if not 1 <= dims <= names.shape[1]:
-        raise ConfigError(f"concept dims must be between 1 and {names.shape[1]}, not {dims}")
+    if not 1 <= dims <= min(names.shape):  # no more directions than the names span
+        raise ConfigError(f"concept dims must be between 1 and {min(names.shape)}, not {dims}")
     _, _, vh = torch.linalg.svd(names.double(), full_matrices=False)
     basis = vh[:dims].T
     sign = torch.sign(basis.gather(0, basis.abs().argmax(0, keepdim=True)))

@@ -74,7 +74,7 @@ def _pair_lines(e: Pretrained) -> list[str]:
             f"`pretrained:{p['retriever']}`'s (`index build --score {p['score']}`): val rsum {p['rsum']:.1f}; {rec}."]
 
 
-def _calibration_lines(e: Pretrained) -> list[str]:
+def _calibration_lines(e: Pretrained, above: str = "The val figures above are") -> list[str]:
     c = e.calibration
     if not c:
         return []
@@ -83,7 +83,7 @@ def _calibration_lines(e: Pretrained) -> list[str]:
     h = c.get("held_out")
     if not h:
         return [f"- Scores calibrated against a query bank (`calibration.safetensors`; {c['method']}, beta {c['beta']:g}): "
-                f"{banks}. The val figures above are calibrated; without it rsum {u['rsum']:.1f}, image-to-text R@1 "
+                f"{banks}. {above} calibrated; without it rsum {u['rsum']:.1f}, image-to-text R@1 "
                 f"{u['i2t_r1']:.1f}, text-to-image R@1 {u['t2i_r1']:.1f} (`experiments/results/calibration.md`"
                 + (f"; made by `{c['command']}`)." if c.get("command") else ").")]
     hu, bk = h["uncalibrated"], h["banks"]
@@ -94,8 +94,8 @@ def _calibration_lines(e: Pretrained) -> list[str]:
             f"that beta reads rsum {h['B']['rsum']:.1f} against {hu['B']:.1f} uncalibrated, and half A at the beta "
             f"picked on B ({h['beta_B']:g}) {h['A']['rsum']:.1f} against {hu['A']:.1f}: a gain of {gain:+.1f}. The "
             f"banks shipped were chosen looking at all of val; cross-fitted, {names[bk['chosen_on_A']]} (chosen on A) "
-            f"reads {bk['B']:.1f} on B and {names[bk['chosen_on_B']]} (chosen on B) {bk['A']:.1f} on A. The val "
-            f"figures above are all of val at the shipped beta, half A included (not held out); without the "
+            f"reads {bk['B']:.1f} on B and {names[bk['chosen_on_B']]} (chosen on B) {bk['A']:.1f} on A. {above} "
+            f"all of val at the shipped beta, half A included (not held out); without the "
             f"calibration rsum {u['rsum']:.1f}, image-to-text R@1 {u['i2t_r1']:.1f}, text-to-image R@1 "
             f"{u['t2i_r1']:.1f} (`experiments/results/calibration.md`; `{h['command']}`)."]
 
@@ -163,12 +163,14 @@ def summary(found: list[Pretrained] | None = None) -> str:
 
 def default_calibration(found: list[Pretrained] | None = None) -> str:
     """The search guide's paragraph on the shipped default's calibration: its card's calibration line as prose."""
+    from . import default_pair
+
     found = entries() if found is None else found
-    default = next((e for e in found if e.default and e.calibration), None)
+    name = default_pair()[0]
+    default = next((e for e in found if e.name == name and e.calibration), None)
     if default is None:
         return "The shipped default model has no calibration.\n"
-    line = _calibration_lines(default)[0][2:].replace("The val figures above are", "Its card's val figures "
-                                                      "([Shipped models](pretrained.md)) are")
+    line = _calibration_lines(default, "Its card's val figures ([Shipped models](pretrained.md)) are")[0][2:]
     return f"For the shipped default, `pretrained:{default.name}`: {line}\n"
 
 
@@ -185,7 +187,7 @@ def update(path: Path, block: str | None = None, summary_block: bool = False, ki
     begin, end, fill = BLOCKS[kind or ("summary" if summary_block else "card")]
     a, b = text.find(begin), text.find(end)
     if a < 0 or b < a:
-        raise DataError(path, f"holds no {begin} ... {end} block for the model card")
+        raise DataError(path, f"holds no {begin} ... {end} block ({kind or 'card'})")
     new = text[:a + len(begin)] + "\n" + (fill() if block is None else block) + text[b:]
     if new == text:
         return False

@@ -39,10 +39,10 @@ import torch
 
 from .. import distributed as D
 from ..errors import ConfigError, DataError
-from ..features.photo import READER_VERSION, load_image
+from ..features.photo import READER_VERSION, load_image, preview_pixels
 from ..features.photometa import mtime_taken, photo_meta
 from ..features.provenance import check_backbone, checkpoint_backbone, resolve_backbone
-from ..features.raw import is_raw, preview_pixels
+from ..features.raw import is_raw
 from ..io import atomic_dir, link_tree, read_json, write_json
 from ..models.base import MatchingModel
 from ..models.sealing import checkpoint_fingerprint
