@@ -97,7 +97,7 @@ def _nudged(v):
         step = 10.0 ** (int(exp) - (len(mantissa.split(".")[1]) if "." in mantissa else 0))
     else:
         step = 10.0 ** -(len(text.split(".")[1]) if "." in text else 0)
-    return float(repr(v + step)) if abs(v + step - v) > 0 else v + step
+    return v + step
 
 
 def _changed(obj, path):

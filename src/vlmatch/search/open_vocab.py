@@ -161,8 +161,12 @@ class OpenVocab:
         self._ranker = None
         self._vocab = training_words(fusion.words) if fusion.words else None
         self.relevance = Relevance.of(fusion.relevance)
-        self.dim = fusion.dims or 384
         self._basis: torch.Tensor | None = None
+
+    @property
+    def dim(self) -> int:
+        """The concept columns: the projection's, else the sentence space's (384, MiniLM's, until it is loaded)."""
+        return self.fusion.dims or (self._embedder.dim if self._embedder is not None else 384)
 
     def bind(self, ranker) -> None:
         """The ranker whose text encoder a ``text: ranker`` fusion embeds with (Stage1Source binds its net)."""
@@ -183,7 +187,6 @@ class OpenVocab:
                 self._embedder = SentenceEmbedder(encoder=hf)
             else:
                 self._embedder = SentenceEmbedder()
-            self.dim = self.fusion.dims or self._embedder.dim
         return self._embedder
 
     @property
@@ -205,7 +208,6 @@ class OpenVocab:
             from ..models.concepts import principal_directions
 
             self._basis = principal_directions(self.scorer.name_vectors(), self.fusion.dims)
-            self.dim = self._basis.shape[1]
         return self._basis
 
     def project(self, vectors: torch.Tensor) -> torch.Tensor:

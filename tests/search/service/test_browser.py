@@ -26,6 +26,13 @@ def launch(p):
         pytest.fail(f"chromium at {CHROMIUM} did not start: {e}")
 
 
+def screenshots(tmp_path) -> Path:
+    """Where the tests' screenshots go: $VLMATCH_SCREENSHOTS, else the test's temp folder."""
+    shots = Path(os.environ.get("VLMATCH_SCREENSHOTS", tmp_path))
+    shots.mkdir(parents=True, exist_ok=True)
+    return shots
+
+
 def overlay_pixels(page) -> int:
     """Pixels of the heat-map canvas that are painted (non-transparent)."""
     return page.evaluate("""() => { const c = document.getElementById('heat');
@@ -65,8 +72,7 @@ def test_page_in_chromium(served_index, tmp_path):
     from playwright.sync_api import sync_playwright
 
     base, n_images = served_index
-    shots = Path(os.environ.get("VLMATCH_SCREENSHOTS", tmp_path))
-    shots.mkdir(parents=True, exist_ok=True)
+    shots = screenshots(tmp_path)
     with sync_playwright() as p:
         browser = launch(p)
         try:
@@ -147,8 +153,7 @@ def test_page_filters_in_chromium(dated_index, tmp_path):
     from playwright.sync_api import sync_playwright
 
     base, _ = dated_index
-    shots = Path(os.environ.get("VLMATCH_SCREENSHOTS", tmp_path))
-    shots.mkdir(parents=True, exist_ok=True)
+    shots = screenshots(tmp_path)
     with sync_playwright() as p:
         browser = launch(p)
         try:
