@@ -395,6 +395,21 @@ def other_rows() -> list[str]:
                          f"{h['before']} | {h['after_cross_fitted']} |")
     if lines and lines[-1].startswith("| two"):
         lines += ["", "Reproduce: `python experiments/open_vocab.py two-things --evidence EVIDENCE`", ""]
+    lim = RESULTS / "limits.json"
+    if lim.is_file():
+        d = json.loads(lim.read_text())
+        lines += ["## How far these two scores go (the concept goal)", "", d["what"] + f". Ranker {d['ranker']}, "
+                  f"zero-shot {d['zero_shot']}, the goal (+1/3) {d['goal']}: the best rule reaches "
+                  f"**{d['best_in_sample']}** even tuned on the queries it is measured on.", "",
+                  "| rule | t2i R@1+5+10 |", "|---|---:|"]
+        lines += [f"| {k} | {v['t2i_rsum']} |" for k, v in d["rules"].items()]
+        lines += ["", "Correlation of each query's own best weight with the signals a rule could read: " +
+                  ", ".join(f"{k} {v}" for k, v in d["own_best_weight_correlation"].items()) + ".", "",
+                  "| concept | queries | ranker | zero-shot | fused (best one weight) | default (saw it) |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        lines += [f"| {k} | {v['queries']} | {v['ranker']} | {v['zero_shot']} | {v['fused_best_one_weight']} | "
+                  f"{v['default']} |" for k, v in d["per_concept"].items()]
+        lines += ["", f"Reproduce: `{d['command']}`", ""]
     hub = RESULTS / "hubness.json"
     if hub.is_file():
         d = json.loads(hub.read_text())
