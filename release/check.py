@@ -218,12 +218,62 @@ def open_vocab_problems(entry, experiments: Path = EXPERIMENTS) -> list[str]:
             for d in _leaf_diffs(got, want, tol=0)]
 
 
+PROSE_FIELDS = ("notes", "explainer.selection", "calibration.method")  # the entry's prose, with figures in it
+NAMED_RESULTS = re.compile(r"(?:experiments|benchmarks)/results/[\w./-]*\w")
+
+
+def prose_sources(entry, experiments: Path = EXPERIMENTS) -> list[Path]:
+    """The results an entry's prose may quote: its run's record, its grounding row and calibration records, its
+    shipped row, the Flickr8k and grounding tables, and every results file or folder the prose names."""
+    run = entry.command.split("--name ", 1)[1].split()[0] if "--name " in entry.command else None
+    rows = [entry.explainer["row"]] if entry.explainer else []
+    found = [experiments / "shipped" / f"{entry.name}.json", experiments / "flickr8k.md", experiments / "grounding.md",
+             *[p for r in rows for p in sorted((experiments / "grounding").glob(f"{r}.*"))],
+             *(sorted(experiments.glob(f"*/{run}.*")) if run else []),
+             *(sorted(experiments.glob(f"*/{run}_*.*")) if run else [])]
+    rec = run_record(entry, experiments)
+    if rec is not None:
+        found += [p for p in sorted((experiments / "flickr8k").glob("*.json"))
+                  if _json(p).get("command") == rec.get("command")]
+    for field in PROSE_FIELDS:
+        for named in NAMED_RESULTS.findall(str(_get(entry.__dict__, field) or "")):
+            path = ROOT / named
+            found += sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path, path.with_suffix(
+                ".json")]
+    return [p for p in dict.fromkeys(found) if p.is_file()]
+
+
+def prose_problems(entry, experiments: Path = EXPERIMENTS) -> list[str]:
+    """A figure of the entry's prose (notes, the explainer's selection, the calibration's method) that none of its
+    results holds: typed by hand, or left from an earlier shipping (release/figures.py's rule for the docs)."""
+    from figures import figures, file_values, sourced
+
+    values = {x for p in prose_sources(entry, experiments) for x in file_values(p)}
+    return [f"{field}: {fig} is in none of its results" for field in PROSE_FIELDS
+            for _, fig in figures(str(_get(entry.__dict__, field) or "")) if not sourced(fig, values)]
+
+
+def recipe_problems(entry) -> list[str]:
+    """The notes are written once, in the model's recipe (experiments/recipes/pretrained/NAME.yaml, recipe.ship.notes):
+    the registry's must be that text."""
+    import yaml
+
+    path = ROOT / "experiments" / "recipes" / "pretrained" / f"{entry.name}.yaml"
+    if not path.is_file():
+        return []
+    recipe = yaml.safe_load(path.read_text(encoding="utf-8")).get("recipe") or {}
+    notes = (recipe.get("ship") or {}).get("notes", "")
+    return [] if notes == entry.notes else [f"notes differ from its recipe's recipe.ship.notes ({path.name}): ship it again "
+                                            "or copy nothing by hand"]
+
+
 def entry_problems(entry, experiments: Path = EXPERIMENTS, benchmarks: Path = BENCHMARKS) -> list[str]:
     """``"NAME: what differs"`` for each figure of registry entry ``entry`` that is not its results file's."""
     found = (val_problems(entry, experiments) + shipped_problems(entry, experiments)
              + calibration_problems(entry, experiments) + explainer_problems(entry, experiments)
              + search_problems(entry, benchmarks) + duplicates_problems(entry)
-             + open_vocab_problems(entry, experiments))
+             + open_vocab_problems(entry, experiments) + prose_problems(entry, experiments)
+             + recipe_problems(entry))
     return [f"{entry.name}: {p}" for p in found]
 
 

@@ -122,8 +122,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--card", action="store_true", help="only rewrite the model card in README.md (and docs/)")
     ap.add_argument("--check", action="store_true",
-                    help="only check that every figure of the registry equals its results file (release/check.py): "
-                         "one line per problem, exit status 1 if there is any")
+                    help="only check that every figure of the registry equals its results file (release/check.py) "
+                         "and every figure of the README and docs is in a results file the page links to "
+                         "(release/figures.py): one line per problem, exit status 1 if there is any")
     ap.add_argument("--recipe", type=Path, metavar="FILE",
                     help="ship the model a recipe of experiments/recipes/pretrained/ describes: its run (trained by "
                          "`python experiments/run.py FILE`) with the options of its recipe.ship section")
@@ -159,9 +160,11 @@ def main(argv=None):
     a.command = " ".join(["python release/ship.py", *(sys.argv[1:] if argv is None else argv)])
     if a.check:
         from check import check_registry
+        from figures import pages, unsourced
 
-        problems = check_registry()
-        print("\n".join(problems) if problems else "every figure of the registry equals its results file")
+        problems = check_registry() + [p for page in pages() for p in unsourced(page)]
+        print("\n".join(problems) if problems else "every figure of the registry equals its results file, and every "
+              "figure the README and docs quote is in a results file the page links to")
         return 1 if problems else 0
     if a.train and not a.recipe:
         ap.error("--train reproduces the run of a --recipe FILE: name the recipe")

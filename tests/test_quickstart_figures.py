@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
 PAGES = [ROOT / "README.md", ROOT / "docs" / "getting-started.md"]
 NUM = r"(\d+(?:\.\d+)?)"
-SPREAD = re.compile(rf"Over the (\d+) hosts in `experiments/results/quickstart_hosts\.json`, VSE\+\+ gave rsum {NUM} to "
+SPREAD = re.compile(rf"Over the \[?(\d+) hosts[^\]]*\]\([^)]*quickstart_hosts\.(?:json|md)\), VSE\+\+ gave rsum {NUM} to "
                     rf"{NUM} and SCAN {NUM} to {NUM}", re.I)
 
 
