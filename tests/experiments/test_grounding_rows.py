@@ -1,5 +1,7 @@
 """The grounding rows' files (experiments/results/grounding/ROW.json): one JSON object, one top-level key a line and
-one line per image of the per-image counts. A row reads back exactly as it was written."""
+one line per image of the per-image counts. A row reads back exactly as it was written, every committed row is in
+that form, and the pages built from the rows (grounding.md, the seed page, flickr8k.md's pointing column) are the
+committed pages."""
 
 from __future__ import annotations
 
@@ -7,7 +9,10 @@ import json
 
 import pytest
 
-from tests.benchmark_scripts import load_script
+from tests.benchmark_scripts import BENCHMARKS, EXPERIMENTS, load_script
+
+RESULTS = EXPERIMENTS / "results"
+ROW_FILES = sorted((RESULTS / "grounding").glob("*.json")) + sorted((RESULTS / "grounding_train_split").glob("*.json"))
 
 
 @pytest.fixture(scope="module")
@@ -48,3 +53,22 @@ def test_per_image_columns_of_different_lengths_are_refused(grounding, tmp_path)
     with pytest.raises(ValueError, match="different lengths"):
         grounding.write_row(tmp_path / "r.json", row)
     assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize("path", ROW_FILES, ids=lambda p: p.stem)
+def test_every_committed_row_is_in_the_compact_form(grounding, path):
+    row = grounding.read_row(path)
+    assert grounding.row_text(row) == path.read_text(encoding="utf-8")
+    per = row.get("per_image")
+    if per:
+        assert len(per["names"]) == len(per["hits"]) == len(per["phrases"]) == row["images"]
+        assert sum(per["phrases"]) == row["phrases"]
+
+
+def test_the_pages_built_from_the_rows_are_the_committed_pages(grounding):
+    rows = grounding.load_rows()
+    assert len(rows) == len(list((RESULTS / "grounding").glob("*.json")))
+    assert grounding.render(rows) == (RESULTS / "grounding.md").read_text(encoding="utf-8")
+    assert grounding.render_seed_page(rows) == (BENCHMARKS / "results" / "grounding.md").read_text(encoding="utf-8")
+    flickr8k = load_script("flickr8k", "flickr8k_rows")  # its pointing column reads the rows' summary figures
+    assert flickr8k.render(flickr8k.load_results()) == (RESULTS / "flickr8k.md").read_text(encoding="utf-8")
