@@ -11,6 +11,11 @@ model was trained on (``benchmarks/cache/flickr8k-<backbone>[-<size>]``, made by
 and writes ``experiments/results/grounding/<row>.json`` (the figures, the command, the host's CPU flags). All
 rows are rendered to ``experiments/results/grounding.md``. The val rsum of a trained run is read from its
 ``experiments/results/flickr8k/<run>.json`` where there is one, so recall stands beside pointing.
+
+A row file is one JSON object, one top-level key a line (:func:`row_text`); its per-image counts, which the
+pointing game keeps as columns (``names``, ``hits``, ``phrases``), are stored one image a line
+(``"per_image": {"columns": [...], "rows": [[name, hits, phrases], ...]}``) and read back as columns by
+:func:`read_row`. The summary figures are plain top-level keys, so a reader of those alone needs only ``json``.
 """
 
 from __future__ import annotations
@@ -108,7 +113,38 @@ def run_row(a) -> dict:
     row = {"row": a.row, "model": str(a.model), "run": run, "method": method, "features": source, "val_rsum": rsum,
            "note": a.note, "command": "python experiments/grounding.py " + shlex.join(sys.argv[1:]),
            "host": {"cpu": cpu_model(), "flags": cpu_flags()}, "finished": time.strftime("%Y-%m-%dT%H:%M:%S"), **res}
-    write_json(ROWS / f"{a.row}.json", row)
+    write_row(ROWS / f"{a.row}.json", row)
+    return row
+
+
+def row_text(row: dict) -> str:
+    """A row as its file holds it: one JSON object, one top-level key a line, and ``per_image`` (columns of equal
+    length in memory) as its column names and one line per image."""
+    lines = []
+    for key, value in row.items():
+        if key == "per_image" and isinstance(value, dict):
+            columns = list(value)
+            if len({len(value[c]) for c in columns}) > 1:
+                raise ValueError(f"row {row.get('row')!r}: per_image columns of different lengths")
+            images = ",\n".join(f"  {json.dumps(list(r))}" for r in zip(*(value[c] for c in columns), strict=True))
+            images = f"\n{images}\n " if images else ""
+            lines.append(f' "per_image": {{"columns": {json.dumps(columns)}, "rows": [{images}]}}')
+        else:
+            lines.append(f" {json.dumps(key)}: {json.dumps(value)}")
+    return "{\n" + ",\n".join(lines) + "\n}\n"
+
+
+def write_row(path: Path, row: dict) -> None:
+    """Write a row file (:func:`row_text`) atomically: a temporary file beside it, renamed onto it."""
+    write_text(path, row_text(row))
+
+
+def read_row(path: Path) -> dict:
+    """A row file as the pointing game returned it: ``per_image`` as columns again."""
+    row = json.loads(Path(path).read_text(encoding="utf-8"))
+    per = row.get("per_image")
+    if isinstance(per, dict) and "rows" in per:
+        row["per_image"] = {c: [r[i] for r in per["rows"]] for i, c in enumerate(per["columns"])}
     return row
 
 
@@ -154,7 +190,7 @@ def seed_table(rows: dict) -> list[str]:
 
 def load_rows() -> list[dict]:
     """Every row file, oldest first (read once for both pages)."""
-    return sorted((json.loads(p.read_text()) for p in ROWS.glob("*.json")), key=lambda r: r["finished"])
+    return sorted((read_row(p) for p in ROWS.glob("*.json")), key=lambda r: r["finished"])
 
 
 def render(rows: list[dict]) -> str:
@@ -223,7 +259,7 @@ def crossfit(a) -> dict:
         path = ROWS / f"{name}.json"
         if not path.is_file():
             sys.exit(f"grounding.py: {path} not found")
-        r = json.loads(path.read_text())
+        r = read_row(path)
         if a.min_rsum is not None and (r.get("val_rsum") or 0) < a.min_rsum:
             print(f"{name}: val rsum {r.get('val_rsum')} below the floor {a.min_rsum}: not a candidate")
             continue

@@ -35,7 +35,7 @@ def script(tmp_path, monkeypatch):
             "steady": ([3] * 200, 339.0),
             "weak_ranker": ([4] * 200, 300.0)}  # points best but ranks below the floor
     for name, (hits, rsum) in rows.items():
-        (tmp_path / "grounding" / f"{name}.json").write_text(json.dumps(_row(name, hits, names, rsum)))
+        mod.write_row(tmp_path / "grounding" / f"{name}.json", _row(name, hits, names, rsum))  # the rows' own form
     return mod, tmp_path
 
 
