@@ -26,7 +26,8 @@ from vlmatch.training.config import RECIPE, load_config, read_yaml_file
 
 DATA = ("flickr8k", "toyworld", "precomp")
 KEYS = {"name", "data", "features", "world", "calibration", "note", "recorded", "ship"}
-SHIP_KEYS = {"name", "role", "default", "pair_score", "explainer", "default_explainer", "notes"}
+SHIP_KEYS = {"name", "role", "default", "pair_score", "explainer", "default_explainer", "notes", "selected"}
+SELECTED_KEYS = {"what", "among", "by", "cross_fitted"}  # a choice made on the val data: the candidate runs by name
 
 
 def read_recipe(path: str | Path) -> tuple[dict, dict]:
@@ -61,6 +62,11 @@ def read_recipe(path: str | Path) -> tuple[dict, dict]:
     if ship is not None and not (isinstance(ship, dict) and {"name", "role"} <= set(ship) and set(ship) <= SHIP_KEYS):
         raise DataError(path, f"{RECIPE}.ship must hold name and role (and any of {sorted(SHIP_KEYS - {'name', 'role'})})"
                               f", got {ship!r}")
+    for c in (ship or {}).get("selected") or []:
+        if not (isinstance(c, dict) and {"what", "among", "by"} <= set(c) <= SELECTED_KEYS
+                and isinstance(c["among"], list) and len(c["among"]) >= 2 and rec["name"] in c["among"]):
+            raise DataError(path, f"{RECIPE}.ship.selected: each choice is {{what, among: [2+ run names, this run's "
+                                  f"included], by, cross_fitted}}, got {c!r}")
     cfg = load_config(str(path))  # the config as `vlmatch train --config` reads it (the recipe section dropped)
     if not cfg["data"].get("path"):
         raise DataError(path, "data.path: a recipe names the folder its data is in (or 'toyworld')")

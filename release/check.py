@@ -74,7 +74,7 @@ def val_problems(entry, experiments: Path = EXPERIMENTS) -> list[str]:
             if k in raw and not _close(raw[k], round(v, 2)):
                 out.append(f"val {k} {raw[k]} is not its run's {round(v, 2)} (the row whose command the entry quotes)")
     else:  # trained by the grounding study: its record holds the val rsum
-        run = entry.command.split("--name ", 1)[1].split()[0] if "--name " in entry.command else "?"
+        run = _run_name(entry) or "?"
         path = experiments / "grounding" / f"{run}.json"
         if not path.is_file():
             return [f"no results row quotes its command, and no {path.relative_to(ROOT)}"]
@@ -225,7 +225,7 @@ NAMED_RESULTS = re.compile(r"(?:experiments|benchmarks)/results/[\w./-]*\w")
 def prose_sources(entry, experiments: Path = EXPERIMENTS) -> list[Path]:
     """The results an entry's prose may quote: its run's record, its grounding row and calibration records, its
     shipped row, the Flickr8k and grounding tables, and every results file or folder the prose names."""
-    run = entry.command.split("--name ", 1)[1].split()[0] if "--name " in entry.command else None
+    run = _run_name(entry)
     rows = [entry.explainer["row"]] if entry.explainer else []
     found = [experiments / "shipped" / f"{entry.name}.json", experiments / "flickr8k.md", experiments / "grounding.md",
              *[p for r in rows for p in sorted((experiments / "grounding").glob(f"{r}.*"))],
@@ -256,15 +256,69 @@ def prose_problems(entry, experiments: Path = EXPERIMENTS) -> list[str]:
 def recipe_problems(entry) -> list[str]:
     """The notes are written once, in the model's recipe (experiments/recipes/pretrained/NAME.yaml, recipe.ship.notes):
     the registry's must be that text."""
+    ship = _recipe_ship(entry.name)
+    if not ship:
+        return []
+    return [] if ship.get("notes", "") == entry.notes else [
+        f"notes differ from its recipe's recipe.ship.notes ({entry.name}.yaml): ship it again or copy nothing by hand"]
+
+
+def _recipe_ship(name: str) -> dict:
+    """The ship section of a shipped model's recipe (experiments/recipes/pretrained/NAME.yaml), or {}."""
     import yaml
 
-    path = ROOT / "experiments" / "recipes" / "pretrained" / f"{entry.name}.yaml"
+    path = ROOT / "experiments" / "recipes" / "pretrained" / f"{name}.yaml"
     if not path.is_file():
-        return []
-    recipe = yaml.safe_load(path.read_text(encoding="utf-8")).get("recipe") or {}
-    notes = (recipe.get("ship") or {}).get("notes", "")
-    return [] if notes == entry.notes else [f"notes differ from its recipe's recipe.ship.notes ({path.name}): ship it again "
-                                            "or copy nothing by hand"]
+        return {}
+    return (yaml.safe_load(path.read_text(encoding="utf-8")).get("recipe") or {}).get("ship") or {}
+
+
+def _run_name(entry) -> str | None:
+    return entry.command.split("--name ", 1)[1].split()[0] if "--name " in entry.command else None
+
+
+def has_row(run: str, experiments: Path = EXPERIMENTS) -> bool:
+    """Whether a run has a results row (the Flickr8k table's, or a grounding run's)."""
+    return (experiments / "flickr8k" / f"{run}.json").is_file() or (experiments / "grounding" / f"{run}.json").is_file()
+
+
+def selection_record(entry, declared: list[dict] | None = None, experiments: Path = EXPERIMENTS) -> list[dict]:
+    """What was chosen on the val data the entry's figures are measured on, and among how many: the epoch (its
+    shipping's row: epochs trained), the calibration's beta (the betas its calibration record tried on half A) and
+    banks (the bank settings it tried, looking at all of val), then the choices its recipe declares
+    (``ship.selected``: the candidate runs by name, each with a results row). The registry's ``selected`` is this."""
+    out = []
+    if entry.val.get("epochs_trained"):
+        out.append({"what": "the epoch", "among": int(entry.val["epochs_trained"]), "by": "val rsum",
+                    "cross_fitted": False})
+    cal = experiments / "calibration" / f"{_run_name(entry)}.json"
+    if entry.calibration and cal.is_file():
+        rec = _json(cal)
+        betas = {b for st in rec["settings"] for b in st.get("curve_A", {})}
+        # picked on half A of val: the figures of all of val include that half (the card's held-out ones do not)
+        out.append({"what": "the calibration's beta", "among": len(betas), "by": "rsum on half A of val",
+                    "cross_fitted": False})
+        out.append({"what": "the calibration's banks", "among": len(rec["settings"]), "by": "val rsum",
+                    "cross_fitted": False})
+    declared = _recipe_ship(entry.name).get("selected", []) if declared is None else declared
+    return out + [{"what": d["what"], "among": list(d["among"]), "by": d["by"], "cross_fitted": bool(d.get("cross_fitted"))}
+                  for d in declared]
+
+
+def selection_problems(entry, experiments: Path = EXPERIMENTS) -> list[str]:
+    """The registry's ``selected`` against what the rows and the recipe give, and every candidate run a recipe names
+    has its results row (a count typed by hand, or a candidate never measured, is named)."""
+    want = selection_record(entry, experiments=experiments)
+    out = [f"{p} {_get({'selected': entry.selected}, p)!r} is not what its rows give "
+           f"({_get({'selected': want}, p)!r})" for p in _leaf_diffs(entry.selected, want, "selected", tol=0)]
+    for c in [*want, *(c for c in entry.selected if c not in want)]:
+        if isinstance(c.get("among"), list):
+            out += [f"selected: {c['what']}: candidate {r} has no results row" for r in c["among"]
+                    if not has_row(r, experiments)]
+            run = _run_name(entry)
+            if run and run not in c["among"] and not any(r.startswith(run) for r in c["among"]):
+                out.append(f"selected: {c['what']}: its own run {run} is not among the candidates")
+    return out
 
 
 def entry_problems(entry, experiments: Path = EXPERIMENTS, benchmarks: Path = BENCHMARKS) -> list[str]:
@@ -273,7 +327,7 @@ def entry_problems(entry, experiments: Path = EXPERIMENTS, benchmarks: Path = BE
              + calibration_problems(entry, experiments) + explainer_problems(entry, experiments)
              + search_problems(entry, benchmarks) + duplicates_problems(entry)
              + open_vocab_problems(entry, experiments) + prose_problems(entry, experiments)
-             + recipe_problems(entry))
+             + recipe_problems(entry) + selection_problems(entry, experiments))
     return [f"{entry.name}: {p}" for p in found]
 
 

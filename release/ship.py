@@ -153,6 +153,9 @@ def main(argv=None):
                     help="bring every shipped folder to the current checkpoint format: "
                          "config.json's format, each calibration bound to its weights' SHA-256, checksums.json and "
                          "the registry's checksums_sha256 written again (weights and calibrations unchanged)")
+    ap.add_argument("--selected", action="store_true",
+                    help="write each entry's `selected` (what was chosen on its val data, among how many) from its "
+                         "rows and its recipe's ship.selected, then rewrite the card (every shipping does this too)")
     ap.add_argument("--set-held-out", metavar="NAME",
                     help="record the cross-fitted calibration figures of experiments/results/calibration/pretrained_NAME.json "
                          "(experiments/calibration.py --model pretrained:NAME --shipped-banks) on shipped entry NAME")
@@ -183,10 +186,12 @@ def main(argv=None):
         set_held_out(a.set_held_out)
     elif a.search_figures:
         search_figures()
-    elif not a.card:
+    elif not a.card and not a.selected:
         if not (a.run and a.name and a.role):
             ap.error("--run, --name and --role are required (or --card)")
         ship(a)
+    if not a.card:
+        set_selected()
     write_cards()
     return 0
 
@@ -269,6 +274,18 @@ def set_explainer(name: str, row: str, default: bool) -> None:
     reg = [dataclasses.replace(e, explainer={**e.explainer, "default": False}) if default and e.explainer else e
            for e in pretrained.entries()]
     reg = [dataclasses.replace(e, explainer=rec) if e.name == name else e for e in reg]
+    write_json(PRETRAINED / "registry.json", [dataclasses.asdict(e) for e in reg])
+
+
+def set_selected() -> None:
+    """Each entry's ``selected`` from its rows and its recipe (release/check.selection_record): the registry says
+    what each figure's data also chose, among how many candidates."""
+    from check import selection_record
+
+    from vlmatch import pretrained
+    from vlmatch.io import write_json
+
+    reg = [dataclasses.replace(e, selected=selection_record(e)) for e in pretrained.entries()]
     write_json(PRETRAINED / "registry.json", [dataclasses.asdict(e) for e in reg])
 
 

@@ -34,6 +34,20 @@ def test_search_figures_appear_when_measured_and_not_otherwise():
     assert "31.5 images/s" in full and "100,000 images: p50 12.2 ms, p99 40.0 ms" in full
 
 
+def test_each_card_says_what_was_chosen_on_its_val_data_and_among_how_many():
+    e = pretrained.entries()[0]
+    assert "Chosen on" not in "\n".join(card.card(dataclasses.replace(e, selected=[])))
+    text = "\n".join(card.card(dataclasses.replace(e, selected=[
+        {"what": "the epoch", "among": 6, "by": "val rsum", "cross_fitted": False},
+        {"what": "the weight", "among": ["run_a", "run_b", "run_c"], "by": "pointing", "cross_fitted": True}])))
+    assert ("Chosen on the same Flickr8k val as the figures above (so they overstate what new data would give): "
+            "the epoch (best of 6 by val rsum).") in text
+    assert ("Chosen on one half of val and reported on the other (cross-fitted): the weight (best of 3 by pointing: "
+            "`run_a`, `run_b`, `run_c`).") in text
+    for shipped in pretrained.entries():  # every shipped model says at least which epoch it is
+        assert shipped.selected and shipped.selected[0]["what"] == "the epoch"
+
+
 def test_update_rewrites_only_the_block_and_refuses_a_file_without_markers(tmp_path):
     f = tmp_path / "page.md"
     f.write_text(f"# title\n\nbefore\n{card.BEGIN}\nstale\n{card.END}\nafter\n")

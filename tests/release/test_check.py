@@ -71,7 +71,8 @@ def test_ship_check_prints_each_problem_and_fails(capsys, monkeypatch):
     assert "val_rsum" in out and out.count("\n") >= 1
 
 
-FIGURE_FIELDS = ("val_rsum", "val", "calibration", "explainer", "search", "ms_per_query", "duplicates", "open_vocab")
+FIGURE_FIELDS = ("val_rsum", "val", "calibration", "explainer", "search", "ms_per_query", "duplicates", "open_vocab",
+                 "selected")
 
 
 def _figures(obj, path=()):
@@ -145,3 +146,16 @@ def test_notes_that_differ_from_the_recipes_are_named(check):
     entry = next(e for e in ENTRIES if e.notes)
     found = check.entry_problems(dataclasses.replace(entry, notes=entry.notes.replace("Flickr8k", "Flickr30k", 1)))
     assert any("recipe.ship.notes" in p for p in found), found
+
+
+def test_a_candidate_run_without_results_row_or_a_count_typed_by_hand_is_named(check):
+    entry = next(e for e in ENTRIES if any(isinstance(c["among"], list) for c in e.selected))
+    i = next(i for i, c in enumerate(entry.selected) if isinstance(c["among"], list))
+    unmeasured = [{**c, "among": [*c["among"], "never_run"]} if j == i else c for j, c in enumerate(entry.selected)]
+    found = check.entry_problems(dataclasses.replace(entry, selected=unmeasured))
+    assert any("selected" in p for p in found), found
+    declared = [c for c in entry.selected if isinstance(c["among"], list)]
+    assert check.selection_record(entry, declared=[{**declared[0], "among": [*declared[0]["among"], "never_run"]}])
+    assert any("never_run has no results row" in p for p in check.selection_problems(
+        dataclasses.replace(entry, selected=check.selection_record(
+            entry, declared=[{**declared[0], "among": [*declared[0]["among"], "never_run"]}]))))

@@ -61,6 +61,9 @@ class Pretrained:
     # its open-vocabulary fusion (vlmatch.search.open_vocab.Fusion: w0, slope, ratio, words, concepts) and the
     # results row it was chosen in; empty: it searches by its own score alone
     open_vocab: dict = field(default_factory=dict)
+    # what was chosen on the val data its figures are measured on, and among how many candidates: [{"what",
+    # "among" (a count, or the candidate runs' names), "by", "cross_fitted"}] (release/check.selection_record)
+    selected: list = field(default_factory=list)
 
     @property
     def folder(self) -> Path:

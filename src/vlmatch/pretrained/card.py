@@ -112,6 +112,28 @@ def _explainer_lines(e: Pretrained) -> list[str]:
             + (f" {x['selection']}" if x.get("selection") else "")]
 
 
+def _choice(c: dict) -> str:
+    among = c["among"]
+    n = among if isinstance(among, int) else len(among)
+    names = "" if isinstance(among, int) else ": " + ", ".join(f"`{r}`" for r in among)
+    return f"{c['what']} (best of {n} by {c['by']}{names})"
+
+
+def _selected_lines(e: Pretrained) -> list[str]:
+    """What was chosen on the same val data as the figures, among how many; cross-fitted choices apart."""
+    if not e.selected:
+        return []
+    same = [_choice(c) for c in e.selected if not c.get("cross_fitted")]
+    crossed = [_choice(c) for c in e.selected if c.get("cross_fitted")]
+    parts = []
+    if same:
+        parts.append("Chosen on the same Flickr8k val as the figures above (so they overstate what new data would "
+                     "give): " + "; ".join(same) + ".")
+    if crossed:
+        parts.append("Chosen on one half of val and reported on the other (cross-fitted): " + "; ".join(crossed) + ".")
+    return ["- " + " ".join(parts)]
+
+
 def card(e: Pretrained) -> list[str]:
     v = e.val.get(e.storage, {})
     rec = ", ".join(f"{name} {v[k]:.1f}" for k, name in RECALLS.items() if k in v)
@@ -126,6 +148,7 @@ def card(e: Pretrained) -> list[str]:
              f"- Val (Flickr8k Karpathy val, 1,000 images x 5,000 captions): rsum {e.val_rsum:.1f}; {rec}"
              + (f"; {e.val['epochs_trained']} epochs trained, best after epoch {e.val['best_epoch'] + 1}."
                 if "epochs_trained" in e.val and e.val.get("best_epoch") is not None else "."),
+             *_selected_lines(e),
              *_pair_lines(e),
              *_calibration_lines(e),
              *_explainer_lines(e),
