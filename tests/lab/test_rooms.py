@@ -13,6 +13,9 @@ SCRIPTS = sorted(p for room in ROOMS for p in room.glob("*.py"))
 # benchmarks/milvus.py --server takes its own folder off the path so that `import milvus` finds the server package, not
 # itself, then puts the repository's root on it for the tests' server (tests/search/milvus_server.py): a seam still open
 PATH_EDITS = {"benchmarks/milvus.py"}
+# where the rooms' caches and data are told about: their code, their pages, the recipes, the docs
+TEXTS = sorted([*SCRIPTS, *(room / "README.md" for room in ROOMS), ROOT / "README.md", *(ROOT / "docs").rglob("*.md"),
+                *(ROOT / "experiments" / "recipes").rglob("*.yaml")])
 
 
 def _name(p) -> str:
@@ -41,3 +44,10 @@ def test_no_script_writes_where_the_cache_or_the_data_lie(script):
             assert s not in ("cache", "shared") and not s.startswith(("../shared", "shared/", "benchmarks/cache")), (
                 f"{_name(script)}:{node.lineno}: {s!r}: use vlmatch_lab.paths")
 
+
+@pytest.mark.parametrize("path", TEXTS, ids=_name)
+def test_no_page_or_recipe_sends_anyone_to_benchmarks_cache(path):
+    lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if "benchmarks/cache" in ln]
+    if path.suffix == ".yaml":  # a recipe's recorded command is history: it ran when the cache was there
+        lines = [ln for ln in lines if not ln.startswith(("  recorded:", "    "))]
+    assert not lines, f"{_name(path)}: $VLMATCH_CACHE is the rooms' cache: {lines[0].strip()}"
