@@ -33,12 +33,12 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from harness import cpu_flags, cpu_model  # noqa: E402
+from vlmatch_lab.host import cpu_flags, cpu_model
+from vlmatch_lab.paths import data_root
 
+HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
-SHARED = HERE.parent.parent / "shared" / "flickr8k"
+SHARED = data_root(check=False) / "flickr8k"  # $VLMATCH_DATA/flickr8k: the photos and Karpathy captions
 BACKBONES = ("efficientnet-lite0", "efficientnet-lite1", "efficientnet-lite2")
 SIZES = (224, 320, 384, 448)
 WARM = 16

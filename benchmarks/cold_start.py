@@ -11,7 +11,7 @@ Commands timed (N fresh processes each, default 5; min / median / max of the wal
   explain  ``vlmatch explain --index IDX --id 3 --text ...``    goal <= 3 s
 With ``VLMATCH_PROFILE=1`` the command prints its own split on stderr (import, load, encode, search /
 explain, render: vlmatch.cli.common.Phases); ``startup`` is the wall time less those phases (interpreter,
-vlmatch's own imports, exit). The index is ``benchmarks/cache/index1000``: built once, when missing, with
+vlmatch's own imports, exit). The index is ``$VLMATCH_CACHE/index1000``: built once, when missing, with
 ``vlmatch index build`` (the shipped default model) from the first 1,000 Flickr8k val photos. Each label's
 figures are kept in the results file, so "before" and "after" sit side by side; take both on the same
 quiet host (the machine's other load changes every figure).
@@ -30,14 +30,16 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from harness import cpu_flags, cpu_model, write_report  # noqa: E402
+from harness import write_report
 
+from vlmatch_lab.host import cpu_flags, cpu_model
+from vlmatch_lab.paths import cache_root, data_root
+
+HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "cold_start"
-CACHE = HERE / "cache"
+CACHE = cache_root()  # $VLMATCH_CACHE
 INDEX = CACHE / "index1000"
-SHARED = HERE.parent.parent / "shared" / "flickr8k"
+SHARED = data_root(check=False) / "flickr8k"  # $VLMATCH_DATA/flickr8k: the photos and Karpathy captions
 QUERY = "a dog runs on the grass"
 GOALS = {"help": 0.5, "search": 2.0, "explain": 3.0}
 # measured by the issue (2 cores, nothing else running, median of 5), before this work

@@ -3,7 +3,7 @@
     nice -n 10 python benchmarks/duplicates.py                 # make the set, build its index, measure
     python benchmarks/duplicates.py --rerender                 # only rewrite duplicates.md
 
-The set (under benchmarks/cache/duplicates/): ``--originals`` Flickr8k val photos (seed 0), each with four
+The set (under $VLMATCH_CACHE/duplicates/): ``--originals`` Flickr8k val photos (seed 0), each with four
 copies -- ``resized`` (60 % of each side, JPEG quality 90), ``q60`` (re-encoded at JPEG quality 60),
 ``crop5`` (5 % of each side cut away, off-centre, quality 90) and ``rotated`` (the pixels turned 90 degrees
 counter-clockwise and EXIF orientation 6 written, so that it is displayed upright: how a phone stores a
@@ -38,14 +38,15 @@ import time
 from pathlib import Path
 
 import numpy as np
+from harness import write_report
+
+from vlmatch_lab.host import cpu_flags, cpu_model
+from vlmatch_lab.paths import cache_root, data_root
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from harness import cpu_flags, cpu_model, write_report  # noqa: E402
-
 RESULTS = HERE / "results" / "duplicates"
-SHARED = HERE.parent.parent / "shared" / "flickr8k"
-CACHE = HERE / "cache" / "duplicates"
+SHARED = data_root(check=False) / "flickr8k"  # $VLMATCH_DATA/flickr8k: the photos and Karpathy captions
+CACHE = cache_root() / "duplicates"
 KINDS = ("resized", "q60", "crop5", "rotated")
 GRID = np.round(np.arange(0.50, 0.995, 0.005), 3)
 

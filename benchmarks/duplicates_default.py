@@ -5,7 +5,7 @@
 
 The threshold of ``vlmatch index duplicates`` and its figures were measured (benchmarks/duplicates.py) with the
 model the default replaced, on easy negatives (random other photos). This set is harder on both sides, all of it
-made here from Flickr8k val photos (under benchmarks/cache/duplicates_default/):
+made here from Flickr8k val photos (under $VLMATCH_CACHE/duplicates_default/):
 
 * **copy families**: ``--originals`` photos, each with the copies ``resized`` (50 % of each side), ``q50`` (JPEG
   quality 50), ``crop10`` (10 % of each side cut away, off-centre), ``rotated`` (stored sideways with EXIF
@@ -36,16 +36,17 @@ import sys
 import time
 from pathlib import Path
 
+import duplicates as D  # benchmarks/duplicates.py: its evaluation, on this set's kinds
 import numpy as np
+from harness import write_report
+
+from vlmatch_lab.host import cpu_flags, cpu_model
+from vlmatch_lab.paths import cache_root, data_root
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import duplicates as D  # noqa: E402  (benchmarks/duplicates.py: its evaluation, on this set's kinds)
-from harness import cpu_flags, cpu_model, write_report  # noqa: E402
-
 RESULTS = HERE / "results" / "duplicates_default"
-SHARED = HERE.parent.parent / "shared" / "flickr8k"
-CACHE = HERE / "cache" / "duplicates_default"
+SHARED = data_root(check=False) / "flickr8k"  # $VLMATCH_DATA/flickr8k: the photos and Karpathy captions
+CACHE = cache_root() / "duplicates_default"
 KINDS = ("resized", "q50", "crop10", "rotated", "brighter", "darker", "burst")
 
 

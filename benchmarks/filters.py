@@ -32,12 +32,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from harness import cpu_flags, cpu_model, write_report
-from inputs import need_shared
+from harness import write_report
 from search_default import SHARED, _pair, _synthetic_batches, latency
 
+from vlmatch_lab.host import cpu_flags, cpu_model
+from vlmatch_lab.inputs import need_shared
+from vlmatch_lab.paths import cache_root
+
 HERE = Path(__file__).resolve().parent
-CACHE = HERE / "cache" / "search"
+CACHE = cache_root() / "search"
 RESULTS = HERE / "results"
 CAMERAS = ["Apple iPhone 12", "Apple iPhone 15 Pro", "Canon EOS R6", "FUJIFILM X100V", "Google Pixel 7",
            "NIKON D750", "samsung SM-S911B", "SONY ILCE-7M3"]
@@ -211,7 +214,7 @@ def main(argv=None):
     p.add_argument("--n", type=int, default=100_000)
     p.add_argument("--queries", type=int, default=200)
     p.add_argument("--recall-queries", type=int, default=50)
-    p.add_argument("--keep", action="store_true", help="reuse the index a previous run left in benchmarks/cache")
+    p.add_argument("--keep", action="store_true", help="reuse the index a previous run left in $VLMATCH_CACHE/search/")
     p.add_argument("--out", default=str(RESULTS / "filters"))
     a = p.parse_args(argv)
     need_shared(SHARED)

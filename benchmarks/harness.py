@@ -1,53 +1,19 @@
-"""The one harness of the speed benchmarks: the host a figure was measured on, timing with a warm-up and
-repeats (min / median / max), the ratio of a time to its bound, and the result file pair (JSON + Markdown).
+"""The one harness of the speed benchmarks: timing with a warm-up and repeats (min / median / max), the ratio of a
+time to its bound, and the result file pair (JSON + Markdown).
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))   # a script of benchmarks/ (or another room)
-    from harness import host, timed, ratio_to_bound, write_report
+    from harness import timed, ratio_to_bound, write_report   # a script of benchmarks/ (its own folder is on the path)
+    from vlmatch_lab.host import host
 
-Figures differ by host: every result records ``host()`` (CPU model, vector flags, cores, threads, torch).
+Figures differ by host: every result records ``vlmatch_lab.host.host()`` (CPU model, vector flags, cores, threads,
+torch).
 """
 
 from __future__ import annotations
 
-import os
-import platform
 import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
-
-
-def cpu_flags() -> list[str]:
-    """The CPU's vector-relevant flags (avx*, fma, amx*, sse4_2, f16c), sorted."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return []
-    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
-    keep = ("avx", "fma", "amx", "sse4_2", "f16c")
-    return sorted({f for f in line.split(":")[-1].split() if f.startswith(keep)})
-
-
-def cpu_model() -> str:
-    try:
-        for ln in Path("/proc/cpuinfo").read_text().splitlines():
-            if ln.startswith("model name"):
-                return ln.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def host(note: str | None = None) -> dict:
-    """The host record a result carries: CPU model and flags, cores, OMP_NUM_THREADS, torch's version when it is
-    imported (this never imports it), and ``note`` (e.g. "the CPU was shared")."""
-    import sys
-
-    torch = sys.modules.get("torch")
-    rec = {"cpu": cpu_model(), "flags": cpu_flags(), "cores": os.cpu_count(),
-           "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-           "torch": getattr(torch, "__version__", None)}
-    return {**rec, "note": note} if note else rec
 
 
 def timed(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> dict:

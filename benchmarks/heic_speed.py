@@ -4,7 +4,7 @@ full decode.
 
     python benchmarks/heic_speed.py [--photos 48]       # a timing: run it on a quiet machine
 
-Folders (under benchmarks/cache/heic_speed/): ``--photos`` Flickr8k val photos upscaled to 4000 x 3000 (as
+Folders (under $VLMATCH_CACHE/heic_speed/): ``--photos`` Flickr8k val photos upscaled to 4000 x 3000 (as
 benchmarks/phone_library.py makes them) saved as JPEG q95, as HEIC q90 with the thumbnail an iPhone writes
 (320 x 240: short of the default model's 320 x 320 input on one side, within the reader's MODEL_THUMB_COVER of
 it, so the model's input reads it; the row "processes, full decode" reads these files as the reader did before,
@@ -31,14 +31,15 @@ import time
 from pathlib import Path
 
 import numpy as np
+import phone_library as P
+from harness import write_report
 from PIL import Image
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import phone_library as P  # noqa: E402
-from harness import cpu_flags, cpu_model, write_report  # noqa: E402
+from vlmatch_lab.host import cpu_flags, cpu_model
+from vlmatch_lab.paths import cache_root
 
-CACHE = HERE / "cache" / "heic_speed"
+HERE = Path(__file__).resolve().parent
+CACHE = cache_root() / "heic_speed"
 RESULTS = HERE / "results" / "heic_speed"
 
 

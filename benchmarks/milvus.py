@@ -29,10 +29,12 @@ from pathlib import Path
 import numpy as np
 import search_default
 import torch
-from harness import cpu_flags, cpu_model
+
+from vlmatch_lab.host import cpu_flags, cpu_model
+from vlmatch_lab.paths import cache_root
 
 HERE = Path(__file__).resolve().parent
-CACHE = HERE / "cache" / "milvus"
+CACHE = cache_root() / "milvus"
 RESULTS = HERE / "results"
 GRID, D, STAGE1_D = 7, 512, 512
 GLOBAL_D, MIX = 1024, 4  # global-1024: one embedding per photo, made from MIX shared codes

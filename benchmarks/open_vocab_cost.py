@@ -24,15 +24,16 @@ import time
 from pathlib import Path
 
 import numpy as np
+import search_default as sd
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import search_default as sd  # noqa: E402
-from harness import cpu_flags, cpu_model  # noqa: E402
+from vlmatch_lab.caches import features_dir
+from vlmatch_lab.host import cpu_flags, cpu_model
+from vlmatch_lab.paths import cache_root
 
+HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
-CACHE = HERE / "cache" / "open_vocab"
+CACHE = cache_root() / "open_vocab"
 
 
 def build(n_images: int, runs: int) -> dict:
@@ -98,7 +99,7 @@ def synthetic_index(root: Path, n: int, open_vocab: bool):
 
 def val_captions(n: int) -> list[str]:
     """The first ``n`` Flickr8k val captions (the default's feature cache holds them; else the Karpathy JSON)."""
-    caps = HERE / "cache" / "flickr8k-efficientnet-lite2-320" / "dev_caps.txt"
+    caps = features_dir(320, "efficientnet-lite2") / "dev_caps.txt"
     if caps.is_file():
         return caps.read_text(encoding="utf-8").splitlines()[:n]
     data = json.loads((sd.SHARED / "dataset_flickr8k.json").read_text())

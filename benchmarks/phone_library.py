@@ -4,7 +4,7 @@ same photos upright, searched by their 5,000 captions with the shipped default m
     python benchmarks/phone_library.py                  # everything: recall, 12 MP build rate
     python benchmarks/phone_library.py --images 200     # a quicker look
 
-The library (under benchmarks/cache/phone_library/):
+The library (under $VLMATCH_CACHE/phone_library/):
 - ``upright/``: every photo re-saved as a JPEG at quality 95;
 - ``phone/``: the same photos, one in three stored as a phone stores a portrait shot (the pixels turned a
   quarter, EXIF orientation 6), one in five converted to HEIC (pillow-heif, quality 90, with the 320 px
@@ -24,7 +24,6 @@ import argparse
 import contextlib
 import json
 import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -32,10 +31,11 @@ import numpy as np
 import torch
 from PIL import Image
 
+from vlmatch_lab.paths import cache_root, data_root
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-CACHE = HERE / "cache" / "phone_library"
-SHARED = HERE.parent.parent / "shared" / "flickr8k"
+CACHE = cache_root() / "phone_library"
+SHARED = data_root(check=False) / "flickr8k"  # $VLMATCH_DATA/flickr8k: the photos and Karpathy captions
 RESULTS = HERE / "results" / "phone_library"
 OLD_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif"}  # what the previous reader listed
 
@@ -203,7 +203,7 @@ def build_rates(photos: list[dict], n_big: int) -> dict:
 
 
 def run(n_images: int, n_big: int) -> dict:
-    from harness import cpu_flags, cpu_model
+    from vlmatch_lab.host import cpu_flags, cpu_model
 
     torch.set_num_threads(2)
     photos = val_photos(n_images)

@@ -91,7 +91,9 @@ def main(argv=None):
         v = out[name]
         print(f"{name}: {v['seconds_total']:.1f}s (neighbours {v['seconds_neighbours']:.1f}s), peak RSS "
               f"{v['peak_rss_mb']:.0f} MB, rsum {v['rsum_before']:.1f} -> {v['rsum_after']:.1f}", flush=True)
-    from harness import host, write_report
+    from harness import write_report
+
+    from vlmatch_lab.host import host
 
     report = {"shapes": out, "threads": a.threads, "cpu": platform.processor() or platform.machine(),
               "host": host(), "numpy": np.__version__,

@@ -140,7 +140,9 @@ def main(argv=None):
               f"--max-images={a.max_images}", f"--max-captions={a.max_captions}"]
     peaks = _child(common + ["--child", "peaks"])
     print(f"GEMM peak {peaks['gemm_flops'] / 1e9:.1f} GFLOP/s, tanh {peaks['tanh_per_s'] / 1e9:.2f} G/s", flush=True)
-    from harness import host, ratio_to_bound, write_report
+    from harness import ratio_to_bound, write_report
+
+    from vlmatch_lab.host import host
 
     rows = {}
     for fam in a.models:

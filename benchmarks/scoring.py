@@ -42,7 +42,6 @@ import numpy as np
 import torch
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
 
 def _inputs(n_img, n_cap, k, L, d, seed=0):
@@ -326,7 +325,9 @@ def main(argv=None):
     recall = recall_change(a) if a.recall_checkpoint else None
     shape = {"k": a.k, "L": a.L, "D": a.d, "images": a.images, "captions": a.captions,
              "official_slice": [a.official_images, a.official_captions], "block": [a.block_images, a.block_captions]}
-    from harness import host, write_report
+    from harness import write_report
+
+    from vlmatch_lab.host import host
 
     report = {"model": a.model, "recall_fp32_vs_bf16": recall, "shape": shape,
               "threads": a.threads, "torch": torch.__version__, "cpu": platform.processor() or platform.machine(),

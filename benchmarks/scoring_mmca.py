@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 import time
 from pathlib import Path
 
@@ -54,7 +53,6 @@ def main(argv=None) -> dict:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=str(HERE / "results" / "scoring_mmca"))
     a = ap.parse_args(argv)
-    sys.path.insert(0, str(HERE.parent / "src"))
     from vlmatch import create_model
     from vlmatch.evaluation.scoring import BlockPlan
     from vlmatch.models.mmca import MMCAImages, MMCATexts

@@ -1,7 +1,7 @@
 """Two-stage search benchmark: recall against exhaustive scoring on Flickr8k, and latency at scale.
 
-    python benchmarks/search.py real  --model benchmarks/cache/runs/scan_f8k_search/best \
-                                      --retriever benchmarks/cache/runs/vsepp_f8k_2ep/best
+    python benchmarks/search.py real  --model $VLMATCH_CACHE/runs/scan_f8k_search/best \
+                                      --retriever $VLMATCH_CACHE/runs/vsepp_f8k_2ep/best
     python benchmarks/search.py scale --sizes 10000 100000
 
 real: Flickr8k val (1000 images, 5000 captions). The exhaustive figures are the scoring engine's full
@@ -31,12 +31,15 @@ from pathlib import Path
 import numpy as np
 import search_default
 import torch
-from harness import cpu_flags, cpu_model
-from inputs import need_features, need_shared
+
+from vlmatch_lab.caches import features_dir, features_of
+from vlmatch_lab.host import cpu_flags, cpu_model
+from vlmatch_lab.inputs import need_features, need_shared
+from vlmatch_lab.paths import cache_root
 
 HERE = Path(__file__).resolve().parent
-CACHE = HERE / "cache"
-F8K = CACHE / "flickr8k-efficientnet-lite0"
+CACHE = cache_root()  # $VLMATCH_CACHE
+F8K = features_dir()  # the study's feature cache (Lite0, 224 px)
 RESULTS = HERE / "results"
 KS = (20, 100, 256)
 BATCH = 32  # queries per batch for the throughput figure
@@ -62,9 +65,6 @@ def _recalls(ranks: np.ndarray) -> dict:
 # --- real ----------------------------------------------------------------------------------------
 
 def real(a) -> dict:
-    sys.path.insert(0, str(HERE.parent / "experiments"))  # the feature caches experiments/flickr8k.py makes
-    from flickr8k import features_of
-
     from vlmatch.data.precomp import PrecompSplit
     from vlmatch.evaluation.metrics import evaluate_protocol
     from vlmatch.evaluation.scoring import model_scores
@@ -376,7 +376,7 @@ def main(argv=None):
     ds = sub.add_parser("default-scale", help="text query latency of the shipped default pair at scale")
     ds.add_argument("--sizes", type=int, nargs="+", default=[100000])
     ds.add_argument("--queries", type=int, default=200)
-    ds.add_argument("--keep", action="store_true", help="keep the index in benchmarks/cache/search/ and time one "
+    ds.add_argument("--keep", action="store_true", help="keep the index in $VLMATCH_CACHE/search/ and time one "
                     "an earlier --keep run left there (same pair) instead of building it again")
     do = sub.add_parser("default-scale-one")
     do.add_argument("--n", type=int, required=True)

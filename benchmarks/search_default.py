@@ -25,10 +25,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from vlmatch_lab.caches import features_dir
+from vlmatch_lab.paths import cache_root, data_root
+
 HERE = Path(__file__).resolve().parent
-CACHE = HERE / "cache"
-F8K = CACHE / "flickr8k-efficientnet-lite0"
-SHARED = HERE.parent.parent / "shared" / "flickr8k"
+CACHE = cache_root()  # $VLMATCH_CACHE
+F8K = features_dir()  # the study's feature cache (Lite0, 224 px): its val captions are the queries
+SHARED = data_root(check=False) / "flickr8k"  # $VLMATCH_DATA/flickr8k: the photos and Karpathy captions
 
 
 def _pair():
@@ -106,7 +109,7 @@ def _timed_queries(idx, caps: list[str], candidates: int) -> dict:
 
 def default_scale(n: int, queries: int, k: int = 49, candidates: int = 100, keep: bool = False) -> dict:
     """Text-query latency of the default pair on an index of ``n`` synthetic images (see the docstring).
-    ``keep``: leave the index in benchmarks/cache/search/ and time an index kept there by an earlier run
+    ``keep``: leave the index in $VLMATCH_CACHE/search/ and time an index kept there by an earlier run
     instead of building one (its build figures are then absent)."""
     import resource
 

@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from vlmatch_lab.paths import cache_root
+
 HERE = Path(__file__).resolve().parent
 WORDS = ["a dog runs on the beach", "two children play in the snow", "a man rides a red bicycle",
          "a woman in a blue dress", "people walk down a busy street", "a black cat on a sofa",
@@ -184,7 +186,7 @@ def main(argv=None) -> int:
     ap.add_argument("--queue", type=int, default=16)
     ap.add_argument("-k", type=int, default=10)
     ap.add_argument("--candidates", type=int, default=100)
-    ap.add_argument("--cache", default=str(HERE / "cache" / "service_load"))
+    ap.add_argument("--cache", default=str(cache_root() / "service_load"))
     ap.add_argument("--out", default=str(HERE / "results" / "service_load.json"))
     a = ap.parse_args(argv)
     if a.workers + a.queue < a.clients:

@@ -5,7 +5,7 @@
     python benchmarks/shard_eval.py --model scan_t2i_avg --extra embed_dim=256
 
 Synthetic features by default: random 1280-d grid features and captions of 8-16 words drawn from a
-1000-word vocabulary; ``--data benchmarks/cache/flickr8k-efficientnet-lite0 --split dev`` uses the real
+1000-word vocabulary; ``--data $VLMATCH_CACHE/flickr8k-efficientnet-lite0 --split dev`` uses the real
 Flickr8k val features and captions. A freshly initialised model (scoring cost does not depend on the
 weights). Each run is a
 whole ``vlmatch evaluate`` command (start-up, encoding, scoring, gathering, metrics), timed from
@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from vlmatch_lab.paths import cache_root
 
 HERE = Path(__file__).resolve().parent
 RUNS = {
@@ -96,7 +98,7 @@ def main(argv=None):
     ap.add_argument("--split", default="test")
     ap.add_argument("--runs", nargs="+", default=list(RUNS), metavar="RUN")
     ap.add_argument("--note", default="")
-    ap.add_argument("--work", default=str(HERE / "cache" / "shard_eval"))
+    ap.add_argument("--work", default=str(cache_root() / "shard_eval"))
     ap.add_argument("--out", default=str(HERE / "results" / "shard_eval"))
     a = ap.parse_args(argv)
     work = Path(a.work)
@@ -111,7 +113,9 @@ def main(argv=None):
               f"sys {res[name]['sys_s']:.1f} s)", flush=True)
     ref = mats.get("1 process x 1 thread", next(iter(mats.values())))  # same threads per process as torchrun's
     same = {name: bool(np.array_equal(m, ref)) for name, m in mats.items()}
-    from harness import host, write_report
+    from harness import write_report
+
+    from vlmatch_lab.host import host
 
     report = {"host": host(a.note), "model": a.model, "extra": a.extra, "data": a.data or "synthetic", "split": a.split,
               "shape": {"images": a.images, "captions": 5 * a.images, "k": a.k,

@@ -40,10 +40,12 @@ import time
 from pathlib import Path
 
 import torch
-from harness import cpu_flags, cpu_model
+
+from vlmatch_lab.host import cpu_flags, cpu_model
+from vlmatch_lab.paths import data_root
 
 HERE = Path(__file__).resolve().parent
-SHARED = HERE.parent.parent / "shared" / "flickr8k"
+SHARED = data_root(check=False) / "flickr8k"  # $VLMATCH_DATA/flickr8k: the photos and Karpathy captions
 TRAIN_CAPTIONS = 30000
 
 # family -> bundled Flickr8k config (its model options, batch size, lr, margin)
@@ -181,7 +183,7 @@ def main(argv=None):
     ap.add_argument("--out", help="results path without suffix (default: benchmarks/results/train_roofline, "
                                   "or train_roofline_system_allocator with --system-allocator)")
     a = ap.parse_args(argv)
-    from inputs import need_shared
+    from vlmatch_lab.inputs import need_shared
 
     need_shared(SHARED)  # the captions of the timed batches
     a.out = a.out or str(HERE / "results" / ("train_roofline_system_allocator" if a.system_allocator

@@ -1,6 +1,6 @@
 """Two-stage retrieval against the exhaustive score matrix: recall and time for a few K.
 
-    python benchmarks/two_stage.py --checkpoint benchmarks/cache/runs/mmca_f8k/best --images 200
+    python benchmarks/two_stage.py --checkpoint $VLMATCH_CACHE/runs/mmca_f8k/best --images 200
 
 Stage 1 ranks every pair by the model's global part (``global_embeddings``: for MMCA i0·c0, one
 GEMM); stage 2 re-scores each query's top K with the full score (``scoring.two_stage_scores``).
@@ -19,22 +19,22 @@ from pathlib import Path
 
 import torch
 
+from vlmatch_lab.caches import features_dir
+from vlmatch_lab.inputs import need_features
+
 HERE = Path(__file__).resolve().parent
 
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--checkpoint", required=True)
-    ap.add_argument("--data", default=str(HERE / "cache" / "flickr8k-efficientnet-lite0"))
+    ap.add_argument("--data", default=str(features_dir()))
     ap.add_argument("--split", default="dev")
     ap.add_argument("--images", type=int, default=200)
     ap.add_argument("--ks", default="1,5,10,20,50")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--name", default=None)
     a = ap.parse_args(argv)
-    sys.path.insert(0, str(HERE.parent / "src"))
-    from inputs import need_features
-
     from vlmatch import load_model
     from vlmatch.data.precomp import PrecompSplit
     from vlmatch.evaluation.metrics import format_table, recall_metrics

@@ -1,10 +1,10 @@
 """Query-bank calibration (inverted softmax, QB-Norm's IS form; vlmatch.models.calibration) of a Flickr8k model on val.
 
-    python experiments/calibration.py --model c36_vsepp_lite2_320_lora32 --write benchmarks/cache/calibration/default
+    python experiments/calibration.py --model c36_vsepp_lite2_320_lora32 --write $VLMATCH_CACHE/calibration/default
     python experiments/calibration.py --model pretrained:vsepp-lite2-320-grounded-f8k --shipped-banks
 
 ``--model``: a run of experiments/flickr8k.py (its best checkpoint) or ``pretrained:NAME``. Encodes the
-train split (the banks: 6,000 images, 30,000 captions) and val once (kept in benchmarks/cache/calibration/).
+train split (the banks: 6,000 images, 30,000 captions) and val once (kept in $VLMATCH_CACHE/calibration/).
 Every choice made on val is cross-fitted on its two halves (A: images 0-499 and their captions, B: images
 500-999): beta is picked on A and reported on B, and picked on B and reported on A; the choice between the
 text bank alone and both banks likewise (picked on A by A's best rsum, reported on B; picked on B, reported
@@ -36,16 +36,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from flickr8k import CACHE_ROOT, HERE, features_of
-
-sys.path.insert(0, str(HERE.parent / "benchmarks"))  # the harness: the host's record
-from harness import cpu_flags, cpu_model  # noqa: E402
 
 from vlmatch.evaluation.metrics import recall_metrics
 from vlmatch.io import write_json, write_text
 from vlmatch.models.calibration import Calibration
+from vlmatch_lab.caches import features_of, runs_dir
+from vlmatch_lab.host import cpu_flags, cpu_model
+from vlmatch_lab.paths import cache_root
 
-CACHE = CACHE_ROOT / "calibration"
+HERE = Path(__file__).resolve().parent
+CACHE = cache_root() / "calibration"
 RESULTS = HERE / "results" / "calibration"
 BETAS = (5.0, 7.5, 10.0, 12.5, 15.0, 20.0, 25.0, 30.0)
 
@@ -53,7 +53,7 @@ BETAS = (5.0, 7.5, 10.0, 12.5, 15.0, 20.0, 25.0, 30.0)
 def checkpoint_of(model: str) -> Path | str:
     if model.startswith("pretrained:"):
         return model
-    best = CACHE_ROOT / "runs" / model / "best"
+    best = runs_dir() / model / "best"
     if not (best / "model.safetensors").is_file():
         sys.exit(f"{best}: no checkpoint (train the run with experiments/flickr8k.py first)")
     return best
@@ -160,7 +160,7 @@ def weights_of(model: str) -> str:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", required=True, help="a run under benchmarks/cache/runs/, or pretrained:NAME")
+    ap.add_argument("--model", required=True, help="a run under $VLMATCH_CACHE/runs/, or pretrained:NAME")
     ap.add_argument("--rows", type=int, default=2048, help="rows of the shipped bank (random train items)")
     ap.add_argument("--rank", type=int, default=128, help="directions kept of the shipped bank")
     ap.add_argument("--write", type=Path, help="write the shipped calibration into this folder")

@@ -4,7 +4,8 @@
     python experiments/flickr8k.py --config vsepp_f8k --name vsepp_f8k_2ep_lr --set train.epochs=2 --set train.lr=1.0e-3
     python experiments/flickr8k.py --config vsepp_f8k --name vsepp_f8k_2ep_lr --set train.epochs=2 --resume
 
-Features go to benchmarks/cache/ (gitignored; the rooms' one cache). Results (val = Karpathy val split, 1000 images,
+Features and run folders go to $VLMATCH_CACHE (the rooms' one cache, default ~/.cache/vlmatch), the photos come from
+$VLMATCH_DATA/flickr8k (default: ../shared/flickr8k beside the checkout). Results (val = Karpathy val split, 1000 images,
 5000 captions; the test split is held back) go to experiments/results/flickr8k/<run name>.json, one
 file per run (so runs made on different branches merge without conflicts), and all of them are
 rendered to experiments/results/flickr8k.md with the command that produced each row.
@@ -27,31 +28,13 @@ from vlmatch.features.extract import extract
 from vlmatch.io import write_json, write_text
 from vlmatch.training.config import DataOptions, TrainOptions, load_config
 from vlmatch.training.loop import train
+from vlmatch_lab.caches import BACKBONE, features_dir, runs_dir
+from vlmatch_lab.paths import data_root
 
 HERE = Path(__file__).resolve().parent
-SHARED = HERE.parent.parent / "shared" / "flickr8k"
-# the one cache of the rooms (gitignored): feature caches and run folders, read by benchmarks/ and release/ too
-CACHE_ROOT = HERE.parent / "benchmarks" / "cache"
-BACKBONE = "efficientnet-lite0"  # the study's backbone (--backbone for another)
-CACHE = CACHE_ROOT / f"flickr8k-{BACKBONE}"
 RESULTS = HERE / "results"
 RUNS = RESULTS / "flickr8k"
 EXTRACTION = "_extraction.json"
-
-
-def features_dir(input_size: int = 224, backbone: str = BACKBONE) -> Path:
-    """The feature cache of ``backbone`` at ``input_size`` px (EfficientNet-Lite0 at 224, its own size: the
-    study's 7 x 7 grid)."""
-    return CACHE.with_name(f"flickr8k-{backbone}" + ("" if input_size == 224 else f"-{input_size}"))
-
-
-def features_of(checkpoint) -> Path:
-    """The feature cache of the backbone and input size a checkpoint was trained on (Lite0 224 px when its
-    checkpoint folder does not say): ``--extract-only [--backbone B --input-size S]`` makes it."""
-    from vlmatch.features.provenance import checkpoint_backbone
-
-    bb = checkpoint_backbone(checkpoint) or {}
-    return features_dir(bb.get("input_size", 224), bb.get("name", BACKBONE))
 
 
 def ensure_features(shared: Path, input_size: int = 224, backbone: str = BACKBONE, mirror: bool = False) -> dict:
@@ -358,7 +341,7 @@ def main(argv=None):
     ap.add_argument("--config", help="bundled config name or YAML path")
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     ap.add_argument("--name", help="row name (default: config name)")
-    ap.add_argument("--shared", default=str(SHARED))
+    ap.add_argument("--shared", help="the Flickr8k folder (images/ + Karpathy JSON; default: $VLMATCH_DATA/flickr8k)")
     ap.add_argument("--extract-only", action="store_true")
     ap.add_argument("--input-size", type=int, default=224,
                     help="EfficientNet-Lite0 input size, a multiple of 32 (448: a 14 x 14 grid); default 224 (7 x 7)")
@@ -374,7 +357,7 @@ def main(argv=None):
                     help="continue the run of this name from its last checkpoint (same command otherwise), e.g. after "
                          "a stop; without it a run of the same name is replaced")
     a = ap.parse_args(argv)
-    shared = Path(a.shared)
+    shared = Path(a.shared) if a.shared else data_root() / "flickr8k"
     if not (shared / "dataset_flickr8k.json").is_file():
         sys.exit(f"{shared}: no dataset_flickr8k.json (pass --shared DIR); {FLICKR8K_SOURCE}")
     results = load_results()
@@ -387,7 +370,7 @@ def main(argv=None):
     changed = []
     if a.rerender:
         for name, run in results["runs"].items():
-            run_dir = CACHE_ROOT / "runs" / name
+            run_dir = runs_dir() / name
             if (run_dir / "metrics.jsonl").is_file():  # runs trained on another machine keep their figure
                 run["minutes_per_epoch"] = epoch_minutes(run_dir, steps_per_epoch(run["config"]))
                 run["val_rsum_by_epoch"] = val_history(run_dir)
@@ -401,7 +384,7 @@ def main(argv=None):
         cfg = load_config(a.config, a.overrides, extra=entities)
         cfg["data"]["path"] = str(features_dir(a.input_size, a.backbone))
         name = a.name or Path(a.config).stem
-        run_dir = CACHE_ROOT / "runs" / name
+        run_dir = runs_dir() / name
         if (a.resume or a.stopped) and not (run_dir / "last").is_dir():
             sys.exit(f"{run_dir}: no run to {'resume' if a.resume else 'record'} (no last/ checkpoint)")
         stopped = {}

@@ -3,9 +3,9 @@
     python experiments/flickr8k_ensemble.py --name c22_scan_ensemble --members c22_scan_t2i_rerun c22_scan_i2t
     python experiments/flickr8k_ensemble.py --name c22_pair --members pretrained:scan-t2i-minilm-f8k c22_vsepp_minilm_decay
 
-A member is a run of experiments/flickr8k.py (its checkpoint benchmarks/cache/runs/<run>/best) or a
+A member is a run of experiments/flickr8k.py (its checkpoint $VLMATCH_CACHE/runs/<run>/best) or a
 shipped model (pretrained:NAME). Each member's val matrix (1000 images x 5000 captions) is scored once
-and kept in benchmarks/cache/sims/; the record -- every member's recalls and the ensemble's, with this
+and kept in $VLMATCH_CACHE/sims/; the record -- every member's recalls and the ensemble's, with this
 command -- goes to experiments/results/flickr8k/<name>.json beside the runs, and the report
 experiments/results/flickr8k.md is rendered again.
 """
@@ -19,22 +19,23 @@ import time
 from pathlib import Path
 
 import numpy as np
-from flickr8k import CACHE, CACHE_ROOT, HERE, RESULTS, RUNS, features_dir, features_of, load_results, render
-
-sys.path.insert(0, str(HERE.parent / "benchmarks"))  # the input checks shared with the speed benchmarks
-from inputs import need_features  # noqa: E402
+from flickr8k import RESULTS, RUNS, load_results, render
 
 from vlmatch.evaluation.metrics import ensemble, evaluate_protocol, format_table
 from vlmatch.evaluation.scoring import checkpoint_scores
 from vlmatch.io import save_npy, write_json, write_text
+from vlmatch_lab.caches import features_dir, features_of, runs_dir
+from vlmatch_lab.inputs import need_features
+from vlmatch_lab.paths import cache_root
 
-SIMS = CACHE_ROOT / "sims"
+CACHE = features_dir()  # the study's feature cache (Lite0, 224 px)
+SIMS = cache_root() / "sims"
 
 
 def member_checkpoint(member: str) -> str:
     if member.startswith("pretrained:"):
         return member
-    best = CACHE_ROOT / "runs" / member / "best"
+    best = runs_dir() / member / "best"
     if not (best / "model.safetensors").is_file():
         sys.exit(f"{best}: no checkpoint (train the run with experiments/flickr8k.py first)")
     return str(best)
@@ -46,7 +47,7 @@ def member_features(member: str) -> Path:
     from vlmatch.errors import VlmatchError
     from vlmatch.models.registry import resolve_checkpoint
 
-    best = CACHE_ROOT / "runs" / member / "best"
+    best = runs_dir() / member / "best"
     try:
         ckpt = resolve_checkpoint(member) if member.startswith("pretrained:") else best
     except VlmatchError:

@@ -4,8 +4,8 @@
     python experiments/flickr8k_rerank.py --run vsepp_f8k_3ep --text-run mtfn_f8k_tt  # S_TT of MTFN's text branch
     python experiments/flickr8k_rerank.py --run mtfn_f8k_tt --text-run mtfn_f8k_tt    # MTFN-RR with S_TT
 
-Reads benchmarks/cache/runs/<run>/best, scores the Karpathy val split (1000 images, 5000 captions; the
-matrix is kept as benchmarks/cache/rerank/<run>_val_sims.npy for the next variant), re-ranks it with
+Reads $VLMATCH_CACHE/runs/<run>/best, scores the Karpathy val split (1000 images, 5000 captions; the
+matrix is kept as $VLMATCH_CACHE/rerank/<run>_val_sims.npy for the next variant), re-ranks it with
 vlmatch.evaluation.rerank (K = 15 as for Flickr30K, K' = 5) and writes experiments/results/flickr8k/<row>.json with
 the recalls after re-ranking (``metrics``) and before (``before``), then re-renders flickr8k.md. The same
 figures come from ``vlmatch evaluate --checkpoint RUN/best --data FEATS --split dev --rerank [...]``.
@@ -16,28 +16,26 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from flickr8k import HERE, RUNS, load_results, render
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vlmatch.data.precomp import PrecompSplit
+from vlmatch.evaluation.rerank import evaluate_reranked, model_text_neighbors
+from vlmatch.evaluation.scoring import model_scores
+from vlmatch.io import save_npy, write_json, write_text
+from vlmatch.models.registry import load_model
+from vlmatch_lab.caches import features_dir, runs_dir
+from vlmatch_lab.inputs import need_features, need_run
+from vlmatch_lab.paths import cache_root
 
-from flickr8k import CACHE, CACHE_ROOT, HERE, RUNS, load_results, render  # noqa: E402
-
-sys.path.insert(0, str(HERE.parent / "benchmarks"))  # the input checks shared with the speed benchmarks
-from inputs import need_features, need_run  # noqa: E402
-
-from vlmatch.data.precomp import PrecompSplit  # noqa: E402
-from vlmatch.evaluation.rerank import evaluate_reranked, model_text_neighbors  # noqa: E402
-from vlmatch.evaluation.scoring import model_scores  # noqa: E402
-from vlmatch.io import save_npy, write_json, write_text  # noqa: E402
-from vlmatch.models.registry import load_model  # noqa: E402
+CACHE = features_dir()  # the study's feature cache (Lite0, 224 px)
 
 
 def val_sims(run_dir: Path, split: PrecompSplit) -> np.ndarray:
-    cached = CACHE_ROOT / "rerank" / f"{run_dir.name}_val_sims.npy"  # not inside the run's own folder
+    cached = cache_root() / "rerank" / f"{run_dir.name}_val_sims.npy"  # not inside the run's own folder
     best = run_dir / "best"
     if cached.is_file() and cached.stat().st_mtime > (best / "model.safetensors").stat().st_mtime:
         return np.load(cached)
@@ -48,7 +46,7 @@ def val_sims(run_dir: Path, split: PrecompSplit) -> np.ndarray:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--run", required=True, help="a trained run under benchmarks/cache/runs")
+    ap.add_argument("--run", required=True, help="a trained run under $VLMATCH_CACHE/runs")
     ap.add_argument("--text-run", help="a run whose model has a trained text-text branch (S_TT); default: w/o S_TT")
     ap.add_argument("--k", type=int, default=15)
     ap.add_argument("--k-text", type=int, default=5)
@@ -58,7 +56,7 @@ def main(argv=None):
     import torch
 
     torch.set_num_threads(a.threads)
-    runs = CACHE_ROOT / "runs"
+    runs = runs_dir()
     need_features(CACHE)
     for run in filter(None, (a.run, a.text_run)):
         need_run(runs / run / "best")

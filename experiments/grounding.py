@@ -1,13 +1,13 @@
 """Grounding on Flickr8k val: the pointing game of Flickr30k Entities boxes for models x explanation methods.
 
     python experiments/grounding.py --row shipped_rescorer_attention --model pretrained:scan-t2i-minilm-f8k --method attention
-    python experiments/grounding.py --row g35_vsepp_gl30 --model benchmarks/cache/runs/g35_vsepp_gl30/best --method contribution
+    python experiments/grounding.py --row g35_vsepp_gl30 --model $VLMATCH_CACHE/runs/g35_vsepp_gl30/best --method contribution
     python experiments/grounding.py --rerender
     python experiments/grounding.py --crossfit g48_default --rows ROW ROW ... --min-rsum 337
 
 Each row runs ``vlmatch.evaluation.grounding.pointing_game`` on the val split (Karpathy val, 1,000 images,
 every phrase of their captions with a box; the test split's annotations are held back) of the features the
-model was trained on (``benchmarks/cache/flickr8k-<backbone>[-<size>]``, made by ``experiments/flickr8k.py``),
+model was trained on (``$VLMATCH_CACHE/flickr8k-<backbone>[-<size>]``, made by ``experiments/flickr8k.py``),
 and writes ``experiments/results/grounding/<row>.json`` (the figures, the command, the host's CPU flags). All
 rows are rendered to ``experiments/results/grounding.md``. The val rsum of a trained run is read from its
 ``experiments/results/flickr8k/<run>.json`` where there is one, so recall stands beside pointing.
@@ -28,14 +28,14 @@ import time
 from pathlib import Path
 
 from vlmatch.io import write_json, write_text
+from vlmatch_lab.host import cpu_flags, cpu_model
+from vlmatch_lab.paths import cache_root, data_root
 
 HERE = Path(__file__).resolve().parent
-CACHE_ROOT = HERE.parent / "benchmarks" / "cache"  # the rooms' one cache: features, run folders
-sys.path.insert(0, str(HERE.parent / "benchmarks"))  # the harness: the host's record
-from harness import cpu_flags, cpu_model  # noqa: E402
+CACHE_ROOT = cache_root()  # the rooms' one cache: features, run folders
 
-ENTITIES = HERE.parent.parent / "shared" / "flickr30k_entities"
-SHARED_F8K = HERE.parent.parent / "shared" / "flickr8k"  # the photos, when a checkpoint's feature cache is not made
+ENTITIES = data_root(check=False) / "flickr30k_entities"
+SHARED_F8K = data_root(check=False) / "flickr8k"  # the photos, when a checkpoint's feature cache is not made
 RESULTS = HERE / "results"
 ROWS = RESULTS / "grounding"
 CHOICES = RESULTS / "grounding_choices"  # cross-fitted choices among rows (--crossfit)
@@ -56,7 +56,7 @@ def features_for(checkpoint: str) -> Path:
 def val_views(checkpoint: str, max_images: int | None, mirror: bool):
     """(features, names, the mirror views' features or None, a label of where the features came from) of Flickr8k
     val: the checkpoint's feature cache where it was extracted (the mirror views from the photos it names), else
-    extracted now from ../shared/flickr8k's val photos with the checkpoint's backbone."""
+    extracted now from $VLMATCH_DATA/flickr8k's val photos with the checkpoint's backbone."""
     from vlmatch.data.precomp import PrecompSplit
     from vlmatch.features.backbones import backbone_for
     from vlmatch.features.provenance import resolve_backbone
@@ -93,7 +93,7 @@ def run_row(a) -> dict:
         torch.set_num_threads(a.threads)
     if not (Path(a.entities) / "Annotations").is_dir():
         sys.exit(f"grounding.py: {a.entities} holds no Annotations/: it is the Flickr30k Entities folder "
-                 f"(../shared/flickr30k_entities beside the checkout)")
+                 "($VLMATCH_DATA/flickr30k_entities; VLMATCH_DATA defaults to ../shared beside the checkout)")
     features, names, mirrored, source = val_views(a.model, a.max_images, a.mirror)
     model = load_model(resolve_checkpoint(a.model))
     method = a.method or default_method(model)

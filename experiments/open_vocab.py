@@ -2,12 +2,12 @@
 concept-held-out protocol (#58; docs/open-vocabulary.md).
 
     python experiments/open_vocab.py scores --model pretrained:vsepp-lite2-320-grounded-f8k --tag default
-    python experiments/open_vocab.py scores --model benchmarks/cache/runs/ov58_heldout/best --tag heldout \
+    python experiments/open_vocab.py scores --model $VLMATCH_CACHE/runs/ov58_heldout/best --tag heldout \
         --recipe experiments/recipes/flickr8k/ov58_heldout.yaml
     python experiments/open_vocab.py choose          # the fusion's form and weights, cross-fitted; writes the rows
 
 ``scores`` writes a (photos x captions) score matrix of the model (as search ranks: calibrated where the model is)
-and of the zero-shot scorer for each concept form tried, under benchmarks/cache/open_vocab/ (caches: never
+and of the zero-shot scorer for each concept form tried, under $VLMATCH_CACHE/open_vocab/ (caches: never
 committed). ``choose`` picks the fusion on the concept-held-out model's val queries, cross-fitted over the val photos'
 two halves (each half's queries are scored with the choice made on the other half's queries; the gallery is always
 all 1,000 val photos), and reports the default model with and without the fusion on all of val, and the held-out
@@ -28,15 +28,14 @@ import torch
 
 from vlmatch.data.heldout import WordSet
 from vlmatch.io import write_json, write_text
+from vlmatch_lab.caches import features_dir
+from vlmatch_lab.host import cpu_flags, cpu_model
+from vlmatch_lab.paths import cache_root, data_root
 
 HERE = Path(__file__).resolve().parent
-CACHE = HERE.parent / "benchmarks" / "cache"
-OUT = CACHE / "open_vocab"
+OUT = cache_root() / "open_vocab"
 RESULTS = HERE / "results" / "open_vocab"
-sys.path.insert(0, str(HERE.parent / "benchmarks"))  # the harness: the host's record
-from harness import cpu_flags, cpu_model  # noqa: E402
-
-FEATURES = CACHE / "flickr8k-efficientnet-lite2-320"
+FEATURES = features_dir(320, "efficientnet-lite2")  # the default model's features
 HELDOUT_RECIPE = HERE / "recipes" / "flickr8k" / "ov58_heldout.yaml"
 # the held-out concepts of the protocol: each concept's words (together the recipe's data.exclude_words)
 CONCEPTS = {
@@ -162,8 +161,7 @@ def train_vocab(recipe: str | None) -> set[str]:
 
     caps = read_caption_lines(FEATURES / "train_caps.txt")
     if recipe:
-        sys.path.insert(0, str(HERE))
-        from recipes import read_recipe
+        from vlmatch_lab.recipes import read_recipe
 
         cfg, _ = read_recipe(recipe)
         named = images_naming(caps, 5, cfg["data"]["exclude_words"])
@@ -611,7 +609,7 @@ def hubness(a) -> None:
 
     captions = read_caption_lines(FEATURES / "dev_caps.txt")
     ids = read_caption_lines(FEATURES / "dev_ids.txt")
-    shared = HERE.parent.parent / "shared" / "flickr8k" / "images"
+    shared = data_root() / "flickr8k" / "images"
     g = np.random.default_rng(1)
     picks = sorted(g.choice(len(ids), a.n_ood, replace=False).tolist())
     bb = create_backbone("efficientnet-lite2", input_size=320)
@@ -669,7 +667,7 @@ def two_thing_queries(ids: list[str]) -> tuple[list[dict], list[set[str]]]:
     boxed types (over all its captions' phrases)."""
     from vlmatch.data.entities import EntitiesDir
 
-    ents = EntitiesDir(HERE.parent.parent / "shared" / "flickr30k_entities")
+    ents = EntitiesDir(data_root() / "flickr30k_entities")
     queries, types = [], []
     for row, name in enumerate(ids):
         if not ents.has(name):

@@ -17,18 +17,17 @@ how much each query's best weight (chosen after seeing its answer) is explained 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
+import open_vocab as ov
+from open_vocab import rsum_t2i, zscore
+
+from vlmatch.data.heldout import WordSet
+from vlmatch.io import write_json
+from vlmatch_lab.caches import runs_dir
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import open_vocab as ov  # noqa: E402
-from open_vocab import rsum_t2i, zscore  # noqa: E402
-
-from vlmatch.data.heldout import WordSet  # noqa: E402
-from vlmatch.io import write_json  # noqa: E402
 
 FORM = "tree16_ic2@ranker/128"  # the shipped form
 GOAL = 1 / 3
@@ -66,7 +65,7 @@ def unseen_word_scores(cq: np.ndarray, captions: list[str], vocab: frozenset[str
     from vlmatch.search.open_vocab import content_words
 
     _, grids = ov.val_data()
-    model = load_model(str(ov.CACHE / "runs" / "ov58_heldout" / "best")).eval()
+    model = load_model(str(runs_dir() / "ov58_heldout" / "best")).eval()
     for_queries(model, lean=False)
     emb = SentenceEmbedder(encoder=next(m for m in model.modules() if isinstance(m, HFTextEncoder)))
     name, _, space = FORM.partition("@")
@@ -78,9 +77,8 @@ def unseen_word_scores(cq: np.ndarray, captions: list[str], vocab: frozenset[str
 
 
 def main() -> None:
-    from harness import cpu_flags, cpu_model
-
     from vlmatch.data.precomp import read_caption_lines
+    from vlmatch_lab.host import cpu_flags, cpu_model
 
     captions = read_caption_lines(ov.FEATURES / "dev_caps.txt")
     cq = ov.concept_queries(captions)

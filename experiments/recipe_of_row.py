@@ -5,8 +5,8 @@ src/vlmatch/pretrained/registry.json), written from what the row records: its wh
     python experiments/recipe_of_row.py c36_vsepp_lite2_320_lora32 --force   # write this row's recipe again
 
 experiments/flickr8k.py writes the recipe of each run it records; this is for the rows recorded before it did.
-Paths become relative to the repository's root (where the recipes are run): the feature cache and run folders under
-benchmarks/cache/, the Flickr30k Entities boxes beside the checkout (../shared/flickr30k_entities).
+Paths are written from the rooms' roots (vlmatch_lab.paths), which the runner fills with this machine's folders: the
+feature cache and run folders as $VLMATCH_CACHE/..., the Flickr30k Entities boxes as $VLMATCH_DATA/flickr30k_entities.
 """
 
 from __future__ import annotations
@@ -19,11 +19,13 @@ from pathlib import Path
 
 import yaml
 
+from vlmatch_lab.paths import CACHE_VAR, DATA_VAR, portable
+
 HERE = Path(__file__).resolve().parent
 ROWS = HERE / "results" / "flickr8k"
 RECIPES = HERE / "recipes"
-CACHE = "benchmarks/cache"  # the rooms' one cache, from the repository's root
-ENTITIES = "../shared/flickr30k_entities"
+CACHE = f"${CACHE_VAR}"  # the rooms' one cache, wherever this machine keeps it
+ENTITIES = f"${DATA_VAR}/flickr30k_entities"
 
 
 def trained(row: dict) -> bool:
@@ -40,13 +42,6 @@ def features(data_path: str) -> dict:
     return {"backbone": backbone, "input_size": int(size)}
 
 
-def _relative(path: str | None, marker: str) -> str | None:
-    """``.../benchmarks/cache/x`` -> ``benchmarks/cache/x`` (a path recorded on one machine, read on another)."""
-    if not path or marker not in path:
-        return path
-    return marker + path.split(marker, 1)[1]
-
-
 def recipe_of_row(name: str, row: dict) -> dict:
     """The recipe (a mapping: recipe section first, then the config) of trained row ``name``."""
     cfg = copy.deepcopy(row["config"])
@@ -56,7 +51,7 @@ def recipe_of_row(name: str, row: dict) -> dict:
     if data.get("entities"):
         data["entities"] = ENTITIES
     if cfg["train"].get("init_from"):
-        cfg["train"]["init_from"] = _relative(cfg["train"]["init_from"], f"{CACHE}/")
+        cfg["train"]["init_from"] = portable(cfg["train"]["init_from"])  # a path recorded on one machine, read on another
     note = row.get("note", "")
     if row.get("stopped_after_epoch"):
         note += f"{' ' if note else ''}(recorded: stopped by hand after {row['stopped_after_epoch']} epochs)"
@@ -78,7 +73,7 @@ def recipe_of_entry(entry, rows: dict[str, dict]) -> dict:
         raise SystemExit(f"experiments/recipe_of_row.py: no row of {ROWS} records the command of {entry.name}")
     out = recipe_of_row(run, rows[run])
     if entry.calibration:
-        cal = entry.calibration["command"].split("--model ", 1)[1].split()[1:]
+        cal = [portable(x) for x in entry.calibration["command"].split("--model ", 1)[1].split()[1:]]
         out["recipe"]["calibration"] = cal
     ship = {"name": entry.name, "role": entry.role, "default": entry.default, "pair_score": entry.pair_score}
     if entry.explainer:

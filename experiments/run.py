@@ -4,8 +4,8 @@
     python experiments/run.py experiments/recipes/pretrained/vsepp-lite2-320-grounded-f8k.yaml   # then release/ship.py --recipe
     python experiments/run.py --render        # only rewrite experiments/results/flickr8k.md from the rows
 
-Steps, in order: the recipe's data (Flickr8k features extracted once into benchmarks/cache/flickr8k-<backbone>[-<size>]
-from ../shared/flickr8k, or the toy world generated), training into ``--runs``/<name> (``vlmatch train``'s loop with the
+Steps, in order: the recipe's data (Flickr8k features extracted once into $VLMATCH_CACHE/flickr8k-<backbone>[-<size>]
+from $VLMATCH_DATA/flickr8k, or the toy world generated), training into ``--runs``/<name> (``vlmatch train``'s loop with the
 recipe's config: its seed and epochs), the validation of the best checkpoint on the val split (the row's metrics),
 ``calibration.py --model <name> ...`` where the recipe has ``calibration:``, then the row --
 ``--results``/<name>.json, the shape experiments/flickr8k.py writes -- and, for Flickr8k rows in the default folder,
@@ -20,28 +20,30 @@ import sys
 import time
 from pathlib import Path
 
+import flickr8k
+
+from vlmatch.errors import VlmatchError
+from vlmatch.io import write_json, write_text
+from vlmatch_lab.caches import features_dir, runs_dir
+from vlmatch_lab.paths import data_root, portable
+from vlmatch_lab.recipes import features_of_recipe, read_recipe
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import flickr8k  # noqa: E402
-from recipes import features_of_recipe, read_recipe  # noqa: E402
-
-from vlmatch.errors import VlmatchError  # noqa: E402
-from vlmatch.io import write_json, write_text  # noqa: E402
-
 ROOT = HERE.parent
-RUNS = flickr8k.CACHE_ROOT / "runs"
+RUNS = runs_dir()
 
 
-def make_data(cfg: dict, rec: dict, shared: Path) -> None:
-    """The folder ``data.path`` names, made if missing: Flickr8k features, or the recipe's toy world."""
+def make_data(cfg: dict, rec: dict, shared: Path | None = None) -> None:
+    """The folder ``data.path`` names, made if missing: Flickr8k features (from ``shared``, default
+    $VLMATCH_DATA/flickr8k), or the recipe's toy world."""
     path = cfg["data"]["path"]
     if rec["data"] == "flickr8k":
         backbone, size = features_of_recipe(rec)
-        want = flickr8k.features_dir(size, backbone)
+        want = features_dir(size, backbone)
         if Path(path).resolve() != want.resolve():
             raise VlmatchError(f"recipe {rec['name']}: data.path {path} is not the cache of its features "
-                               f"({backbone}, {size} px): {want.relative_to(ROOT)} (run recipes from the repository's "
-                               "root)")
+                               f"({backbone}, {size} px): {portable(str(want))}")
+        shared = shared or data_root() / "flickr8k"
         if not (shared / "dataset_flickr8k.json").is_file():
             sys.exit(f"experiments/run.py: {shared / 'dataset_flickr8k.json'} is missing (pass --shared DIR)")
         mirror = (cfg["data"].get("mirror") or 0) > 0  # data.mirror trains on the splits' mirror views too
@@ -70,7 +72,7 @@ def steps_per_epoch(cfg: dict, rec: dict) -> int:
     return min(steps, cap) if cap else steps
 
 
-def run_recipe(recipe: Path, results: Path, runs: Path = RUNS, shared: Path = flickr8k.SHARED,
+def run_recipe(recipe: Path, results: Path, runs: Path = RUNS, shared: Path | None = None,
                progress: bool = True) -> dict:
     """Reproduce ``recipe``: its row, also written to ``results``/<name>.json."""
     from vlmatch.training.loop import train
@@ -106,8 +108,8 @@ def main(argv=None) -> int:
     ap.add_argument("recipes", nargs="*", type=Path, help="recipe files (experiments/recipes/...), run one after another")
     ap.add_argument("--results", type=Path,
                     help="folder of the results rows (default: experiments/results/<data>, e.g. .../flickr8k)")
-    ap.add_argument("--runs", type=Path, default=RUNS, help="folder of the run folders (default: benchmarks/cache/runs)")
-    ap.add_argument("--shared", type=Path, default=flickr8k.SHARED, help="the Flickr8k folder (images/ + Karpathy JSON)")
+    ap.add_argument("--runs", type=Path, default=RUNS, help="folder of the run folders (default: $VLMATCH_CACHE/runs)")
+    ap.add_argument("--shared", type=Path, help="the Flickr8k folder (images/ + Karpathy JSON; default $VLMATCH_DATA/flickr8k)")
     ap.add_argument("--render", action="store_true", help="rewrite experiments/results/flickr8k.md from its rows")
     ap.add_argument("--no-progress", action="store_true")
     a = ap.parse_args(argv)

@@ -1,6 +1,6 @@
 """How SCAN and CAAN attend on grid features: entropy of the attention of matching pairs (issues 17, 22).
 
-    python experiments/scan_attention.py --checkpoint benchmarks/cache/runs/NAME/best [NAME2/best ...]
+    python experiments/scan_attention.py --checkpoint $VLMATCH_CACHE/runs/NAME/best [NAME2/best ...]
 
 For the first ``--images`` val images and each of their captions (positive pairs only), takes the
 model's attention (SCAN t-i: each word's weights over the k regions; SCAN i-t: each region's weights
@@ -36,9 +36,11 @@ import torch
 from vlmatch.data.precomp import PrecompSplit
 from vlmatch.io import write_json, write_text
 from vlmatch.models.registry import load_model
+from vlmatch_lab.caches import features_dir
+from vlmatch_lab.inputs import need_features, need_run
 
 HERE = Path(__file__).resolve().parent
-FEATURES = HERE.parent / "benchmarks" / "cache" / "flickr8k-efficientnet-lite0"  # the rooms' one cache
+FEATURES = features_dir()  # the study's feature cache (Lite0, 224 px), under the rooms' one cache
 RESULTS = HERE / "results"
 
 
@@ -183,9 +185,6 @@ def main(argv=None):
                     help="also score the whole val split with uniform attention (SCAN: lambda1 = 0; CAAN: mean "
                          "pooling) against as trained")
     a = ap.parse_args(argv)
-    sys.path.insert(0, str(HERE.parent / "benchmarks"))  # the input checks shared with the speed benchmarks
-    from inputs import need_features, need_run
-
     need_features(Path(a.features))
     for ck in a.checkpoint:
         need_run(Path(ck))

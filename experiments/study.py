@@ -5,7 +5,7 @@
     python experiments/study.py run [--max N] # make the missing runs one after another (one training at a time)
 
 A run is done when experiments/results/flickr8k/<name>.json exists (experiments/flickr8k.py writes it when the
-run ends). Run folders live under benchmarks/cache/ and may be gone on another machine; results are in git.
+run ends). Run folders live under $VLMATCH_CACHE/runs/ and may be gone on another machine; results are in git.
 Every run trains at one thread (``--threads`` to change it), so the other core stays free for work beside it; a
 run cut off by a stop continues with ``experiments/flickr8k.py ... --resume`` on the same machine (``run`` passes
 it when the run folder has a last/ checkpoint), or starts again on another.
@@ -25,10 +25,11 @@ import sys
 import time
 from pathlib import Path
 
+from vlmatch_lab.caches import runs_dir
+
 HERE = Path(__file__).resolve().parent
-CACHE_ROOT = HERE.parent / "benchmarks" / "cache"  # the rooms' one cache: run folders
 RUNS = HERE / "results" / "flickr8k"
-CACHE_RUNS = CACHE_ROOT / "runs"
+CACHE_RUNS = runs_dir()  # the run folders, under the rooms' one cache
 SWEEP = ["--set", "train.epochs=2", "--set", "train.max_steps_per_epoch=120", "--set", "train.patience=0",
          "--set", "train.min_epochs=0"]
 
@@ -115,7 +116,7 @@ PLAN: list[tuple[str, list[str], str]] = [
     # run's best (eq. 6-7, S_IT frozen), and MTFN-RR with its own S_TT against MTFN alone
     ("c22_mtfn", ["--config", "mtfn_minilm_f8k"], "#22: MTFN (image-text fusion) to convergence"),
     ("c22_mtfn_tt", ["--config", "mtfn_minilm_f8k", "--set", "train.stage=text_text", "--set",
-                     "train.init_from=benchmarks/cache/runs/c22_mtfn/best", "--set", "train.epochs=2", "--set",
+                     f"train.init_from={CACHE_RUNS / 'c22_mtfn' / 'best'}", "--set", "train.epochs=2", "--set",
                      "train.patience=0", "--set", "train.min_epochs=0"],
      "#22: MTFN's text-text branch, 2 epochs from c22_mtfn's best (S_IT frozen); its val figures are after RR"),
     ("c22_mtfn_rr", [RERANK, "--run", "c22_mtfn", "--text-run", "c22_mtfn_tt"],

@@ -14,6 +14,7 @@ from pathlib import Path
 from vlmatch.cli.quickstart import quickstart
 from vlmatch.evaluation.metrics import format_table
 from vlmatch.io import write_text
+from vlmatch_lab.caches import runs_dir
 
 HERE = Path(__file__).resolve().parent
 CONFIGS = ["quickstart_vsepp", "quickstart_scan", "quickstart_scan_i2t", "quickstart_caan"]
@@ -22,8 +23,7 @@ CONFIGS = ["quickstart_vsepp", "quickstart_scan", "quickstart_scan_i2t", "quicks
 def main(argv=None):
     configs = (argv if argv is not None else sys.argv[1:]) or CONFIGS
     out = HERE / "results" / "toyworld"
-    results = quickstart(HERE.parent / "benchmarks" / "cache" / "runs" / "toyworld",  # the rooms' one cache
-                         out.with_suffix(".json"), configs)
+    results = quickstart(runs_dir() / "toyworld", out.with_suffix(".json"), configs)  # the rooms' one cache
     md = ["# Toy world (bundled synthetic data), test split: 1000 images, 5000 captions", "",
           "Each model trained with its `configs/quickstart_*.yaml` recipe on 2 CPU cores; best epoch by dev rsum.", "",
           "```", format_table(results), "```", "",

@@ -2,7 +2,7 @@
 
     python release/ship.py --run s22_vsepp_conv --name vsepp-minilm-f8k --role retriever --default
 
-Takes ``benchmarks/cache/runs/<run>/best``, stores its trained parameters in float16 (the frozen image
+Takes ``$VLMATCH_CACHE/runs/<run>/best``, stores its trained parameters in float16 (the frozen image
 backbone and text transformer are not part of them), measures Flickr8k val recalls of the float32 and
 the float16 weights through the same engine, refuses the float16 copy when it moves val rsum by 0.5 or
 more, writes the checkpoint folder (config.json, model.safetensors, text_encoder.json, backbone.json, and
@@ -26,15 +26,17 @@ from pathlib import Path
 
 import torch
 
+from vlmatch_lab.caches import features_dir, runs_dir
+from vlmatch_lab.inputs import need_features, need_run
+from vlmatch_lab.paths import cache_root
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 PRETRAINED = ROOT / "src" / "vlmatch" / "pretrained"
 EXPERIMENTS = ROOT / "experiments" / "results"  # the runs' rows, the calibration and grounding records
 BENCHMARKS = ROOT / "benchmarks" / "results"  # the search figures
 SHIPPED = EXPERIMENTS / "shipped"  # one row per shipping: what ship.py measured of the weights it wrote
-CACHE_ROOT = ROOT / "benchmarks" / "cache"  # the rooms' one cache: features, run folders
-sys.path.insert(0, str(ROOT / "benchmarks"))  # the input checks shared with the speed benchmarks
-FEATURES = CACHE_ROOT / "flickr8k-efficientnet-lite0"
+FEATURES = features_dir()  # the study's feature cache (Lite0, 224 px), under the rooms' one cache
 DATA = ("Flickr8k (Hodosh, Young, Hockenmaier 2013, JAIR 47), Karpathy train split: 6,000 images "
         "(people, dogs, outdoor scenes) x 5 captions; selected on the Karpathy val split (1,000 images)")
 LICENCE = ("Flickr8k is released for research purposes only (Hodosh et al. 2013); these weights, "
@@ -55,9 +57,10 @@ def val_metrics(model, sims=None, features: Path = FEATURES) -> dict:
 
 
 def run_features(record: dict) -> Path:
-    """The feature cache a recorded run trained on (its config's data.path, the study's Lite0 224 px by default)."""
+    """The feature cache a recorded run trained on: its config's data.path's folder, in this machine's cache (the
+    path was recorded on the machine that trained it); the study's Lite0 224 px when the record names none."""
     path = (record.get("config", {}).get("data", {}) or {}).get("path")
-    return ROOT / path if path else FEATURES
+    return cache_root() / Path(path).name if path else FEATURES
 
 
 def explainer_record(row: str, default: bool) -> dict:
@@ -134,7 +137,7 @@ def main(argv=None):
     ap.add_argument("--search-figures", action="store_true",
                     help="copy the default pair's figures from benchmarks/results/search.json into the default "
                          "entries of the registry, then rewrite the model card")
-    ap.add_argument("--run", help="run name under benchmarks/cache/runs/")
+    ap.add_argument("--run", help="run name under $VLMATCH_CACHE/runs/")
     ap.add_argument("--name", help="the shipped model's name (pretrained:NAME)")
     ap.add_argument("--role", choices=["retriever", "rescorer"])
     ap.add_argument("--default", action="store_true", help="part of the default search pair")
@@ -199,10 +202,8 @@ def main(argv=None):
 def from_recipe(a) -> None:
     """Fill ``a`` (--run, --name, --role, ...) from a shipped model's recipe: its run's name and its ship section; the
     calibration its recipe makes (experiments/run.py runs calibration.py with the recipe's arguments: --write DIR)."""
-    sys.path.insert(0, str(ROOT / "experiments"))
-    from recipes import read_recipe
-
     from vlmatch.errors import VlmatchError
+    from vlmatch_lab.recipes import read_recipe
 
     try:
         _, rec = read_recipe(a.recipe)
@@ -424,9 +425,7 @@ def ship(a) -> None:
     from vlmatch import load_model, pretrained
     from vlmatch.io import write_json
 
-    best = CACHE_ROOT / "runs" / a.run / "best"
-    from inputs import need_features, need_run
-
+    best = runs_dir() / a.run / "best"
     need_run(best)
     record = json.loads((EXPERIMENTS / "flickr8k" / f"{a.run}.json").read_text())
     features_dir = run_features(record)

@@ -2,6 +2,7 @@
 parts (plans, tables, verdicts)."""
 
 import importlib.util
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,8 +21,17 @@ def script_path(name: str) -> Path:
 
 
 def load_script(name: str, as_name: str | None = None):
-    """<room>/<name>.py as a fresh module (each call runs it again: state never leaks between tests)."""
-    spec = importlib.util.spec_from_file_location(as_name or name, script_path(name))
+    """<room>/<name>.py as a fresh module (each call runs it again: state never leaks between tests). Its room's folder
+    is first on the path while it runs, as when ``python <room>/<name>.py`` runs it (its imports of the modules beside
+    it), and off it afterwards (benchmarks/milvus.py is not the ``milvus`` package): a test that calls a function
+    importing a module beside it on first use puts the room on the path itself (``monkeypatch.syspath_prepend``)."""
+    path = script_path(name)
+    spec = importlib.util.spec_from_file_location(as_name or name, path)
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    before = list(sys.path)
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path[:] = before
     return mod

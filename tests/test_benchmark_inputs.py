@@ -7,14 +7,15 @@ import sys
 
 import pytest
 
-from tests.benchmark_scripts import BENCHMARKS, EXPERIMENTS, load_script
+from tests.benchmark_scripts import BENCHMARKS, load_script
 
 
 @pytest.fixture
 def search(monkeypatch, tmp_path):
     monkeypatch.syspath_prepend(str(BENCHMARKS))
+    monkeypatch.setenv("VLMATCH_CACHE", str(tmp_path))  # a fresh clone: no feature cache
     mod = load_script("search", "search_bench")
-    monkeypatch.setattr(mod, "F8K", tmp_path / "flickr8k-efficientnet-lite0")  # a fresh clone: no feature cache
+    assert mod.F8K == tmp_path / "flickr8k-efficientnet-lite0"
     monkeypatch.setattr(mod.search_default, "SHARED", tmp_path / "no-shared")
 
     def expensive(*a, **k):
@@ -61,15 +62,10 @@ def test_a_present_feature_cache_passes_the_check(search, tmp_path):
     ("two_stage", ["--checkpoint", "nope/best"]),
 ])
 def test_the_flickr8k_benchmarks_check_the_feature_cache_first(monkeypatch, tmp_path, script, argv):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    monkeypatch.syspath_prepend(str(EXPERIMENTS))
-    inputs = load_script("inputs")
-    monkeypatch.setitem(sys.modules, "inputs", inputs)
-    monkeypatch.setattr(inputs, "FEATURES", tmp_path / "flickr8k-efficientnet-lite0")
+    monkeypatch.setenv("VLMATCH_CACHE", str(tmp_path))  # the rooms' one cache, empty
     mod = load_script(script, f"{script}_bench")
-    for name in ("CACHE", "FEATURES"):
-        if hasattr(mod, name):
-            monkeypatch.setattr(mod, name, tmp_path / "flickr8k-efficientnet-lite0")
+    for name in ("CACHE", "FEATURES"):  # the study's feature cache, in that cache
+        assert getattr(mod, name, tmp_path / "flickr8k-efficientnet-lite0") == tmp_path / "flickr8k-efficientnet-lite0"
     if script in ("scan_attention", "two_stage"):
         argv += ["--features" if script == "scan_attention" else "--data", str(tmp_path / "flickr8k-efficientnet-lite0")]
     with pytest.raises(SystemExit) as e:

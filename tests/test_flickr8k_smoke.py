@@ -1,14 +1,14 @@
-"""End to end on real Flickr8k images (when ../shared/flickr8k exists): extract a few dozen
+"""End to end on real Flickr8k images (when $VLMATCH_DATA/flickr8k exists, default ../shared/flickr8k): extract a few dozen
 images, train a few steps, evaluate. Checks the pipeline and shapes, not accuracy."""
 
 import json
-from pathlib import Path
 
 import pytest
 
 from vlmatch.cli import main
+from vlmatch_lab.paths import data_root
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "flickr8k"
+SHARED = data_root(check=False) / "flickr8k"
 
 pytestmark = pytest.mark.skipif(not (SHARED / "dataset_flickr8k.json").is_file(),
                                 reason=f"{SHARED} not present")

@@ -53,6 +53,9 @@ def test_the_package_keeps_every_contract():
     # the package reaching into a room beside it (experiments/, benchmarks/, release/ use vlmatch, not the reverse)
     ("pretrained/card.py", "import release.check  # noqa", "vlmatch never imports experiments",
      "vlmatch.pretrained.card -> release"),
+    # the package reaching for the rooms' helper package (src/vlmatch_lab: beside it in src/, no part of it)
+    ("data/resolve.py", "from vlmatch_lab.paths import data_root  # noqa", "vlmatch never imports vlmatch_lab",
+     "vlmatch.data.resolve -> vlmatch_lab"),
 ])
 def test_an_import_the_wrong_way_breaks_the_contract(tmp_path, module, line, contract, names):
     res = lint_imports(copy_with(tmp_path, module, line))

@@ -1,14 +1,15 @@
-"""The Flickr30k Entities parser, on real files from ../shared and on hand-written damaged ones."""
+"""The Flickr30k Entities parser, on real files from the data folder ($VLMATCH_DATA, default ../shared beside the
+checkout) and on hand-written damaged ones."""
 
-from pathlib import Path
 
 import pytest
 
 from vlmatch.data.entities import EntitiesDir, in_box, parse_sentence, photo_id, read_annotation, read_sentences
 from vlmatch.errors import DataError
+from vlmatch_lab.paths import data_root
 
-ENTITIES = Path(__file__).resolve().parents[3] / "shared" / "flickr30k_entities"
-needs_shared = pytest.mark.skipif(not ENTITIES.is_dir(), reason="../shared/flickr30k_entities is not beside the checkout")
+ENTITIES = data_root(check=False) / "flickr30k_entities"
+needs_shared = pytest.mark.skipif(not ENTITIES.is_dir(), reason=f"no {ENTITIES} ($VLMATCH_DATA/flickr30k_entities)")
 
 
 def test_parse_sentence_spans_types_and_chain_zero():

@@ -1,15 +1,12 @@
 """experiments/open_vocab.py's pure parts: ranks and recalls, the bootstrap, the Platt fit, the held-out concepts
 (the recipe excludes exactly their words), and the two-thing queries."""
 
-import sys
-
 import numpy as np
 
 from tests.benchmark_scripts import load_script
+from vlmatch_lab.recipes import read_recipe
 
-_path = list(sys.path)
 ov = load_script("open_vocab", "open_vocab_under_test")
-sys.path[:] = _path  # the script puts benchmarks/ on the path for its harness: not for the tests after this one
 
 
 def test_ranks_count_every_photo_scored_above_the_captions_own():
@@ -32,10 +29,7 @@ def test_platt_fit_recovers_a_logistic_law():
     assert abs(a - 3.0) < 0.2 and abs(b + 1.0) < 0.1
 
 
-def test_the_recipe_holds_out_exactly_the_protocols_concept_words(monkeypatch):
-    monkeypatch.syspath_prepend(str(ov.HERE))
-    from recipes import read_recipe
-
+def test_the_recipe_holds_out_exactly_the_protocols_concept_words():
     cfg, _ = read_recipe(ov.HELDOUT_RECIPE)
     assert sorted(cfg["data"]["exclude_words"]) == sorted(w for ws in ov.CONCEPTS.values() for w in ws)
     assert len(ov.CONCEPTS) >= 10

@@ -1,14 +1,10 @@
 """experiments/open_vocab_limits.py's pure parts: each query's rank, the best rule, the signals a weight may read."""
 
-import sys
-
 import numpy as np
 
 from tests.benchmark_scripts import load_script
 
-_path = list(sys.path)
 lim = load_script("open_vocab_limits", "open_vocab_limits_under_test")
-sys.path[:] = _path
 
 
 def test_ranks_read_each_querys_own_photo_by_its_caption_index():

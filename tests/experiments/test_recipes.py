@@ -9,6 +9,8 @@ import pytest
 from tests.benchmark_scripts import EXPERIMENTS, load_script
 from vlmatch import pretrained
 from vlmatch.training.config import load_config
+from vlmatch_lab import recipes as lab_recipes
+from vlmatch_lab.paths import cache_root, data_root
 
 ROWS = {p.stem: json.loads(p.read_text()) for p in sorted((EXPERIMENTS / "results" / "flickr8k").glob("*.json"))
         if not p.name.startswith("_")}
@@ -18,13 +20,7 @@ RECIPES = EXPERIMENTS / "recipes"
 
 @pytest.fixture(scope="module")
 def recipes():
-    import sys
-
-    sys.path.insert(0, str(EXPERIMENTS))
-    try:
-        yield load_script("recipes", "experiment_recipes"), load_script("recipe_of_row", "experiment_recipe_of_row")
-    finally:
-        sys.path.remove(str(EXPERIMENTS))
+    return lab_recipes, load_script("recipe_of_row", "experiment_recipe_of_row")
 
 
 def _comparable(cfg: dict) -> dict:
@@ -56,7 +52,13 @@ def test_a_runs_recipe_trains_what_its_row_records(recipes, name):
     assert _comparable(cfg) == _comparable(load_config(None, extra={k: row["config"][k] for k in ("model", "data", "train")}))
     assert cfg["train"]["seed"] == row["config"]["train"].get("seed", 0) and cfg["train"]["epochs"] == row["epochs"]
     assert rec["features"] == recipes[1].features(row["config"]["data"]["path"])
-    assert cfg["data"]["path"] == f"benchmarks/cache/{Path(row['config']['data']['path']).name}"
+    # the features in this machine's cache: the recipe writes them from the cache root, as every path of the rooms'
+    raw = (RECIPES / "flickr8k" / f"{name}.yaml").read_text()
+    assert f"  path: $VLMATCH_CACHE/{Path(row['config']['data']['path']).name}\n" in raw
+    assert cfg["data"]["path"] == str(cache_root() / Path(row["config"]["data"]["path"]).name)
+    if cfg["data"].get("entities"):
+        assert "  entities: $VLMATCH_DATA/flickr30k_entities\n" in raw
+        assert cfg["data"]["entities"] == str(data_root(check=False) / "flickr30k_entities")
 
 
 @pytest.mark.parametrize("entry", pretrained.entries(), ids=lambda e: e.name)
@@ -72,13 +74,15 @@ def test_every_shipped_model_has_its_recipe(recipes, entry):
     assert (ship["name"], ship["role"], ship["default"], ship["pair_score"]) == (
         entry.name, entry.role, entry.default, entry.pair_score)
     assert ship.get("explainer") == (entry.explainer or {}).get("row")
-    if entry.calibration:  # calibration.py's arguments after --model RUN, as the shipped calibration was made
-        assert entry.calibration["command"].endswith(f"--model {rec['name']} " + " ".join(rec["calibration"]))
+    if entry.calibration:  # calibration.py's arguments after --model RUN, as the shipped calibration was made (then
+        # into benchmarks/cache/, where the rooms' cache was before it had a root of its own)
+        made = entry.calibration["command"].replace("benchmarks/cache", str(cache_root()))
+        assert made.endswith(f"--model {rec['name']} " + " ".join(rec["calibration"]))
     else:
         assert "calibration" not in rec
 
 
-def test_a_row_recorded_on_another_machine_becomes_a_recipe_of_relative_paths(recipes, tmp_path, monkeypatch):
+def test_a_row_recorded_on_another_machine_becomes_a_recipe_of_the_rooms_roots(recipes, tmp_path, monkeypatch):
     read_recipe, convert = recipes[0].read_recipe, recipes[1]
     monkeypatch.setattr(convert, "RECIPES", tmp_path)
     cfg = load_config(None, ["model.embed_dim=64", "train.seed=5", "train.epochs=3", "train.grounding_loss=30",
@@ -93,8 +97,11 @@ def test_a_row_recorded_on_another_machine_becomes_a_recipe_of_relative_paths(re
     assert rec == {"name": "x1", "data": "flickr8k", "features": {"backbone": "efficientnet-lite1", "input_size": 320},
                    "recorded": "python experiments/flickr8k.py ...",
                    "note": "a note (recorded: stopped by hand after 2 epochs)"}
-    assert got["data"]["path"] == "benchmarks/cache/flickr8k-efficientnet-lite1-320"
-    assert got["data"]["entities"] == "../shared/flickr30k_entities"
-    assert got["train"]["init_from"] == "benchmarks/cache/runs/a/best"
+    text = out.read_text()  # written from the roots; read with this machine's folders in their place
+    assert "  path: $VLMATCH_CACHE/flickr8k-efficientnet-lite1-320\n" in text
+    assert "  entities: $VLMATCH_DATA/flickr30k_entities\n" in text and "  init_from: $VLMATCH_CACHE/runs/a/best\n" in text
+    assert got["data"]["path"] == str(cache_root() / "flickr8k-efficientnet-lite1-320")
+    assert got["data"]["entities"] == str(data_root(check=False) / "flickr30k_entities")
+    assert got["train"]["init_from"] == str(cache_root() / "runs" / "a" / "best")
     assert (got["train"]["seed"], got["train"]["epochs"], got["model"]["embed_dim"]) == (5, 3, 64)
     assert convert.write_row_recipe("x2", {**row, "ensemble_of": ["a", "b"]}) is None  # no training: no recipe

@@ -3,12 +3,14 @@ recipe's seed and epochs, the results row written in the shape of experiments/re
 recipe run twice gives the same row."""
 
 import json
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
 from tests.benchmark_scripts import EXPERIMENTS, load_script
+from vlmatch_lab.paths import cache_root
 
 TINY = Path(__file__).with_name("tiny_recipe.yaml")
 ROW_FIELDS = {"metrics", "epochs", "minutes_per_epoch", "val_rsum_by_epoch", "command", "config", "finished"}
@@ -60,13 +62,24 @@ def test_a_flickr8k_recipe_extracts_the_features_its_data_path_names(monkeypatch
     shared = tmp_path / "flickr8k"
     shared.mkdir()
     (shared / "dataset_flickr8k.json").write_text("{}")
-    cfg, rec = runner.read_recipe(recipe)
-    monkeypatch.chdir(EXPERIMENTS.parent)  # the recipes of experiments/recipes/ run from the repository's root
+    cfg, rec = runner.read_recipe(recipe)  # data.path: $VLMATCH_CACHE/..., this machine's cache in its place
+    assert cfg["data"]["path"] == str(cache_root() / "flickr8k-efficientnet-lite2-320")
+    monkeypatch.chdir(tmp_path)  # from any folder
     runner.make_data(cfg, rec, shared)
     assert calls == [(320, "efficientnet-lite2")]
-    monkeypatch.chdir(tmp_path)  # elsewhere data.path names another folder: refused, naming the one it wants
-    with pytest.raises(runner.VlmatchError, match="benchmarks/cache/flickr8k-efficientnet-lite2-320"):
+    cfg["data"]["path"] = "elsewhere/flickr8k-efficientnet-lite2-320"  # another folder: refused, naming the one it wants
+    with pytest.raises(runner.VlmatchError, match=re.escape("$VLMATCH_CACHE/flickr8k-efficientnet-lite2-320")):
         runner.make_data(cfg, rec, shared)
+
+
+def test_a_flickr8k_recipe_without_its_data_names_the_variable(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(EXPERIMENTS))
+    runner = load_script("run", "experiments_run_f8k_nodata")
+    monkeypatch.setenv("VLMATCH_DATA", str(tmp_path / "nowhere"))
+    cfg, rec = runner.read_recipe(EXPERIMENTS / "recipes" / "pretrained" / "vsepp-lite2-320-grounded-f8k.yaml")
+    with pytest.raises(SystemExit) as e:
+        runner.make_data(cfg, rec)
+    assert "VLMATCH_DATA" in str(e.value.code) and len(str(e.value.code).splitlines()) == 1
 
 
 def test_a_recipe_that_is_not_yaml_is_one_line_naming_the_file_and_the_place(runner, tmp_path, capsys):

@@ -1,4 +1,5 @@
-"""A recipe: one YAML file that says everything a run needs, so that one command reproduces it.
+"""A recipe: one YAML file that says everything a run needs, so that one command reproduces it (experiments/run.py
+runs it, release/ship.py ships the model it makes).
 
 A recipe is a config file (the ``model``, ``data`` and ``train`` sections, every override written out, the seed and
 the epochs among them) plus a ``recipe:`` section that ``vlmatch train`` ignores and the runner (``run.py``) reads:
@@ -13,8 +14,10 @@ the epochs among them) plus a ``recipe:`` section that ``vlmatch train`` ignores
       recorded: python benchmarks/...    # optional: the command line the run was first recorded with
       ship: {name: ..., role: ...}       # a shipped model's recipe (recipes/pretrained/): release/ship.py's options
 
-Relative paths (``data.path``, ``data.entities``, ``train.init_from``) are read from the folder the command runs
-in, as ``vlmatch train`` reads them: the repository's root for the recipes under experiments/recipes/.
+The paths of a recipe (``data.path``, ``data.entities``, ``train.init_from``, the calibration's arguments) start with
+``$VLMATCH_CACHE/`` (the feature caches, the run folders) or ``$VLMATCH_DATA/`` (Flickr30k Entities):
+:func:`read_recipe` puts this machine's folders there (vlmatch_lab.paths), so a recipe recorded on one machine runs on
+another. Other relative paths are read from the folder the command runs in, as ``vlmatch train`` reads them.
 """
 
 from __future__ import annotations
@@ -24,7 +27,10 @@ from pathlib import Path
 from vlmatch.errors import DataError
 from vlmatch.training.config import RECIPE, load_config, read_yaml_file
 
+from .paths import expand
+
 DATA = ("flickr8k", "toyworld", "precomp")
+PATHS = (("data", "path"), ("data", "entities"), ("train", "init_from"))  # the config's paths a recipe may root
 KEYS = {"name", "data", "features", "world", "calibration", "note", "recorded", "ship"}
 SHIP_KEYS = {"name", "role", "default", "pair_score", "explainer", "default_explainer", "notes", "selected"}
 SELECTED_KEYS = {"what", "among", "by", "cross_fitted"}  # a choice made on the val data: the candidate runs by name
@@ -32,7 +38,8 @@ SELECTED_KEYS = {"what", "among", "by", "cross_fitted"}  # a choice made on the 
 
 def read_recipe(path: str | Path) -> tuple[dict, dict]:
     """``(config, recipe)`` of a recipe file: the checked config (as ``vlmatch train --config`` loads it) and its
-    ``recipe:`` section, checked; a problem raises :class:`DataError` naming the file and the field."""
+    ``recipe:`` section, checked, their ``$VLMATCH_CACHE`` / ``$VLMATCH_DATA`` paths expanded (:func:`expand`); a
+    problem raises :class:`DataError` naming the file and the field."""
     path = Path(path)
     if not path.is_file():
         raise DataError(path, "no such recipe file")
@@ -70,6 +77,11 @@ def read_recipe(path: str | Path) -> tuple[dict, dict]:
     cfg = load_config(str(path))  # the config as `vlmatch train --config` reads it (the recipe section dropped)
     if not cfg["data"].get("path"):
         raise DataError(path, "data.path: a recipe names the folder its data is in (or 'toyworld')")
+    for section, key in PATHS:
+        if isinstance(cfg[section].get(key), str):
+            cfg[section][key] = expand(cfg[section][key])
+    if rec.get("calibration"):
+        rec = {**rec, "calibration": [expand(x) for x in rec["calibration"]]}
     return cfg, rec
 
 
