@@ -232,3 +232,13 @@ def test_a_recipe_section_is_read_by_the_runner_and_ignored_by_training(tmp_path
     f.write_text("recipes: {name: r}\nmodel: {name: vsepp}\n")
     with pytest.raises(Exception, match=r"r\.yaml.*unknown section\(s\) \['recipes'\]"):
         load_config(str(f))
+
+
+def test_a_shipped_config_names_its_features_under_the_cache_root(monkeypatch, tmp_path):
+    from vlmatch.training.config import load_config
+
+    monkeypatch.setenv("VLMATCH_CACHE", str(tmp_path))
+    cfg = load_config("vsepp_minilm_f8k", overrides=["train.init_from=$VLMATCH_CACHE/runs/a/best"])
+    assert cfg["data"]["path"] == f"{tmp_path}/flickr8k-efficientnet-lite0"
+    assert cfg["train"]["init_from"] == f"{tmp_path}/runs/a/best"
+    assert load_config("vsepp_minilm_f8k", overrides=["data.path=toyworld"])["data"]["path"] == "toyworld"

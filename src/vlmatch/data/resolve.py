@@ -26,6 +26,15 @@ def cache_dir() -> Path:
     return Path(os.environ.get("VLMATCH_CACHE") or Path.home() / ".cache" / "vlmatch").expanduser()
 
 
+def expand_path(value: str) -> str:
+    """A path a config or recipe writes portably, as this machine's: ``$VLMATCH_CACHE`` is :func:`cache_dir` (set or
+    not), any other ``$VAR`` and ``~`` as the shell would expand them."""
+    text = str(value)
+    for name in ("${VLMATCH_CACHE}", "$VLMATCH_CACHE"):
+        text = text.replace(name, str(cache_dir()))
+    return os.path.expanduser(os.path.expandvars(text))
+
+
 def toyworld_dir() -> Path:
     return cache_dir() / TOYWORLD
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import yaml
 
+from ..data.resolve import expand_path
 from ..errors import ConfigError, DataError
 from ..options import Spec, check_mapping, dataclass_specs, defaults, option, raise_problems, resumable
 
@@ -200,6 +201,9 @@ def load_config(name_or_path: str | None = None, overrides: list[str] = (), extr
     return check_config(cfg, source=str(path) if name_or_path else None)
 
 
+PATHS = (("data", "path"), ("data", "vocab"), ("data", "entities"), ("train", "init_from"))  # folders and files
+
+
 def check_config(cfg: dict, source: str | None = None) -> dict:
     """Check every section against its declared types and ranges and every model option against the
     model's ``Config``; returns a normalised copy (``1e3`` -> 1000 where an int is expected). All
@@ -211,6 +215,9 @@ def check_config(cfg: dict, source: str | None = None) -> dict:
         if section != "model":
             out[section], found = check_mapping(cfg.get(section) or {}, section_specs(section), section)
             problems += found
+    for section, key in PATHS:  # written portably ($VLMATCH_CACHE/...): this machine's folders from here on
+        if isinstance(out[section].get(key), str) and out[section][key] != "toyworld":
+            out[section][key] = expand_path(out[section][key])
     if "lr_schedule" in out["train"]:
         out["train"]["lr_schedule"], problem = check_schedule(out["train"]["lr_schedule"])
         if problem:
