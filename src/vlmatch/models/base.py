@@ -24,7 +24,6 @@ from torch import Tensor, nn
 from ..errors import ConfigError, DataError, VlmatchError
 from ..io import write_bytes, write_json
 from ..options import check_mapping, dataclass_specs, raise_problems
-from .checkpoint import read_config_json  # noqa: F401 (the name callers import from here)
 
 EPS = 1e-8
 
@@ -414,14 +413,14 @@ class MatchingModel(nn.Module):
     def save(self, directory) -> Path:
         """Write ``model.safetensors`` + ``config.json`` (+ ``vocab.json``, the model's own files, its
         calibration) into ``directory``; config.json records the SHA-256 of the weights, and
-        ``checksums.json``, written last, every file's (:mod:`vlmatch.models.sealing`; checked by
+        ``checksums.json``, written last, every file's (:mod:`vlmatch.checkpoints.seal`; checked by
         ``load_model``). A caller that adds files to the folder afterwards seals it again."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
         data = safetensors_bytes(state)
         write_bytes(directory / "model.safetensors", data)
-        from .sealing import CHECKPOINT_FORMAT, seal_checkpoint
+        from ..checkpoints.seal import CHECKPOINT_FORMAT, seal_checkpoint
 
         digest = hashlib.sha256(data).hexdigest()
         write_json(directory / "config.json", {**self.config_dict(), "weights_sha256": digest,
@@ -441,8 +440,8 @@ class MatchingModel(nn.Module):
 
     def load_weights(self, path, sha256: str | None = None) -> None:
         """Load ``path`` (checked against ``sha256`` when given, and shape by shape before loading): the
-        one weights reader of :mod:`vlmatch.models.checkpoint`."""
-        from .checkpoint import load_weights_into
+        one weights reader of :mod:`vlmatch.checkpoints.read`."""
+        from ..checkpoints.read import load_weights_into
 
         load_weights_into(self, path, sha256)
 

@@ -12,10 +12,11 @@ import torch
 from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 
+from ..checkpoints.read import read_config_json
+from ..checkpoints.seal import seal_checkpoint, verify_checkpoint
 from ..errors import DataError
 from ..io import atomic_dir, complete_dir, read_json, write_bytes, write_json
-from ..models.base import MatchingModel, read_config_json
-from ..models.sealing import seal_checkpoint, verify_checkpoint
+from ..models.base import MatchingModel
 from ..weights import verify_sha256
 
 

@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from .. import distributed as D
+from ..checkpoints.seal import seal_checkpoint, verify_checkpoint
 from ..data.loaders import batch_kind, encode_captions
 from ..data.precomp import PrecompSplit
 from ..data.resolve import resolve_data
@@ -32,7 +33,6 @@ from ..errors import ConfigError
 from ..evaluation.validate import validate
 from ..io import append_line, atomic_dir, write_json, write_text
 from ..models.registry import create_model, legacy_conflicts, model_class, saved_options
-from ..models.sealing import seal_checkpoint, verify_checkpoint
 from .allocator import keep_freed_memory
 from .checkpoint import (
     check_log,

@@ -48,9 +48,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ... import io
+from ...checkpoints.digest import checkpoint_digest
 from ...errors import ConfigError, DataError, VlmatchError
 from ...io import read_json, remove_dir, write_json
-from ...models.sealing import verify_checkpoint
 from ...weights import sha256_file, verify_sha256
 from ..store import open_arrays
 
@@ -175,23 +175,6 @@ def reading(out):
 def seal(manifest: dict) -> str:
     body = {k: v for k, v in manifest.items() if k != "seal"}
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def checkpoint_digest(folder: Path) -> str:
-    """SHA-256 of a checkpoint folder's file names and contents; the weights enter through the
-    ``weights_sha256`` of ``config.json``, which ``load_model`` checks against ``model.safetensors``. A copy
-    saved with its checksums.json (every copy since they are sealed) is checked whole against it first, so a
-    changed part is named."""
-    verify_checkpoint(folder)
-    cfg = read_json(folder / "config.json")
-    if not isinstance(cfg, dict) or not cfg.get("weights_sha256"):
-        raise DataError(folder / "config.json", "records no weights_sha256")
-    h = hashlib.sha256()
-    for p in sorted(folder.rglob("*")):
-        rel = p.relative_to(folder).as_posix()
-        if p.is_file() and rel != "model.safetensors":
-            h.update(f"{rel}\0{sha256_file(p)}\n".encode())
-    return h.hexdigest()
 
 
 def new_collection_id() -> str:

@@ -1,4 +1,4 @@
-"""The one checkpoint loader (vlmatch.models.checkpoint, issue #50): a model is built once (on the meta
+"""The one checkpoint loader (vlmatch.checkpoints.read, issue #50): a model is built once (on the meta
 device, then filled), each file is read once, the tokenizer once per content in a process, and what it
 loads scores exactly as what was saved, also with a frozen transformer and LoRA adapters."""
 
@@ -8,11 +8,12 @@ import pytest
 import torch
 
 from vlmatch import create_model, load_model
+from vlmatch.checkpoints import read
 from vlmatch.encoders import hf
-from vlmatch.models import checkpoint, registry
+from vlmatch.models import registry
 from vlmatch.weights import read_header
 
-from .test_mmca import CAPTIONS, tiny_bert  # noqa: F401 (a session fixture)
+from ..models.test_mmca import CAPTIONS, tiny_bert  # noqa: F401 (a session fixture)
 
 
 def _scores(model, seed=3):
@@ -76,8 +77,8 @@ def test_the_resolver_needs_no_torch_and_names_a_run_folder(tmp_path):
     (tmp_path / "run" / "best").mkdir(parents=True)
     (tmp_path / "run" / "best" / "config.json").write_text("{}")
     with pytest.raises(Exception, match=r"a run folder, not a checkpoint: use .*best \(best on validation\)"):
-        checkpoint.checkpoint_folder(tmp_path / "run")
-    assert checkpoint.resolve_checkpoint(tmp_path) == tmp_path
+        read.checkpoint_folder(tmp_path / "run")
+    assert read.resolve_checkpoint(tmp_path) == tmp_path
 
 
 def test_weights_stored_in_float16_load_in_the_dtype_the_model_declares(tmp_path):
@@ -86,7 +87,7 @@ def test_weights_stored_in_float16_load_in_the_dtype_the_model_declares(tmp_path
 
     from safetensors.torch import load_file, save
 
-    from vlmatch.models.sealing import seal_checkpoint
+    from vlmatch.checkpoints.seal import seal_checkpoint
 
     torch.manual_seed(0)
     m = create_model("vsepp", img_dim=6, embed_dim=8, word_dim=4, vocab_size=12)

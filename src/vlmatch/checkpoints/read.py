@@ -1,10 +1,12 @@
-"""One checkpoint loader: a checkpoint folder read once, and a model built once from it.
+"""Reading a checkpoint folder: read once, each file checked, before and as a model is built from it.
 
 A checkpoint folder holds ``config.json`` (the registered model name, its options and the weights'
-SHA-256), ``model.safetensors``, ``checksums.json`` (every file's SHA-256: :mod:`.sealing`) and, as the
+SHA-256), ``model.safetensors``, ``checksums.json`` (every file's SHA-256: :mod:`.seal`) and, as the
 model has them, ``vocab.json``, the text encoder's record and tokenizer copy, the calibration and the LoRA
-adapters (inside the weights). Loading goes through this module only, in this order (each check names
-the file and what is wrong in one line, before anything is allocated where it can):
+adapters (inside the weights); a training checkpoint adds the optimiser (``optimizer.safetensors``) and the
+trainer state (``trainer_state.json``). JSON and safetensors only: never pickle. Loading goes through this
+module only, in this order (each check names the file and what is wrong in one line, before anything is
+allocated where it can):
 
 1. :func:`checkpoint_folder`: ``pretrained:NAME`` resolved (:func:`register_resolver`), an interrupted
    save's ``NAME.prev`` taken, a run folder refused with the checkpoints inside it named;
@@ -16,12 +18,14 @@ the file and what is wrong in one line, before anything is allocated where it ca
    header, then its tensors replaced by the file's (no copy; a model that cannot be built on the meta
    device is built for real and its weights checked by shape as they load);
 5. :func:`finish_model`: the vocabulary (read once per content in this process: :func:`read_vocab`), the
-   model's own files (text encoder record, tokenizer: :meth:`MatchingModel.load_extra`), every file
-   against checksums.json, then the calibration.
+   model's own files (text encoder record, tokenizer: :meth:`MatchingModel.load_extra`), then every file
+   against checksums.json.
 
-``registry.load_model`` runs the five steps; an index's model copies, ``pretrained:NAME`` and training's
-``init_from`` / resume (:func:`load_weights_into`) read their weights through the same functions. This
-module imports no torch at import time (the command line resolves ``--model`` arguments with it).
+``registry.load_model`` runs the five steps, then attaches the calibration (:mod:`vlmatch.models.calibration`:
+it must name these weights); an index's model copies, ``pretrained:NAME`` and training's ``init_from`` /
+resume (:func:`load_weights_into`, :func:`load_training_state`) read their weights through the same functions.
+This module never imports :mod:`vlmatch.models` (what is model-specific reaches it as ``create`` or a method of
+the model) and imports no torch at import time (the command line resolves ``--model`` arguments with it).
 """
 
 from __future__ import annotations
@@ -219,12 +223,12 @@ def read_vocab(path):
     return _VOCABS[key]
 
 
-def finish_model(ck: Checkpoint, model, map_location="cpu", note_unsealed: bool = True, allow_unsealed: bool = False):
-    """Step 5: vocabulary, the model's own files, the sealed file list, the calibration; the model on
-    ``map_location`` in eval mode. A folder saved sealed (config.json's format) without its checksums.json
-    is refused unless ``allow_unsealed`` (``vlmatch seal``, which checks the rest and seals it again)."""
-    from .calibration import attach_calibration
-    from .sealing import sealed_format, verify_checkpoint
+def finish_model(ck: Checkpoint, model, note_unsealed: bool = True, allow_unsealed: bool = False):
+    """Step 5: vocabulary, the model's own files, the sealed file list. A folder saved sealed (config.json's
+    format) without its checksums.json is refused unless ``allow_unsealed`` (``vlmatch seal``, which checks
+    the rest and seals it again). The caller attaches the calibration next (it must name these weights,
+    whatever the seal says: ``registry.load_model``)."""
+    from .seal import missing_seal, sealed_format, verify_checkpoint
 
     d = ck.folder
     if (d / "vocab.json").is_file():
@@ -239,29 +243,19 @@ def finish_model(ck: Checkpoint, model, map_location="cpu", note_unsealed: bool 
     sealed = sealed_format(ck.config)
     if verify_checkpoint(d, known={"model.safetensors": ck.weights_sha256}) is None:
         if sealed and not allow_unsealed:
-            _missing_seal(d, ck)
+            raise missing_seal(d, ck.config)
         if note_unsealed and not sealed:
             _unsealed(d)
-    # the calibration must name these weights (a save since calibrations record them), whatever the seal says
-    attach_calibration(model, d, ck.weights_sha256, bound=sealed)
-    return model.to(map_location).eval()
+    return model
 
 
 _WARNED: set[Path] = set()
 
 
-def _missing_seal(d: Path, ck: Checkpoint) -> None:
-    from .sealing import CHECKSUMS, checkpoint_format
-
-    raise DataError(d, f"has no {CHECKSUMS}, but its config.json says format {checkpoint_format(ck.config)} (saved "
-                       f"sealed): a part was removed or replaced since; restore the checkpoint whole, or `vlmatch seal "
-                       f"{d}` if you changed it yourself")
-
-
 def _unsealed(d: Path) -> None:
     """Say once per folder that a checkpoint has no checksums.json (saved before vlmatch sealed them): its
     weights are still checked against config.json, its other files are not."""
-    from .sealing import CHECKSUMS
+    from .seal import CHECKSUMS
 
     key = d.resolve()
     if key not in _WARNED:
