@@ -22,7 +22,9 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from .. import distributed as D
+from ..checkpoints.read import load_training_state, read_state
 from ..checkpoints.seal import seal_checkpoint, verify_checkpoint
+from ..checkpoints.write import save_training_state
 from ..data.loaders import batch_kind, encode_captions
 from ..data.precomp import PrecompSplit
 from ..data.resolve import resolve_data
@@ -34,18 +36,19 @@ from ..evaluation.validate import validate
 from ..io import append_line, atomic_dir, write_json, write_text
 from ..models.registry import create_model, legacy_conflicts, model_class, saved_options
 from .allocator import keep_freed_memory
-from .checkpoint import (
-    check_log,
-    check_steps,
-    latest_checkpoint,
-    load_training_state,
-    log_rows,
-    read_state,
-    save_training_state,
-)
 from .config import check_config, dump
 from .grounding import GroundingTargets, check_grounding_map, grounding_term
-from .rundir import check_resume, prepare_fresh, recorded, run_lock, start_over
+from .rundir import (
+    check_log,
+    check_resume,
+    check_steps,
+    latest_checkpoint,
+    log_rows,
+    prepare_fresh,
+    recorded,
+    run_lock,
+    start_over,
+)
 
 
 def epoch_batches(n: int, batch_size: int, seed: int, epoch: int, rank: int, world_size: int) -> list[list[int]]:
