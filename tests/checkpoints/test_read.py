@@ -183,3 +183,17 @@ def test_a_corrupt_optimizer_file_is_refused_on_resume(tmp_path):
     (tmp_path / "last" / "optimizer.safetensors").write_bytes(bytes(raw))
     with pytest.raises(DataError, match="optimizer.safetensors: content does not match"):
         load_training_state(tmp_path / "last", m, opt)
+
+
+def test_a_training_checkpoint_saved_sealed_is_refused_without_its_seal(tmp_path):
+    m = create_model("vsepp", img_dim=4, embed_dim=4, word_dim=4, vocab_size=10)
+    opt = torch.optim.Adam(m.parameters())
+    save_training_state(tmp_path / "last", m, opt, {"epoch": 0, "step_in_epoch": 1, "global_step": 1})
+    (tmp_path / "last" / "checksums.json").unlink()
+    with pytest.raises(DataError, match=r"last: has no checksums.json, but its config.json says format 2") as e:
+        load_training_state(tmp_path / "last", m, opt)
+    assert "\n" not in str(e.value)
+    cfg = json.loads((tmp_path / "last" / "config.json").read_text())
+    cfg.pop("format")  # as saved before vlmatch sealed checkpoints: resumed, its weights checked against config.json
+    (tmp_path / "last" / "config.json").write_text(json.dumps(cfg))
+    assert load_training_state(tmp_path / "last", m, opt)["global_step"] == 1

@@ -247,6 +247,19 @@ def finish_model(ck: Checkpoint, model, note_unsealed: bool = True, allow_unseal
     return model
 
 
+def verify_sealed(folder) -> dict[str, str] | None:
+    """Every file of the checkpoint folder ``folder`` against its checksums.json (:func:`.seal.verify_checkpoint`);
+    a folder saved sealed (its config.json's format) but found without one is refused in one line naming it
+    (:func:`.seal.missing_seal`). None only for a folder saved before vlmatch sealed them (its weights are still
+    checked against config.json as they load)."""
+    files = verify_checkpoint(folder)
+    if files is None:
+        config = read_config_json(Path(folder) / "config.json")
+        if sealed_format(config):
+            raise missing_seal(folder, config)
+    return files
+
+
 _WARNED: set[Path] = set()
 
 
@@ -294,7 +307,7 @@ def load_training_state(path, model, optimizer) -> dict:
     state_file = d / "trainer_state.json"
     state = read_state(d)
     _check_optimizer_meta(state_file, state["optimizer"], optimizer)
-    verify_checkpoint(d)  # sealed with the model: a part edited, swapped or removed since is named
+    verify_sealed(d)  # sealed with the model: a part edited, swapped or removed since is named, the seal too
     model.load_weights(d / "model.safetensors", read_config_json(d / "config.json").get("weights_sha256"))
     verify_sha256(d / "optimizer.safetensors", state.pop("optimizer_sha256", None), state_file)
     try:

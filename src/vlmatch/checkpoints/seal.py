@@ -8,8 +8,9 @@ calibration, an edited beta, deleted calibration files) never load as one. Hidde
 files, an interrupted write's temporaries) are never read by a load and are not listed.
 
 A folder whose ``config.json`` says it was saved sealed (``format`` 2) but that has no ``checksums.json`` lost a
-part since: it is refused in one line naming the folder (:func:`missing_seal`). Only a folder saved before
-vlmatch sealed them (no format recorded) loads without one, with a note (:mod:`vlmatch.checkpoints.read`).
+part since: it is refused in one line naming the folder (:func:`missing_seal`), by a load, a resume and
+``init_from`` alike (:mod:`vlmatch.checkpoints.read`). Only a folder saved before vlmatch sealed them (no format
+recorded) is read without one (``load_model`` says so in a note); its weights are still checked against config.json.
 """
 
 from __future__ import annotations
