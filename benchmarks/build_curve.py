@@ -50,9 +50,9 @@ def _pair(tmp: Path, backbone: str, size: int) -> tuple[Path, Path | None]:
     """Untrained checkpoints of the shipped default's models (re-scorer or single model, and the retriever or None)
     with their options on ``backbone`` at ``size``."""
     from vlmatch import create_model, pretrained
+    from vlmatch.checkpoints.seal import seal_checkpoint
     from vlmatch.features.backbones import create_backbone
     from vlmatch.io import write_json
-    from vlmatch.models.sealing import seal_checkpoint
 
     bb = create_backbone(backbone, None, size)
     out = []

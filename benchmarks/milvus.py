@@ -101,7 +101,7 @@ def _encoding(shape: str, v: np.ndarray):
 
 
 def _manifest(model, ckpt, kind: str, n: int, shape: str) -> dict:
-    from vlmatch.search.backends.folder import checkpoint_digest
+    from vlmatch.checkpoints.digest import checkpoint_digest
     from vlmatch.search.build import versions
     from vlmatch.weights import sha256_file
 

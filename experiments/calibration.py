@@ -153,7 +153,7 @@ def banks_cross_fit(text: dict, both: dict) -> dict:
 
 def weights_of(model: str) -> str:
     """The SHA-256 of the weights of run ``model``'s checkpoint (what a written calibration is bound to)."""
-    from vlmatch.models.checkpoint import read_checkpoint
+    from vlmatch.checkpoints.read import read_checkpoint
 
     return read_checkpoint(checkpoint_of(model)).config["weights_sha256"]
 

@@ -308,9 +308,9 @@ def reseal(folder: Path, calibration: Path | None = None) -> str:
     """``folder`` in the current checkpoint format: config.json's format, its calibration (or the one in
     ``calibration``, kept apart until it ships) bound to its weights, sealed again; the weights and every
     other file unchanged. Returns the SHA-256 of the new checksums.json."""
+    from vlmatch.checkpoints.seal import CHECKPOINT_FORMAT, seal_checkpoint, verify_checkpoint
     from vlmatch.io import write_json
     from vlmatch.models.calibration import RECORD, bind_calibration
-    from vlmatch.models.sealing import CHECKPOINT_FORMAT, seal_checkpoint, verify_checkpoint
     from vlmatch.weights import sha256_file
 
     verify_checkpoint(folder)  # it is whole as it was shipped: nothing is sealed that was not
@@ -356,9 +356,9 @@ def stage_float16(model, stage: Path, features_dir: Path):
     from safetensors.torch import save as safetensors_bytes
 
     from vlmatch import load_model
+    from vlmatch.checkpoints.seal import seal_checkpoint
     from vlmatch.io import write_bytes, write_json
     from vlmatch.models.calibration import RECORD, bind_calibration
-    from vlmatch.models.sealing import seal_checkpoint
 
     model.save(stage)
     if (stage / "text_encoder.json").is_file():

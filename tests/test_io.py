@@ -108,7 +108,7 @@ def test_files_and_folders_follow_the_users_umask(tmp_path, umask):
     import torch
 
     from vlmatch import create_model
-    from vlmatch.training.checkpoint import save_training_state
+    from vlmatch.checkpoints.write import save_training_state
 
     old = os.umask(umask)
     try:

@@ -50,6 +50,12 @@ def test_the_package_keeps_every_contract():
      "vlmatch.viz.heatmap -> vlmatch.cli.common"),
     # a cycle inside one layer: the loaders import precomp, so precomp may not import them
     ("data/precomp.py", "from . import loaders  # noqa", "no import cycles", ".precomp -> .loaders"),
+    # the checkpoint room reaching up into the models that save and load through it
+    ("checkpoints/read.py", "from ..models.calibration import attach_calibration  # noqa", "checkpoints never import",
+     "vlmatch.checkpoints.read -> vlmatch.models.calibration"),
+    # the seal, under read/write/digest inside the room, reading a folder itself
+    ("checkpoints/seal.py", "from .read import read_config_json  # noqa", "checkpoints: read, write and digest above",
+     "vlmatch.checkpoints.seal -> vlmatch.checkpoints.read"),
     # the package reaching into a room beside it (experiments/, benchmarks/, release/ use vlmatch, not the reverse)
     ("pretrained/card.py", "import release.check  # noqa", "vlmatch never imports experiments",
      "vlmatch.pretrained.card -> release"),

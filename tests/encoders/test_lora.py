@@ -179,7 +179,7 @@ def _with_pooler_adapter(ckpt, b_value: float):
 
     from safetensors.torch import load_file, save
 
-    from vlmatch.models.sealing import seal_checkpoint
+    from vlmatch.checkpoints.seal import seal_checkpoint
 
     path = ckpt / "model.safetensors"
     state = load_file(str(path))

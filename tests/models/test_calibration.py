@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from vlmatch import load_model
+from vlmatch.checkpoints.seal import seal_checkpoint
 from vlmatch.data.vocab import Vocab
 from vlmatch.errors import DataError
 from vlmatch.models.calibration import Calibration, compress, expand, load_calibration
 from vlmatch.models.registry import create_model
-from vlmatch.models.sealing import seal_checkpoint
 
 KW = dict(img_dim=6, embed_dim=8, word_dim=4, vocab_size=12, text_pool="mean")
 BETA = 7.0

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from vlmatch import create_model, load_model, pretrained
+from vlmatch.checkpoints.seal import seal_checkpoint
 from vlmatch.cli import main
 from vlmatch.errors import ConfigError, DataError
-from vlmatch.models.sealing import seal_checkpoint
 from vlmatch.weights import sha256_file
 
 

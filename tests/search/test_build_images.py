@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import vlmatch
+from vlmatch.checkpoints.seal import seal_checkpoint
 from vlmatch.cli import main
 from vlmatch.errors import VlmatchError
-from vlmatch.models.sealing import seal_checkpoint
 from vlmatch.search import build as B
 
 from .tiny import Tiny32, build_args, exhaustive, jpegs, tiny_backbone  # noqa: F401  (tiny_backbone: autouse)

@@ -219,3 +219,19 @@ def test_init_from_a_checkpoint_with_a_changed_part_is_refused(run, small_world,
     vocab.write_text(vocab.read_text() + " ")  # the same words, another file: not the one saved
     assert main(["train", "--config", str(cfg), "--run-dir", str(tmp_path / "next"), "--no-progress"]) == 2
     assert f"{vocab}: content does not match the SHA-256 recorded in" in one_line(capsys)
+
+
+def test_a_last_checkpoint_without_its_seal_is_refused_on_resume(run, capsys):
+    (run / "last" / "checksums.json").unlink()  # saved sealed (format 2): a part was removed since
+    assert resume(run) == 2
+    assert (f"{run / 'last'}: has no checksums.json, but its config.json says format 2 (saved sealed)"
+            in one_line(capsys))
+
+
+def test_init_from_a_checkpoint_without_its_seal_is_refused(run, small_world, tmp_path, capsys):
+    cfg = tmp_path / "next.yaml"
+    cfg.write_text(yaml.safe_dump(tiny(small_world, init_from=str(run / "last"))))
+    (run / "last" / "checksums.json").unlink()
+    assert main(["train", "--config", str(cfg), "--run-dir", str(tmp_path / "next"), "--no-progress"]) == 2
+    assert (f"{run / 'last'}: has no checksums.json, but its config.json says format 2 (saved sealed)"
+            in one_line(capsys))

@@ -22,8 +22,8 @@ def positive_int(text: str) -> int:
 def checkpoint_arg(text: str):
     """An argparse type: a checkpoint folder, or ``pretrained:NAME`` (a model shipped with vlmatch) resolved to
     its hash-checked folder; an unknown name or a damaged file is one argparse error line."""
+    from ..checkpoints.read import resolve_checkpoint
     from ..errors import VlmatchError
-    from ..models.checkpoint import resolve_checkpoint
 
     try:
         return str(resolve_checkpoint(text))  # a string, as argparse gives every other path

@@ -143,7 +143,7 @@ def explain_indexed(a, phases=None):
 def default_explainer() -> tuple[str, str]:
     """(checkpoint folder, method) of the shipped default explainer: the registry entry marked as it (the model
     and method that ground best on Flickr8k val), else the default re-scorer with its attention."""
-    from ..models.checkpoint import resolve_checkpoint
+    from ..checkpoints.read import resolve_checkpoint
     from ..pretrained import default_explainer as shipped
 
     name, method = shipped()

@@ -57,9 +57,9 @@ def cmd_configs(a):
 def cmd_seal(a):
     from pathlib import Path
 
+    from ..checkpoints.seal import CHECKSUMS, seal_checkpoint, verify_checkpoint
     from ..errors import DataError
     from ..models.registry import load_model
-    from ..models.sealing import CHECKSUMS, seal_checkpoint, verify_checkpoint
 
     d = Path(a.checkpoint)
     if not d.is_dir():

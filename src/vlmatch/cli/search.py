@@ -123,7 +123,7 @@ def cmd_build(a):
     if a.model is None:  # the shipped default pair
         if a.retriever is not None:
             raise ConfigError("--retriever without --model: give the model too, or neither for the shipped default pair")
-        from ..models.checkpoint import resolve_checkpoint
+        from ..checkpoints.read import resolve_checkpoint
         from ..pretrained import default_pair, default_score
 
         model, retriever = default_pair()

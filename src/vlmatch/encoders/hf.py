@@ -341,7 +341,7 @@ class HFTextEncoder(nn.Module):
         self.tokenizer = load_tokenizer(self.path)
         from ..weights import real_build
 
-        with real_build():  # inside a meta-device build (models.checkpoint), the frozen weights load for real
+        with real_build():  # inside a meta-device build (vlmatch.checkpoints.read), the frozen weights load for real
             model = load_transformer(self.path, frozen=not trainable)
         check_fits(self.tokenizer, model, self.path)
         if trainable and lora is not None:

@@ -11,20 +11,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import hashlib
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save as safetensors_bytes
 from torch import Tensor, nn
 
-from ..errors import ConfigError, DataError, VlmatchError
-from ..io import write_bytes, write_json
+from ..errors import ConfigError, VlmatchError
 from ..options import check_mapping, dataclass_specs, raise_problems
-from .checkpoint import read_config_json  # noqa: F401 (the name callers import from here)
 
 EPS = 1e-8
 
@@ -414,35 +410,17 @@ class MatchingModel(nn.Module):
     def save(self, directory) -> Path:
         """Write ``model.safetensors`` + ``config.json`` (+ ``vocab.json``, the model's own files, its
         calibration) into ``directory``; config.json records the SHA-256 of the weights, and
-        ``checksums.json``, written last, every file's (:mod:`vlmatch.models.sealing`; checked by
-        ``load_model``). A caller that adds files to the folder afterwards seals it again."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        data = safetensors_bytes(state)
-        write_bytes(directory / "model.safetensors", data)
-        from .sealing import CHECKPOINT_FORMAT, seal_checkpoint
+        ``checksums.json``, written last, every file's (:mod:`vlmatch.checkpoints.seal`; checked by
+        ``load_model``). A caller that adds files to the folder afterwards seals it again. The one
+        checkpoint writer of :mod:`vlmatch.checkpoints.write`."""
+        from ..checkpoints.write import save_model
 
-        digest = hashlib.sha256(data).hexdigest()
-        write_json(directory / "config.json", {**self.config_dict(), "weights_sha256": digest,
-                                               "format": CHECKPOINT_FORMAT})
-        if self.vocab is not None:
-            self.vocab.save(directory / "vocab.json")
-        self.save_extra(directory)
-        if self.calibration is not None:
-            loaded = self.__dict__.get("_loaded_calibration") is self.calibration  # checked at load for these weights
-            if self.calibration.weights_sha256 not in (None, digest) and not loaded:
-                raise DataError(directory / "calibration.json", "the model's calibration was fitted for other "
-                                f"weights ({self.calibration.weights_sha256[:12]}...): fit it again for these")
-            self.calibration.save(directory, weights_sha256=digest)
-
-        seal_checkpoint(directory)
-        return directory
+        return save_model(self, directory)
 
     def load_weights(self, path, sha256: str | None = None) -> None:
         """Load ``path`` (checked against ``sha256`` when given, and shape by shape before loading): the
-        one weights reader of :mod:`vlmatch.models.checkpoint`."""
-        from .checkpoint import load_weights_into
+        one weights reader of :mod:`vlmatch.checkpoints.read`."""
+        from ..checkpoints.read import load_weights_into
 
         load_weights_into(self, path, sha256)
 

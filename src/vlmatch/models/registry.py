@@ -7,9 +7,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..checkpoints.read import (
+    build_model,
+    finish_model,
+    read_checkpoint,
+    read_config_json,
+    register_resolver,
+    resolve_checkpoint,
+)
+from ..checkpoints.seal import sealed_format
 from ..errors import ConfigError, DataError
-from .base import MatchingModel, check_options, make_config, read_config_json
-from .checkpoint import build_model, finish_model, read_checkpoint, register_resolver, resolve_checkpoint
+from .base import MatchingModel, check_options, make_config
+from .calibration import attach_calibration
 
 __all__ = ["register", "list_models", "describe_models", "model_class", "check_model_options", "model_config",
            "checkpoint_options", "saved_options", "legacy_conflicts", "create_model", "load_model", "load_checkpoint",
@@ -110,14 +119,17 @@ def load_model(checkpoint_dir, map_location="cpu", *, note_unsealed: bool = True
     folder saved sealed (config.json's ``format`` 2) without it is refused unless ``allow_unsealed``.
 
     An option config.json lacks takes the model's ``legacy_options`` value (see :func:`checkpoint_options`)."""
-    ck = read_checkpoint(checkpoint_dir)  # the folder and its config.json (vlmatch.models.checkpoint)
+    ck = read_checkpoint(checkpoint_dir)  # the folder and its config.json (vlmatch.checkpoints.read)
     try:
         ck.options = check_model_options(ck.name, checkpoint_options(ck.name, ck.config["config"]))
     except ConfigError as e:
         raise DataError(ck.config_path, str(e)) from None
     ck.read_weights()  # header and SHA-256, each read once
     model = build_model(ck, create_model)  # built once (on the meta device), shapes checked, then filled
-    return finish_model(ck, model, map_location, note_unsealed, allow_unsealed)
+    finish_model(ck, model, note_unsealed, allow_unsealed)  # vocabulary, the model's own files, the seal
+    # the calibration must name these weights (a save since calibrations record them), whatever the seal says
+    attach_calibration(model, ck.folder, ck.weights_sha256, bound=sealed_format(ck.config))
+    return model.to(map_location).eval()
 
 
 def load_checkpoint(checkpoint, map_location="cpu") -> MatchingModel:

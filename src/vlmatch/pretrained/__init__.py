@@ -16,9 +16,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..checkpoints.read import register_resolver
+from ..checkpoints.seal import CHECKSUMS
 from ..errors import ConfigError, DataError
-from ..models.checkpoint import register_resolver
-from ..models.sealing import CHECKSUMS
 from ..weights import sha256_file
 
 HERE = Path(__file__).resolve().parent
@@ -56,7 +56,7 @@ class Pretrained:
     # its own threshold for `vlmatch index duplicates` (the cosine of two photos' stage-1 image embeddings at or
     # above which they are copies): {"threshold", "pair_precision", "pair_recall" (on the held-out half), "results"}
     duplicates: dict = field(default_factory=dict)
-    # the SHA-256 of weights/<name>/checksums.json, which lists every file of the folder (vlmatch.models.sealing)
+    # the SHA-256 of weights/<name>/checksums.json, which lists every file of the folder (vlmatch.checkpoints.seal)
     checksums_sha256: str = ""
     # its open-vocabulary fusion (vlmatch.search.open_vocab.Fusion: w0, slope, ratio, words, concepts) and the
     # results row it was chosen in; empty: it searches by its own score alone

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from .. import distributed as D
+from ..checkpoints.digest import checkpoint_fingerprint
 from ..errors import ConfigError, DataError
 from ..features.photo import READER_VERSION, load_image, preview_pixels
 from ..features.photometa import mtime_taken, photo_meta
@@ -45,7 +46,6 @@ from ..features.provenance import check_backbone, checkpoint_backbone, resolve_b
 from ..features.raw import is_raw
 from ..io import atomic_dir, link_tree, read_json, write_json
 from ..models.base import MatchingModel
-from ..models.sealing import checkpoint_fingerprint
 from ..weights import sha256_file
 from .backends.folder import (
     FORMAT,

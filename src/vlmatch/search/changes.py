@@ -50,7 +50,7 @@ def same_index_plan(out, images, model_ckpt, retriever_ckpt) -> dict | None:
     (and retriever), what ``index update`` would do there (:func:`plan_changes`' report, plus ``photos``: the
     files a rebuild would encode); None otherwise (no index, another folder or model, an interrupted build
     to resume, or an index that cannot be read: the build says what is wrong with it)."""
-    from ..models.sealing import checkpoint_fingerprint
+    from ..checkpoints.digest import checkpoint_fingerprint
     from .backends.folder import open_parts
     from .checks import read_items
 

@@ -27,8 +27,8 @@ import torch
 from ..errors import ConfigError, DataError, VlmatchError
 from ..evaluation.scoring import score_blocks
 from ..models.base import ImageEncoding, MatchingModel, TextEncoding
-from .backends.base import CollectionBackend, FolderCollection, MilvusLocation
-from .backends.folder import manifest_stamp, open_parts, reading
+from .backends.base import CollectionBackend, MilvusLocation
+from .backends.folder import FolderCollection, manifest_stamp, open_parts, reading
 from .encode import Stage1Source
 from .filters import Where
 from .hits import DEFAULT_CANDIDATES, SearchHit, with_relevance  # noqa: F401  (SearchHit: its home was here)

@@ -26,11 +26,12 @@ import numpy as np
 import torch
 
 from .. import io
+from ..checkpoints.digest import checkpoint_digest
 from ..errors import ConfigError, DataError
 from ..features.photo import READER_VERSION, file_orientation
 from ..weights import sha256_file
 from .backends.base import MilvusLocation
-from .backends.folder import checkpoint_digest, seal
+from .backends.folder import seal
 from .backends.milvus.client import (
     FORMAT,
     MANIFEST,

@@ -22,6 +22,9 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from .. import distributed as D
+from ..checkpoints.read import load_training_state, read_state, verify_sealed
+from ..checkpoints.seal import seal_checkpoint
+from ..checkpoints.write import save_training_state
 from ..data.loaders import batch_kind, encode_captions
 from ..data.precomp import PrecompSplit
 from ..data.resolve import resolve_data
@@ -32,20 +35,20 @@ from ..errors import ConfigError
 from ..evaluation.validate import validate
 from ..io import append_line, atomic_dir, write_json, write_text
 from ..models.registry import create_model, legacy_conflicts, model_class, saved_options
-from ..models.sealing import seal_checkpoint, verify_checkpoint
 from .allocator import keep_freed_memory
-from .checkpoint import (
-    check_log,
-    check_steps,
-    latest_checkpoint,
-    load_training_state,
-    log_rows,
-    read_state,
-    save_training_state,
-)
 from .config import check_config, dump
 from .grounding import GroundingTargets, check_grounding_map, grounding_term
-from .rundir import check_resume, prepare_fresh, recorded, run_lock, start_over
+from .rundir import (
+    check_log,
+    check_resume,
+    check_steps,
+    latest_checkpoint,
+    log_rows,
+    prepare_fresh,
+    recorded,
+    run_lock,
+    start_over,
+)
 
 
 def epoch_batches(n: int, batch_size: int, seed: int, epoch: int, rank: int, world_size: int) -> list[list[int]]:
@@ -187,7 +190,7 @@ def _train(cfg: dict, run_dir: Path, resume: bool, progress: bool, overwrite: bo
             raise ConfigError(f"train.init_from: the checkpoint was made with other values of options whose default "
                               f"changed: {'; '.join(conflicts)}. Set them in the config's model section (--set "
                               f"model.KEY=VALUE) to continue from it with its own equations")
-        verify_checkpoint(Path(tc["init_from"]))  # the folder whole (checksums.json), when it is sealed
+        verify_sealed(Path(tc["init_from"]))  # the folder whole (checksums.json), refused without it if saved sealed
         model.load_weights(Path(tc["init_from"]) / "model.safetensors")
     kind = batch_kind(model.begin_stage(tc["stage"]))  # the model says what its stage trains on
     model.to(device)

@@ -4,7 +4,9 @@ A fresh run refuses a folder that already holds a run (``config.yaml``, ``metric
 ``best/`` ...) unless told to ``overwrite`` it, which removes only those entries (never other files
 the user keeps there). A resumed run must be the run the checkpoint was made by: the configuration
 saved in ``last/trainer_state.json`` is compared with the one resumed with, and only options that do
-not change what is computed may differ (:data:`vlmatch.training.config.RESUMABLE_CHANGES`).
+not change what is computed may differ (:data:`vlmatch.training.config.RESUMABLE_CHANGES`), and its counters
+must be ones this run could have reached: its steps per epoch, its log (:func:`check_steps`, :func:`check_log`).
+The checkpoint itself is read by :mod:`vlmatch.checkpoints.read`.
 
 One writer per run folder: a run (fresh, ``--overwrite`` or ``--resume``) holds the folder's lock
 (``.vlmatch.lock``, as an index build does) from before it reads or removes anything until it ends;
@@ -19,8 +21,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from ..errors import ConfigError
-from ..io import writer_lock
+from ..errors import ConfigError, DataError
+from ..io import complete_dir, writer_lock
 from .config import RESUMABLE_CHANGES
 
 RUN_ENTRIES = ("config.yaml", "metrics.jsonl", "last", "last.prev", "best", "best.prev", "ranks")
@@ -117,3 +119,89 @@ def check_resume(saved: dict | None, cfg: dict, run_dir) -> None:
 
 def _plain(cfg: dict) -> dict:
     return json.loads(json.dumps(cfg))
+
+
+# --- what a resume checks: the trainer state of last/ against this run's steps and log -------------------
+
+def check_steps(path, state: dict, steps_per_epoch: list[int]) -> None:
+    """Refuse a trainer state whose counters cannot come from this run: ``step_in_epoch`` past the
+    end of an epoch, or a ``global_step`` other than the steps of the epochs done plus ``step_in_epoch``
+    (each epoch took between one and ``max(steps_per_epoch)`` steps: the number depends on the world
+    size, which may change between resumes). ``steps_per_epoch``: the run's steps per epoch at the
+    world sizes it may have used (one process, and now)."""
+    epoch, step, gs = state["epoch"], state["step_in_epoch"], state["global_step"]
+    if step > steps_per_epoch[-1]:
+        raise DataError(path, f"step_in_epoch is {step}, but an epoch of this run has {steps_per_epoch[-1]} steps "
+                              "(the file was edited: restore it, or start the run over with --overwrite)")
+    lo, hi = epoch + step, epoch * max(steps_per_epoch) + step
+    if not lo <= gs <= hi:
+        span = f"{lo}" if lo == hi else f"between {lo} and {hi}"
+        raise DataError(path, f"global_step is {gs}, but epoch {epoch} and step_in_epoch {step} of this run make it "
+                              f"{span} (the file was edited: restore it, or start the run over with --overwrite)")
+
+
+def latest_checkpoint(run_dir) -> Path | None:
+    return complete_dir(Path(run_dir) / "last")
+
+
+def log_rows(path) -> list[tuple[str, dict | None]]:
+    """The rows of a run's ``metrics.jsonl`` as (line, row); a last line cut short by a kill is
+    (line, None). Empty when there is no log; a folder in its place, or a malformed row before the last,
+    is a DataError naming the file."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    if not path.is_file():
+        raise DataError(path, "is not a file (the run's log, metrics.jsonl, must be one): move it away, or start "
+                              "the run over with --overwrite")
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    rows = []
+    for no, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            if no == len(lines):  # torn by the kill that interrupted the run
+                rows.append((line, None))
+                continue
+            row = None
+        step = row.get("global_step", 0) if isinstance(row, dict) else None
+        if not isinstance(step, int):
+            raise DataError(path, f"line {no} is not a row vlmatch train wrote (not a JSON object with an integer "
+                                  "global_step): restore the file or start the run over with --overwrite")
+        rows.append((line, row))
+    return rows
+
+
+def check_log(path, state: dict, metrics_path) -> None:
+    """Refuse a trainer state that disagrees with the run's log (``metrics.jsonl``, whose rows are written
+    before the checkpoint of their step): ``global_step`` must be where the log ends the last finished epoch
+    plus ``step_in_epoch``, and ``best_rsum`` / ``best_epoch`` the best validation row up to it. A DataError
+    names the file and field. Nothing to compare without a log."""
+    rows = [r for _, r in log_rows(metrics_path) if r is not None and r["global_step"] <= state["global_step"]]
+    if not Path(metrics_path).is_file():
+        return
+    edited = "(the file was edited: restore it, or start the run over with --overwrite)"
+    epoch, step, gs = state["epoch"], state["step_in_epoch"], state["global_step"]
+    val = [r for r in rows if r.get("type") == "val" and isinstance(r.get("rsum"), (int, float))]
+    start = 0
+    if epoch > 0:
+        ends = [r for r in val if r.get("epoch") == epoch - 1]
+        if not ends:
+            raise DataError(path, f"epoch is {epoch}, but {metrics_path} has no validation of epoch {epoch - 1} up to "
+                                  f"global_step {gs}: the run never finished that epoch {edited}")
+        start = ends[-1]["global_step"]
+    if gs != start + step:
+        raise DataError(path, f"global_step is {gs}, but {metrics_path} ends epoch {epoch - 1} at step {start} and "
+                              f"step_in_epoch is {step}: it must be {start + step} {edited}")
+    best = max(val, key=lambda r: r["rsum"], default=None)  # the first of equals, as the trainer keeps it
+    if best is None:
+        if state.get("best_epoch") is not None:
+            raise DataError(path, f"best_epoch is {state['best_epoch']}, but {metrics_path} has no validation row "
+                                  f"up to global_step {gs} {edited}")
+        return
+    if abs(state["best_rsum"] - best["rsum"]) > 1e-9 or state.get("best_epoch") != best.get("epoch"):
+        raise DataError(path, f"best_rsum is {state['best_rsum']!r} (best_epoch {state.get('best_epoch')}), but the "
+                              f"best validation in {metrics_path} is {best['rsum']!r} at epoch {best.get('epoch')} "
+                              f"{edited}")

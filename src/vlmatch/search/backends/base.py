@@ -1,5 +1,4 @@
-"""Where an index's collections live: the interface :class:`vlmatch.Index` searches through, and its
-folder implementation.
+"""Where an index's collections live: the interface :class:`vlmatch.Index` searches through.
 
 An index is a manifest (models and their digests, backbone, dims, store dtype, counts, format) and
 one or two collections (images, captions). Every collection answers the same five questions,
@@ -8,24 +7,17 @@ of some candidates, the table rows (id, path or text) of some candidates, and wh
 id is. A candidate is named by a *key* the backend chooses: the folder index's row, Milvus's item id
 (:mod:`vlmatch.search.backends.milvus.collection`). Keys are ordered: results that tie on score keep key order.
 
-Two backends: the index folder (:mod:`vlmatch.search.backends.folder`, the default: FAISS + memory-mapped
-store) and a Milvus collection set (``--backend milvus``; :mod:`vlmatch.search.milvus_build`).
+Two backends: the index folder (:class:`vlmatch.search.backends.folder.FolderCollection`, the default: FAISS +
+memory-mapped store) and a Milvus collection set (``--backend milvus``; :mod:`vlmatch.search.milvus_build`).
 """
 
 from __future__ import annotations
 
-import threading
-from pathlib import Path
 from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from ...errors import DataError
 from ...models.base import Encoding
-from ..checks import COLLECTIONS, read_items
-from ..filters import Columns, Where
-from ..stage1 import Stage1
-from ..store import EncodingStore
 
 BACKENDS = ("folder", "milvus")
 
@@ -60,48 +52,3 @@ class MilvusLocation(NamedTuple):
 
     def __str__(self) -> str:
         return f"milvus collection {self.collection} at {self.uri}"
-
-
-class FolderCollection:
-    """One collection of an index folder: ``items.json``, the FAISS stage 1, the stage-2 store.
-    Keys are rows."""
-
-    def __init__(self, folder: Path, info: dict, template):
-        self.folder = folder
-        self.items = read_items(folder / "items.json", COLLECTIONS.get(folder.name.removesuffix(".prev"), "path"))
-        self.stage1 = Stage1(folder, info["stage1"])
-        self.store = EncodingStore(folder / "enc", template)
-        if not (len(self.items) == len(self.stage1) == len(self.store)):
-            raise DataError(folder, f"inconsistent index: {len(self.items)} items, {len(self.stage1)} stage-1 vectors, "
-                                    f"{len(self.store)} encodings")
-        self.row_of = {it["id"]: r for r, it in enumerate(self.items)}
-        self._columns = None
-        self._masks: dict = {}
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def search(self, queries: np.ndarray, k: int, where=None) -> tuple[np.ndarray, np.ndarray]:
-        where = Where.of(where)
-        if where is None:
-            return self.stage1.search(queries, k)
-        with self._lock:  # the service searches from several threads
-            if self._columns is None:  # the filterable columns of the table, built at the first filtered query
-                self._columns = Columns(self.items)
-            mask = self._masks.pop(where, None)
-            if mask is None:
-                mask = where.mask(self._columns)
-            self._masks[where] = mask  # the latest few filters' rows (a page asks for the same filter again)
-            while len(self._masks) > 8:
-                self._masks.pop(next(iter(self._masks)))
-        return self.stage1.search_subset(queries, k, mask)
-
-    def take(self, keys) -> Encoding:
-        return self.store.take(keys)
-
-    def items_of(self, keys) -> list[dict]:
-        return [self.items[int(r)] for r in keys]
-
-    def key_of(self, item_id: int) -> int | None:
-        return self.row_of.get(item_id)

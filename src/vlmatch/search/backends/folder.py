@@ -1,5 +1,5 @@
-"""The index folder on disk: what belongs to it, one writer at a time, and one consistent version of
-every part after a kill at any point.
+"""The index folder on disk: what belongs to it, one writer at a time, one consistent version of every
+part after a kill at any point, and its collections as search reads them (:class:`FolderCollection`).
 
 An index folder holds ``manifest.json`` and the parts it describes: ``model/`` and ``retriever/``
 (copies of the checkpoints), ``images/`` and ``captions/`` (collections); ``build/`` is the work
@@ -43,16 +43,24 @@ import re
 import secrets
 import shutil
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
+
 from ... import io
+from ...checkpoints.digest import checkpoint_digest
 from ...errors import ConfigError, DataError, VlmatchError
 from ...io import read_json, remove_dir, write_json
-from ...models.sealing import verify_checkpoint
+from ...models.base import Encoding
 from ...weights import sha256_file, verify_sha256
-from ..store import open_arrays
+from ..checks import COLLECTIONS as ITEM_FIELD  # collection -> the field its items carry (path, text)
+from ..checks import read_items
+from ..filters import Columns, Where
+from ..stage1 import Stage1
+from ..store import EncodingStore, open_arrays
 
 FORMAT = 2
 MANIFEST = "manifest.json"
@@ -175,23 +183,6 @@ def reading(out):
 def seal(manifest: dict) -> str:
     body = {k: v for k, v in manifest.items() if k != "seal"}
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def checkpoint_digest(folder: Path) -> str:
-    """SHA-256 of a checkpoint folder's file names and contents; the weights enter through the
-    ``weights_sha256`` of ``config.json``, which ``load_model`` checks against ``model.safetensors``. A copy
-    saved with its checksums.json (every copy since they are sealed) is checked whole against it first, so a
-    changed part is named."""
-    verify_checkpoint(folder)
-    cfg = read_json(folder / "config.json")
-    if not isinstance(cfg, dict) or not cfg.get("weights_sha256"):
-        raise DataError(folder / "config.json", "records no weights_sha256")
-    h = hashlib.sha256()
-    for p in sorted(folder.rglob("*")):
-        rel = p.relative_to(folder).as_posix()
-        if p.is_file() and rel != "model.safetensors":
-            h.update(f"{rel}\0{sha256_file(p)}\n".encode())
-    return h.hexdigest()
 
 
 def new_collection_id() -> str:
@@ -352,3 +343,50 @@ def commit(out, manifest: dict, written=PARTS) -> dict:
             remove_dir(out / part)
     shutil.rmtree(out / "build", ignore_errors=True)
     return manifest
+
+
+# --- reading a collection -------------------------------------------------------------------------
+
+class FolderCollection:
+    """One collection of an index folder: ``items.json``, the FAISS stage 1, the stage-2 store.
+    Keys are rows."""
+
+    def __init__(self, folder: Path, info: dict, template):
+        self.folder = folder
+        self.items = read_items(folder / "items.json", ITEM_FIELD.get(folder.name.removesuffix(".prev"), "path"))
+        self.stage1 = Stage1(folder, info["stage1"])
+        self.store = EncodingStore(folder / "enc", template)
+        if not (len(self.items) == len(self.stage1) == len(self.store)):
+            raise DataError(folder, f"inconsistent index: {len(self.items)} items, {len(self.stage1)} stage-1 vectors, "
+                                    f"{len(self.store)} encodings")
+        self.row_of = {it["id"]: r for r, it in enumerate(self.items)}
+        self._columns = None
+        self._masks: dict = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def search(self, queries: np.ndarray, k: int, where=None) -> tuple[np.ndarray, np.ndarray]:
+        where = Where.of(where)
+        if where is None:
+            return self.stage1.search(queries, k)
+        with self._lock:  # the service searches from several threads
+            if self._columns is None:  # the filterable columns of the table, built at the first filtered query
+                self._columns = Columns(self.items)
+            mask = self._masks.pop(where, None)
+            if mask is None:
+                mask = where.mask(self._columns)
+            self._masks[where] = mask  # the latest few filters' rows (a page asks for the same filter again)
+            while len(self._masks) > 8:
+                self._masks.pop(next(iter(self._masks)))
+        return self.stage1.search_subset(queries, k, mask)
+
+    def take(self, keys) -> Encoding:
+        return self.store.take(keys)
+
+    def items_of(self, keys) -> list[dict]:
+        return [self.items[int(r)] for r in keys]
+
+    def key_of(self, item_id: int) -> int | None:
+        return self.row_of.get(item_id)

@@ -3,7 +3,7 @@ digests, each Milvus collection's vector type and size), and each collection rea
 :class:`vlmatch.search.backends.base.CollectionBackend` with item ids as keys.
 
 The models are not stored in Milvus: the manifest records each checkpoint's folder and digest (the
-one :func:`vlmatch.search.backends.folder.checkpoint_digest` computes, covering ``config.json`` and so the
+one :func:`vlmatch.checkpoints.digest.checkpoint_digest` computes, covering ``config.json`` and so the
 weights' SHA-256), and opening takes them from there, or from ``model=`` / ``retriever=``; a
 checkpoint whose digest differs is refused. Every machine that serves the index needs the checkpoints.
 
@@ -25,11 +25,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ....checkpoints.digest import checkpoint_digest
 from ....errors import ConfigError, DataError, VlmatchError
 from ....models.base import Encoding
 from ...filters import Where
 from ..base import MilvusLocation
-from ..folder import checkpoint_digest, seal
+from ..folder import seal
 from .client import (
     FORMAT,
     MANIFEST,

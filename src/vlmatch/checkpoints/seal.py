@@ -6,6 +6,11 @@ record is written last when a checkpoint is saved and checked first when it is l
 missing, added or changed since is refused by name, so parts of two checkpoints (another model's
 calibration, an edited beta, deleted calibration files) never load as one. Hidden files (``.name``: lock
 files, an interrupted write's temporaries) are never read by a load and are not listed.
+
+A folder whose ``config.json`` says it was saved sealed (``format`` 2) but that has no ``checksums.json`` lost a
+part since: it is refused in one line naming the folder (:func:`missing_seal`), by a load, a resume and
+``init_from`` alike (:mod:`vlmatch.checkpoints.read`). Only a folder saved before vlmatch sealed them (no format
+recorded) is read without one (``load_model`` says so in a note); its weights are still checked against config.json.
 """
 
 from __future__ import annotations
@@ -38,7 +43,9 @@ def sealed_format(config: dict) -> bool:
     return checkpoint_format(config) >= SEALED_SINCE
 
 
-def _checkpoint_files(folder: Path) -> list[str]:
+def checkpoint_files(folder: Path) -> list[str]:
+    """The files of a checkpoint folder that its seal lists (relative, sorted): every file but checksums.json
+    and hidden ones."""
     out = []
     for p in folder.rglob("*"):
         rel = p.relative_to(folder)
@@ -47,11 +54,19 @@ def _checkpoint_files(folder: Path) -> list[str]:
     return sorted(out)
 
 
+def missing_seal(folder, config: dict) -> DataError:
+    """The error for ``folder``, saved sealed (its config.json, ``config``, says so) but found without its
+    checksums.json: one line naming the folder."""
+    return DataError(folder, f"has no {CHECKSUMS}, but its config.json says format {checkpoint_format(config)} (saved "
+                             f"sealed): a part was removed or replaced since; restore the checkpoint whole, or `vlmatch "
+                             f"seal {folder}` if you changed it yourself")
+
+
 def seal_checkpoint(folder) -> str:
     """Write ``folder/checksums.json`` (every file's SHA-256) and return the SHA-256 of that record: one
     digest that stands for the whole checkpoint (an index build fingerprints its model with it)."""
     folder = Path(folder)
-    record = {"format": CHECKSUMS_FORMAT, "files": {rel: sha256_file(folder / rel) for rel in _checkpoint_files(folder)}}
+    record = {"format": CHECKSUMS_FORMAT, "files": {rel: sha256_file(folder / rel) for rel in checkpoint_files(folder)}}
     text = json.dumps(record, indent=2) + "\n"
     write_text(folder / CHECKSUMS, text)
     return hashlib.sha256(text.encode()).hexdigest()
@@ -80,7 +95,7 @@ def verify_checkpoint(folder, known: dict[str, str] | None = None) -> dict[str, 
     files = read_checksums(folder)
     if files is None:
         return None
-    present = set(_checkpoint_files(folder))
+    present = set(checkpoint_files(folder))
     for rel in sorted(files):
         if rel not in present:
             raise DataError(folder / rel, f"missing, but listed in {folder / CHECKSUMS}: the checkpoint is "
@@ -95,16 +110,3 @@ def verify_checkpoint(folder, known: dict[str, str] | None = None) -> dict[str, 
                                           f"({actual[:12]}... != {files[rel][:12]}...): the file was edited or "
                                           "replaced by another checkpoint's; restore it")
     return files
-
-
-def checkpoint_fingerprint(folder) -> str:
-    """One digest of a whole checkpoint folder: the SHA-256 of its checksums.json, or, for a folder without
-    one, of every file's name and content (so resumable work keyed by it never mixes two checkpoints)."""
-    folder = Path(folder)
-    path = folder / CHECKSUMS
-    if path.is_file():
-        return sha256_file(path)
-    h = hashlib.sha256()
-    for rel in _checkpoint_files(folder):
-        h.update(f"{rel}\0{sha256_file(folder / rel)}\n".encode())
-    return h.hexdigest()

@@ -1,10 +1,12 @@
-"""One checkpoint loader: a checkpoint folder read once, and a model built once from it.
+"""Reading a checkpoint folder: read once, each file checked, before and as a model is built from it.
 
 A checkpoint folder holds ``config.json`` (the registered model name, its options and the weights'
-SHA-256), ``model.safetensors``, ``checksums.json`` (every file's SHA-256: :mod:`.sealing`) and, as the
+SHA-256), ``model.safetensors``, ``checksums.json`` (every file's SHA-256: :mod:`.seal`) and, as the
 model has them, ``vocab.json``, the text encoder's record and tokenizer copy, the calibration and the LoRA
-adapters (inside the weights). Loading goes through this module only, in this order (each check names
-the file and what is wrong in one line, before anything is allocated where it can):
+adapters (inside the weights); a training checkpoint adds the optimiser (``optimizer.safetensors``) and the
+trainer state (``trainer_state.json``). JSON and safetensors only: never pickle. Loading goes through this
+module only, in this order (each check names the file and what is wrong in one line, before anything is
+allocated where it can):
 
 1. :func:`checkpoint_folder`: ``pretrained:NAME`` resolved (:func:`register_resolver`), an interrupted
    save's ``NAME.prev`` taken, a run folder refused with the checkpoints inside it named;
@@ -16,22 +18,26 @@ the file and what is wrong in one line, before anything is allocated where it ca
    header, then its tensors replaced by the file's (no copy; a model that cannot be built on the meta
    device is built for real and its weights checked by shape as they load);
 5. :func:`finish_model`: the vocabulary (read once per content in this process: :func:`read_vocab`), the
-   model's own files (text encoder record, tokenizer: :meth:`MatchingModel.load_extra`), every file
-   against checksums.json, then the calibration.
+   model's own files (text encoder record, tokenizer: :meth:`MatchingModel.load_extra`), then every file
+   against checksums.json.
 
-``registry.load_model`` runs the five steps; an index's model copies, ``pretrained:NAME`` and training's
-``init_from`` / resume (:func:`load_weights_into`) read their weights through the same functions. This
-module imports no torch at import time (the command line resolves ``--model`` arguments with it).
+``registry.load_model`` runs the five steps, then attaches the calibration (:mod:`vlmatch.models.calibration`:
+it must name these weights); an index's model copies, ``pretrained:NAME`` and training's ``init_from`` /
+resume (:func:`load_weights_into`, :func:`load_training_state`) read their weights through the same functions.
+This module never imports :mod:`vlmatch.models` (what is model-specific reaches it as ``create`` or a method of
+the model) and imports no torch at import time (the command line resolves ``--model`` arguments with it).
 """
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import DataError
-from ..io import complete_dir
+from ..io import complete_dir, read_json
+from .seal import CHECKSUMS, missing_seal, sealed_format, verify_checkpoint
 
 # "prefix:" -> a function giving the checkpoint folder a name stands for (vlmatch.pretrained registers
 # "pretrained:"); kept as a hook so this layer never imports the layers above it
@@ -97,8 +103,6 @@ class Checkpoint:
 
 
 def read_config_json(path) -> dict:
-    from ..io import read_json
-
     path = Path(path)
     obj = read_json(path, "config.json not found (is this a vlmatch checkpoint folder?)")
     if not isinstance(obj, dict) or "name" not in obj or "config" not in obj:
@@ -219,13 +223,11 @@ def read_vocab(path):
     return _VOCABS[key]
 
 
-def finish_model(ck: Checkpoint, model, map_location="cpu", note_unsealed: bool = True, allow_unsealed: bool = False):
-    """Step 5: vocabulary, the model's own files, the sealed file list, the calibration; the model on
-    ``map_location`` in eval mode. A folder saved sealed (config.json's format) without its checksums.json
-    is refused unless ``allow_unsealed`` (``vlmatch seal``, which checks the rest and seals it again)."""
-    from .calibration import attach_calibration
-    from .sealing import sealed_format, verify_checkpoint
-
+def finish_model(ck: Checkpoint, model, note_unsealed: bool = True, allow_unsealed: bool = False):
+    """Step 5: vocabulary, the model's own files, the sealed file list. A folder saved sealed (config.json's
+    format) without its checksums.json is refused unless ``allow_unsealed`` (``vlmatch seal``, which checks
+    the rest and seals it again). The caller attaches the calibration next (it must name these weights,
+    whatever the seal says: ``registry.load_model``)."""
     d = ck.folder
     if (d / "vocab.json").is_file():
         model.vocab = read_vocab(d / "vocab.json")
@@ -239,32 +241,149 @@ def finish_model(ck: Checkpoint, model, map_location="cpu", note_unsealed: bool 
     sealed = sealed_format(ck.config)
     if verify_checkpoint(d, known={"model.safetensors": ck.weights_sha256}) is None:
         if sealed and not allow_unsealed:
-            _missing_seal(d, ck)
+            raise missing_seal(d, ck.config)
         if note_unsealed and not sealed:
             _unsealed(d)
-    # the calibration must name these weights (a save since calibrations record them), whatever the seal says
-    attach_calibration(model, d, ck.weights_sha256, bound=sealed)
-    return model.to(map_location).eval()
+    return model
+
+
+def verify_sealed(folder) -> dict[str, str] | None:
+    """Every file of the checkpoint folder ``folder`` against its checksums.json (:func:`.seal.verify_checkpoint`);
+    a folder saved sealed (its config.json's format) but found without one is refused in one line naming it
+    (:func:`.seal.missing_seal`). None only for a folder saved before vlmatch sealed them (its weights are still
+    checked against config.json as they load)."""
+    files = verify_checkpoint(folder)
+    if files is None:
+        config = read_config_json(Path(folder) / "config.json")
+        if sealed_format(config):
+            raise missing_seal(folder, config)
+    return files
 
 
 _WARNED: set[Path] = set()
 
 
-def _missing_seal(d: Path, ck: Checkpoint) -> None:
-    from .sealing import CHECKSUMS, checkpoint_format
-
-    raise DataError(d, f"has no {CHECKSUMS}, but its config.json says format {checkpoint_format(ck.config)} (saved "
-                       f"sealed): a part was removed or replaced since; restore the checkpoint whole, or `vlmatch seal "
-                       f"{d}` if you changed it yourself")
-
-
 def _unsealed(d: Path) -> None:
     """Say once per folder that a checkpoint has no checksums.json (saved before vlmatch sealed them): its
     weights are still checked against config.json, its other files are not."""
-    from .sealing import CHECKSUMS
-
     key = d.resolve()
     if key not in _WARNED:
         _WARNED.add(key)
         print(f"vlmatch: note: {d} has no {CHECKSUMS} (saved by an older vlmatch): only its weights are checked, "
               f"not its other files; `vlmatch seal {d}` records them", file=sys.stderr)
+
+
+# --- a training checkpoint: the trainer state beside the model (written by :func:`.write.save_training_state`) ---
+
+def _unflatten_optimizer(tensors: dict, meta: dict) -> dict:
+    state: dict = {}
+    for name, val in tensors.items():
+        _, pid, key = name.split(".", 2)
+        state.setdefault(int(pid), {})[key] = val
+    for name, val in meta.get("scalars", {}).items():
+        pid, key = name.split(".", 1)
+        state.setdefault(int(pid), {})[key] = val
+    return {"state": state, "param_groups": meta["param_groups"]}
+
+
+def read_state(ckpt) -> dict:
+    """``ckpt/trainer_state.json``, checked for type (:func:`check_state`): a DataError naming the file and field."""
+    state_file = Path(ckpt) / "trainer_state.json"
+    return check_state(state_file, read_json(state_file, "trainer state not found"))
+
+
+def load_training_state(path, model, optimizer) -> dict:
+    """Resume from the training checkpoint ``path`` (``last/``, or the ``last.prev`` an interrupted swap left):
+    the trainer state checked, the folder whole against its checksums.json, then the model's weights, the
+    optimiser's state and the RNG loaded. Returns the trainer state (its scalars)."""
+    import torch
+    from safetensors.torch import load_file
+
+    from ..weights import verify_sha256
+
+    d = complete_dir(path)
+    if d is None:
+        raise DataError(path, "no checkpoint to resume from")
+    state_file = d / "trainer_state.json"
+    state = read_state(d)
+    _check_optimizer_meta(state_file, state["optimizer"], optimizer)
+    verify_sealed(d)  # sealed with the model: a part edited, swapped or removed since is named, the seal too
+    model.load_weights(d / "model.safetensors", read_config_json(d / "config.json").get("weights_sha256"))
+    verify_sha256(d / "optimizer.safetensors", state.pop("optimizer_sha256", None), state_file)
+    try:
+        tensors = load_file(str(d / "optimizer.safetensors"))
+    except Exception as e:  # safetensors raises its own error types
+        raise DataError(d / "optimizer.safetensors", f"not a readable safetensors file: {e}") from None
+    if "rng.torch" not in tensors:
+        raise DataError(d / "optimizer.safetensors", "no 'rng.torch' tensor (not an optimiser state vlmatch train wrote)")
+    rng = tensors.pop("rng.torch")
+    meta = state.pop("optimizer")
+    try:
+        optimizer.load_state_dict(_unflatten_optimizer(tensors, meta))
+        torch.set_rng_state(rng)
+    except (ValueError, TypeError, KeyError, RuntimeError, IndexError) as e:
+        raise DataError(state_file, f"optimizer: the saved state does not fit this run's optimiser ({e}); restore the "
+                                    "file, or start the run over with --overwrite") from None
+    return state
+
+
+def _check_optimizer_meta(path, meta: dict, optimizer) -> None:
+    """The ``optimizer`` object of a trainer state: ``param_groups`` (one per group of this run's optimiser,
+    each with as many whole-number ``params`` ids) and ``scalars`` (``"ID.name": value``)."""
+    def bad(field, problem):
+        return DataError(path, f"optimizer.{field} {problem} (the file was edited: restore it, or start the run over "
+                               "with --overwrite)")
+
+    groups, want = meta.get("param_groups"), optimizer.param_groups
+    if not isinstance(groups, list) or len(groups) != len(want):
+        raise bad("param_groups", f"is {str(groups)[:40]!r}; it must be a list of {len(want)} parameter group(s)")
+    for i, (g, w) in enumerate(zip(groups, want, strict=True)):
+        params = g.get("params") if isinstance(g, dict) else None
+        if (not isinstance(params, list) or len(params) != len(w["params"])
+                or not all(isinstance(p, int) and not isinstance(p, bool) for p in params)):
+            raise bad(f"param_groups[{i}].params", f"is {str(params)[:40]!r}; it must list the ids of this group's "
+                                                   f"{len(w['params'])} parameters")
+    ids = {p for g in groups for p in g["params"]}
+    if len(ids) != sum(len(g["params"]) for g in groups):
+        raise bad("param_groups", "lists a parameter id twice")
+    scalars = meta.get("scalars", {})
+    if not isinstance(scalars, dict):
+        raise bad("scalars", f"is {str(scalars)[:40]!r}; it must be an object")
+    for key in scalars:
+        pid, _, name = key.partition(".")
+        if not (pid.isdigit() and int(pid) in ids and name):
+            raise bad("scalars", f"has the key {key[:40]!r}; each must be 'ID.name' with the id of a parameter")
+
+
+# the trainer state's scalars: (types allowed, least value); None stands for "no best epoch yet"
+_COUNTS = ("epoch", "step_in_epoch", "global_step")
+_FIELDS = {**{k: ((int,), 0) for k in _COUNTS}, "best_rsum": ((int, float), None), "best_epoch": ((int, type(None)), 0),
+           "elapsed": ((int, float), 0), "stale_epochs": ((int,), 0)}
+
+
+def check_state(path, state) -> dict:
+    """``trainer_state.json`` as saved: an object whose counters are whole numbers >= 0 (and
+    ``optimizer`` an object); anything else (a hand edit) is a DataError naming the file and field."""
+    if not isinstance(state, dict):
+        raise DataError(path, "not a trainer state (a JSON object was expected)")
+    for key, (types, least) in _FIELDS.items():
+        if key not in state:
+            if key in _COUNTS:
+                raise DataError(path, f"no {key!r} field (not a trainer state vlmatch train wrote)")
+            continue
+        val = state[key]
+        if isinstance(val, bool) or not isinstance(val, types) or (least is not None and val is not None
+                                                                    and val < least):
+            want = "a whole number" if types == (int,) else "a number"
+            raise DataError(path, f"{key} is {val!r}; it must be {want}" + (f" >= {least}" if least is not None else "")
+                            + " (the file was edited: restore it, or start the run over with --overwrite)")
+    if not isinstance(state.get("optimizer"), dict):
+        raise DataError(path, "no optimizer state (an 'optimizer' object) in it (the file was edited: restore it, or "
+                              "start the run over with --overwrite)")
+    if state.get("config") is not None and not isinstance(state["config"], dict):
+        raise DataError(path, f"config is {str(state['config'])[:40]!r}; it must be the run's configuration (an object) "
+                              "(the file was edited: restore it, or start the run over with --overwrite)")
+    if not math.isfinite(state.get("best_rsum", 0.0)):
+        raise DataError(path, f"best_rsum is {state['best_rsum']!r}; it must be a finite number (the file was edited: "
+                              "restore it, or start the run over with --overwrite)")
+    return state
