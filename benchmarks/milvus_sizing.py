@@ -1,7 +1,8 @@
 """Sizing a Milvus cluster for vlmatch, on paper: what each photo costs where, at 10M and 100M photos, computed from
-the index layout (docs/milvus.md, "What is stored where") and the index formats with Milvus's default parameters.
+the index layout (docs/milvus.md, "What is stored where") and the index formats with the parameters below (HNSW's M
+is vlmatch's own default; IVF_PQ's m and nlist and DiskANN's degree are common settings, not Milvus defaults).
 Nothing here is measured; the recall and latency ranges of the stage-1 index types are the usual published ones,
-recorded as inputs.
+recorded as inputs. Per-photo sizes are in KiB (1,024 bytes); totals in decimal units (GB = 10^9 bytes).
 
     python benchmarks/milvus_sizing.py           # -> benchmarks/results/milvus_sizing.json, docs/milvus.md's block
     python benchmarks/milvus_sizing.py --check   # exit 1 if docs/milvus.md's block is not what the inputs give
@@ -25,8 +26,8 @@ INPUTS = {
     "dim": 1024,  # the shipped default's embedding (one per photo)
     "hnsw_m": 32,  # links per node on the base layer: 2 M of 4 bytes
     "table_row_bytes": 256,  # a photo's JSON row (path, dates, place, camera, digest): about a quarter KiB
-    "cells": {"7 x 7 x 512 cells (the first pair's SCAN)": [7, 7, 512],
-              "14 x 14 x 512 cells (100,352 x float16, 4 rows)": [14, 14, 512]},
+    "cells": {"7 x 7 x 512 cells (the first pair's SCAN re-scorer)": [7, 7, 512],
+              "14 x 14 x 512 cells (100,352 x float16, split into 4 rows)": [14, 14, 512]},
     "photos": [10_000_000, 100_000_000],
     "node_memory_gb": 64,
     "node_usable_share": 0.75,  # of a query node's memory: the rest for the process, segments loading, headroom
@@ -34,6 +35,7 @@ INPUTS = {
     "candidates": 100,  # stage 1's top k, re-scored by stage 2
     "ivf_pq": {"m": 64, "bits": 8, "id_bytes": 8, "nlist": 16384},
     "diskann": {"pq_share": 1 / 8, "graph_degree": 64},
+    "max_vector_dim": 32768,  # a Milvus vector field's most dimensions: larger encodings split into rows
     "published": {  # the usual published ranges for these index types: not measured here beyond 100,000 photos
         "HNSW": {"recall_at_10": "0.95-0.99", "latency_ms": "1-5"},
         "IVF_PQ": {"recall_at_10": "0.5-0.8 (rises with nprobe; stage 2 recovers part)", "latency_ms": "2-10"},
@@ -47,7 +49,7 @@ def kib(b: float) -> float:
 
 
 def size(b: float) -> str:
-    """Bytes in decimal units, two significant figures (as a sizing table reads)."""
+    """Bytes in decimal units: one decimal under 10, whole units from 10 (as a sizing table reads)."""
     for unit, f in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
         if b >= f:
             v = b / f
@@ -108,8 +110,12 @@ def render(i: dict, r: dict) -> str:
     for k in (c7, c14):
         lines.append(f"| stage 2, {k} | {kib(p['stage2_cells'][k]):.0f} KiB | {size(ten['stage2_cells'][k])} | "
                      f"{size(hun['stage2_cells'][k])} | likewise |")
+    rows14 = math.ceil(math.prod(i["cells"][c14]) / i["max_vector_dim"])
     lines += [f"| table rows (JSON) | {kib(p['table_row']):.2f} KiB | {size(ten['table'])} | {size(hun['table'])} | "
-              "query-node memory |", ""]
+              "query-node memory |", "",
+              f"Per photo in KiB (1,024 bytes), totals in decimal units (GB: 10^9 bytes). Stage 1 is the default's "
+              f"{i['dim']}-d vector (the first pair's is 512-d); a Milvus vector field holds at most "
+              f"{i['max_vector_dim']:,} dimensions, so 14 x 14 x 512 cells take {rows14} rows.", ""]
     for n, a in ((f"{i['photos'][0] // 10**6}M", ten), (f"{i['photos'][1] // 10**6}M", hun)):
         lines.append(
             f"- **{n} photos.** {size(a['memory_per_replica'])} of memory per replica for stage 1, its graph and the "

@@ -1,6 +1,7 @@
 """Query-bank calibration (inverted softmax, QB-Norm's IS form; vlmatch.models.calibration) of a Flickr8k model on val.
 
-    python experiments/calibration.py --model c36_vsepp_lite2_320_lora32 --write $VLMATCH_CACHE/calibration/default
+    python experiments/calibration.py --model c36_vsepp_lite2_320_lora32 \
+        --write ${VLMATCH_CACHE:-~/.cache/vlmatch}/calibration/default
     python experiments/calibration.py --model pretrained:vsepp-lite2-320-grounded-f8k --shipped-banks
 
 ``--model``: a run of experiments/flickr8k.py (its best checkpoint) or ``pretrained:NAME``. Encodes the

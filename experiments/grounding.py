@@ -1,7 +1,8 @@
 """Grounding on Flickr8k val: the pointing game of Flickr30k Entities boxes for models x explanation methods.
 
     python experiments/grounding.py --row shipped_rescorer_attention --model pretrained:scan-t2i-minilm-f8k --method attention
-    python experiments/grounding.py --row g35_vsepp_gl30 --model $VLMATCH_CACHE/runs/g35_vsepp_gl30/best --method contribution
+    python experiments/grounding.py --row g35_vsepp_gl30 \
+        --model ${VLMATCH_CACHE:-~/.cache/vlmatch}/runs/g35_vsepp_gl30/best --method contribution
     python experiments/grounding.py --rerender
     python experiments/grounding.py --crossfit g48_default --rows ROW ROW ... --min-rsum 337
 

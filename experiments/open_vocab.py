@@ -2,7 +2,7 @@
 concept-held-out protocol (#58; docs/open-vocabulary.md).
 
     python experiments/open_vocab.py scores --model pretrained:vsepp-lite2-320-grounded-f8k --tag default
-    python experiments/open_vocab.py scores --model $VLMATCH_CACHE/runs/ov58_heldout/best --tag heldout \
+    python experiments/open_vocab.py scores --model ${VLMATCH_CACHE:-~/.cache/vlmatch}/runs/ov58_heldout/best --tag heldout \
         --recipe experiments/recipes/flickr8k/ov58_heldout.yaml
     python experiments/open_vocab.py choose          # the fusion's form and weights, cross-fitted; writes the rows
 
@@ -401,7 +401,8 @@ def other_rows() -> list[str]:
                   f"**{d['best_in_sample']}** even tuned on the queries it is measured on.", "",
                   "| rule | t2i R@1+5+10 |", "|---|---:|"]
         lines += [f"| {k} | {v['t2i_rsum']} |" for k, v in d["rules"].items()]
-        lines += ["", "Correlation of each query's own best weight with the signals a rule could read: " +
+        lines += ["", f"Correlation of each query's own best weight with the signals a rule could read (the "
+                  f"{d.get('queries_the_weight_moves', len(d['per_concept']))} queries whose hits the weight moves): " +
                   ", ".join(f"{k} {v}" for k, v in d["own_best_weight_correlation"].items()) + ".", "",
                   "| concept | queries | ranker | zero-shot | fused (best one weight) | default (saw it) |",
                   "|---|---:|---:|---:|---:|---:|"]

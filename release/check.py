@@ -5,9 +5,11 @@ run's row, experiments/results/flickr8k/RUN.json, or the grounding run's record)
 held-out figures (experiments/results/calibration/RUN.json and the shipped calibration.json), the explainer's
 pointing figures and reading (experiments/results/grounding/ROW.json), the default pair's search figures
 (benchmarks/results/search.json), the duplicates threshold (benchmarks/results/duplicates_default.json) and the
-open-vocabulary fusion (experiments/results/open_vocab/protocol.json and relevance.json). A figure edited by hand,
-or a results file re-run without shipping again, is a problem; tests/release/test_check.py changes every number of
-the registry in turn and shows each change named.
+open-vocabulary fusion (experiments/results/open_vocab/protocol.json and relevance.json). The registry's prose
+(notes, the explainer's selection, the calibration's method) quotes only figures its results hold, and its notes are
+its recipe's; its ``selected`` (what was chosen on the val data, among how many) is what its rows and recipe give. A
+figure edited by hand, or a results file re-run without shipping again, is a problem; tests/release/test_check.py
+changes every number of the registry in turn and shows each change named.
 
     python release/ship.py --check     # one line per problem; exit status 1 if there is any
 """
@@ -274,21 +276,57 @@ def _recipe_ship(name: str) -> dict:
 
 
 def _run_name(entry) -> str | None:
-    return entry.command.split("--name ", 1)[1].split()[0] if "--name " in entry.command else None
+    """The run an entry's weights come from: ``--name`` of its recorded command, else the ``--model`` its calibration
+    was made for, else the Flickr8k row whose command it quotes (a run of experiments/run.py records its recipe)."""
+    for command, flag in ((entry.command, "--name "), ((entry.calibration or {}).get("command", ""), "--model ")):
+        if flag in command:
+            return command.split(flag, 1)[1].split()[0]
+    for p in sorted((EXPERIMENTS / "flickr8k").glob("*.json")):
+        rec = _json(p)
+        if isinstance(rec, dict) and public_command(str(rec.get("command", ""))) == public_command(entry.command):
+            return p.stem
+    return None
+
+
+def run_row(run: str, experiments: Path = EXPERIMENTS) -> dict | None:
+    """A run's figures on val: {"rsum", "pointing"} from its Flickr8k row and its grounding row (None: neither)."""
+    f8k, g = experiments / "flickr8k" / f"{run}.json", experiments / "grounding" / f"{run}.json"
+    if not f8k.is_file() and not g.is_file():
+        return None
+    row = _json(g) if g.is_file() else {}
+    rsum = _json(f8k)["metrics"]["rsum"] if f8k.is_file() else row.get("val_rsum")
+    return {"rsum": rsum, "pointing": row.get("pointing")}
 
 
 def has_row(run: str, experiments: Path = EXPERIMENTS) -> bool:
-    """Whether a run has a results row (the Flickr8k table's, or a grounding run's)."""
-    return (experiments / "flickr8k" / f"{run}.json").is_file() or (experiments / "grounding" / f"{run}.json").is_file()
+    return run_row(run, experiments) is not None
+
+
+BY = {"val rsum": "rsum", "pointing": "pointing"}  # a recipe's `by`: the figure of each candidate's row it compares
+
+
+def _declared(d: dict, experiments: Path) -> dict:
+    """A recipe's choice as the registry records it: ``among`` a list of candidate runs compared on all of val by
+    ``by``, or ``crossfit`` a cross-fitted choice's record (experiments/results/grounding_choices/NAME.json: the
+    candidates it chose among, the rsum floor applied on all of val, each half's pick reported on the other)."""
+    if "crossfit" in d:
+        rec = _json(experiments / "grounding_choices" / f"{d['crossfit']}.json")
+        floor = (f", among the {len(rec['rows'])} runs tried those whose val rsum (all of val) is at least "
+                 f"{rec['min_rsum']:g}") if rec.get("min_rsum") is not None else ""
+        picks = {p["run"] for p in rec["picks"].values()}
+        return {"what": d["what"], "among": list(rec["candidates"]), "by": f"pointing{floor}",
+                "cross_fitted": picks == {rec["chosen_on_all"]["run"]}}
+    return {"what": d["what"], "among": list(d["among"]), "by": d["by"], "cross_fitted": False}
 
 
 def selection_record(entry, declared: list[dict] | None = None, experiments: Path = EXPERIMENTS) -> list[dict]:
     """What was chosen on the val data the entry's figures are measured on, and among how many: the epoch (its
     shipping's row: epochs trained), the calibration's beta (the betas its calibration record tried on half A) and
-    banks (the bank settings it tried, looking at all of val), then the choices its recipe declares
-    (``ship.selected``: the candidate runs by name, each with a results row). The registry's ``selected`` is this."""
+    banks (the bank settings that could ship; cross-fitted where its record has both halves' choices), then the
+    choices its recipe declares (``ship.selected``: candidate runs by name, or a cross-fitted choice's record). The
+    registry's ``selected`` is this."""
     out = []
-    if entry.val.get("epochs_trained"):
+    if (entry.val.get("epochs_trained") or 0) >= 2:
         out.append({"what": "the epoch", "among": int(entry.val["epochs_trained"]), "by": "val rsum",
                     "cross_fitted": False})
     cal = experiments / "calibration" / f"{_run_name(entry)}.json"
@@ -298,26 +336,37 @@ def selection_record(entry, declared: list[dict] | None = None, experiments: Pat
         # picked on half A of val: the figures of all of val include that half (the card's held-out ones do not)
         out.append({"what": "the calibration's beta", "among": len(betas), "by": "rsum on half A of val",
                     "cross_fitted": False})
-        out.append({"what": "the calibration's banks", "among": len(rec["settings"]), "by": "val rsum",
-                    "cross_fitted": False})
+        shippable = [st for st in rec["settings"] if str(st.get("setting", "")).startswith("shipped")]
+        crossed = rec.get("banks_cross_fit") or {}
+        out.append({"what": "the calibration's banks", "among": len(shippable), "by": "rsum" if crossed else "val rsum",
+                    "cross_fitted": bool(crossed) and crossed.get("chosen_on_A") == crossed.get("chosen_on_B")})
     declared = _recipe_ship(entry.name).get("selected", []) if declared is None else declared
-    return out + [{"what": d["what"], "among": list(d["among"]), "by": d["by"], "cross_fitted": bool(d.get("cross_fitted"))}
-                  for d in declared]
+    return out + [_declared(d, experiments) for d in declared]
 
 
 def selection_problems(entry, experiments: Path = EXPERIMENTS) -> list[str]:
-    """The registry's ``selected`` against what the rows and the recipe give, and every candidate run a recipe names
-    has its results row (a count typed by hand, or a candidate never measured, is named)."""
+    """The registry's ``selected`` against what the rows and the recipe give (run ``release/ship.py --selected``
+    after changing either); every candidate run has its results row; the entry's own run is among them, and where a
+    recipe says a choice was made by a figure (``by``: val rsum, pointing), its run has the best of them."""
     want = selection_record(entry, experiments=experiments)
     out = [f"{p} {_get({'selected': entry.selected}, p)!r} is not what its rows give "
-           f"({_get({'selected': want}, p)!r})" for p in _leaf_diffs(entry.selected, want, "selected", tol=0)]
+           f"({_get({'selected': want}, p)!r}): release/ship.py --selected writes it"
+           for p in _leaf_diffs(entry.selected, want, "selected", tol=0)]
+    run = _run_name(entry)
     for c in [*want, *(c for c in entry.selected if c not in want)]:
-        if isinstance(c.get("among"), list):
-            out += [f"selected: {c['what']}: candidate {r} has no results row" for r in c["among"]
-                    if not has_row(r, experiments)]
-            run = _run_name(entry)
-            if run and run not in c["among"] and not any(r.startswith(run) for r in c["among"]):
-                out.append(f"selected: {c['what']}: its own run {run} is not among the candidates")
+        if not isinstance(c.get("among"), list):
+            continue
+        rows = {r: run_row(r, experiments) for r in c["among"]}
+        out += [f"selected: {c['what']}: candidate {r} has no results row" for r, row in rows.items() if row is None]
+        own = [r for r in c["among"] if r == run or r.startswith(f"{run}_")] if run else []
+        if run and not own:
+            out.append(f"selected: {c['what']}: its own run {run} is not among the candidates")
+        key = BY.get(c["by"])
+        if key and own and all(row is not None for row in rows.values()):
+            best = max(rows, key=lambda r: rows[r][key] if rows[r][key] is not None else float("-inf"))
+            if best not in own:
+                out.append(f"selected: {c['what']}: by {c['by']}, {best} ({rows[best][key]}) beats its own run "
+                           f"{own[0]} ({rows[own[0]][key]})")
     return out
 
 

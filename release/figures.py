@@ -32,7 +32,7 @@ COMMENT = re.compile(r"<!--.*?-->", re.S)
 SPAN = re.compile(r"`[^`]+`")
 VERSION = re.compile(r"\b(?:Python|PyTorch|torch|Milvus|milvus-lite|Pillow|CUDA) \d+(?:\.\d+)+")  # versions, not figures
 LINK_TARGET = re.compile(r"\]\(([^)\s]+)\)")
-FIGURE = re.compile(r"(?<![\w.,/-])(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+\.\d+|\d+(?:\.\d+)?(?= ?%))(?![\w.]*\d)( ?%)?")
+FIGURE = re.compile(r"(?<![\w.,/])(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+\.\d+|\d+(?:\.\d+)?(?= ?%))(?![\w.]*\d)( ?%)?")
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 # pages a program writes whole from the registry (release/ship.py --card; --check compares them): a source too
 GENERATED = (DOCS / "pretrained.md",)
@@ -59,12 +59,13 @@ def prose(text: str) -> str:
 
 def figures(text: str) -> list[tuple[int, str]]:
     """(line number, figure) of each figure of a page's prose. Integers without a percent sign are counts (photos,
-    queries, epochs), not figures; integers with thousands separators are counts too."""
+    queries, epochs), not figures; integers with thousands separators are counts too. A sign is not part of the
+    figure (a difference's size is what a results file would hold); both ends of a range are figures."""
     out = []
     for n, line in enumerate(prose(text).splitlines(), 1):
         for m in FIGURE.finditer(line):
             num, pct = m.group(1), m.group(2)
-            if "," in num and not pct:
+            if "," in num and "." not in num and not pct:  # 1,000 photos: a count
                 continue
             out.append((n, num + (pct or "")))
     return out

@@ -308,12 +308,16 @@ def reseal(folder: Path, calibration: Path | None = None) -> str:
     """``folder`` in the current checkpoint format: config.json's format, its calibration (or the one in
     ``calibration``, kept apart until it ships) bound to its weights, sealed again; the weights and every
     other file unchanged. Returns the SHA-256 of the new checksums.json."""
-    from vlmatch.checkpoints.seal import CHECKPOINT_FORMAT, seal_checkpoint, verify_checkpoint
+    from vlmatch.checkpoints.read import verify_sealed
+    from vlmatch.checkpoints.seal import CHECKPOINT_FORMAT, seal_checkpoint
     from vlmatch.io import write_json
     from vlmatch.models.calibration import RECORD, bind_calibration
     from vlmatch.weights import sha256_file
 
-    verify_checkpoint(folder)  # it is whole as it was shipped: nothing is sealed that was not
+    try:  # it is whole as it was shipped (a folder saved sealed that lost its seal is refused): nothing is sealed that
+        verify_sealed(folder)  # was not
+    except Exception as e:  # noqa: BLE001 - the checkpoint's own one-line error
+        sys.exit(f"not resealed: {e}")
     cfg = json.loads((folder / "config.json").read_text())
     if sha256_file(folder / "model.safetensors") != cfg["weights_sha256"]:
         sys.exit(f"{folder}: model.safetensors does not match config.json's weights_sha256: not resealed")

@@ -33,7 +33,7 @@ DATA = ("flickr8k", "toyworld", "precomp")
 PATHS = (("data", "path"), ("data", "entities"), ("train", "init_from"))  # the config's paths a recipe may root
 KEYS = {"name", "data", "features", "world", "calibration", "note", "recorded", "ship"}
 SHIP_KEYS = {"name", "role", "default", "pair_score", "explainer", "default_explainer", "notes", "selected"}
-SELECTED_KEYS = {"what", "among", "by", "cross_fitted"}  # a choice made on the val data: the candidate runs by name
+BY = ("val rsum", "pointing")  # what a recipe's ship.selected choice compared its candidate runs by
 
 
 def read_recipe(path: str | Path) -> tuple[dict, dict]:
@@ -70,16 +70,22 @@ def read_recipe(path: str | Path) -> tuple[dict, dict]:
         raise DataError(path, f"{RECIPE}.ship must hold name and role (and any of {sorted(SHIP_KEYS - {'name', 'role'})})"
                               f", got {ship!r}")
     for c in (ship or {}).get("selected") or []:
-        if not (isinstance(c, dict) and {"what", "among", "by"} <= set(c) <= SELECTED_KEYS
-                and isinstance(c["among"], list) and len(c["among"]) >= 2 and rec["name"] in c["among"]):
+        listed = (isinstance(c, dict) and set(c) == {"what", "among", "by"} and isinstance(c["among"], list)
+                  and len(c["among"]) >= 2 and rec["name"] in c["among"] and c["by"] in BY)
+        crossfit = isinstance(c, dict) and set(c) == {"what", "crossfit"} and isinstance(c["crossfit"], str)
+        if not (listed or crossfit):
             raise DataError(path, f"{RECIPE}.ship.selected: each choice is {{what, among: [2+ run names, this run's "
-                                  f"included], by, cross_fitted}}, got {c!r}")
-    cfg = load_config(str(path))  # the config as `vlmatch train --config` reads it (the recipe section dropped)
+                                  f"included], by: {' or '.join(sorted(BY))}}} or {{what, crossfit: the name of its "
+                                  f"record in results/grounding_choices/}}, got {c!r}")
+    # the config as `vlmatch train --config` reads it (the recipe section dropped), its paths from the rooms' roots
+    # first ($VLMATCH_DATA has a default here that the library does not know)
+    merged: dict = {}
+    for section, key in PATHS:
+        if isinstance((raw.get(section) or {}).get(key), str):
+            merged.setdefault(section, {})[key] = expand(raw[section][key])
+    cfg = load_config(str(path), extra=merged or None)
     if not cfg["data"].get("path"):
         raise DataError(path, "data.path: a recipe names the folder its data is in (or 'toyworld')")
-    for section, key in PATHS:
-        if isinstance(cfg[section].get(key), str):
-            cfg[section][key] = expand(cfg[section][key])
     if rec.get("calibration"):
         rec = {**rec, "calibration": [expand(x) for x in rec["calibration"]]}
     return cfg, rec

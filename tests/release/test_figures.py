@@ -31,6 +31,11 @@ def test_figures_are_decimals_and_percentages_not_counts(fig):
         (1, "12 %"), (1, "0.35"), (1, "72.9")]
 
 
+def test_both_ends_of_a_range_and_signed_differences_are_figures(fig):
+    assert fig.figures("interval 70.3-73.0, a cost of -0.9 rsum, 1,056.5 s, +5.2 %") == [
+        (1, "70.3"), (1, "73.0"), (1, "0.9"), (1, "1,056.5"), (1, "5.2 %")]
+
+
 @pytest.mark.parametrize("figure, values, ok", [
     ("76.8", {76.78}, True), ("76.8", {76.74}, False), ("75.5 %", {0.755}, True), ("75.5 %", {0.754}, False),
     ("0.095", {0.095}, True), ("350.8", {350.75}, True), ("350.8", {350.85}, False)])

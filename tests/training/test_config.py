@@ -242,3 +242,12 @@ def test_a_shipped_config_names_its_features_under_the_cache_root(monkeypatch, t
     assert cfg["data"]["path"] == f"{tmp_path}/flickr8k-efficientnet-lite0"
     assert cfg["train"]["init_from"] == f"{tmp_path}/runs/a/best"
     assert load_config("vsepp_minilm_f8k", overrides=["data.path=toyworld"])["data"]["path"] == "toyworld"
+
+
+def test_a_path_naming_an_unset_variable_is_one_problem_naming_it(monkeypatch):
+    from vlmatch.errors import ConfigError
+    from vlmatch.training.config import load_config
+
+    monkeypatch.delenv("VLMATCH_DATA", raising=False)
+    with pytest.raises(ConfigError, match=r"data.entities .*\$VLMATCH_DATA is not set"):
+        load_config("vsepp_minilm_f8k", overrides=["data.entities=$VLMATCH_DATA/flickr30k_entities"])

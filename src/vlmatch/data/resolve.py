@@ -14,6 +14,7 @@ A data argument (``--data`` of ``train``/``evaluate``/``data check``/..., ``data
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from ..errors import DataError
@@ -29,10 +30,12 @@ def cache_dir() -> Path:
 def expand_path(value: str) -> str:
     """A path a config or recipe writes portably, as this machine's: ``$VLMATCH_CACHE`` is :func:`cache_dir` (set or
     not), any other ``$VAR`` and ``~`` as the shell would expand them."""
-    text = str(value)
-    for name in ("${VLMATCH_CACHE}", "$VLMATCH_CACHE"):
-        text = text.replace(name, str(cache_dir()))
+    text = CACHE_VARIABLE.sub(lambda _: str(cache_dir()).replace("\\", "/"), str(value))
     return os.path.expanduser(os.path.expandvars(text))
+
+
+CACHE_VARIABLE = re.compile(r"\$(?:\{VLMATCH_CACHE\}|VLMATCH_CACHE(?![A-Za-z0-9_]))")
+UNSET_VARIABLE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")  # what expandvars leaves: a variable not set
 
 
 def toyworld_dir() -> Path:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from ..data.resolve import expand_path
+from ..data.resolve import UNSET_VARIABLE, expand_path
 from ..errors import ConfigError, DataError
 from ..options import Spec, check_mapping, dataclass_specs, defaults, option, raise_problems, resumable
 
@@ -218,6 +218,10 @@ def check_config(cfg: dict, source: str | None = None) -> dict:
     for section, key in PATHS:  # written portably ($VLMATCH_CACHE/...): this machine's folders from here on
         if isinstance(out[section].get(key), str) and out[section][key] != "toyworld":
             out[section][key] = expand_path(out[section][key])
+            unset = UNSET_VARIABLE.search(out[section][key])
+            if unset:
+                problems.append(f"{section}.{key} {out[section][key]!r}: ${unset.group(1)} is not set (set it to the "
+                                "folder it names, or write the path)")
     if "lr_schedule" in out["train"]:
         out["train"]["lr_schedule"], problem = check_schedule(out["train"]["lr_schedule"])
         if problem:
