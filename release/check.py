@@ -303,6 +303,7 @@ def has_row(run: str, experiments: Path = EXPERIMENTS) -> bool:
 
 
 BY = {"val rsum": "rsum", "pointing": "pointing"}  # a recipe's `by`: the figure of each candidate's row it compares
+GROUNDING_ROW = r"(?:contribution|attention|gradient)(?:_mirror)?"  # a grounding row's suffix after its run's name
 
 
 def _declared(d: dict, experiments: Path) -> dict:
@@ -358,7 +359,8 @@ def selection_problems(entry, experiments: Path = EXPERIMENTS) -> list[str]:
             continue
         rows = {r: run_row(r, experiments) for r in c["among"]}
         out += [f"selected: {c['what']}: candidate {r} has no results row" for r, row in rows.items() if row is None]
-        own = [r for r in c["among"] if r == run or r.startswith(f"{run}_")] if run else []
+        # the run itself, or its grounding row (RUN_METHOD[_mirror]), not a sibling run such as RUN_s1
+        own = [r for r in c["among"] if r == run or re.fullmatch(rf"{re.escape(run)}_{GROUNDING_ROW}", r)] if run else []
         if run and not own:
             out.append(f"selected: {c['what']}: its own run {run} is not among the candidates")
         key = BY.get(c["by"])

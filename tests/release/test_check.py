@@ -159,3 +159,18 @@ def test_a_candidate_run_without_results_row_or_a_count_typed_by_hand_is_named(c
     assert any("never_run has no results row" in p for p in check.selection_problems(
         dataclasses.replace(entry, selected=check.selection_record(
             entry, declared=[{**declared[0], "among": [*declared[0]["among"], "never_run"]}]))))
+
+
+def test_a_choice_said_to_be_by_val_rsum_that_a_candidate_beats_is_named(check, monkeypatch):
+    entry = next(e for e in ENTRIES if e.name == "vsepp-minilm-f8k")  # c22_vsepp_minilm_decay: 297.0 val rsum
+    claim = {"what": "the seed", "among": ["c22_vsepp_minilm_decay", "c22_vsepp_minilm_decay_s1"], "by": "val rsum"}
+    monkeypatch.setattr(check, "_recipe_ship", lambda name: {"selected": [claim]})
+    selected = check.selection_record(entry)
+    found = check.selection_problems(dataclasses.replace(entry, selected=selected))
+    assert any("c22_vsepp_minilm_decay_s1" in p and "beats its own run" in p for p in found), found
+
+
+def test_a_cross_fitted_choice_reads_its_candidates_from_its_record(check):
+    entry = next(e for e in ENTRIES if e.default)
+    weight = next(c for c in check.selection_record(entry) if c["what"] == "the grounding weight")
+    assert weight["cross_fitted"] and len(weight["among"]) == 2 and "at least 337" in weight["by"]
