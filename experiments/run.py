@@ -26,12 +26,21 @@ from vlmatch.errors import VlmatchError
 from vlmatch.io import write_json, write_text
 from vlmatch_lab.caches import features_dir, runs_dir
 from vlmatch_lab.paths import data_root, portable
-from vlmatch_lab.recipes import features_of_recipe, read_recipe
+from vlmatch_lab.recipes import PATHS, features_of_recipe, read_recipe
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RUNS = runs_dir()
 
+
+def portable_config(cfg: dict) -> dict:
+    """The config a row records, its paths from the rooms' roots ($VLMATCH_CACHE/..., $VLMATCH_DATA/...) rather
+    than this machine's folders."""
+    out = {section: dict(fields) if isinstance(fields, dict) else fields for section, fields in cfg.items()}
+    for section, key in PATHS:
+        if isinstance(out.get(section, {}).get(key), str):
+            out[section][key] = portable(out[section][key])
+    return out
 
 def make_data(cfg: dict, rec: dict, shared: Path | None = None) -> None:
     """The folder ``data.path`` names, made if missing: Flickr8k features (from ``shared``, default
@@ -88,7 +97,7 @@ def run_recipe(recipe: Path, results: Path, runs: Path = RUNS, shared: Path | No
     row = {"metrics": best, "epochs": cfg["train"]["epochs"],
            "minutes_per_epoch": flickr8k.epoch_minutes(run_dir, steps_per_epoch(cfg, rec)),
            "val_rsum_by_epoch": flickr8k.val_history(run_dir),
-           "command": f"python experiments/run.py {shown}", "recipe": str(shown), "config": cfg,
+           "command": f"python experiments/run.py {shown}", "recipe": str(shown), "config": portable_config(cfg),
            "finished": time.strftime("%Y-%m-%dT%H:%M:%S"), **({"note": rec["note"]} if rec.get("note") else {})}
     write_json(results / f"{name}.json", row)
     if rec["data"] == "flickr8k" and results.resolve() == flickr8k.RUNS.resolve():

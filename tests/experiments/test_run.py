@@ -88,3 +88,13 @@ def test_a_recipe_that_is_not_yaml_is_one_line_naming_the_file_and_the_place(run
     assert runner.main([str(bad), "--results", "r", "--runs", str(tmp_path / "runs")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(bad) in err and "not valid YAML: line" in err, err
+
+
+def test_a_row_records_its_paths_from_the_roots_not_this_machines_folders(runner, monkeypatch, tmp_path):
+    monkeypatch.setenv("VLMATCH_CACHE", str(tmp_path / "cache"))
+    cfg = {"data": {"path": str(tmp_path / "cache" / "flickr8k-efficientnet-lite0"), "entities": None},
+           "train": {"init_from": str(tmp_path / "cache" / "runs" / "a" / "best"), "seed": 1}, "model": {"name": "vsepp"}}
+    out = runner.portable_config(cfg)
+    assert out["data"]["path"] == "$VLMATCH_CACHE/flickr8k-efficientnet-lite0"
+    assert out["train"]["init_from"] == "$VLMATCH_CACHE/runs/a/best" and out["train"]["seed"] == 1
+    assert cfg["data"]["path"].startswith(str(tmp_path))  # the run's own config is left as it trained
