@@ -61,6 +61,11 @@ def _bind(port: int):
         return None
 
 
+# the ports of the server's components in the package's config template (besides the proxy's and etcd's)
+PART_PORTS = ("root_coord_port", "proxy_internal_port", "query_coord_port", "query_node_port", "index_coord_port",
+              "index_node_port", "data_coord_port", "data_node_port")
+
+
 class MilvusTestServer:
     def __init__(self, base: Path, auth: bool = False, test_timers: bool = True):
         """``test_timers``: the short background-loop timers above (False: the server's defaults, as a
@@ -68,6 +73,7 @@ class MilvusTestServer:
         self.base, self.auth, self.test_timers = Path(base), auth, test_timers
         self.port: int | None = None
         self.etcd: tuple[int, int] | None = None  # its embedded etcd's client and peer ports
+        self.parts: dict[str, int] | None = None  # its components' own ports (PART_PORTS), kept for a restart
         self._server = None
 
     @property
@@ -87,6 +93,9 @@ class MilvusTestServer:
         cfg.glog_conf_file = str(Path(milvus.__file__).parent / "data" / "glog.conf")
         cfg.set("etcd_config_path", str(self.base / "etcd-embed.yaml"))
         cfg.update(etcd_port=self.etcd[0])
+        if self.parts is None:  # each component on a free port of its own: the package starts each at a fixed
+            self.parts = {k: free_port() for k in PART_PORTS}  # default (rootcoord 53100, ...) and only checks it
+        cfg.update(**self.parts)  # is free, so two servers starting at once (two test workers) both take it
         cfg.try_bind_port = _bind  # a restart after kill -9 finds its ports in TIME_WAIT: Milvus reuses them
         if self.port is not None:  # a restart keeps its URI
             cfg.update(proxy_port=self.port)
@@ -121,6 +130,8 @@ class MilvusTestServer:
             f"advertise-client-urls: http://127.0.0.1:{client}\nlisten-peer-urls: http://127.0.0.1:{peer}\n"
             f"initial-advertise-peer-urls: http://127.0.0.1:{peer}\ninitial-cluster: default=http://127.0.0.1:{peer}\n")
         text = (Path(milvus.__file__).parent / "data" / "config.yaml.template").read_text()
+        missing = [k for k in PART_PORTS if "{{ " + k + "(int)" not in text]
+        assert not missing, f"the milvus package's config template changed: no {missing}"
         marker = "  use:\n    embed: true"
         assert marker in text, "the milvus package's config template changed"
         text = text.replace(marker, "  config:\n    path: {{ etcd_config_path }}\n" + marker, 1)
