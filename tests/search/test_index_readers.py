@@ -70,7 +70,7 @@ class Race:
         self.errors: list[BaseException] = []
         self.opened = None
         monkeypatch.setattr(io, "crash_hook", self._hook)
-        real_stage1, real_load, real_collection = build_module.stage1_of, registry.load_model, index_module.Collection
+        real_stage1, real_load, real_collection = build_module.stage1_of, registry.load_model, index_module.FolderCollection
 
         def stage1_of(*a, **k):  # the writer's encoding is done: the last call before its swap
             if threading.current_thread() is self.writer and "before-swap" not in self.steps:
@@ -89,7 +89,7 @@ class Race:
         self.loaded: list[str] = []
         monkeypatch.setattr(build_module, "stage1_of", stage1_of)
         monkeypatch.setattr(registry, "load_model", load_model)
-        monkeypatch.setattr(index_module, "Collection", collection)
+        monkeypatch.setattr(index_module, "FolderCollection", collection)  # what Index opens its parts with
 
     def _run(self, fn, *args):
         try:
@@ -169,6 +169,7 @@ def race(monkeypatch, kind, ckpts, tmp_path, pause, load, every_step=False):  # 
             r = Race(m, out, write, pause, load)
             if r.run() == "writer ended":
                 break
+        assert load in r.loaded, f"the reader never reached its {load!r} load (it loaded {r.loaded})"
         got = ranking(r.opened)
         assert got in (ref_old, ref_new), f"a mixed index with the writer paused at {r.steps[pause - 1]!r}"
         assert ranking(vlmatch.Index.open(out)) == ref_new  # and the writer's version stands after
