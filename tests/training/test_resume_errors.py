@@ -235,3 +235,20 @@ def test_init_from_a_checkpoint_without_its_seal_is_refused(run, small_world, tm
     assert main(["train", "--config", str(cfg), "--run-dir", str(tmp_path / "next"), "--no-progress"]) == 2
     assert (f"{run / 'last'}: has no checksums.json, but its config.json says format 2 (saved sealed)"
             in one_line(capsys))
+
+
+def test_init_from_a_checkpoint_saved_before_seals_has_its_weights_checked(run, small_world, tmp_path, capsys):
+    from safetensors.torch import load_file, save_file
+
+    last = run / "last"
+    (last / "checksums.json").unlink()  # saved before vlmatch sealed checkpoints: format 1, no seal
+    config = json.loads((last / "config.json").read_text())
+    config.pop("format", None)
+    (last / "config.json").write_text(json.dumps(config))
+    weights = load_file(str(last / "model.safetensors"))
+    save_file({k: v + 1 if v.is_floating_point() else v for k, v in weights.items()}, str(last / "model.safetensors"))
+    cfg = tmp_path / "next.yaml"
+    cfg.write_text(yaml.safe_dump(tiny(small_world, init_from=str(last))))
+    assert main(["train", "--config", str(cfg), "--run-dir", str(tmp_path / "next"), "--no-progress"]) == 2
+    err = one_line(capsys)
+    assert str(last / "model.safetensors") in err and "SHA-256" in err, err

@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from .. import distributed as D
-from ..checkpoints.read import load_training_state, read_state, verify_sealed
+from ..checkpoints.read import load_training_state, read_config_json, read_state, verify_sealed
 from ..checkpoints.seal import seal_checkpoint
 from ..checkpoints.write import save_training_state
 from ..data.loaders import batch_kind, encode_captions
@@ -190,8 +190,10 @@ def _train(cfg: dict, run_dir: Path, resume: bool, progress: bool, overwrite: bo
             raise ConfigError(f"train.init_from: the checkpoint was made with other values of options whose default "
                               f"changed: {'; '.join(conflicts)}. Set them in the config's model section (--set "
                               f"model.KEY=VALUE) to continue from it with its own equations")
-        verify_sealed(Path(tc["init_from"]))  # the folder whole (checksums.json), refused without it if saved sealed
-        model.load_weights(Path(tc["init_from"]) / "model.safetensors")
+        init = Path(tc["init_from"])
+        verify_sealed(init)  # the folder whole (checksums.json), refused without it if saved sealed
+        # and its weights against config.json's digest (a folder saved before seals has only that)
+        model.load_weights(init / "model.safetensors", read_config_json(init / "config.json").get("weights_sha256"))
     kind = batch_kind(model.begin_stage(tc["stage"]))  # the model says what its stage trains on
     model.to(device)
     optimizer = make_optimizer(param_groups(model, tc), tc)
