@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 import statistics
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,13 +59,17 @@ def public_command(command: str) -> str:
     return re.sub(r"data\.entities=\S+", "data.entities=flickr30k_entities", command)
 
 
+def quoting_rows(entry, experiments: Path = EXPERIMENTS) -> list[Path]:
+    """The experiments/flickr8k.py rows whose command the entry quotes (the run it was trained by)."""
+    want = public_command(entry.command)
+    return [p for p in sorted((experiments / "flickr8k").glob("*.json"))
+            if isinstance(rec := _json(p), dict) and public_command(str(rec.get("command", ""))) == want]
+
+
 def run_record(entry, experiments: Path = EXPERIMENTS) -> dict | None:
     """The experiments/flickr8k.py record of the run an entry was trained by (the one whose command it quotes)."""
-    for p in sorted((experiments / "flickr8k").glob("*.json")):
-        rec = _json(p)
-        if isinstance(rec, dict) and public_command(str(rec.get("command", ""))) == public_command(entry.command):
-            return rec
-    return None
+    rows = quoting_rows(entry, experiments)
+    return _json(rows[0]) if rows else None
 
 
 def val_problems(entry, experiments: Path = EXPERIMENTS) -> list[str]:
@@ -76,7 +81,7 @@ def val_problems(entry, experiments: Path = EXPERIMENTS) -> list[str]:
             if k in raw and not _close(raw[k], round(v, 2)):
                 out.append(f"val {k} {raw[k]} is not its run's {round(v, 2)} (the row whose command the entry quotes)")
     else:  # trained by the grounding study: its record holds the val rsum
-        run = _run_name(entry) or "?"
+        run = _run_name(entry, experiments) or "?"
         path = experiments / "grounding" / f"{run}.json"
         if not path.is_file():
             return [f"no results row quotes its command, and no {path.relative_to(ROOT)}"]
@@ -227,16 +232,12 @@ NAMED_RESULTS = re.compile(r"(?:experiments|benchmarks)/results/[\w./-]*\w")
 def prose_sources(entry, experiments: Path = EXPERIMENTS) -> list[Path]:
     """The results an entry's prose may quote: its run's record, its grounding row and calibration records, its
     shipped row, the Flickr8k and grounding tables, and every results file or folder the prose names."""
-    run = _run_name(entry)
+    run = _run_name(entry, experiments)
     rows = [entry.explainer["row"]] if entry.explainer else []
     found = [experiments / "shipped" / f"{entry.name}.json", experiments / "flickr8k.md", experiments / "grounding.md",
              *[p for r in rows for p in sorted((experiments / "grounding").glob(f"{r}.*"))],
              *(sorted(experiments.glob(f"*/{run}.*")) if run else []),
-             *(sorted(experiments.glob(f"*/{run}_*.*")) if run else [])]
-    rec = run_record(entry, experiments)
-    if rec is not None:
-        found += [p for p in sorted((experiments / "flickr8k").glob("*.json"))
-                  if _json(p).get("command") == rec.get("command")]
+             *(sorted(experiments.glob(f"*/{run}_*.*")) if run else []), *quoting_rows(entry, experiments)]
     for field in PROSE_FIELDS:
         for named in NAMED_RESULTS.findall(str(_get(entry.__dict__, field) or "")):
             path = ROOT / named
@@ -265,27 +266,26 @@ def recipe_problems(entry) -> list[str]:
         f"notes differ from its recipe's recipe.ship.notes ({entry.name}.yaml): ship it again or copy nothing by hand"]
 
 
+@cache
 def _recipe_ship(name: str) -> dict:
-    """The ship section of a shipped model's recipe (experiments/recipes/pretrained/NAME.yaml), or {}."""
-    import yaml
+    """The ship section of a shipped model's recipe (experiments/recipes/pretrained/NAME.yaml), read and checked as
+    the runner reads it (vlmatch_lab.recipes), or {}; read once per process."""
+    from vlmatch_lab.recipes import read_recipe
 
     path = ROOT / "experiments" / "recipes" / "pretrained" / f"{name}.yaml"
     if not path.is_file():
         return {}
-    return (yaml.safe_load(path.read_text(encoding="utf-8")).get("recipe") or {}).get("ship") or {}
+    return read_recipe(path)[1].get("ship") or {}
 
 
-def _run_name(entry) -> str | None:
+def _run_name(entry, experiments: Path = EXPERIMENTS) -> str | None:
     """The run an entry's weights come from: ``--name`` of its recorded command, else the ``--model`` its calibration
     was made for, else the Flickr8k row whose command it quotes (a run of experiments/run.py records its recipe)."""
     for command, flag in ((entry.command, "--name "), ((entry.calibration or {}).get("command", ""), "--model ")):
         if flag in command:
             return command.split(flag, 1)[1].split()[0]
-    for p in sorted((EXPERIMENTS / "flickr8k").glob("*.json")):
-        rec = _json(p)
-        if isinstance(rec, dict) and public_command(str(rec.get("command", ""))) == public_command(entry.command):
-            return p.stem
-    return None
+    rows = quoting_rows(entry, experiments)
+    return rows[0].stem if rows else None
 
 
 def run_row(run: str, experiments: Path = EXPERIMENTS) -> dict | None:
@@ -330,7 +330,7 @@ def selection_record(entry, declared: list[dict] | None = None, experiments: Pat
     if (entry.val.get("epochs_trained") or 0) >= 2:
         out.append({"what": "the epoch", "among": int(entry.val["epochs_trained"]), "by": "val rsum",
                     "cross_fitted": False})
-    cal = experiments / "calibration" / f"{_run_name(entry)}.json"
+    cal = experiments / "calibration" / f"{_run_name(entry, experiments)}.json"
     if entry.calibration and cal.is_file():
         rec = _json(cal)
         betas = {b for st in rec["settings"] for b in st.get("curve_A", {})}
@@ -353,7 +353,7 @@ def selection_problems(entry, experiments: Path = EXPERIMENTS) -> list[str]:
     out = [f"{p} {_get({'selected': entry.selected}, p)!r} is not what its rows give "
            f"({_get({'selected': want}, p)!r}): release/ship.py --selected writes it"
            for p in _leaf_diffs(entry.selected, want, "selected", tol=0)]
-    run = _run_name(entry)
+    run = _run_name(entry, experiments)
     for c in [*want, *(c for c in entry.selected if c not in want)]:
         if not isinstance(c.get("among"), list):
             continue

@@ -168,7 +168,13 @@ def main(argv=None):
         from check import check_registry
         from figures import pages, unsourced
 
-        problems = check_registry() + [p for page in pages() for p in unsourced(page)]
+        from vlmatch.errors import VlmatchError
+
+        try:
+            problems = check_registry() + [p for page in pages() for p in unsourced(page)]
+        except VlmatchError as e:  # a recipe or results file it cannot read: one line naming it
+            print(e)
+            return 1
         print("\n".join(problems) if problems else "every figure of the registry equals its results file, and every "
               "figure the README and docs quote is in a results file the page links to")
         return 1 if problems else 0
@@ -310,13 +316,14 @@ def reseal(folder: Path, calibration: Path | None = None) -> str:
     other file unchanged. Returns the SHA-256 of the new checksums.json."""
     from vlmatch.checkpoints.read import verify_sealed
     from vlmatch.checkpoints.seal import CHECKPOINT_FORMAT, seal_checkpoint
+    from vlmatch.errors import VlmatchError
     from vlmatch.io import write_json
     from vlmatch.models.calibration import RECORD, bind_calibration
     from vlmatch.weights import sha256_file
 
     try:  # it is whole as it was shipped (a folder saved sealed that lost its seal is refused): nothing is sealed that
         verify_sealed(folder)  # was not
-    except Exception as e:  # noqa: BLE001 - the checkpoint's own one-line error
+    except VlmatchError as e:  # the checkpoint's own one-line error
         sys.exit(f"not resealed: {e}")
     cfg = json.loads((folder / "config.json").read_text())
     if sha256_file(folder / "model.safetensors") != cfg["weights_sha256"]:

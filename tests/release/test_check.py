@@ -174,3 +174,19 @@ def test_a_cross_fitted_choice_reads_its_candidates_from_its_record(check):
     entry = next(e for e in ENTRIES if e.default)
     weight = next(c for c in check.selection_record(entry) if c["what"] == "the grounding weight")
     assert weight["cross_fitted"] and len(weight["among"]) == 2 and "at least 337" in weight["by"]
+
+
+def test_ship_check_names_a_recipe_it_cannot_read_in_one_line(capsys, monkeypatch):
+    from vlmatch.errors import DataError
+
+    monkeypatch.syspath_prepend(str(RELEASE))
+    ship = load_script("ship", "release_ship_bad_recipe")
+    check = __import__("check")
+
+    def unreadable(name):
+        raise DataError(f"experiments/recipes/pretrained/{name}.yaml", "recipe.ship.selected: each choice is ...")
+
+    monkeypatch.setattr(check, "_recipe_ship", unreadable)
+    assert ship.main(["--check"]) == 1
+    out = capsys.readouterr().out.strip()
+    assert out.count("\n") == 0 and ".yaml" in out and "recipe.ship.selected" in out
