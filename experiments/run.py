@@ -24,9 +24,10 @@ import flickr8k
 
 from vlmatch.errors import VlmatchError
 from vlmatch.io import write_json, write_text
+from vlmatch.training.config import PATHS
 from vlmatch_lab.caches import features_dir, runs_dir
 from vlmatch_lab.paths import data_root, portable
-from vlmatch_lab.recipes import PATHS, features_of_recipe, read_recipe
+from vlmatch_lab.recipes import features_of_recipe, read_recipe
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

@@ -25,12 +25,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from vlmatch.errors import DataError
-from vlmatch.training.config import RECIPE, load_config, read_yaml_file
+from vlmatch.training.config import PATHS, RECIPE, load_config, read_yaml_file  # PATHS: a config's folders and files
 
 from .paths import expand
 
 DATA = ("flickr8k", "toyworld", "precomp")
-PATHS = (("data", "path"), ("data", "entities"), ("train", "init_from"))  # the config's paths a recipe may root
 KEYS = {"name", "data", "features", "world", "calibration", "note", "recorded", "ship"}
 SHIP_KEYS = {"name", "role", "default", "pair_score", "explainer", "default_explainer", "notes", "selected"}
 BY = ("val rsum", "pointing")  # what a recipe's ship.selected choice compared its candidate runs by
