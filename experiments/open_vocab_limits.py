@@ -56,26 +56,22 @@ def signals(zH: np.ndarray, zC: np.ndarray, rare: np.ndarray) -> dict[str, np.nd
 
 
 def unseen_word_scores(cq: np.ndarray, captions: list[str], vocab: frozenset[str]) -> np.ndarray:
-    """The shipped form's zero-shot scores with each query read from its unseen words only ("bike", "snow")."""
+    """The shipped form's zero-shot scores with each query read from its unseen words only ("bike", "snow"), through
+    the product's own open-vocabulary part (vlmatch.search.open_vocab.OpenVocab) bound to the held-out ranker."""
     import torch
 
-    from vlmatch.encoders.hf import HFTextEncoder, for_queries
-    from vlmatch.encoders.sentence import SentenceEmbedder
-    from vlmatch.features.concepts import imagenet_head
-    from vlmatch.models.concepts import ConceptOptions, ConceptScorer, principal_directions
+    from vlmatch.encoders.hf import for_queries
     from vlmatch.models.registry import load_model
-    from vlmatch.search.open_vocab import content_words
+    from vlmatch.search.open_vocab import Fusion, OpenVocab, content_words
 
     _, grids = ov.val_data()
     model = load_model(str(runs_dir() / "ov58_heldout" / "best")).eval()
     for_queries(model, lean=False)
-    emb = SentenceEmbedder(encoder=next(m for m in model.modules() if isinstance(m, HFTextEncoder)))
-    name, _, space = FORM.partition("@")
-    sc = ConceptScorer(*imagenet_head("efficientnet-lite2"), emb, ConceptOptions(**ov.FORMS[name]))
-    u = principal_directions(sc.name_vectors(), int(space.partition("/")[2]))
-    v = torch.cat([sc.photo_vectors(grids[i:i + 100]) for i in range(0, len(grids), 100)]) @ u
+    part = OpenVocab("efficientnet-lite2", Fusion(w0=0.0, **ov.form_record(FORM)))
+    part.bind(model)
+    v = torch.cat([part.photo_vectors(grids[i:i + 100]) for i in range(0, len(grids), 100)])
     words = [[w for w in content_words(captions[j]) if w not in vocab] or content_words(captions[j]) for j in cq]
-    return (v @ (emb.embed([" ".join(w) for w in words]) @ u).T).numpy()
+    return (v @ part.text_vectors([" ".join(w) for w in words]).T).numpy()
 
 
 def main() -> None:
