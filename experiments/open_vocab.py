@@ -346,6 +346,11 @@ def choose(a) -> None:
     print(render(out))
 
 
+def render_page(a=None) -> None:
+    """open_vocab.md from the committed rows (after a row beside protocol.json changed)."""
+    write_text(RESULTS.parent / "open_vocab.md", render(json.loads((RESULTS / "protocol.json").read_text())))
+
+
 def render(out: dict) -> str:
     lines = ["# Open-vocabulary search: the concept-held-out protocol (#58)", "",
              out["what"] + ". 95 % intervals: bootstrap over val photos.", "",
@@ -367,19 +372,38 @@ def render(out: dict) -> str:
     return "\n".join(lines + other_rows())
 
 
+def relevance_rows(r: dict) -> list[str]:
+    """The relevance fitted to judged pairs (experiments/relevance_fit.py) beside the map it replaced."""
+    c, b = r["cross_fitted"][r["form"]], r["before"]
+    lines = ["## Relevance and 'nothing matches'", "", r["what"], "",
+             f"{r['pairs']} pairs over {r['queries']} queries, each judged by two of the readers "
+             f"{', '.join(r['readers'])}: {r['matches']} matches (mean rating at least 3), {r['clear_non_matches']} "
+             "clear non-matches (mean at most 1.5).", "",
+             "| readers | pairs | exact | within one | quadratic kappa | match agreement | match kappa |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {' / '.join(a['readers'])} | {a['pairs']} | {a['exact']} | {a['within_one']} | "
+              f"{a['kappa_quadratic']} | {a['match_agreement']} | {a['match_kappa']} |" for a in r["agreement"]]
+    lines += ["", "| relevance | ECE | worst bin (50+ pairs) | AUC | matches under the line | clear non-matches under "
+              "it |", "|---|---:|---:|---:|---:|---:|",
+              f"| before: fitted to a caption's own photo (line {b['line']}) | {b['ece']} | {b['worst_bin_of_50']} | "
+              f"{b['auc']} | {b['matches_under']} | {b['clear_non_matches_under']} |"]
+    lines += [f"| {f}, cross-fitted (line chosen on the fitting folds) | {v['ece']} | {v['worst_bin_of_50']} | "
+              f"{v['auc']} | {v['matches_under']} | {v['clear_non_matches_under']} |"
+              for f, v in r["cross_fitted"].items()]
+    lines += ["", f"Shipped: the {r['form']} form (the lower cross-fitted Brier score), refitted on every pair; "
+              f"the line at relevance **{r['shipped']['threshold']}**.", "",
+              f"| predicted ({r['form']}, cross-fitted) | pairs | observed |", "|---|---:|---:|"]
+    lines += [f"| {x['predicted']} | {x['pairs']} | {x['observed']} |" for x in c["reliability"]]
+    lines += ["", f"Reproduce: `{r['command']}`", ""]
+    return lines
+
+
 def other_rows() -> list[str]:
     """The relevance, two-thing and hubness rows (their own JSON files), as written by their commands."""
     lines = []
     rel = RESULTS / "relevance.json"
     if rel.is_file():
-        r = json.loads(rel.read_text())
-        lines += ["## Relevance and 'nothing matches'", "", r["what"] + ".", "",
-                  f"Cross-fitted: flagged when the query's photo was removed **{r['cross_fitted']['flagged_when_removed']}**,"
-                  f" when present **{r['cross_fitted']['flagged_when_present']}**; shipped threshold "
-                  f"{r['shipped']['threshold']}.", "", "| predicted (half A fit, half B pairs) | pairs | observed |",
-                  "|---|---:|---:|"]
-        lines += [f"| {b['predicted']} | {b['pairs']} | {b['observed']} |" for b in r["halves"]["0"]["reliability"]]
-        lines += ["", f"Reproduce: `{r['command']}`", ""]
+        lines += relevance_rows(json.loads(rel.read_text()))
     for ev in ("model", "concept", "both"):
         f = RESULTS / f"two_things_{ev}.json"
         if f.is_file():
@@ -538,7 +562,7 @@ def relevance(a) -> None:
                       "threshold": round(float(t), 3)}
     out["cross_fitted"] = {k: round(float(np.mean([out["halves"][h][k] for h in "01"])), 4)
                            for k in ("flagged_when_removed", "flagged_when_present")}
-    out["command"] = "python experiments/open_vocab.py relevance"
+    out["command"] = "python experiments/open_vocab.py relevance-own-photo"
     out["what"] = ("relevance = an isotonic (increasing) map of the fused score, fitted on one half of the val photos' "
                    "queries (all their pairs with the 1,000 val photos, in bins of 20 matches each; a match is the "
                    "caption's own photo; Platt's sigmoid beside it for comparison), its reliability measured on "
@@ -546,7 +570,7 @@ def relevance(a) -> None:
                    "on the fitting half by Youden's J), flagged rates on the other half: with the query's own photo "
                    "removed from the gallery (should be flagged) and present (should not)")
     out["host"] = {"cpu": cpu_model(), "flags": cpu_flags()}
-    write_json(RESULTS / "relevance.json", out)
+    write_json(RESULTS / "relevance_own_photo.json", out)
     print(json.dumps({k: out[k] for k in ("shipped", "cross_fitted")}, indent=1))
 
 
@@ -820,7 +844,9 @@ def main(argv=None) -> None:
     c = sub.add_parser("choose")
     c.add_argument("--max-dims", type=int, default=MAX_DIMS,
                    help="the candidates' budget of concept columns per photo (384: every form)")
-    sub.add_parser("relevance")
+    sub.add_parser("relevance-own-photo", help="the earlier relevance: fitted to a caption's own photo (kept for "
+                   "comparison; the shipped one is fitted to judged pairs by experiments/relevance_fit.py)")
+    sub.add_parser("render", help="write open_vocab.md again from the committed rows")
     sub.add_parser("ship", help="write the registry's open-vocabulary record from protocol.json and relevance.json")
     h = sub.add_parser("hubness")
     h.add_argument("--n-ood", type=int, default=200)
@@ -828,8 +854,8 @@ def main(argv=None) -> None:
     tt.add_argument("--evidence", choices=("model", "concept", "both"), default="model",
                     help="each word's own score from the ranker, from the concept vectors, or both (mean)")
     a = ap.parse_args(argv)
-    {"scores": scores, "choose": choose, "relevance": relevance, "hubness": hubness, "two-things": two_things,
-     "ship": ship}[a.cmd](a)
+    {"scores": scores, "choose": choose, "relevance-own-photo": relevance, "render": render_page, "hubness": hubness,
+     "two-things": two_things, "ship": ship}[a.cmd](a)
 
 
 if __name__ == "__main__":
