@@ -390,9 +390,24 @@ def relevance_rows(r: dict) -> list[str]:
     lines += [f"| {f}, cross-fitted (line chosen on the fitting folds) | {v['ece']} | {v['worst_bin_of_50']} | "
               f"{v['auc']} | {v['matches_under']} | {v['clear_non_matches_under']} |"
               for f, v in r["cross_fitted"].items()]
-    lines += ["", f"Shipped: the {r['form']} form (the lower cross-fitted Brier score), refitted on every pair; "
-              f"the line at relevance **{r['shipped']['threshold']}**.", "",
-              f"| predicted ({r['form']}, cross-fitted) | pairs | observed |", "|---|---:|---:|"]
+    q, g, i = r["query_lines"]["cross_fitted"], r["gallery_weighted"], r["in_sample"]
+    lines += ["", f"Shipped: the {r['form']} form (the lowest cross-fitted Brier score), refitted on every pair (AUC "
+              f"{i['auc']}: the score's own order); the line at relevance **{r['shipped']['threshold']}**, the highest "
+              f"under which at most {r['line_miss']} of the judged matches fall. Per query (cross-fitted): the line "
+              f"falls on {q['line_on_them']} of the {q['queries_top_match']} queries whose top photo is a match, and "
+              f"on {q['queries_no_match_in_top4'] - q['line_missing_on_them']} of the "
+              f"{q['queries_no_match_in_top4']} whose judged top photos (ranks 1, 2, 4) hold none. Weighted to each "
+              f"query's whole ranking (a pair counting for the ranks its sampled rank stands for), "
+              f"{g['cross_fitted']['matches_under']} of the matches and {g['cross_fitted']['clear_non_matches_under']} "
+              f"of the clear non-matches fall under the line (before: {g['before']['matches_under']} and "
+              f"{g['before']['clear_non_matches_under']}).", ""]
+    for name, o in r.get("other_rounds", {}).items():
+        m = o["shipped_map_on_its_labels"]
+        lines += [f"Against {name}'s labels (readers {', '.join(o['readers'])}, {o['matches']} matches; match agreement "
+                  f"with {r['round']} {o['match_agreement_with_' + r['round']]}), the shipped map reads ECE {m['ece']}, "
+                  f"{m['matches_under']} of the matches and {m['clear_non_matches_under']} of the clear non-matches "
+                  "under the line.", ""]
+    lines += [f"| predicted ({r['form']}, cross-fitted) | pairs | observed |", "|---|---:|---:|"]
     lines += [f"| {x['predicted']} | {x['pairs']} | {x['observed']} |" for x in c["reliability"]]
     lines += ["", f"Reproduce: `{r['command']}`", ""]
     return lines

@@ -160,6 +160,23 @@ def line_at(p: np.ndarray, y: np.ndarray) -> float:
     return float(max(ok)) if ok else 0.0
 
 
+# each sampled rank stands for the ranks up to the next one sampled (the random pick: every rank from 100 to 1,000),
+# so that weighting a pair by its span gives each query's whole ranking over the 1,000 val photos
+SPAN = {1: 1, 2: 2, 4: 4, 10: 13, 30: 79}
+RANDOM_SPAN = 901
+
+
+def gallery_weights(pairs: list[dict]) -> np.ndarray:
+    return np.array([SPAN.get(pr["rank"], RANDOM_SPAN) if pr["rank"] < 100 else RANDOM_SPAN for pr in pairs], float)
+
+
+def weighted_line_rates(p: np.ndarray, y: np.ndarray, clear_no: np.ndarray, t, w: np.ndarray) -> dict:
+    """The line's rates over each query's whole ranking (pairs weighted by the ranks they stand for)."""
+    under = p < t
+    return {"matches_under": round(float(np.average(under[y], weights=w[y])), 4),
+            "clear_non_matches_under": round(float(np.average(under[clear_no], weights=w[clear_no])), 4)}
+
+
 def line_rates(p: np.ndarray, y: np.ndarray, clear_no: np.ndarray, t: float) -> dict:
     return {"matches_under": round(float(np.mean(p[y] < t)), 4),
             "clear_non_matches_under": round(float(np.mean(p[clear_no] < t)), 4)}
@@ -168,7 +185,7 @@ def line_rates(p: np.ndarray, y: np.ndarray, clear_no: np.ndarray, t: float) -> 
 def measures(p: np.ndarray, y: np.ndarray, clear_no: np.ndarray, t: float) -> dict:
     e, bins = ece(p, y)
     big = [b for b in bins if b["pairs"] >= 50]
-    return {"ece": round(e, 4), "brier": round(float(np.mean((p - y) ** 2)), 4), "auc": round(auc(p, y), 4),
+    return {"ece": round(e, 4), "brier": round(float(np.mean((p - y) ** 2)), 6), "auc": round(auc(p, y), 4),
             "worst_bin_of_50": round(max((abs(b["predicted"] - b["observed"]) for b in big), default=0.0), 4),
             "line": t, **line_rates(p, y, clear_no, t), "reliability": bins}
 
@@ -267,7 +284,7 @@ def main() -> None:
                          "shipped_map_on_its_labels": {k: v for k, v in measures(model(xs), b >= 3, b <= 1.5, t).items()
                                                        if k != "reliability"}}
     out = {
-        "what": __doc__.split("\n\n", 2)[1].strip(),
+        "what": " ".join(__doc__.split("\n\n")[2].split()),
         "command": "python experiments/relevance_fit.py",
         "round": ROUND, "pairs": len(pairs), "queries": int(len(uq)), **readers_summary(ratings, mean),
         "by_kind": {k: {"pairs": int(sum(pr["kind"] == k for pr in pairs)),
@@ -279,6 +296,12 @@ def main() -> None:
         "line_miss": LINE_MISS,
         "shipped": shipped,
         "in_sample": measures(p_all, y, clear_no, t),
+        "gallery_weighted": {"what": "the line's rates over each query's whole ranking of the 1,000 val photos: a "
+                             "pair weighted by the ranks its sampled rank stands for (1, 2-3, 4-7, 8-20, 21-99, "
+                             "100-1,000)",
+                             "cross_fitted": weighted_line_rates(preds[form], y, clear_no, lines[form],
+                                                                 gallery_weights(pairs)),
+                             "before": weighted_line_rates(p_old, y, clear_no, old.threshold, gallery_weights(pairs))},
         "query_lines": {"cross_fitted": query_lines(pairs, preds[form], y, lines[form]),
                         "in_sample": query_lines(pairs, p_all, y, np.full_like(x, t))},
         "before": {"what": "the map fitted to a caption's own photo among the 1,000 val photos, on the same pairs",

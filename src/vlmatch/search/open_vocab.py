@@ -108,10 +108,11 @@ class Fusion:
 
 @dataclass(frozen=True)
 class Relevance:
-    """A score a person can read: the probability that a photo matches the query, an increasing (isotonic) map of
-    the fused score fitted on Flickr8k val (a match: a caption's own photo; ``scores`` -> ``probabilities`` knots,
-    read by linear interpolation; experiments/results/open_vocab/relevance.json, with its reliability curve);
-    ``threshold``: below it, the best photo is unlikely to match ("no photo matches this well")."""
+    """A score a person can read: the probability that a person calls the photo a match for the query, an increasing
+    map of the fused score fitted on judged Flickr8k val pairs (``scores`` -> ``probabilities`` knots, read by linear
+    interpolation; experiments/relevance_fit.py, experiments/results/open_vocab/relevance.json with its reliability
+    curve); ``threshold``: the relevance under which the best photo is unlikely to match ("no photo matches this
+    well")."""
 
     scores: tuple[float, ...]
     probabilities: tuple[float, ...]
