@@ -144,3 +144,27 @@ def test_projected_concept_columns_are_the_full_ones_on_the_names_leading_direct
     assert torch.allclose(small.photo_vectors(grids), full.photo_vectors(grids) @ basis, atol=1e-5)
     texts = ["a toaster on a kitchen counter", "a red car"]
     assert torch.allclose(small.query_vectors(texts), full.query_vectors(texts) @ basis, atol=1e-5)
+
+
+def test_photo_to_caption_search_reads_the_rankers_columns(photos, tmp_path):
+    """The fusion weighs a query's concept part for text -> photo search; a photo -> caption search ranks the
+    captions by the ranker's columns alone (with the concept part, each caption's own weight would rank them by
+    their share of unseen words: image -> text R@1 on Flickr8k val fell from 38.2 to 16.1)."""
+    caps = tmp_path / "caps.txt"
+    caps.write_text("a red ball on the grass\na blue sky over a field\ntwo shapes on a green lawn\n"
+                    "a kitchen with a stove and a zebra\n")
+    idx = tmp_path / "idx"
+    vlmatch("index", "build", "--images", str(photos), "--captions", str(caps), "--out", str(idx), "--no-progress")
+    from vlmatch import Index
+
+    index = Index.open(idx)
+    photo = sorted(photos.iterdir())[0]
+    hits = index.search_image(str(photo), k=4)
+    _, q = index.encode_image(str(photo))
+    d = index.stage1_source.open_vocab.dim
+    stored = np.asarray(index.captions.stage1.vectors, dtype=np.float32)
+    want = stored[:, :-d] @ q[0, :-d]
+    assert len(hits) == 4
+    for h in hits:
+        assert h.score == pytest.approx(float(want[h.id]), abs=2e-3)  # float16 store
+    assert [h.id for h in hits] == list(np.argsort(-want, kind="stable"))

@@ -282,6 +282,9 @@ class Index:
         kk, cand = _sizes(k, candidates, len(coll))
         t0 = time.perf_counter()
         img, q = self.encode_image(image)
+        ov = self.stage1_source.open_vocab
+        if ov is not None:  # the fusion weighs each query's concept part for text -> photo; across captions that
+            q[:, -ov.dim:] = 0  # weight would rank captions by their unseen words: photo -> caption reads the ranker's
         t1 = time.perf_counter()
         s1, rows = coll.search(q, cand)
         t2 = time.perf_counter()
