@@ -395,6 +395,11 @@ def ship_staged(model, name: str, features_dir: Path, full: dict):
     """The float16 folder of ``model`` written and gated in a staging folder beside the shipped one, then
     swapped in; a failed gate leaves the shipped folder (which the registry names) as it was.
     (out, config, checksums SHA-256, val scores, val metrics of the float16 copy)."""
+    from vlmatch.names import name_problem
+
+    problem = name_problem(name)
+    if problem:  # weights/<name> is replaced whole: "..", "a/b" or "." would replace another folder
+        sys.exit(f"release/ship.py: --name must be a shipped model's name (one folder name): it {problem}")
     out = PRETRAINED / "weights" / name
     stage = out.with_name(f".{name}.staging")
     shutil.rmtree(stage, ignore_errors=True)
@@ -435,7 +440,12 @@ def ship(a) -> None:
 
     from vlmatch import load_model, pretrained
     from vlmatch.io import write_json
+    from vlmatch.names import name_problem
 
+    for option, value in (("--run", a.run), ("--name", a.name), ("--explainer", a.explainer)):
+        problem = None if value is None else name_problem(value)
+        if problem:  # each becomes one folder or file name (runs/RUN, weights/NAME, grounding/ROW.json)
+            sys.exit(f"release/ship.py: {option} must be one folder or file name: it {problem}")
     best = runs_dir() / a.run / "best"
     need_run(best)
     record = json.loads((EXPERIMENTS / "flickr8k" / f"{a.run}.json").read_text())
