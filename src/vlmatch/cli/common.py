@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from contextlib import contextmanager, redirect_stdout
 
 DATA_HELP = ("a precomp folder, or 'toyworld' for the bundled synthetic data (generated on first use into "
              "$VLMATCH_CACHE/toyworld, default ~/.cache/vlmatch/toyworld)")
@@ -143,3 +144,50 @@ def _since_start() -> float | None:
         return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return None
+
+
+# `--json -`: the JSON on standard output, alone (what the command prints otherwise goes to standard error), so
+# `vlmatch search ... --json - | jq` reads one document; any other value is a file, written atomically where it is a
+# regular one, in place where it is special (/dev/stdout, a FIFO, a device: vlmatch.io.atomic_path)
+STDOUT = "-"
+_json_stdout = None  # the standard output main() set aside for the JSON while the command runs
+
+
+def check_json_out(path) -> None:
+    """``--json PATH`` checked before any work (:func:`vlmatch.io.check_writable`); ``-`` is standard output."""
+    from ..io import check_writable
+
+    if path is not None and str(path) != STDOUT:
+        check_writable(path)
+
+
+def write_json_out(path, obj) -> None:
+    """Write ``obj`` as the JSON of ``--json PATH``: to standard output for ``-``, else to the file."""
+    import json
+    import sys
+
+    from ..io import write_json
+
+    if str(path) == STDOUT:
+        stream = _json_stdout or sys.stdout
+        stream.write(json.dumps(obj, indent=2) + "\n")
+        stream.flush()
+    else:
+        write_json(path, obj)
+
+
+@contextmanager
+def json_on_stdout(path):
+    """While a command runs with ``--json -``: its own prints go to standard error, standard output is the JSON's."""
+    import sys
+
+    global _json_stdout
+    if path is None or str(path) != STDOUT or isinstance(path, bool):
+        yield
+        return
+    _json_stdout = sys.stdout
+    try:
+        with redirect_stdout(sys.stderr):
+            yield
+    finally:
+        _json_stdout = None

@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 from ..errors import ConfigError, DataError
-from .common import Phases, add_backend_args, checkpoint_arg, milvus_location, open_index, utf8_text
+from .common import (
+    Phases,
+    add_backend_args,
+    check_json_out,
+    checkpoint_arg,
+    milvus_location,
+    open_index,
+    utf8_text,
+    write_json_out,
+)
 
 # evaluation.explainers.METHODS, spelled out so the parser imports no torch (tests/cli/test_cold_start.py keeps
 # the two equal)
@@ -24,7 +33,7 @@ def add_parser(sub):
     p.add_argument("--index", help="index folder (with --id)")
     p.add_argument("--text", required=True, help="the caption")
     p.add_argument("--out", required=True, help="PNG to write")
-    p.add_argument("--json", metavar="OUT", help="also write the raw weights as JSON")
+    p.add_argument("--json", metavar="OUT", help="also write the raw weights as JSON (- for standard output)")
     p.add_argument("--method", choices=METHODS,
                    help="how the maps are made: attention (the model's own weights), contribution (the exact share of "
                         "each position in the score), gradient (gradient x input), occlusion (score drop with each "
@@ -57,16 +66,15 @@ def cmd_explain(a):
         from ..features.photo import load_image
         from ..features.provenance import check_backbone, checkpoint_backbone, resolve_backbone
         from ..features.views import mirror_pixels
-        from ..io import check_writable, write_json
+        from ..io import check_writable
         from ..models.registry import load_model
         from ..viz.attention import explain_pair
         from ..viz.heatmap import render
 
     if not utf8_text(a.text, "--text").strip():
         raise ConfigError("--text is empty: give the caption whose words to explain")
-    for out in (a.out, a.json):  # before any work, not after it
-        if out:
-            check_writable(out)
+    check_writable(a.out)  # before any work, not after it
+    check_json_out(a.json)
     if a.id is not None:
         explain_indexed(a, phases)
         phases.report()
@@ -99,7 +107,7 @@ def cmd_explain(a):
     with phases("render"):
         render(att, a.image, a.out, boxes=boxes, all_words=a.all_words)
     if a.json:
-        write_json(a.json, {"model": str(a.model), "text": a.text, **att.to_dict()})
+        write_json_out(a.json, {"model": str(a.model), "text": a.text, **att.to_dict()})
     print(f"{a.out}: {_drawn(att, a.all_words)} {method} maps, score {att.score:.4f}{_mirrored(att)}")
     phases.report()
 
@@ -117,7 +125,6 @@ def _mirrored(att) -> str:
 
 def explain_indexed(a, phases=None):
     """The heat map of indexed photo ``--id`` from its stored encoding (a folder index or a Milvus one)."""
-    from ..io import write_json
     from ..viz.heatmap import render
 
     if a.image is not None or a.model is not None or a.boxes is not None:
@@ -132,7 +139,7 @@ def explain_indexed(a, phases=None):
     with phases("render"):
         render(att, att.image, a.out, all_words=a.all_words)
     if a.json:
-        write_json(a.json, {"index": str(idx.root), "id": a.id, "text": a.text, **att.to_dict()})
+        write_json_out(a.json, {"index": str(idx.root), "id": a.id, "text": a.text, **att.to_dict()})
     from ..search.service.service import maps_show
 
     ov = getattr(idx.stage1_source, "open_vocab", None) is not None
