@@ -11,6 +11,7 @@ from .common import (
     milvus_location,
     open_index,
     utf8_text,
+    visible_text,
     write_json_out,
 )
 
@@ -71,8 +72,7 @@ def cmd_explain(a):
         from ..viz.attention import explain_pair
         from ..viz.heatmap import render
 
-    if not utf8_text(a.text, "--text").strip():
-        raise ConfigError("--text is empty: give the caption whose words to explain")
+    visible_text(utf8_text(a.text, "--text"), "--text")
     check_writable(a.out)  # before any work, not after it
     check_json_out(a.json)
     if a.id is not None:
@@ -104,12 +104,43 @@ def cmd_explain(a):
     with phases("explain"):
         att = explain_pair(model, views[0], a.text, method, a.phrase, mirror_features=views[1] if mirror else None)
     att.grid, att.image = bb.info.grid, str(a.image)
+    say_text(att, model, a.text, a.all_words)
     with phases("render"):
         render(att, a.image, a.out, boxes=boxes, all_words=a.all_words)
     if a.json:
         write_json_out(a.json, {"model": str(a.model), "text": a.text, **att.to_dict()})
     print(f"{a.out}: {_drawn(att, a.all_words)} {method} maps, score {att.score:.4f}{_mirrored(att)}")
     phases.report()
+
+
+def say_text(att, model, text: str, all_words: bool) -> None:
+    """Before a PNG is written: refuse a text the model read none of (emoji, a script its tokenizer does not know:
+    only unknown tokens, nothing to draw), and say in one line each where the model cut the text short and which
+    words no installed font can draw (their panels are labelled by code point)."""
+    import sys
+
+    from ..io import printable
+    from ..viz.attention import truncation
+    from ..viz.fonts import undrawable
+    from ..viz.words import is_special, shown_columns
+
+    shown = shown_columns(att.words, all_words)
+    if not shown:
+        unknown = sorted({w for w in att.words if is_special(w)} - {"[CLS]", "[SEP]", "<start>", "<end>"})
+        raise ConfigError(f"--text {printable(text[:40], controls=True)!r}: the model reads none of its words (its "
+                          f"tokenizer made only {', '.join(unknown) or 'special tokens'} of it): nothing to draw; give "
+                          "the words in the language it was trained on (English)")
+    cut = truncation(model, text) if model is not None else None
+    if cut is not None:
+        last = next((w for w in reversed(att.words) if not is_special(w)), "")
+        print(f"vlmatch: note: --text is {cut[0]} tokens; the model reads its first {cut[1]} (up to {last!r}), the "
+              "rest is neither scored nor drawn", file=sys.stderr)
+    missing = undrawable([att.words[j] for j in shown])
+    if missing:
+        print(f"vlmatch: note: no installed font draws {len(missing)} word(s) "
+              f"({', '.join(repr(w) for w in missing[:5])}{' ...' if len(missing) > 5 else ''}): their panels are "
+              "labelled by code point (U+XXXX); install a font that has them (e.g. Noto Sans CJK) to see the words",
+              file=sys.stderr)
 
 
 def _drawn(att, all_words: bool) -> str:
@@ -136,6 +167,7 @@ def explain_indexed(a, phases=None):
         att = idx.explain(a.id, a.text, a.method, tuple(a.phrase), mirror=a.mirror)
     if not att.grid:
         raise ConfigError(f"{idx.root}: no image grid is known (built from features without a backbone)")
+    say_text(att, getattr(idx, "model", None), a.text, a.all_words)
     with phases("render"):
         render(att, att.image, a.out, all_words=a.all_words)
     if a.json:
