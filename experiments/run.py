@@ -91,6 +91,9 @@ def run_recipe(recipe: Path, results: Path, runs: Path = RUNS, shared: Path | No
     name = rec["name"]
     make_data(cfg, rec, shared)
     run_dir = runs / name
+    if run_dir.resolve().parent != runs.resolve():  # replaced whole below: never a folder outside --runs
+        raise VlmatchError(f"{recipe}: recipe.name {name!r}: {run_dir} resolves to {run_dir.resolve()}, outside "
+                           f"the runs folder {runs}; not replaced")
     best = train(cfg, run_dir, overwrite=True, progress=progress)  # a recipe run again replaces its run folder
     if rec.get("calibration"):
         subprocess.run([sys.executable, str(HERE / "calibration.py"), "--model", name, *rec["calibration"]], check=True)

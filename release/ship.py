@@ -310,24 +310,34 @@ def set_held_out(name: str) -> None:
     write_json(PRETRAINED / "registry.json", [dataclasses.asdict(e) for e in reg])
 
 
-def reseal(folder: Path, calibration: Path | None = None) -> str:
-    """``folder`` in the current checkpoint format: config.json's format, its calibration (or the one in
-    ``calibration``, kept apart until it ships) bound to its weights, sealed again; the weights and every
-    other file unchanged. Returns the SHA-256 of the new checksums.json."""
+def check_resealable(folder: Path) -> None:
+    """Exit in one line unless ``folder`` is whole as it was shipped: sealed and every file matching its
+    checksums.json, or saved by an older vlmatch (no format, nothing format 2 writes) with its weights matching
+    config.json. A folder saved sealed that lost its seal, or whose format was removed (a downgrade), is refused:
+    sealing it again would bless whatever was changed in it since."""
     from vlmatch.checkpoints.read import verify_sealed
-    from vlmatch.checkpoints.seal import CHECKPOINT_FORMAT, seal_checkpoint
     from vlmatch.errors import VlmatchError
-    from vlmatch.io import write_json
-    from vlmatch.models.calibration import RECORD, bind_calibration
     from vlmatch.weights import sha256_file
 
-    try:  # it is whole as it was shipped (a folder saved sealed that lost its seal is refused): nothing is sealed that
-        verify_sealed(folder)  # was not
+    try:
+        verify_sealed(folder)
     except VlmatchError as e:  # the checkpoint's own one-line error
         sys.exit(f"not resealed: {e}")
     cfg = json.loads((folder / "config.json").read_text())
     if sha256_file(folder / "model.safetensors") != cfg["weights_sha256"]:
         sys.exit(f"{folder}: model.safetensors does not match config.json's weights_sha256: not resealed")
+
+
+def reseal(folder: Path, calibration: Path | None = None) -> str:
+    """``folder`` in the current checkpoint format: config.json's format, its calibration (or the one in
+    ``calibration``, kept apart until it ships) bound to its weights, sealed again; the weights and every
+    other file unchanged. Returns the SHA-256 of the new checksums.json."""
+    from vlmatch.checkpoints.seal import CHECKPOINT_FORMAT, seal_checkpoint
+    from vlmatch.io import write_json
+    from vlmatch.models.calibration import RECORD, bind_calibration
+
+    check_resealable(folder)  # nothing is sealed that was not
+    cfg = json.loads((folder / "config.json").read_text())
     write_json(folder / "config.json", {**cfg, "format": CHECKPOINT_FORMAT})
     for d in (folder, calibration):
         if d is not None and (d / RECORD).is_file():
@@ -336,9 +346,13 @@ def reseal(folder: Path, calibration: Path | None = None) -> str:
 
 
 def reseal_all() -> None:
+    """Every shipped folder resealed (:func:`reseal`) and the registry's checksums_sha256 written again; every
+    folder is checked first, so one that may not be resealed leaves all of them, and the registry, as they were."""
     from vlmatch import pretrained
     from vlmatch.io import write_json
 
+    for e in pretrained.entries():
+        check_resealable(e.folder)
     reg = []
     for e in pretrained.entries():
         reg.append(dataclasses.replace(e, checksums_sha256=reseal(e.folder)))
@@ -395,6 +409,11 @@ def ship_staged(model, name: str, features_dir: Path, full: dict):
     """The float16 folder of ``model`` written and gated in a staging folder beside the shipped one, then
     swapped in; a failed gate leaves the shipped folder (which the registry names) as it was.
     (out, config, checksums SHA-256, val scores, val metrics of the float16 copy)."""
+    from vlmatch.names import name_problem
+
+    problem = name_problem(name)
+    if problem:  # weights/<name> is replaced whole: "..", "a/b" or "." would replace another folder
+        sys.exit(f"release/ship.py: --name must be a shipped model's name (one folder name): it {problem}")
     out = PRETRAINED / "weights" / name
     stage = out.with_name(f".{name}.staging")
     shutil.rmtree(stage, ignore_errors=True)
@@ -435,7 +454,12 @@ def ship(a) -> None:
 
     from vlmatch import load_model, pretrained
     from vlmatch.io import write_json
+    from vlmatch.names import name_problem
 
+    for option, value in (("--run", a.run), ("--name", a.name), ("--explainer", a.explainer)):
+        problem = None if value is None else name_problem(value)
+        if problem:  # each becomes one folder or file name (runs/RUN, weights/NAME, grounding/ROW.json)
+            sys.exit(f"release/ship.py: {option} must be one folder or file name: it {problem}")
     best = runs_dir() / a.run / "best"
     need_run(best)
     record = json.loads((EXPERIMENTS / "flickr8k" / f"{a.run}.json").read_text())

@@ -122,3 +122,15 @@ def test_files_and_folders_follow_the_users_umask(tmp_path, umask):
         assert mode(d) == 0o777 & ~umask, d
     for f in ("last/optimizer.safetensors", "last/model.safetensors", "last/config.json", "config.yaml"):
         assert mode(tmp_path / "run" / f) == 0o666 & ~umask, f
+
+
+def test_a_link_to_a_regular_file_stays_a_link_and_its_target_is_replaced(tmp_path):
+    from vlmatch.io import is_special, write_text
+
+    (tmp_path / "target.json").write_text("old")
+    (tmp_path / "link.json").symlink_to(tmp_path / "target.json")
+    write_text(tmp_path / "link.json", "new")
+    assert (tmp_path / "link.json").is_symlink() and (tmp_path / "target.json").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "target.json"]
+    assert not is_special(tmp_path / "target.json") and not is_special(tmp_path / "new.json")
+    assert is_special("/dev/stdout") and is_special("/proc/self/fd/1")

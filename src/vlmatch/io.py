@@ -26,6 +26,7 @@ One writer per folder at a time.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -60,14 +61,40 @@ def fsync_path(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
+def is_special(path: str | os.PathLike) -> bool:
+    """Whether ``path`` names something a rename must never replace, so it is written in place: a device, a FIFO
+    or a socket (``/dev/full``, ``/dev/null``, a named pipe a reader waits on), or any name under ``/dev/`` or
+    ``/proc/`` (``/dev/stdout``, a link to the process's own output, whatever that output is)."""
+    import stat
+
+    if str(Path(path).absolute()).startswith(("/dev/", "/proc/")):
+        return True
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # not there (yet): a new regular file
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; on success fsync it and rename it onto ``path``."""
+    """Yield a temporary path beside ``path``; on success fsync it and rename it onto ``path``. A special file
+    (:func:`is_special`: a device, a FIFO, ``/dev/stdout``) is yielded itself and written in place, never
+    replaced; a link to a regular file keeps its link (its target is replaced). A write that fails (a full disk,
+    ``/dev/full``) is a DataError naming ``path``; the old file is left as it was."""
+    from .errors import DataError
+
     path = Path(path)
     if path.is_dir():
-        from .errors import DataError
-
         raise DataError(path, "is a folder; give a file name")
+    if is_special(path):
+        try:
+            yield path
+        except OSError as e:
+            raise DataError(path, f"could not be written: {e.strerror or e}") from None
+        return
+    if path.is_symlink():  # the link stays a link: its target is written
+        path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
         tmp = _temp_name(path)
@@ -77,9 +104,14 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         except FileExistsError:  # pragma: no cover - 48 random bits
             continue
     try:
-        yield tmp
-        fsync_path(tmp)
-        os.replace(tmp, path)
+        try:
+            yield tmp
+            fsync_path(tmp)
+            os.replace(tmp, path)
+        except OSError as e:  # ENOSPC, EDQUOT, EIO: named, the old file untouched
+            raise DataError(path, f"could not be written: {e.strerror or e}"
+                                  + (" (the disk is full); the old file, if any, is as it was"
+                                     if e.errno in (errno.ENOSPC, errno.EDQUOT) else "")) from None
         fsync_path(path.parent)
     finally:
         if tmp.exists():
@@ -93,6 +125,10 @@ def check_writable(path: str | os.PathLike) -> None:
     path = Path(path)
     if path.is_dir():
         raise DataError(path, "is a folder; give a file name")
+    if is_special(path) and os.path.exists(path):  # written in place: it must take writes, nothing else
+        if not os.access(path, os.W_OK):
+            raise DataError(path, "cannot be written: no permission")
+        return
     parent = path.parent
     while not parent.exists():
         parent = parent.parent

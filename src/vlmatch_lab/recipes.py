@@ -25,6 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from vlmatch.errors import DataError
+from vlmatch.names import name_problem
 from vlmatch.training.config import PATHS, RECIPE, load_config, read_yaml_file  # PATHS: a config's folders and files
 
 from .paths import expand
@@ -49,16 +50,23 @@ def read_recipe(path: str | Path) -> tuple[dict, dict]:
     unknown = set(rec) - KEYS
     if unknown:
         raise DataError(path, f"{RECIPE}: unknown key(s) {sorted(unknown)}; known: {sorted(KEYS)}")
-    if not isinstance(rec.get("name"), str) or not rec["name"] or "/" in rec["name"]:
-        raise DataError(path, f"{RECIPE}.name must be a run name (no '/'), got {rec.get('name')!r}")
+    problem = name_problem(rec.get("name"))
+    if problem:  # it becomes runs/<name>, replaced whole by a run: "." or ".." would be the runs folder or its parent
+        raise DataError(path, f"{RECIPE}.name must be a run name (one folder name): it {problem}")
     if rec.get("data") not in DATA:
         raise DataError(path, f"{RECIPE}.data must be one of {', '.join(DATA)}, got {rec.get('data')!r}")
     if rec["data"] == "flickr8k":
         feats = rec.get("features")
+        size = feats.get("input_size") if isinstance(feats, dict) else None
         if not (isinstance(feats, dict) and isinstance(feats.get("backbone"), str)
-                and isinstance(feats.get("input_size"), int)):
+                and isinstance(size, int) and not isinstance(size, bool) and size > 0):
             raise DataError(path, f"{RECIPE}.features must be {{backbone: NAME, input_size: PIXELS}} for flickr8k data, "
                                   f"got {feats!r}")
+        from vlmatch.features.backbones import BACKBONES
+
+        if feats["backbone"] not in BACKBONES:  # named before data.path, which is derived from it
+            raise DataError(path, f"{RECIPE}.features.backbone: unknown backbone {feats['backbone']!r}; available: "
+                                  f"{', '.join(BACKBONES)}")
     if rec["data"] == "toyworld" and not isinstance(rec.get("world", {}), dict):
         raise DataError(path, f"{RECIPE}.world must be a mapping of ToyWorldConfig fields, got {rec['world']!r}")
     if rec.get("calibration") is not None and not (isinstance(rec["calibration"], list)
@@ -68,6 +76,8 @@ def read_recipe(path: str | Path) -> tuple[dict, dict]:
     if ship is not None and not (isinstance(ship, dict) and {"name", "role"} <= set(ship) and set(ship) <= SHIP_KEYS):
         raise DataError(path, f"{RECIPE}.ship must hold name and role (and any of {sorted(SHIP_KEYS - {'name', 'role'})})"
                               f", got {ship!r}")
+    if ship is not None:
+        check_ship(path, ship)
     for c in (ship or {}).get("selected") or []:
         listed = (isinstance(c, dict) and set(c) == {"what", "among", "by"} and isinstance(c["among"], list)
                   and len(c["among"]) >= 2 and rec["name"] in c["among"] and c["by"] in BY)
@@ -88,6 +98,36 @@ def read_recipe(path: str | Path) -> tuple[dict, dict]:
     if rec.get("calibration"):
         rec = {**rec, "calibration": [expand(x) for x in rec["calibration"]]}
     return cfg, rec
+
+
+ROLES = ("retriever", "rescorer")  # release/ship.py --role
+PAIR_SCORES = ("model", "mean")  # release/ship.py --pair-score
+FLAGS = ("default", "default_explainer")  # true or false
+
+
+def check_ship(path: Path, ship: dict) -> None:
+    """A recipe's ``ship`` section, each field as release/ship.py's option of the same name takes it: ``name`` and
+    ``explainer`` (a grounding row of experiments/results/grounding/) one folder or file name each, ``role`` and
+    ``pair_score`` one of their choices, ``default`` and ``default_explainer`` true or false, ``notes`` text. A
+    problem raises :class:`DataError` naming the file and the field."""
+    def bad(key, problem):
+        return DataError(path, f"{RECIPE}.ship.{key} {problem}")
+
+    for key in ("name", "explainer"):
+        if key in ship and (key == "name" or ship[key] is not None):
+            problem = name_problem(ship[key])
+            if problem:
+                what = "a shipped model's name (pretrained:NAME: one folder name)" if key == "name" else \
+                    "a grounding row's name (experiments/results/grounding/ROW.json: one file name)"
+                raise bad(key, f"must be {what}: it {problem}")
+    for key, choices in (("role", ROLES), ("pair_score", PAIR_SCORES)):
+        if key in ship and ship[key] not in choices:
+            raise bad(key, f"must be one of {', '.join(choices)}, got {ship[key]!r}")
+    for key in FLAGS:
+        if key in ship and not isinstance(ship[key], bool):
+            raise bad(key, f"must be true or false, got {ship[key]!r}")
+    if "notes" in ship and not isinstance(ship["notes"], str):
+        raise bad("notes", f"must be text, got {type(ship['notes']).__name__} {str(ship['notes'])[:40]!r}")
 
 
 def features_of_recipe(rec: dict) -> tuple[str, int] | None:

@@ -159,8 +159,8 @@ def test_a_foreign_calibration_with_checksums_recomputed_is_refused_and_not_seal
         load_model(ck)
     assert "\n" not in str(e.value)
     (ck / CHECKSUMS).unlink()
-    assert main(["seal", str(ck)]) == 2  # `vlmatch seal` refuses it too
-    assert "fitted for other weights" in capsys.readouterr().err
+    assert main(["seal", str(ck)]) == 2  # `vlmatch seal` refuses it too: saved sealed, it is never sealed again
+    assert "has no checksums.json, but its config.json says format 2" in capsys.readouterr().err
     assert not (ck / CHECKSUMS).exists()
 
 

@@ -56,3 +56,42 @@ def test_a_failed_float16_gate_leaves_the_shipped_folder_in_place(tmp_path, monk
     ship.ship_staged(None, "m", tmp_path, {"rsum": 300.2})  # a gate passed: swapped in whole
     assert (out / "model.safetensors").read_bytes() == b"new weights" and not stage.exists()
     assert sorted(p.name for p in out.parent.iterdir()) == ["m"]
+
+
+SHIPPED_RECIPE = ROOT / "experiments" / "recipes" / "pretrained" / "vsepp-lite2-320-grounded-f8k.yaml"
+BAD_SHIP = {"role": ("role", "king", "recipe.ship.role must be one of retriever, rescorer, got 'king'"),
+            "name_number": ("name", 7, "recipe.ship.name must be a shipped model's name (pretrained:NAME: one folder "
+                                       "name): it must be a string, not int 7"),
+            "name_traversal": ("name", "../../../../outside", "recipe.ship.name must be a shipped model's name"),
+            "pair_score": ("pair_score", "median", "recipe.ship.pair_score must be one of model, mean, got 'median'"),
+            "default": ("default", "yes", "recipe.ship.default must be true or false, got 'yes'"),
+            "notes": ("notes", ["weak on", "indoor scenes"], "recipe.ship.notes must be text, got list"),
+            "explainer": ("explainer", "../../x", "recipe.ship.explainer must be a grounding row's name")}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SHIP))
+def test_a_bad_ship_section_is_one_line_naming_its_field_before_any_run_is_looked_for(tmp_path, case):
+    import yaml
+
+    key, value, says = BAD_SHIP[case]
+    raw = yaml.safe_load(SHIPPED_RECIPE.read_text())
+    raw["recipe"]["ship"][key] = value
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump(raw))
+    r = _ship("--recipe", recipe)
+    err = r.stderr.strip()
+    assert r.returncode != 0 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert str(recipe) in err and says in err, err
+    assert "no such run" not in err and not (tmp_path / "outside").exists()
+
+
+def test_ship_staged_refuses_a_name_that_is_not_one_folder_name(tmp_path, monkeypatch):
+    ship = load_script("ship", "release_ship_names")
+    monkeypatch.setattr(ship, "PRETRAINED", tmp_path / "pretrained")
+    (tmp_path / "pretrained" / "weights").mkdir(parents=True)
+    (tmp_path / "pretrained" / "registry.json").write_text("[]")
+    monkeypatch.setattr(ship, "stage_float16", lambda *a: pytest.fail("staged a folder for a bad name"))
+    for name in ("..", ".", "../../outside", "a\nb", "x" * 300):
+        with pytest.raises(SystemExit, match=r"--name must be a shipped model's name \(one folder name\)"):
+            ship.ship_staged(None, name, tmp_path, {"rsum": 1.0})
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["pretrained", "registry.json", "weights"]

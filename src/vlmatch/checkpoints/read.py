@@ -37,7 +37,7 @@ from pathlib import Path
 
 from ..errors import DataError
 from ..io import complete_dir, read_json
-from .seal import CHECKSUMS, missing_seal, sealed_format, verify_checkpoint
+from .seal import CHECKSUMS, unsealed_problem, verify_checkpoint
 
 # "prefix:" -> a function giving the checkpoint folder a name stands for (vlmatch.pretrained registers
 # "pretrained:"); kept as a hook so this layer never imports the layers above it
@@ -223,11 +223,11 @@ def read_vocab(path):
     return _VOCABS[key]
 
 
-def finish_model(ck: Checkpoint, model, note_unsealed: bool = True, allow_unsealed: bool = False):
-    """Step 5: vocabulary, the model's own files, the sealed file list. A folder saved sealed (config.json's
-    format) without its checksums.json is refused unless ``allow_unsealed`` (``vlmatch seal``, which checks
-    the rest and seals it again). The caller attaches the calibration next (it must name these weights,
-    whatever the seal says: ``registry.load_model``)."""
+def finish_model(ck: Checkpoint, model, note_unsealed: bool = True):
+    """Step 5: vocabulary, the model's own files, the sealed file list. A folder without checksums.json that
+    is not an older save (saved sealed, or its format removed since: :func:`.seal.unsealed_problem`) is refused.
+    The caller attaches the calibration next (it must name these weights, whatever the seal says:
+    ``registry.load_model``)."""
     d = ck.folder
     if (d / "vocab.json").is_file():
         model.vocab = read_vocab(d / "vocab.json")
@@ -238,11 +238,11 @@ def finish_model(ck: Checkpoint, model, note_unsealed: bool = True, allow_unseal
     model.load_extra(d)  # (its text encoder's record: the encoder it names must be the one installed)
     # every file against checksums.json (the checks above name what does not make sense; this, what was
     # changed, removed or copied in since the save), before the calibration is attached
-    sealed = sealed_format(ck.config)
     if verify_checkpoint(d, known={"model.safetensors": ck.weights_sha256}) is None:
-        if sealed and not allow_unsealed:
-            raise missing_seal(d, ck.config)
-        if note_unsealed and not sealed:
+        problem = unsealed_problem(d, ck.config)
+        if problem is not None:
+            raise problem
+        if note_unsealed:
             _unsealed(d)
     return model
 
@@ -250,13 +250,13 @@ def finish_model(ck: Checkpoint, model, note_unsealed: bool = True, allow_unseal
 def verify_sealed(folder) -> dict[str, str] | None:
     """Every file of the checkpoint folder ``folder`` against its checksums.json (:func:`.seal.verify_checkpoint`);
     a folder saved sealed (its config.json's format) but found without one is refused in one line naming it
-    (:func:`.seal.missing_seal`). None only for a folder saved before vlmatch sealed them (its weights are still
-    checked against config.json as they load)."""
+    (:func:`.seal.missing_seal`), and so is one whose format was removed (:func:`.seal.unsealed_problem`). None only
+    for a folder saved before vlmatch sealed them (its weights are still checked against config.json as they load)."""
     files = verify_checkpoint(folder)
     if files is None:
-        config = read_config_json(Path(folder) / "config.json")
-        if sealed_format(config):
-            raise missing_seal(folder, config)
+        problem = unsealed_problem(folder, read_config_json(Path(folder) / "config.json"))
+        if problem is not None:
+            raise problem
     return files
 
 

@@ -10,7 +10,9 @@ files, an interrupted write's temporaries) are never read by a load and are not 
 A folder whose ``config.json`` says it was saved sealed (``format`` 2) but that has no ``checksums.json`` lost a
 part since: it is refused in one line naming the folder (:func:`missing_seal`), by a load, a resume and
 ``init_from`` alike (:mod:`vlmatch.checkpoints.read`). Only a folder saved before vlmatch sealed them (no format
-recorded) is read without one (``load_model`` says so in a note); its weights are still checked against config.json.
+recorded, and none of what format 2 writes: :func:`unsealed_problem`) is read without one (``load_model`` says so in
+a note; ``vlmatch seal`` records it); its weights are still checked against config.json. A folder saved sealed is never
+sealed again by hand: a part changed since cannot be told from a change of the user's own.
 """
 
 from __future__ import annotations
@@ -56,10 +58,48 @@ def checkpoint_files(folder: Path) -> list[str]:
 
 def missing_seal(folder, config: dict) -> DataError:
     """The error for ``folder``, saved sealed (its config.json, ``config``, says so) but found without its
-    checksums.json: one line naming the folder."""
+    checksums.json: one line naming the folder. (Not sealed again: nothing would tell a change of the user's own
+    from a part edited or swapped in since.)"""
     return DataError(folder, f"has no {CHECKSUMS}, but its config.json says format {checkpoint_format(config)} (saved "
-                             f"sealed): a part was removed or replaced since; restore the checkpoint whole, or `vlmatch "
-                             f"seal {folder}` if you changed it yourself")
+                             "sealed): a part was removed or replaced since; restore the checkpoint whole, or save "
+                             "the model again")
+
+
+# what only a sealed-format save writes besides config.json's format: calibration.json's weights_sha256 (the
+# calibration's record; its name is vlmatch.models.calibration.RECORD, a layer above this one)
+CALIBRATION_RECORD = "calibration.json"
+
+
+def sealed_marks(folder) -> list[str]:
+    """What in ``folder`` only a sealed-format save (format 2) writes, config.json's format aside: a calibration.json
+    that records ``weights_sha256``."""
+    path = Path(folder) / CALIBRATION_RECORD
+    if path.is_file():
+        rec = read_json(path)
+        if isinstance(rec, dict) and "weights_sha256" in rec:
+            return [f"{CALIBRATION_RECORD} records weights_sha256"]
+    return []
+
+
+def unsealed_problem(folder, config: dict) -> DataError | None:
+    """Why ``folder``, found without checksums.json, is not a checkpoint saved by an older vlmatch (None when it
+    is one: no ``format`` in its config.json, ``config``, and nothing a sealed-format save writes). A folder saved
+    sealed lost its seal (:func:`missing_seal`); a config.json that records no format beside a part only format 2
+    writes had its format removed (a downgrade, which would load the folder's other files unchecked)."""
+    folder = Path(folder)
+    if sealed_format(config):
+        return missing_seal(folder, config)
+    if isinstance(config, dict) and "format" in config:
+        return DataError(folder / "config.json", f"records format {config['format']!r}, which no vlmatch writes (an "
+                                                 f"older save records none, a sealed one {CHECKPOINT_FORMAT}): the file "
+                                                 "was edited; restore the checkpoint whole")
+    marks = sealed_marks(folder)
+    if marks:
+        return DataError(folder / "config.json", f"records no format (as an older vlmatch saved them), but {marks[0]}, "
+                                                 f"which only format {CHECKPOINT_FORMAT} writes, and the folder has no "
+                                                 f"{CHECKSUMS}: its format was removed since (its other files would "
+                                                 "load unchecked); restore the checkpoint whole")
+    return None
 
 
 def seal_checkpoint(folder) -> str:

@@ -11,7 +11,7 @@ import sys
 
 from ..errors import VlmatchError
 from . import data, evaluate, explain, features, grounding, models, plot, quickstart, search, serve, train
-from .common import DATA_HELP, checkpoint_arg, positive_int
+from .common import DATA_HELP, checkpoint_arg, json_on_stdout, positive_int
 
 __all__ = ["DATA_HELP", "build_parser", "checkpoint_arg", "main", "positive_int"]
 
@@ -72,7 +72,8 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(_negative_values(parser, [x for x in argv if x != "--debug"]))
     try:
-        args.func(args)
+        with json_on_stdout(getattr(args, "json", None)):  # `--json -`: standard output is the JSON's alone
+            args.func(args)
     except KeyboardInterrupt:
         if debug:
             raise

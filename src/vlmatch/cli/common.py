@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from contextlib import contextmanager, redirect_stdout
 
 DATA_HELP = ("a precomp folder, or 'toyworld' for the bundled synthetic data (generated on first use into "
              "$VLMATCH_CACHE/toyworld, default ~/.cache/vlmatch/toyworld)")
@@ -29,6 +30,22 @@ def checkpoint_arg(text: str):
         return str(resolve_checkpoint(text))  # a string, as argparse gives every other path
     except VlmatchError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def visible_text(text: str, name: str) -> str:
+    """``text`` refused (a ConfigError naming ``name``) when it is empty or holds nothing visible: only spaces,
+    zero-width or other invisible characters (U+200B ...), which read as an empty text would."""
+    import unicodedata
+
+    from ..errors import ConfigError
+
+    if not text.strip():
+        raise ConfigError(f"{name} is empty: give the caption whose words to explain")
+    if all(unicodedata.category(ch)[0] in "CZ" for ch in text):
+        kinds = sorted({f"U+{ord(ch):04X}" for ch in text if not ch.isspace()})
+        raise ConfigError(f"{name} holds only invisible characters ({', '.join(kinds[:4])}): give the caption whose "
+                          "words to explain")
+    return text
 
 
 def utf8_text(text: str, name: str) -> str:
@@ -143,3 +160,50 @@ def _since_start() -> float | None:
         return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return None
+
+
+# `--json -`: the JSON on standard output, alone (what the command prints otherwise goes to standard error), so
+# `vlmatch search ... --json - | jq` reads one document; any other value is a file, written atomically where it is a
+# regular one, in place where it is special (/dev/stdout, a FIFO, a device: vlmatch.io.atomic_path)
+STDOUT = "-"
+_json_stdout = None  # the standard output main() set aside for the JSON while the command runs
+
+
+def check_json_out(path) -> None:
+    """``--json PATH`` checked before any work (:func:`vlmatch.io.check_writable`); ``-`` is standard output."""
+    from ..io import check_writable
+
+    if path is not None and str(path) != STDOUT:
+        check_writable(path)
+
+
+def write_json_out(path, obj) -> None:
+    """Write ``obj`` as the JSON of ``--json PATH``: to standard output for ``-``, else to the file."""
+    import json
+    import sys
+
+    from ..io import write_json
+
+    if str(path) == STDOUT:
+        stream = _json_stdout or sys.stdout
+        stream.write(json.dumps(obj, indent=2) + "\n")
+        stream.flush()
+    else:
+        write_json(path, obj)
+
+
+@contextmanager
+def json_on_stdout(path):
+    """While a command runs with ``--json -``: its own prints go to standard error, standard output is the JSON's."""
+    import sys
+
+    global _json_stdout
+    if path is None or str(path) != STDOUT or isinstance(path, bool):
+        yield
+        return
+    _json_stdout = sys.stdout
+    try:
+        with redirect_stdout(sys.stderr):
+            yield
+    finally:
+        _json_stdout = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from ..errors import VlmatchError
-from .common import DATA_HELP, checkpoint_arg, positive_int
+from .common import DATA_HELP, check_json_out, checkpoint_arg, positive_int, write_json_out
 
 
 def _add_evaluate(sub):
@@ -24,7 +24,7 @@ def _add_evaluate(sub):
     p.add_argument("--protocol", default="single", choices=["single", "coco1k5fold", "coco5k"])
     p.add_argument("--max-images", type=positive_int, help="keep the first N images (e.g. 1000 for SCAN's dev)")
     p.add_argument("--save-sims", metavar="FILE.npy", help="save the (ensembled) score matrix")
-    p.add_argument("--json", metavar="PATH", help="write every number as JSON")
+    p.add_argument("--json", metavar="PATH", help="write every number as JSON (- for standard output)")
     p.add_argument("--device", default="auto")
     p.add_argument("--budget-mb", type=float, default=32.0,
                    help="working memory of one scoring block in MiB (default 32: cache-sized); sets the block shape")
@@ -63,13 +63,13 @@ def cmd_evaluate(a):
     from .. import distributed as D
     from ..evaluation.metrics import ensemble, evaluate_protocol, format_table, load_sims
     from ..evaluation.scoring import checkpoint_scores
-    from ..io import check_writable, save_npy, write_json
+    from ..io import check_writable, save_npy
 
     if bool(a.sims) == bool(a.checkpoint):
         raise VlmatchError("evaluate needs exactly one of --sims or --checkpoint")
-    for out in (a.save_sims, a.json):  # before any work, not after the table
-        if out:
-            check_writable(out)
+    if a.save_sims:  # before any work, not after the table
+        check_writable(a.save_sims)
+    check_json_out(a.json)
     if a.top_k:
         return evaluate_two_stage(a)
     if a.sims:
@@ -109,7 +109,7 @@ def cmd_evaluate(a):
     elif a.text_sims or a.text_model:
         raise VlmatchError("--text-sims / --text-model only apply with --rerank")
     if a.json:
-        write_json(a.json, {"sources": sources, **res, **extra})
+        write_json_out(a.json, {"sources": sources, **res, **extra})
 
 
 def evaluate_two_stage(a) -> None:
@@ -119,7 +119,6 @@ def evaluate_two_stage(a) -> None:
     from ..distributed import pick_device
     from ..evaluation.metrics import format_table
     from ..evaluation.validate import validate
-    from ..io import write_json
     from ..models.registry import load_checkpoint
 
     bad = [f for f, on in (("--sims", a.sims), ("--save-sims", a.save_sims), ("--rerank", a.rerank),
@@ -137,7 +136,7 @@ def evaluate_two_stage(a) -> None:
     res = validate(model, split, dev, progress=not a.no_progress, top_k=a.top_k)  # the trainer's two-stage recalls
     print(format_table({f"{a.checkpoint[0]} (top {a.top_k})": res}))
     if a.json:
-        write_json(a.json, {"sources": list(a.checkpoint), "top_k": a.top_k, **res})
+        write_json_out(a.json, {"sources": list(a.checkpoint), "top_k": a.top_k, **res})
 
 
 def run_rerank(a, sims, source, own_model=None) -> dict:
@@ -176,21 +175,21 @@ def _add_rerank(sub):
     p.add_argument("--split", default="test")
     p.add_argument("--max-images", type=int)
     p.add_argument("--device", default="auto")
-    p.add_argument("--json", metavar="OUT", help="write the recalls before and after (both directions) as JSON")
+    p.add_argument("--json", metavar="OUT",
+                   help="write the recalls before and after (both directions) as JSON (- for standard output)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_rerank)
 
 
 def cmd_rerank(a):
     from ..evaluation.metrics import load_sims
-    from ..io import check_writable, write_json
 
     if a.json:
-        check_writable(a.json)  # before any work, not after the tables
+        check_json_out(a.json)  # before any work, not after the tables
     sims = load_sims(a.sims)
     res = run_rerank(a, sims, a.sims)
     if a.json:
-        write_json(a.json, {"sims": a.sims, **res})
+        write_json_out(a.json, {"sims": a.sims, **res})
 
 
 def add_parser(sub):

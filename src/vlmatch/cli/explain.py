@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 from ..errors import ConfigError, DataError
-from .common import Phases, add_backend_args, checkpoint_arg, milvus_location, open_index, utf8_text
+from .common import (
+    Phases,
+    add_backend_args,
+    check_json_out,
+    checkpoint_arg,
+    milvus_location,
+    open_index,
+    utf8_text,
+    visible_text,
+    write_json_out,
+)
 
 # evaluation.explainers.METHODS, spelled out so the parser imports no torch (tests/cli/test_cold_start.py keeps
 # the two equal)
@@ -24,7 +34,7 @@ def add_parser(sub):
     p.add_argument("--index", help="index folder (with --id)")
     p.add_argument("--text", required=True, help="the caption")
     p.add_argument("--out", required=True, help="PNG to write")
-    p.add_argument("--json", metavar="OUT", help="also write the raw weights as JSON")
+    p.add_argument("--json", metavar="OUT", help="also write the raw weights as JSON (- for standard output)")
     p.add_argument("--method", choices=METHODS,
                    help="how the maps are made: attention (the model's own weights), contribution (the exact share of "
                         "each position in the score), gradient (gradient x input), occlusion (score drop with each "
@@ -57,16 +67,14 @@ def cmd_explain(a):
         from ..features.photo import load_image
         from ..features.provenance import check_backbone, checkpoint_backbone, resolve_backbone
         from ..features.views import mirror_pixels
-        from ..io import check_writable, write_json
+        from ..io import check_writable
         from ..models.registry import load_model
         from ..viz.attention import explain_pair
         from ..viz.heatmap import render
 
-    if not utf8_text(a.text, "--text").strip():
-        raise ConfigError("--text is empty: give the caption whose words to explain")
-    for out in (a.out, a.json):  # before any work, not after it
-        if out:
-            check_writable(out)
+    visible_text(utf8_text(a.text, "--text"), "--text")
+    check_writable(a.out)  # before any work, not after it
+    check_json_out(a.json)
     if a.id is not None:
         explain_indexed(a, phases)
         phases.report()
@@ -96,12 +104,43 @@ def cmd_explain(a):
     with phases("explain"):
         att = explain_pair(model, views[0], a.text, method, a.phrase, mirror_features=views[1] if mirror else None)
     att.grid, att.image = bb.info.grid, str(a.image)
+    say_text(att, model, a.text, a.all_words)
     with phases("render"):
         render(att, a.image, a.out, boxes=boxes, all_words=a.all_words)
     if a.json:
-        write_json(a.json, {"model": str(a.model), "text": a.text, **att.to_dict()})
+        write_json_out(a.json, {"model": str(a.model), "text": a.text, **att.to_dict()})
     print(f"{a.out}: {_drawn(att, a.all_words)} {method} maps, score {att.score:.4f}{_mirrored(att)}")
     phases.report()
+
+
+def say_text(att, model, text: str, all_words: bool) -> None:
+    """Before a PNG is written: refuse a text the model read none of (emoji, a script its tokenizer does not know:
+    only unknown tokens, nothing to draw), and say in one line each where the model cut the text short and which
+    words no installed font can draw (their panels are labelled by code point)."""
+    import sys
+
+    from ..io import printable
+    from ..viz.attention import truncation
+    from ..viz.fonts import undrawable
+    from ..viz.words import is_special, shown_columns
+
+    shown = shown_columns(att.words, all_words)
+    if not shown:
+        unknown = sorted({w for w in att.words if is_special(w)} - {"[CLS]", "[SEP]", "<start>", "<end>"})
+        raise ConfigError(f"--text {printable(text[:40], controls=True)!r}: the model reads none of its words (its "
+                          f"tokenizer made only {', '.join(unknown) or 'special tokens'} of it): nothing to draw; give "
+                          "the words in the language it was trained on (English)")
+    cut = truncation(model, text) if model is not None else None
+    if cut is not None:
+        last = next((w for w in reversed(att.words) if not is_special(w)), "")
+        print(f"vlmatch: note: --text is {cut[0]} tokens; the model reads its first {cut[1]} (up to {last!r}), the "
+              "rest is neither scored nor drawn", file=sys.stderr)
+    missing = undrawable([att.words[j] for j in shown])
+    if missing:
+        print(f"vlmatch: note: no installed font draws {len(missing)} word(s) "
+              f"({', '.join(repr(w) for w in missing[:5])}{' ...' if len(missing) > 5 else ''}): their panels are "
+              "labelled by code point (U+XXXX); install a font that has them (e.g. Noto Sans CJK) to see the words",
+              file=sys.stderr)
 
 
 def _drawn(att, all_words: bool) -> str:
@@ -117,7 +156,6 @@ def _mirrored(att) -> str:
 
 def explain_indexed(a, phases=None):
     """The heat map of indexed photo ``--id`` from its stored encoding (a folder index or a Milvus one)."""
-    from ..io import write_json
     from ..viz.heatmap import render
 
     if a.image is not None or a.model is not None or a.boxes is not None:
@@ -129,10 +167,11 @@ def explain_indexed(a, phases=None):
         att = idx.explain(a.id, a.text, a.method, tuple(a.phrase), mirror=a.mirror)
     if not att.grid:
         raise ConfigError(f"{idx.root}: no image grid is known (built from features without a backbone)")
+    say_text(att, getattr(idx, "model", None), a.text, a.all_words)
     with phases("render"):
         render(att, att.image, a.out, all_words=a.all_words)
     if a.json:
-        write_json(a.json, {"index": str(idx.root), "id": a.id, "text": a.text, **att.to_dict()})
+        write_json_out(a.json, {"index": str(idx.root), "id": a.id, "text": a.text, **att.to_dict()})
     from ..search.service.service import maps_show
 
     ov = getattr(idx.stage1_source, "open_vocab", None) is not None

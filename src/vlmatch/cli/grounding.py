@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from ..errors import DataError
-from .common import checkpoint_arg
+from .common import check_json_out, checkpoint_arg, write_json_out
 
 
 def add_parser(sub):
@@ -31,7 +31,7 @@ def add_parser(sub):
                    help="attention/contribution: score each phrase as its own query (default: the sum of its tokens' "
                         "maps in its caption; gradient and occlusion always score the phrase alone)")
     p.add_argument("--max-images", type=int, help="only the first N images of the split")
-    p.add_argument("--json", metavar="OUT", help="also write the results as JSON")
+    p.add_argument("--json", metavar="OUT", help="also write the results as JSON (- for standard output)")
     p.add_argument("--backbone", help="image backbone for a photo folder (default: the one the model was trained on)")
     p.add_argument("--weights", help="local weights file for that backbone")
     add_mirror_arg(p)
@@ -43,11 +43,10 @@ def cmd_grounding(a):
 
     from ..evaluation.explainers import default_method
     from ..evaluation.grounding import format_grounding, pointing_game
-    from ..io import check_writable, write_json
     from ..models.registry import load_model
 
     if a.json:
-        check_writable(a.json)
+        check_json_out(a.json)
     from .explain import recorded_mirror
 
     if a.model is None:
@@ -69,7 +68,7 @@ def cmd_grounding(a):
         print(f"pointing 95 % interval (images resampled with their phrases): {ci[0]:.1f} - {ci[1]:.1f}")
     print(json.dumps({k: v for k, v in res.items() if k != "per_image"}))  # the per-image counts: in --json
     if a.json:
-        write_json(a.json, res)
+        write_json_out(a.json, res)
         print(f"wrote {a.json}", file=sys.stderr)
 
 

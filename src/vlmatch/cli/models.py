@@ -12,8 +12,9 @@ def add_parser(sub):
     t.add_argument("--json", action="store_true", help="print the registry entries as a JSON list")
     t.set_defaults(func=cmd_pretrained)
     s = sub.add_parser("seal", help="record the SHA-256 of every file of a checkpoint saved by an older vlmatch "
-                                    "(checksums.json), after checking that it loads")
-    s.add_argument("checkpoint", help="a checkpoint folder without checksums.json")
+                                    "(checksums.json), after checking that it loads; a folder saved sealed is "
+                                    "never sealed again (restore it whole)")
+    s.add_argument("checkpoint", help="a checkpoint folder saved by an older vlmatch (no format in its config.json)")
     s.set_defaults(func=cmd_seal)
 
 
@@ -57,17 +58,24 @@ def cmd_configs(a):
 def cmd_seal(a):
     from pathlib import Path
 
-    from ..checkpoints.seal import CHECKSUMS, seal_checkpoint, verify_checkpoint
+    from ..checkpoints.read import read_config_json
+    from ..checkpoints.seal import CHECKSUMS, seal_checkpoint, unsealed_problem, verify_checkpoint
     from ..errors import DataError
     from ..models.registry import load_model
 
     d = Path(a.checkpoint)
     if not d.is_dir():
         raise DataError(d, "not a checkpoint folder")
-    if verify_checkpoint(d) is not None:
+    if verify_checkpoint(d) is not None:  # a file that differs from its record is refused there, never sealed over
         print(f"{d} is sealed already: every file matches its {CHECKSUMS}")
         return
+    # only a folder saved by an older vlmatch (no format, nothing a sealed save writes): one saved sealed that lost
+    # its seal, or whose format was removed, may hold a part changed since, which a new seal would bless
+    problem = unsealed_problem(d, read_config_json(d / "config.json"))
+    if problem is not None:
+        raise DataError(problem.path, f"{problem.problem} (`vlmatch seal` records only folders saved by an older "
+                                      "vlmatch)")
     # its weights match config.json, its parts fit the model, its calibration was fitted for these weights
-    load_model(d, allow_unsealed=True, note_unsealed=False)
+    load_model(d, note_unsealed=False)
     seal_checkpoint(d)
     print(f"sealed {d}: wrote {d / CHECKSUMS}")

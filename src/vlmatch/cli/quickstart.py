@@ -12,6 +12,8 @@ import shlex
 import time
 from pathlib import Path
 
+from .common import check_json_out, write_json_out
+
 DEFAULT_MODELS = ("quickstart_vsepp", "quickstart_scan")
 
 
@@ -20,7 +22,7 @@ def add_parser(sub):
                        description="Generate the toy world (cached in $VLMATCH_CACHE/toyworld), train each config "
                                    "into RUN_DIR/<config name>, print the test recalls of each run's best-on-"
                                    "validation checkpoint, where everything was written, and what to try next.")
-    p.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    p.add_argument("--json", metavar="PATH", help="write the results as JSON (- for standard output)")
     p.add_argument("--run-dir", default="runs/quickstart", help="parent of the run folders (default runs/quickstart)")
     p.add_argument("--models", nargs="+", default=None, metavar="CONFIG",
                    help="configs to run (default: quickstart_vsepp quickstart_scan)")
@@ -31,10 +33,9 @@ def add_parser(sub):
 
 
 def cmd_quickstart(a):
-    from ..io import check_writable
 
     if a.json:
-        check_writable(a.json)  # before minutes of training, not after
+        check_json_out(a.json)  # before minutes of training, not after
     quickstart(a.run_dir, a.json, a.models, a.overrides, progress=not a.no_progress)
 
 
@@ -48,7 +49,6 @@ def quickstart(run_dir="runs/quickstart", json_path=None, configs=None, override
     from ..data.resolve import TOYWORLD, resolve_data
     from ..evaluation.metrics import evaluate_protocol, format_table
     from ..evaluation.scoring import model_scores
-    from ..io import write_json
     from ..models.registry import load_model
     from ..training.config import load_config
     from ..training.loop import train
@@ -73,7 +73,7 @@ def quickstart(run_dir="runs/quickstart", json_path=None, configs=None, override
     print(format_table(results))
     print("training wall time: " + ", ".join(f"{k} {v:.0f}s" for k, v in timings.items()))
     if json_path:
-        write_json(json_path, {"data": "toyworld/test", "results": results, "train_seconds": timings,
+        write_json_out(json_path, {"data": "toyworld/test", "results": results, "train_seconds": timings,
                                "runs": {k: str(v) for k, v in runs.items()}})
     from ..viz.curves import write_curves
 

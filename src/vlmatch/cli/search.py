@@ -6,7 +6,16 @@ import json
 
 from ..errors import ConfigError, DataError
 from ..io import printable
-from .common import Phases, add_backend_args, milvus_location, open_index, positive_int, utf8_text
+from .common import (
+    Phases,
+    add_backend_args,
+    check_json_out,
+    milvus_location,
+    open_index,
+    positive_int,
+    utf8_text,
+    write_json_out,
+)
 from .filters import add_filter_args, where_of
 from .similar import add_duplicates_parser, add_like_args, like_args, run_like
 
@@ -89,7 +98,7 @@ def add_parser(sub):
     add_like_args(q)
     q.add_argument("-k", type=int, default=10, help="results to show (default 10)")
     q.add_argument("--candidates", type=int, help="stage-1 candidates re-scored by the model (default 100)")
-    q.add_argument("--json", metavar="OUT", help="write the results (rank order) as JSON")
+    q.add_argument("--json", metavar="OUT", help="write the results (rank order) as JSON (- for standard output)")
     add_filter_args(q)
     q.set_defaults(func=cmd_search, quick_exit=True)  # read-only: ends without the interpreter's teardown
 
@@ -261,7 +270,6 @@ def stale_reader_note(idx) -> None:
 
 
 def cmd_search(a):
-    from ..io import check_writable, write_json
 
     if a.backend == "milvus" and a.text is None and a.index is not None:  # no folder: the one positional is the text
         a.text, a.index = a.index, None
@@ -276,7 +284,7 @@ def cmd_search(a):
     if a.like is None and a.text_weight is not None:
         raise ConfigError("--text-weight goes with --like (it weighs the text against the photo)")
     if a.json:
-        check_writable(a.json)  # before the search, not after the table
+        check_json_out(a.json)  # before the search, not after the table
     phases = Phases()  # VLMATCH_PROFILE=1: import / load / encode / search times on stderr
     with phases("import"):
         from ..search import index  # noqa: F401 (torch, faiss: timed apart from the load)
@@ -302,7 +310,7 @@ def cmd_search(a):
         print(format_results(res, what, where))
     if a.json:
         query = {"like": a.like, "text": a.text} if a.like is not None else a.text if a.image is None else {"image": a.image}
-        write_json(a.json, {"query": query, "index": a.index or str(idx.root),
+        write_json_out(a.json, {"query": query, "index": a.index or str(idx.root),
                             "candidates": a.candidates, "timings_s": idx.last_timings,
                             **({"where": where.to_dict()} if where is not None else {}),
                             **no_match_field(res if what == "file" else []),

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from ..errors import ConfigError
-from .common import utf8_text
+from .common import check_json_out, utf8_text, write_json_out
 
 
 def text_weight(text: str) -> float:
@@ -82,12 +82,12 @@ def add_duplicates_parser(s) -> None:
                         f"{DEFAULT_THRESHOLD}")
     d.add_argument("--neighbours", type=int, default=DEFAULT_NEIGHBOURS,
                    help=f"nearest photos looked at per photo (default {DEFAULT_NEIGHBOURS})")
-    d.add_argument("--json", metavar="OUT", help="write the groups as JSON")
+    d.add_argument("--json", metavar="OUT", help="write the groups as JSON (- for standard output)")
     d.set_defaults(func=cmd_duplicates)
 
 
 def cmd_duplicates(a):
-    from ..io import check_writable, printable, write_json
+    from ..io import printable
     from ..search.index import Index
     from ..search.library.duplicates import check_threshold, find_duplicates
 
@@ -96,7 +96,7 @@ def cmd_duplicates(a):
     if a.neighbours < 1:
         raise ConfigError(f"--neighbours must be at least 1, not {a.neighbours}")
     if a.json:
-        check_writable(a.json)
+        check_json_out(a.json)
     idx = Index.open(a.index, lean_queries=False)
     rep = find_duplicates(idx, a.threshold, a.neighbours)
     if a.threshold is None:
@@ -114,6 +114,6 @@ def cmd_duplicates(a):
     n_in = sum(len(g["ids"]) for g in rep["groups"])
     print(f"{len(rep['groups'])} groups, {n_in} of {rep['photos']} photos (threshold {rep['threshold']})")
     if a.json:
-        write_json(a.json, {"index": a.index, **rep})
+        write_json_out(a.json, {"index": a.index, **rep})
     else:
         print(json.dumps({"groups": len(rep["groups"]), "photos_in_groups": n_in, "photos": rep["photos"]}))

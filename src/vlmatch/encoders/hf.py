@@ -411,6 +411,12 @@ class HFTextEncoder(nn.Module):
 
         return pad_tokens(enc["input_ids"])
 
+    def count_tokens(self, caption: str) -> int:
+        """The tokens of ``caption`` before truncation (special tokens included): more than ``max_length``, and
+        :meth:`tokenize` keeps only the first ``max_length`` of them."""
+        with _TOKENIZE:
+            return len(self.tokenizer([caption], truncation=False, max_length=None, padding=False)["input_ids"][0])
+
     def decode(self, tokens: Tensor, length: int) -> list[str]:
         return self.tokenizer.convert_ids_to_tokens(tokens[:length].tolist())
 

@@ -110,13 +110,12 @@ def create_model(name: str, vocab=None, **overrides) -> MatchingModel:
     return model
 
 
-def load_model(checkpoint_dir, map_location="cpu", *, note_unsealed: bool = True,
-               allow_unsealed: bool = False) -> MatchingModel:
+def load_model(checkpoint_dir, map_location="cpu", *, note_unsealed: bool = True) -> MatchingModel:
     """Load a model saved with ``model.save(dir)``: config.json + model.safetensors (+ vocab.json).
     ``pretrained:NAME`` loads a trained model shipped with vlmatch (see ``vlmatch pretrained``).
     Every file is checked against the folder's checksums.json; a folder without one (an older save) loads
     with a note, unless ``note_unsealed`` is False (a copy inside an index, which its manifest seals); a
-    folder saved sealed (config.json's ``format`` 2) without it is refused unless ``allow_unsealed``.
+    folder saved sealed (config.json's ``format`` 2) without it, or whose format was removed, is refused.
 
     An option config.json lacks takes the model's ``legacy_options`` value (see :func:`checkpoint_options`)."""
     ck = read_checkpoint(checkpoint_dir)  # the folder and its config.json (vlmatch.checkpoints.read)
@@ -126,7 +125,7 @@ def load_model(checkpoint_dir, map_location="cpu", *, note_unsealed: bool = True
         raise DataError(ck.config_path, str(e)) from None
     ck.read_weights()  # header and SHA-256, each read once
     model = build_model(ck, create_model)  # built once (on the meta device), shapes checked, then filled
-    finish_model(ck, model, note_unsealed, allow_unsealed)  # vocabulary, the model's own files, the seal
+    finish_model(ck, model, note_unsealed)  # vocabulary, the model's own files, the seal
     # the calibration must name these weights (a save since calibrations record them), whatever the seal says
     attach_calibration(model, ck.folder, ck.weights_sha256, bound=sealed_format(ck.config))
     return model.to(map_location).eval()

@@ -64,7 +64,7 @@ from .encode import Batch, Stage1Source, encode_part, fingerprint, read_meta
 from .open_vocab import open_vocab_of
 from .scan import file_stat, scan_folder  # noqa: F401 (scan_folder: imported from here by the Milvus build)
 from .stage1 import build_faiss, write_faiss
-from .store import open_arrays
+from .store import allocate_npy, open_arrays
 
 
 class _Bytes(io.BytesIO):
@@ -298,7 +298,7 @@ def concat_stores(folders: list[Path], out: Path, dtype: str, rows: list | None 
         # the widest dtype of the parts: an update of an index built before a field became full
         # precision widens the old rows instead of rounding the new ones
         dt = np.result_type(*(np.dtype(m[name]["dtype"]) for m in metas))
-        dst = np.lib.format.open_memmap(out / f"{name}.npy.partial", mode="w+", dtype=dt, shape=(total, *shape))
+        dst = allocate_npy(out / f"{name}.npy.partial", dt, (total, *shape))  # a full disk: named, not SIGBUS
         at = 0
         for arrs, idx in zip(arrays, idxs, strict=True):
             for c in range(0, len(idx), 4096):

@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 from ..errors import VlmatchError
 from ..io import read_json, write_bytes, write_json
 from ..models.base import ImageEncoding, MatchingModel, TextEncoding
-from .store import EncodingWriter
+from .store import EncodingWriter, allocate_npy, reserve
 
 
 def _placeholder_text(m: MatchingModel) -> TextEncoding:
@@ -152,6 +152,8 @@ def encode_part(folder, fp: str, n: int, batches: Callable[[int], Iterator[Batch
         return prog
     writer = EncodingWriter(folder / "enc", n, dtype, pad_to)
     s1_path = folder / "stage1.npy.partial"
+    if s1_path.is_file():
+        reserve(s1_path)  # a killed run's file may not hold its blocks yet: a full disk named, not SIGBUS
     s1 = np.load(s1_path, mmap_mode="r+") if s1_path.is_file() else None
     bar = tqdm(total=n, initial=prog["done"], desc=desc, unit="item", disable=not progress, leave=False)
     for b in batches(prog["done"]):
@@ -161,7 +163,7 @@ def encode_part(folder, fp: str, n: int, batches: Callable[[int], Iterator[Batch
             if not np.isfinite(vec).all():
                 raise VlmatchError(f"{desc}: the model gave NaN or inf stage-1 vectors for {b.keys[0]} .. {b.keys[-1]}")
             if s1 is None:
-                s1 = np.lib.format.open_memmap(s1_path, mode="w+", dtype=np.float32, shape=(n, vec.shape[1]))
+                s1 = allocate_npy(s1_path, np.float32, (n, vec.shape[1]))
             w = prog["written"]
             writer.write(w, enc)
             s1[w:w + len(vec)] = vec

@@ -26,6 +26,49 @@ from ..models.base import Encoding
 FLOAT_DTYPES = ("float16", "float32")
 
 
+def _not_written(path, e: OSError, size: int) -> DataError:
+    import errno
+
+    full = e.errno in (errno.ENOSPC, errno.EDQUOT)
+    return DataError(path, f"could not be written: {e.strerror or e} ({size / 1e6:.1f} MB needed"
+                           + ("; the disk is full): free space and run the command again (what was indexed before is "
+                              "as it was)" if full else ")"))
+
+
+def reserve(path) -> None:
+    """Reserve the disk blocks of the whole file ``path`` (``posix_fallocate``) before its memory map is written: a
+    page of a memory map that the disk has no room for kills the process (SIGBUS, exit 135, no word), where a
+    reservation that fails is an error naming the file. The file systems that cannot reserve are left as they are."""
+    import errno
+
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.posix_fallocate(fd, 0, os.fstat(fd).st_size)
+    except OSError as e:
+        if e.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):  # no reservations here: written as it was
+            return
+        raise _not_written(path, e, os.fstat(fd).st_size) from None
+    finally:
+        os.close(fd)
+
+
+def allocate_npy(path, dtype, shape) -> np.memmap:
+    """``np.lib.format.open_memmap(path, mode="w+")`` with the whole file reserved on disk first (:func:`reserve`);
+    a disk without room for it is a DataError naming ``path`` (the file removed: nothing to resume from)."""
+    try:
+        arr = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
+    except OSError as e:  # not even its header fits
+        Path(path).unlink(missing_ok=True)
+        raise _not_written(path, e, int(np.prod(shape)) * np.dtype(dtype).itemsize) from None
+    try:
+        reserve(path)
+    except DataError:
+        del arr
+        Path(path).unlink(missing_ok=True)
+        raise
+    return arr
+
+
 def _np_dtype(t: torch.Tensor, float_dtype: str, full: bool = False):
     if t.dtype.is_floating_point:
         return np.dtype("float32" if full else float_dtype)
@@ -44,6 +87,7 @@ class EncodingWriter:
         meta = self.folder / "fields.json.partial"
         if meta.is_file():  # resume: reopen what a previous run allocated
             for name in read_json(meta)["fields"]:
+                reserve(self.folder / f"{name}.npy.partial")  # a killed run's file may not hold its blocks yet
                 self.arrays[name] = np.load(self.folder / f"{name}.npy.partial", mmap_mode="r+")
 
     def _allocate(self, enc: Encoding, per_word: tuple[str, ...]) -> None:
@@ -53,8 +97,7 @@ class EncodingWriter:
             if name in per_word and self.pad_to is not None:
                 shape[0] = self.pad_to
             dt = _np_dtype(t, self.float_dtype, name in type(enc).full_precision_fields)
-            self.arrays[name] = np.lib.format.open_memmap(self.folder / f"{name}.npy.partial", mode="w+", dtype=dt,
-                                                          shape=(self.n, *shape))
+            self.arrays[name] = allocate_npy(self.folder / f"{name}.npy.partial", dt, (self.n, *shape))
             fields[name] = {"shape": shape, "dtype": dt.name}
         write_json(self.folder / "fields.json.partial", {"fields": fields, "class": type(enc).__name__})
 
@@ -85,8 +128,7 @@ class EncodingWriter:
         for name in names:
             arr = self.arrays.pop(name)
             if rows is not None and rows < self.n:
-                small = np.lib.format.open_memmap(self.folder / f"{name}.npy.cut", mode="w+", dtype=arr.dtype,
-                                                  shape=(rows, *arr.shape[1:]))
+                small = allocate_npy(self.folder / f"{name}.npy.cut", arr.dtype, (rows, *arr.shape[1:]))
                 small[:] = arr[:rows]
                 small.flush()
                 del small, arr

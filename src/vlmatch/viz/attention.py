@@ -134,3 +134,15 @@ def query_maps_score(model: MatchingModel, features, caption: str, mask=None) ->
     m = None if mask is None else torch.as_tensor(np.asarray(mask), dtype=torch.bool)[None]
     tokens, lengths = model.tokenize([caption])
     return float(model.score(model.encode_images(feats, m), model.encode_texts(tokens, lengths))[0, 0])
+
+
+def truncation(model: MatchingModel, caption: str) -> tuple[int, int] | None:
+    """(tokens ``caption`` has, tokens the model reads) when the model's text encoder cuts it short (a
+    transformer reads at most its ``max_length`` tokens); None when the model reads it whole."""
+    from ..encoders.hf import HFTextEncoder
+
+    enc = next((m for m in model.modules() if isinstance(m, HFTextEncoder)), None)
+    if enc is None:
+        return None
+    n = enc.count_tokens(caption)
+    return (n, enc.max_length) if n > enc.max_length else None

@@ -4,7 +4,8 @@ Grid features (a g x g feature map, e.g. EfficientNet's 7 x 7): each word's k = 
 laid out on the grid, upsampled bilinearly to the image and blended over it. Region features with
 stored boxes (x1, y1, x2, y2 in image pixels): each box is shaded by its weight (overlaps keep the
 largest). Every panel uses one colour scale (0 to the largest weight of the whole pair), so panels
-compare; the word is written under its panel. The panels are the photo at its own aspect ratio, 384 px on
+compare; the word is written under its panel (in a font that has its glyphs, else as its code points:
+:mod:`vlmatch.viz.fonts`). The panels are the photo at its own aspect ratio, 384 px on
 its long side, with the web page's inferno scale and opacity, and a colour bar; content words only unless
 asked (:mod:`vlmatch.viz.words`).
 """
@@ -74,6 +75,7 @@ def render(att: PairAttention, image, out=None, boxes=None, cols: int | None = N
     from matplotlib.figure import Figure  # not pyplot: no global figure state, and a third of the import time
     from PIL import Image
 
+    from .fonts import label as word_label
     from .words import shown_columns
 
     if isinstance(image, (str, Path)):
@@ -108,7 +110,8 @@ def render(att: PairAttention, image, out=None, boxes=None, cols: int | None = N
         ax = fig.add_axes((left, bottom, pw / W, ph / H))
         ax.axis("off")
         ax.imshow(overlay(rgb, maps[j], vmax), interpolation="nearest")
-        ax.text(0.5, -0.02, att.words[j], transform=ax.transAxes, ha="center", va="top", fontsize=13)
+        text, font = word_label(att.words[j])  # in a font that has its glyphs, else its code points (never boxes)
+        ax.text(0.5, -0.02, text, transform=ax.transAxes, ha="center", va="top", fontsize=13, **font)
     cax = fig.add_axes((0.2, 0.5 / H, 0.6, 0.14 / H))  # its ticks and label below it
     fig.colorbar(ScalarMappable(Normalize(0.0, vmax), CMAP), cax=cax, orientation="horizontal",
                  label=f"{att.method} ({att.axis}), one scale for every word")
