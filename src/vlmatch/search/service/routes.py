@@ -106,6 +106,18 @@ async def utf8_query(request: Request) -> None:
         raise ApiError(400, "bad_text", problem)
 
 
+def not_json(request: Request, errors) -> str | None:
+    """How a JSON route's body was sent ("as text/plain", "without a content type") when that is not JSON and
+    is why the body was refused (FastAPI then hands the model the raw bytes: "Input should be a valid
+    dictionary"); else None."""
+    kind = (request.headers.get("content-type") or "").split(";", 1)[0].strip().lower()
+    if kind == "application/json" or (kind.startswith("application/") and kind.endswith("+json")):
+        return None
+    if not any(tuple(err.get("loc", ())) == ("body",) for err in errors):
+        return None
+    return f"as {printable(kind, controls=True)}" if kind else "without a content type"
+
+
 def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
     limits = limits or Limits()
     pool = ModelPool(limits.workers, limits.queue)
@@ -187,6 +199,11 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request, e):
+        if (sent := not_json(request, e.errors())) is not None:
+            return JSONResponse({"error": "unsupported_media_type", "detail": words(
+                f"the body is sent {sent}; "
+                f"{request.method} {request.url.path} takes a JSON object "
+                "(content-type: application/json)")}, status_code=415)
         parts = []
         for err in e.errors():
             where = ".".join(str(x) for x in err.get("loc", ()) if x not in ("body", "query", "path"))
