@@ -79,6 +79,13 @@ def test_a_changed_photo_is_409_on_every_file_route(server, id, says):  # noqa: 
         assert f"id {id}" in body["detail"] and "index update" in body["detail"] and "/" not in body["detail"]
 
 
+def test_captions_of_a_changed_photo_by_id_are_409_too(server):
+    for id in (FIFO, JPEG):  # noqa: A001
+        r = server.post("/search/image", data={"id": str(id), "k": "3"})
+        assert (r.status_code, r.json()["error"]) == (409, "photo_changed"), r.text
+    assert server.post("/search/image", data={"id": str(KEPT), "k": "3"}).status_code == 200
+
+
 def test_requests_for_a_fifo_never_exhaust_the_pool(server):
     t0 = time.monotonic()
     for i in range(45):  # the pool held 40 threads: 40 hung requests stopped the service for every client

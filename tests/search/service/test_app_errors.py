@@ -199,6 +199,21 @@ def test_explain_png_of_a_deleted_file_is_404(client, backend):
     assert_error(client.get("/explain/2.png", params={"text": "blue"}), 404, "file_missing")
 
 
+def test_explain_of_a_file_too_large_to_decode_answers_as_thumbs_does(backend, monkeypatch):
+    """It said 415 'cannot be decoded' where /thumbs said image_too_large."""
+    from vlmatch.features.photo import PhotoTooLarge
+
+    def too_large(image_id, text, method=None):
+        raise PhotoTooLarge(backend.paths[image_id], "has 20000x20000 pixels; the limit is 256000000 pixels")
+
+    monkeypatch.setattr(backend, "explain", too_large)
+    monkeypatch.setattr(backend, "explain_png", too_large)
+    with client_of(backend) as c:
+        for route in ("/explain/1", "/explain/1.png"):
+            body = assert_error(c.get(route, params={"text": "a dog"}), 415, "image_too_large")
+            assert "has 20000x20000 pixels" in body["detail"] and "/" not in body["detail"]
+
+
 def test_thumbnails_of_broken_or_huge_indexed_files(backend, tmp_path):
     backend.paths[0].write_bytes(jpeg()[:300])  # truncated
     Image.new("RGB", (1200, 1000)).save(backend.paths[1], "PNG")  # 1.2 Mpixel PNG: no reduced decode exists
