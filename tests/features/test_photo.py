@@ -230,6 +230,26 @@ def test_file_orientation_reads_the_tag_only(tmp_path):
     assert photo.file_orientation(tmp_path / "x.jpg") == 1
 
 
+def flat_grey_jpeg(w: int, h: int) -> bytes:
+    """A valid greyscale baseline JPEG of ``w`` x ``h`` (multiples of 32 wide), every block mid-grey: the header
+    of one Pillow writes (its standard Huffman tables), the size patched, and the scan written out by hand --
+    each 8 x 8 block is DC difference 0 ('00') then end-of-block ('1010'), four blocks in three bytes."""
+    import io
+    import struct
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("L", (16, 16), 128).save(buf, "JPEG", quality=90)
+    raw = bytearray(buf.getvalue())
+    at = raw.index(b"\xff\xc0") + 5
+    raw[at:at + 4] = struct.pack(">HH", h, w)
+    sos = raw.index(b"\xff\xda")
+    header_end = sos + 2 + int.from_bytes(raw[sos + 2:sos + 4], "big")
+    blocks = (w // 8) * (h // 8)
+    return bytes(raw[:header_end]) + b"\x28\xa2\x8a" * (blocks // 4) + b"\xff\xd9"
+
+
 def test_a_200_megapixel_jpeg_decodes_at_a_reduced_scale_and_a_png_as_large_is_refused(tmp_path):
     """Pillow's decompression-bomb check (on the file's claimed size) is replaced by a limit on the pixels
     decoded: a JPEG past 179 M pixels opens at 1/8 scale; a PNG claiming as many is refused in one line."""
@@ -238,13 +258,9 @@ def test_a_200_megapixel_jpeg_decodes_at_a_reduced_scale_and_a_png_as_large_is_r
 
     from PIL import Image
 
-    # a 16384 x 12288 (201 M pixel) JPEG costs seconds to write: a tiny one whose header claims that size
-    # decodes the same way up to the header (draft picks the scale from the header)
-    Image.new("RGB", (16, 16), (10, 200, 30)).save(tmp_path / "small.jpg", quality=90)
-    raw = bytearray((tmp_path / "small.jpg").read_bytes())
-    at = raw.index(b"\xff\xc0") + 5
-    raw[at:at + 4] = struct.pack(">HH", 12288, 16384)
-    (tmp_path / "huge.jpg").write_bytes(bytes(raw))
+    # a 16384 x 12288 (201 M pixel) JPEG costs seconds to encode: one written by hand, flat grey, whose data
+    # covers its size (a header claiming more than the data holds is refused: test_jpeg_data)
+    (tmp_path / "huge.jpg").write_bytes(flat_grey_jpeg(16384, 12288))
     assert open_photo(tmp_path / "huge.jpg", 320).size == (2048, 1536)  # 1/8 scale: 3 M pixels decoded
     with pytest.raises(photo.PhotoTooLarge, match=r"huge.jpg: has 16384x12288 pixels"):
         open_photo(tmp_path / "huge.jpg", max_pixels=100_000_000)  # at full scale: refused before decoding

@@ -145,3 +145,28 @@ def test_a_recalibrated_checkpoint_does_not_resume_an_interrupted_build(toy_ckpt
     assert Tiny32.images == 7  # started over: nothing encoded with the first calibration was kept
     assert build(ckpts, imgs, tmp_path / "ref") == 0
     assert exhaustive(tmp_path / "idx") == exhaustive(tmp_path / "ref")
+
+
+def test_a_jpeg_claiming_more_pixels_than_its_data_is_refused_by_the_build(toy_ckpts, tmp_path):
+    """A JPEG whose header claims 65,000 x 65,000 over 500 x 375 of data (and a DNG whose preview claims more than
+    its data) was indexed as 8,125² of grey with the claimed size recorded: `index build`, in its own process,
+    stops with one line naming the file, or with --skip-bad lists it skipped and indexes the rest."""
+    from ..features.raw_files import tiff_raw
+    from ..features.test_jpeg_data import claiming, photo_bytes
+    from .tiny import run_child
+
+    imgs = jpegs(tmp_path / "imgs", ["a.jpg", "b.jpg"])
+    (imgs / "claims.jpg").write_bytes(claiming(photo_bytes(), 65000, 65000))
+    (imgs / "IMG_2.DNG").write_bytes(tiff_raw(claiming(photo_bytes(), 1000, 800), how="strip"))
+    args = build_args(toy_ckpts["scan"], imgs, tmp_path / "idx", retriever=toy_ckpts["vsepp"])
+    stopped = run_child(args)
+    err = stopped.stderr.strip()
+    assert stopped.returncode == 2 and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert "claims" in err and ("claims.jpg" in err or "IMG_2.DNG" in err)
+    skipped = run_child([*args, "--skip-bad"])
+    assert skipped.returncode == 0, skipped.stderr
+    assert "skipped claims.jpg" in skipped.stdout and "skipped IMG_2.DNG" in skipped.stdout
+    idx = vlmatch.Index.open(tmp_path / "idx")
+    assert sorted(it["rel"] for it in idx.items) == ["a.jpg", "b.jpg"]
+    reasons = {s["key"]: s["error"] for s in idx.manifest["skipped"]}
+    assert "claims 65000x65000 pixels" in reasons["claims.jpg"] and "claims 1000x800 pixels" in reasons["IMG_2.DNG"]

@@ -24,7 +24,9 @@ photo is encoded, thumbnailed and explained the way a browser or a photo viewer 
 6. no file-size guard (Pillow's decompression-bomb check is off): the limit is on the pixels that will be
    *decoded* (:data:`MAX_DECODE_PIXELS`, after a JPEG's reduced decode), which is what costs memory, so a
    200-megapixel JPEG reads at 1/8 scale while a PNG of as many pixels is refused;
-7. colour normalised to 8-bit RGB: CMYK, YCbCr, palette, 1-bit, greyscale; 16- and 32-bit greyscale
+7. a JPEG whose header claims more pixels than its data holds is refused, naming the file (:mod:`.jpeg_data`:
+   the decoder would fill the rest with flat grey), a RAW's preview alike;
+8. colour normalised to 8-bit RGB: CMYK, YCbCr, palette, 1-bit, greyscale; 16- and 32-bit greyscale
    scaled (not clipped) to 8 bits; transparency (RGBA, LA, PA, palette with a transparent index)
    composited on white, as a viewer shows it on a light page.
 
@@ -44,6 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
+from . import jpeg_data
 from .raw import RAW_SUFFIXES, NoPreview, embedded_jpeg, is_raw
 
 READER_VERSION = 2  # 1: stored pixels, EXIF orientation ignored (vlmatch <= 0.1 indexes)
@@ -186,7 +189,8 @@ def open_photo(src, size: int | None = None, *, name=None, max_pixels: int | Non
         with Image.open(fp) as im:
             if getattr(im, "n_frames", 1) > 1:
                 im.seek(0)  # the first frame of an animation or a multi-page file
-            if size and im.format == "JPEG" and im.mode in ("RGB", "L", "CMYK", "YCbCr"):
+            drafted = bool(size and im.format == "JPEG" and im.mode in ("RGB", "L", "CMYK", "YCbCr"))
+            if drafted:
                 im.draft(im.mode, (size, size))
             elif size and im.format == "HEIF":
                 # pillow-heif's draft: the smallest embedded thumbnail that covers size x size and is a scaled
@@ -196,13 +200,63 @@ def open_photo(src, size: int | None = None, *, name=None, max_pixels: int | Non
             # the pixels that will be decoded (a JPEG's at the draft's scale)
             if max_pixels is not None and im.size[0] * im.size[1] > max_pixels:
                 raise PhotoTooLarge(where, f"has {im.size[0]}x{im.size[1]} pixels; the limit is {max_pixels} pixels")
+            jpeg = _jpeg_claim(src, where) if im.format == "JPEG" else None  # its data checked against its size
             orientation = orientation_of(im)
             im.load()
+            if jpeg is not None:
+                _check_jpeg_data(im, jpeg, size if drafted else None, where)
             return to_rgb(upright(im, orientation))
     except DataError:
         raise
     except Exception as e:  # PIL raises many types (OSError, DecompressionBombError, SyntaxError, ...)
         raise DataError(where, f"unreadable image ({type(e).__name__}: {e})") from None
+
+
+def _all_bytes(src) -> bytes:
+    if isinstance(src, (str, Path)):
+        return Path(src).read_bytes()
+    if isinstance(src, (bytes, bytearray, memoryview)):
+        return bytes(src)
+    if hasattr(src, "getvalue"):
+        return src.getvalue()
+    pos = src.tell()
+    src.seek(0)
+    data = src.read()
+    src.seek(pos)
+    return data
+
+
+def _jpeg_claim(src, where) -> tuple[bytes, jpeg_data.Layout] | None:
+    """A JPEG's bytes and header, its claimed size refused at once when the bytes cannot hold it
+    (:func:`.jpeg_data.claim_problem`: before a buffer of that size is allocated)."""
+    data = _all_bytes(src)
+    lay = jpeg_data.layout(data, scans=False)
+    if lay is None:
+        return None
+    if (problem := jpeg_data.claim_problem(data, lay)) is not None:
+        raise DataError(where, problem)
+    return data, lay
+
+
+def _check_jpeg_data(im, jpeg, draft: int | None, where) -> None:
+    """Refuse a decoded JPEG whose data ran out before the size its header claims (:func:`.jpeg_data.ran_out`;
+    looked at only when its last pixel is the grey such a decode ends with)."""
+    from PIL import Image
+
+    data, _ = jpeg
+    if not jpeg_data.looks_filled(im):
+        return
+
+    def decode(fp) -> bytes:
+        with Image.open(fp) as again:
+            if draft:
+                again.draft(again.mode, (draft, draft))
+            again.load()
+            return again.tobytes()
+
+    lay = jpeg_data.layout(data)
+    if lay is not None and jpeg_data.ran_out(data, lay, im.tobytes(), decode):
+        raise DataError(where, jpeg_data.ran_out_problem(lay))
 
 
 def _open_raw(src, size, where, max_pixels):

@@ -10,17 +10,26 @@ The pool is forked (the children share the parent's loaded modules, and start in
 platform has ``fork``; it is used for builds and updates of at least :data:`MIN_FILES` photos, with
 ``VLMATCH_DECODE_WORKERS`` processes (default: the machine's cores; 0 or 1: decode in the reader thread, as
 before). A problem with a file travels back as its one-line message, never as a traceback.
+
+A worker never outlives its build: a forked child inherits the parent's open files, ``flock``s included, so
+workers left behind by a ``kill -9`` of the build kept its ``.vlmatch.lock`` (and every rerun was refused,
+naming the dead build). Each worker therefore starts (:func:`_worker_start`) by dropping its copies of the
+lock files it inherited (the parent's own stay held: a flock lives until every copy is closed), and watches
+its parent, ending itself within :data:`WATCH_S` of the parent's death.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
 MIN_FILES = 16  # fewer photos than this: forking would cost more than it saves
+WATCH_S = 0.2  # how often a worker checks that its parent lives
 
 
 def decode_workers(n_files: int) -> int:
@@ -44,11 +53,57 @@ def decoder_pool(n_files: int):
     if not n:
         yield None
         return
-    pool = ProcessPoolExecutor(n, mp_context=mp.get_context("fork"))
+    pool = ProcessPoolExecutor(n, mp_context=mp.get_context("fork"), initializer=_worker_start,
+                               initargs=(os.getpid(),))
     try:
         yield pool
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _worker_start(parent: int) -> None:
+    """In each worker, first: drop the inherited lock files, and end the worker when ``parent`` is gone."""
+    _drop_inherited_locks()
+    if os.getppid() != parent:  # the parent died while this worker started
+        os._exit(1)
+
+    def watch():
+        while os.getppid() == parent:  # a dead parent's children are handed to another (init, a subreaper)
+            time.sleep(WATCH_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="vlmatch-parent-watch", daemon=True).start()
+
+
+def _drop_inherited_locks() -> None:
+    """Point each inherited descriptor of a lock file (``.vlmatch.lock``, ``.vlmatch.read.lock``, a Milvus-lite
+    ``LOCK``...) at /dev/null: the lock is then the parent's alone and goes when it dies. The descriptor's
+    number stays valid (an object that owns it may still close it). Where the system lists no open files
+    (no /proc), nothing is dropped and the parent watch alone ends the worker."""
+    fds = Path("/proc/self/fd")
+    try:
+        entries = list(fds.iterdir())
+    except OSError:
+        return
+    null = None
+    try:
+        for entry in entries:
+            fd = int(entry.name)
+            if fd <= 2:
+                continue
+            try:
+                target = os.readlink(entry)
+            except OSError:
+                continue
+            if not target.startswith("/") or not os.path.basename(target).lower().endswith("lock"):
+                continue
+            if null is None:
+                null = os.open(os.devnull, os.O_RDWR)
+            if fd != null:
+                os.dup2(null, fd, inheritable=False)
+    finally:
+        if null is not None:
+            os.close(null)
 
 
 def read_one(args: tuple):

@@ -394,7 +394,7 @@ class Index:
         if key is None:
             raise VlmatchError(f"no image with id {item_id} in {self.root}")
         model, method, recorded_mirror = self._explainer(method)
-        path = self.photo_root.path(coll.items_of([key])[0])
+        path = self.photo_root.current(coll.items_of([key])[0])  # the file as indexed, else one line saying not
         shipped = self._shipped_explainer if self._shipped_explainer and self._shipped_explainer.model is model else None
         own_backbone = shipped.backbone if shipped else None  # the shipped explainer's, when not the index's
         mirror = recorded_mirror if mirror is None else mirror

@@ -123,8 +123,23 @@ def test_a_threshold_that_joins_everything_or_nothing_is_refused_in_one_line(thr
     from vlmatch.errors import ConfigError
     from vlmatch.search.library.duplicates import check_threshold
 
-    with pytest.raises(ConfigError, match=r"--threshold .*: a duplicate's similarity is above 0 and at most 1"):
+    with pytest.raises(ConfigError, match=r"--threshold .*: a duplicate's similarity is above 0 and at most 1") as e:
         check_threshold(threshold)
+    assert "\n" not in str(e.value)
+
+
+def test_the_range_error_names_the_default_the_registry_records(capsys):
+    """The default it names is the shipped model's recorded threshold, read from the registry (not a number typed
+    into the message: it said "the default 0.68" after the default became the model's own)."""
+    from vlmatch import pretrained
+    from vlmatch.cli import main
+
+    model, retriever = pretrained.default_pair()
+    recorded = pretrained.get(retriever or model).duplicates["threshold"]
+    assert main(["index", "duplicates", "no-index", "--threshold", "1.5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--threshold 1.5" in err
+    assert f"the model's own ({recorded} for the shipped default model)" in err and "0.68" not in err
 
 
 def test_the_default_threshold_is_the_models_own_and_its_figures_come_from_the_benchmark():

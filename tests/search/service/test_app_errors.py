@@ -88,6 +88,31 @@ def test_a_json_body_that_is_not_utf8_is_bad_text_too(client, raw, says):
     assert says in body["detail"]
 
 
+@pytest.mark.parametrize("field,value", [("k", True), ("like", True), ("candidates", False), ("k", "5"),
+                                         ("k", 5.0), ("text_weight", True), ("min_score", False), ("text", 3)])
+def test_json_fields_keep_their_types(client, field, value):
+    """``k: true`` was read as 1 and ``like: true`` as id 1: a JSON value of another type is refused, naming it."""
+    body = assert_error(client.post("/search", json={"text": "a dog", field: value}), 422, "invalid_request")
+    assert body["detail"].startswith(f"{field}: ") and "\n" not in body["detail"]
+
+
+@pytest.mark.parametrize("sent", ["text/plain", "application/xml", "application/x-www-form-urlencoded",
+                                  "text/plain; charset=utf-8"])
+def test_a_json_body_sent_as_another_type_is_a_415_naming_it(client, sent):
+    r = client.post("/search", content=b'{"text": "a dog", "k": 3}', headers={"content-type": sent})
+    body = assert_error(r, 415, "unsupported_media_type")
+    assert f"sent as {sent.split(';')[0]}" in body["detail"] and "application/json" in body["detail"]
+    assert "dictionary" not in body["detail"]
+
+
+def test_the_same_body_as_json_is_served_and_without_a_type_is_a_415(client):
+    for sent in ("application/json", "application/vnd.api+json"):
+        r = client.post("/search", content=b'{"text": "a dog", "k": 3}', headers={"content-type": sent})
+        assert r.status_code == 200, (sent, r.text)
+    r = client.post("/search", content=b'{"text": "a dog", "k": 3}')
+    assert "sent without a content type" in assert_error(r, 415, "unsupported_media_type")["detail"]
+
+
 @pytest.mark.parametrize("method,path,allow", [("HEAD", "/", "GET"), ("PUT", "/search", "GET, POST"),
                                                ("HEAD", "/search", "GET, POST"), ("DELETE", "/health", "GET"),
                                                ("POST", "/images/1", "GET"), ("PATCH", "/explain/1.png", "GET")])
@@ -172,6 +197,21 @@ def test_a_response_that_cannot_be_serialised_is_a_clean_500(client, backend):
 def test_explain_png_of_a_deleted_file_is_404(client, backend):
     backend.paths[2].unlink()
     assert_error(client.get("/explain/2.png", params={"text": "blue"}), 404, "file_missing")
+
+
+def test_explain_of_a_file_too_large_to_decode_answers_as_thumbs_does(backend, monkeypatch):
+    """It said 415 'cannot be decoded' where /thumbs said image_too_large."""
+    from vlmatch.features.photo import PhotoTooLarge
+
+    def too_large(image_id, text, method=None):
+        raise PhotoTooLarge(backend.paths[image_id], "has 20000x20000 pixels; the limit is 256000000 pixels")
+
+    monkeypatch.setattr(backend, "explain", too_large)
+    monkeypatch.setattr(backend, "explain_png", too_large)
+    with client_of(backend) as c:
+        for route in ("/explain/1", "/explain/1.png"):
+            body = assert_error(c.get(route, params={"text": "a dog"}), 415, "image_too_large")
+            assert "has 20000x20000 pixels" in body["detail"] and "/" not in body["detail"]
 
 
 def test_thumbnails_of_broken_or_huge_indexed_files(backend, tmp_path):

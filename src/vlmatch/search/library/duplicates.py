@@ -48,11 +48,25 @@ def group_pairs(n: int, pairs) -> list[list[int]]:
     return sorted((g for g in groups.values() if len(g) > 1), key=lambda g: g[0])
 
 
+def shipped_threshold() -> float | None:
+    """The threshold the shipped default search pair's stage-1 model records (its registry ``duplicates``
+    record): the default of ``index duplicates`` on an index built with it; None where none ships or records one."""
+    from ...pretrained import default_pair, get
+
+    try:
+        model, retriever = default_pair()
+        return get(retriever or model).duplicates.get("threshold")
+    except ConfigError:
+        return None
+
+
 def check_threshold(threshold: float) -> float:
     # a cosine similarity at or below 0 is no likeness at all: such a threshold joins every photo in one group
     if not np.isfinite(threshold) or not 0.0 < threshold <= 1.0:
-        raise ConfigError(f"--threshold {threshold}: a duplicate's similarity is above 0 and at most 1 (the default "
-                          f"{DEFAULT_THRESHOLD} finds near copies; lower finds looser likeness)")
+        shipped = shipped_threshold()
+        default = "the model's own" + (f" ({shipped} for the shipped default model)" if shipped else "")
+        raise ConfigError(f"--threshold {threshold}: a duplicate's similarity is above 0 and at most 1 (the default, "
+                          f"{default}, finds near copies; lower finds looser likeness)")
     return float(threshold)
 
 

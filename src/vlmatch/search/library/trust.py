@@ -73,6 +73,16 @@ class PhotoRoot:
             raise DataError(f"{self.where}: image {row.get('id')}", f"its row {why}: refused (the index was edited?)")
         return row["path"]
 
+    def current(self, row: dict) -> str:
+        """``row``'s file (:meth:`path`), checked to be the one indexed (:func:`.unchanged.check_unchanged`):
+        what explains, thumbnails or serves a photo reads it through this."""
+        from .unchanged import check_unchanged
+
+        path = self.path(row)
+        if self.base is not None:  # an index of features names items, not files
+            check_unchanged(row, path)
+        return path
+
     def keep(self, row: dict) -> bool:
         """Whether a search result may show ``row``; a refused one is warned about once."""
         why = self.problem(row)

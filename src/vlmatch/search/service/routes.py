@@ -15,6 +15,7 @@ uploaded images are decoded only on the model workers, after the request found a
 import asyncio
 import logging
 import math
+import os
 import re
 import time
 import unicodedata
@@ -32,12 +33,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from ...errors import ConfigError, DataError, VlmatchError
-from ...features.photo import sniff
+from ...features.photo import PhotoTooLarge, sniff
 from ...io import printable
 from ...version import __version__
 from ...viz.words import is_content
 from ..backends.milvus.client import RETRY_AFTER_S, Refused, Unavailable
 from ..filters import Where
+from ..library.unchanged import PhotoChanged, PhotoMissing, kind_of
 from ..open_vocab import no_match_line
 from .errors import ApiError
 from .middleware import LIKE_ROUTE, BodyLimit, MultipartSearch
@@ -104,6 +106,18 @@ async def utf8_query(request: Request) -> None:
     problem = query_bytes_problem(request.scope.get("query_string") or b"")
     if problem is not None:
         raise ApiError(400, "bad_text", problem)
+
+
+def not_json(request: Request, errors) -> str | None:
+    """How a JSON route's body was sent ("as text/plain", "without a content type") when that is not JSON and
+    is why the body was refused (FastAPI then hands the model the raw bytes: "Input should be a valid
+    dictionary"); else None."""
+    kind = (request.headers.get("content-type") or "").split(";", 1)[0].strip().lower()
+    if kind == "application/json" or (kind.startswith("application/") and kind.endswith("+json")):
+        return None
+    if not any(tuple(err.get("loc", ())) == ("body",) for err in errors):
+        return None
+    return f"as {printable(kind, controls=True)}" if kind else "without a content type"
 
 
 def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
@@ -187,6 +201,11 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request, e):
+        if (sent := not_json(request, e.errors())) is not None:
+            return JSONResponse({"error": "unsupported_media_type", "detail": words(
+                f"the body is sent {sent}; "
+                f"{request.method} {request.url.path} takes a JSON object "
+                "(content-type: application/json)")}, status_code=415)
         parts = []
         for err in e.errors():
             where = ".".join(str(x) for x in err.get("loc", ()) if x not in ("body", "query", "path"))
@@ -244,6 +263,26 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
         if path is None:
             raise ApiError(404, "unknown_id", f"no image with id {image_id} in the index")
         return path
+
+    def check_file(image_id: int) -> Path:
+        """:func:`check_id`, and the file checked against what its row recorded before anything reads it
+        (``backend.file_of``): 404 file_missing when gone, 409 photo_changed when it changed since indexing
+        or is no regular file (a FIFO: refused by its stat, never opened)."""
+        file_of = getattr(backend, "file_of", None)
+        if file_of is None:
+            return check_id(image_id)
+        try:
+            path = file_of(image_id) if image_id >= 0 else None
+        except PhotoMissing:
+            raise ApiError(404, "file_missing", "the indexed file is no longer on disk (update the index)") from None
+        except PhotoChanged as e:
+            raise changed(image_id, e.problem) from None
+        if path is None:
+            raise ApiError(404, "unknown_id", f"no image with id {image_id} in the index")
+        return path
+
+    def changed(image_id: int, problem: str) -> ApiError:
+        return ApiError(409, "photo_changed", f"the indexed file of id {image_id} {problem}")
 
     # --- search ----------------------------------------------------------------------------------
     async def do_search(text: str, k: int, candidates: int | None, min_score: float | None,
@@ -395,7 +434,7 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
             raise ApiError(400, "bad_request", "send exactly one of an 'image' file or an indexed 'id'")
         check_k(k)
         if image is None:
-            check_id(id)
+            check_file(id)  # the photo is read again
         elif (getattr(image, "size", None) or 0) > limits.max_upload_bytes:
             raise ApiError(413, "upload_too_large", f"the upload is larger than {limits.max_upload_bytes} bytes")
 
@@ -422,21 +461,29 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
     async def image_format(path: Path, id: int) -> str:  # noqa: A002
         """The image type of the indexed file (its first bytes): 404 file_missing when it cannot be read,
         415 not_an_image when it is not an image (deleted, overwritten, replaced since it was indexed)."""
-        def head() -> bytes:
-            with open(path, "rb") as f:
-                return f.read(16)
+        def head() -> bytes | str:
+            # opened without waiting: a FIFO put in its place since the check does not hold the thread
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+            try:
+                kind = kind_of(os.fstat(fd).st_mode)
+                return f"is {kind} now, not the photo indexed; run vlmatch index update" if kind else os.read(fd, 16)
+            finally:
+                os.close(fd)
 
         try:
-            fmt = sniff(await run_in_threadpool(head), path)
+            head_or_kind = await run_in_threadpool(head)
         except OSError:
             raise ApiError(404, "file_missing", "the indexed file cannot be read (update the index)") from None
+        if isinstance(head_or_kind, str):
+            raise changed(id, head_or_kind)
+        fmt = sniff(head_or_kind, path)
         if fmt is None:
             raise ApiError(415, "not_an_image", f"the indexed file of id {id} is not an image type the service serves")
         return fmt
 
     async def indexed_image(id: int) -> Path:  # noqa: A002
         """The file of ``id`` checked as ``/images`` checks it, before a model works on it."""
-        path = check_id(id)
+        path = check_file(id)
         file_identity(path)
         await image_format(path, id)
         return path
@@ -446,6 +493,12 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
         def job():
             try:
                 return fn(id, text, method)
+            except PhotoMissing:
+                raise ApiError(404, "file_missing", "the indexed file is no longer on disk (update the index)") from None
+            except PhotoChanged as e:  # changed after the route's check
+                raise changed(id, e.problem) from None
+            except PhotoTooLarge as e:  # answered as /thumbs answers it
+                raise ApiError(415, "image_too_large", f"the indexed file of id {id} {e.problem}") from None
             except DataError as e:
                 if str(getattr(e, "path", "")) == str(backend.path_of(id)):
                     raise ApiError(415, "bad_image", f"the indexed file of id {id} cannot be decoded") from None
@@ -455,7 +508,7 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
     @app.get("/images/{id}", responses={200: {"content": {"image/jpeg": {}}}, **ERRORS}, tags=["files"])
     async def image(id: int, request: Request):  # noqa: A002
         """The indexed image file of ``id`` (its path comes from the index's table, never from the request)."""
-        path = check_id(id)
+        path = check_file(id)
         st, etag = file_identity(path)
         if (r := not_modified(request, etag)) is not None:
             return r
@@ -474,7 +527,7 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
     @app.get("/thumbs/{id}", responses={200: {"content": {"image/jpeg": {}}}, **ERRORS}, tags=["files"])
     async def thumb(id: int, request: Request):  # noqa: A002
         """A JPEG thumbnail (at most thumb_size pixels a side) of the indexed image ``id``."""
-        path = check_id(id)
+        path = check_file(id)
         st, etag = file_identity(path)
         etag = etag[:-1] + f'-t{limits.thumb_size}"'
         if (r := not_modified(request, etag)) is not None:

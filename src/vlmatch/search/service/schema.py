@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 NO_MATCH = "no photo matches these filters"
 Method = Literal["attention", "contribution", "gradient", "occlusion"]  # vlmatch.evaluation.explainers.METHODS
@@ -23,6 +23,9 @@ FILTER_HELP = {  # the filters of a photo search (vlmatch.search.filters), appli
 
 
 class SearchRequest(BaseModel):
+    # JSON types as sent: ``k: true`` or ``like: true`` is refused (422 naming the field), not read as 1
+    model_config = ConfigDict(strict=True)
+
     text: str | None = Field(None, description="the query sentence (required unless like is given)",
                              examples=["a dog runs on the beach"])
     like: int | None = Field(None, description="search by photo: the indexed image id whose look-alikes to return; "

@@ -54,6 +54,10 @@ class SearchBackend(Protocol):
     def path_of(self, image_id: int) -> Path | None:
         """The file the index's table holds for ``image_id`` (None when there is no such id)."""
 
+    def file_of(self, image_id: int) -> Path | None:
+        """:meth:`path_of`, checked to be the file indexed before it is read (optional: a backend without it is
+        not checked): :class:`vlmatch.search.library.unchanged.PhotoMissing` or ``PhotoChanged`` when not."""
+
     def explain(self, image_id: int, text: str, method: str | None = None) -> dict:
         """``{method, model, words, weights (n_words lists of k), grid [h, w] | None, boxes | None, axis, score,
         mirrored}``."""
@@ -165,6 +169,11 @@ class Served:
         row = self.rows([image_id]).get(int(image_id))
         return None if row is None or not self.index.photo_root.keep(row) else Path(row["path"])
 
+    def file(self, image_id: int) -> Path | None:
+        """:meth:`path`, checked to be the file indexed (:meth:`vlmatch.search.library.trust.PhotoRoot.current`)."""
+        row = self.rows([image_id]).get(int(image_id))
+        return None if row is None or not self.index.photo_root.keep(row) else Path(self.index.photo_root.current(row))
+
     def shown(self, ids) -> dict[int, str]:
         """What a result shows: the path inside the photo folder (the absolute one stays in CLI and Python
         results)."""
@@ -269,6 +278,9 @@ class IndexBackend:
     def path_of(self, image_id: int) -> Path | None:
         return self._served.path(image_id)
 
+    def file_of(self, image_id: int) -> Path | None:
+        return self._served.file(image_id)
+
     def search(self, text: str, k: int, candidates: int, where=None) -> list[dict]:
         s = self._served  # this request's version, whatever a reload does meanwhile
         return self._rows(s, s.index.search(text, k=k, candidates=candidates, where=where))
@@ -288,7 +300,7 @@ class IndexBackend:
 
     def search_image(self, image: bytes | None, image_id: int | None, k: int) -> list[dict]:
         s = self._served
-        found = s.index.search_image(image if image is not None else s.path(image_id), k=k)
+        found = s.index.search_image(image if image is not None else s.file(image_id), k=k)
         return [{"id": r.id, "text": r.text, "score": r.score} for r in found]
 
     def explain(self, image_id: int, text: str, method: str | None = None) -> dict:

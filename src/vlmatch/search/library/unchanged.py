@@ -1,0 +1,103 @@
+"""An indexed photo's file checked against what its row recorded, before it is explained, thumbnailed or
+served: the service and ``vlmatch explain --index --id`` show the photo that was encoded, or say it changed.
+
+A row of a photo folder's index records the file's ``size``, ``mtime_ns`` and ``sha256`` (as read by the
+build). :func:`check_unchanged` stats the file (following a symlink, as reading it would) and answers:
+
+- gone: :class:`PhotoMissing`;
+- not a regular file (a FIFO, a socket, a device, a folder): :class:`PhotoChanged`, from its stat alone --
+  the file is never opened (opening a FIFO waits for a writer: every request for it hung, holding a thread);
+- another size: :class:`PhotoChanged`;
+- the same size and mtime: unchanged (the build's own test of a file it already holds, :mod:`.changes`);
+- the same size, another mtime (touched, copied, rewritten): the content's SHA-256 decides, read through a
+  descriptor opened without waiting and checked to be a regular file; the verdict is kept per identity
+  (path, device, inode, size, mtime, ctime), so a touched photo is hashed once, not on every request.
+
+A row that records none of these (an index of precomputed features names items, not files) is not checked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import threading
+from collections import OrderedDict
+
+from ...errors import DataError
+
+UPDATE = "run vlmatch index update"
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder"))
+_VERDICTS: OrderedDict = OrderedDict()  # file identity -> whether its content is the indexed one
+_VERDICTS_KEPT = 4096
+_lock = threading.Lock()
+
+
+class PhotoMissing(DataError):
+    """The file of an indexed photo is gone."""
+
+
+class PhotoChanged(DataError):
+    """The file of an indexed photo is no longer the one indexed (another content, or not a regular file)."""
+
+
+def kind_of(mode: int) -> str | None:
+    """What a file of this ``st_mode`` is when it is not a regular file (None: a regular file)."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def check_unchanged(row: dict, path) -> os.stat_result:
+    """``path``'s stat when it is the file ``row`` recorded; else :class:`PhotoMissing` or :class:`PhotoChanged`
+    naming the file and what changed (the file is opened only when its mtime alone changed)."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise PhotoMissing(path, f"is no longer on disk ({e.strerror or type(e).__name__}); {UPDATE}") from None
+    kind = kind_of(st.st_mode)
+    if kind is not None:
+        raise PhotoChanged(path, f"is {kind} now, not the photo indexed: refused unopened; {UPDATE}")
+    size, mtime, digest = row.get("size"), row.get("mtime_ns"), row.get("sha256")
+    if isinstance(size, int) and st.st_size != size:
+        raise PhotoChanged(path, f"changed since indexing ({st.st_size} bytes, indexed {size}); {UPDATE}")
+    if not isinstance(mtime, int) or st.st_mtime_ns == mtime:
+        return st
+    if not isinstance(digest, str) or not _same_content(path, st, digest):
+        raise PhotoChanged(path, f"changed since indexing (modified after it was encoded); {UPDATE}")
+    return st
+
+
+def _same_content(path, st: os.stat_result, digest: str) -> bool:
+    key = (os.fspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, digest)
+    with _lock:
+        if key in _VERDICTS:
+            _VERDICTS.move_to_end(key)
+            return _VERDICTS[key]
+    same = _sha256(path) == digest
+    with _lock:
+        _VERDICTS[key] = same
+        while len(_VERDICTS) > _VERDICTS_KEPT:
+            _VERDICTS.popitem(last=False)
+    return same
+
+
+def _sha256(path) -> str | None:
+    """The SHA-256 of a regular file's content; None when it cannot be read or is no longer a regular file
+    (opened without waiting: a FIFO put in its place meanwhile does not block)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        h = hashlib.sha256()
+        while chunk := os.read(fd, 1 << 20):
+            h.update(chunk)
+        return h.hexdigest()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
