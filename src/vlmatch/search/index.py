@@ -201,7 +201,7 @@ class Index:
         s1, rows = coll.search(q, cand) if where is None else coll.search(q, cand, where=where)
         t2 = time.perf_counter()
         out = []
-        rel = None if self.stage1_source.open_vocab is None else self.stage1_source.open_vocab.relevance
+        rel = self.relevance
         for i in range(len(q)):
             text = texts[i] if texts is not None else None
             out.append(with_relevance(self._rerank_images(coll, txt.select(slice(i, i + 1)), rows[i], s1[i], kk, text),
@@ -234,17 +234,35 @@ class Index:
         from .compose import query_terms, rescore
 
         ov = self.stage1_source.open_vocab
-        stage1 = getattr(coll, "stage1", None)  # the folder backend keeps each photo's concept vector in stage1.npy
-        if ov is None or not ov.fusion.and_beta or text is None or len(rows) < 3 or stage1 is None:
+        if ov is None or not ov.fusion.and_beta or text is None or len(rows) < 3:
             return None
         terms = query_terms(text)
         if len(terms) < 2:
             return None
-        order = np.argsort(rows, kind="stable")  # read the memory map in file order
-        concepts = np.empty((len(rows), ov.dim), dtype=np.float32)
-        concepts[order] = np.asarray(stage1.vectors[rows[order]], dtype=np.float32)[:, -ov.dim:]
+        # each photo's concept vector: the last columns of its stored stage-1 vector (on every backend)
+        concepts = coll.stage1_vectors(rows)[:, -ov.dim:]
         words = ov.text_vectors(terms).float().numpy()
         return rescore(s1, concepts @ words.T, ov.fusion.and_beta)
+
+    @property
+    def relevance(self):
+        """The relevance scale of this index's scores (:class:`vlmatch.search.open_vocab.Relevance`), or None:
+        none recorded, or the score a hit shows is not the one it was fitted on (:attr:`relevance_note`)."""
+        ov = self.stage1_source.open_vocab
+        return None if ov is None or self.relevance_note is not None else ov.relevance
+
+    @property
+    def relevance_note(self) -> str | None:
+        """Why this index's results carry no relevance although its fusion records a scale (one line), else None.
+        The scale was fitted on the fused stage-1 score of the model that ships it: a hit shows that score only when
+        stage 1's scores are final (no re-scorer, no ``--score mean``)."""
+        ov = self.stage1_source.open_vocab
+        if ov is None or ov.relevance is None or self.stage1_is_score:
+            return None
+        why = ("the score shown is the mean of the re-scorer's and stage 1's" if self.score_mode == "mean"
+               else "the score shown is the re-scorer's" if self.retriever is not None
+               else "the score shown is the model's own stage-2 score")
+        return f"no relevance: {why}, not the fused stage-1 score its scale was fitted on"
 
     def _fused(self, scores: np.ndarray, s1: np.ndarray) -> np.ndarray:
         return (scores + s1) / 2 if self.score_mode == "mean" else scores
