@@ -30,12 +30,13 @@ from ..models.base import ImageEncoding, MatchingModel, TextEncoding
 from .backends.base import CollectionBackend, MilvusLocation
 from .backends.folder import FolderCollection, manifest_stamp, open_parts, reading
 from .encode import Stage1Source
+from .explained import score_parts, shows_line
 from .filters import Where
 from .hits import DEFAULT_CANDIDATES, SearchHit, with_relevance  # noqa: F401  (SearchHit: its home was here)
 from .hits import ranked as _ranked
 from .hits import sizes as _sizes
 from .library.trust import PhotoRoot
-from .open_vocab import open_vocab_of
+from .open_vocab import check_pins, concepts_fix, open_vocab_of
 
 SearchResult = SearchHit  # its name before 0.2, kept for one release
 
@@ -54,6 +55,9 @@ class Index:
         self.retriever = None if retriever is None else retriever.eval()
         self.device = torch.device(device)
         self.stage1_source = Stage1Source(self.model, self.retriever, open_vocab_of(manifest))
+        # the photos' concept columns and this process's query columns must come from the same lexicon, text
+        # encoder, options and basis: else they pair silently (vlmatch.search.open_vocab.check_pins)
+        check_pins(self.stage1_source.open_vocab, manifest.get("open_vocab"), self.root, concepts_fix(self.root))
         dims = manifest.get("dims") or {}
         self.n_regions = dims.get("regions") or 1
         colls = manifest.get("collections", {})
@@ -429,16 +433,20 @@ class Index:
             key = "model" if model is self.model else "retriever"
             att.model = (self.manifest.get(key) or {}).get("checkpoint") or model.name
         att.image = path
+        # the score search shows for this photo and text, split into the maps' part and the concept part
+        att.parts = score_parts(self, item_id, text)
+        att.shows = shows_line(att)
         return att
 
-    def explain_png(self, item_id: int, text: str, method: str | None = None) -> bytes:
-        """:meth:`explain` drawn as a heat-map PNG on the indexed image file (one panel per content word)."""
+    def explain_png(self, item_id: int, text: str, method: str | None = None, shared_scale: bool = False) -> bytes:
+        """:meth:`explain` drawn as a heat-map PNG on the indexed image file (one panel per content word, each on
+        its own colour scale; ``shared_scale``: on one)."""
         from ..viz.heatmap import render
 
         att = self.explain(item_id, text, method)
         if not att.grid:
             raise ConfigError(f"{self.root}: no image grid is known (built from features without a backbone)")
-        return render(att, att.image)
+        return render(att, att.image, shared_scale=shared_scale)
 
 
 @dataclass
