@@ -589,6 +589,11 @@ def _update(out: Path, manifest: dict, parts: dict, skip_bad, batch_size, progre
     # are encoded again, as displayed (vlmatch.features.photo.READER_VERSION)
     stale_reader = manifest.get("reader", 1) < READER_VERSION
     ov, add_concepts = open_vocab_to_update(manifest, concepts)
+    model = load_model(parts["model"], note_unsealed=False).eval()  # sealed by the index's manifest
+    retriever = load_model(parts["retriever"], note_unsealed=False).eval() if "retriever" in parts else None
+    s1 = _stage1_source(model, retriever, ov)
+    if not add_concepts:  # new photos' concept columns must pair with the kept ones (and an index that would not
+        check_pins(ov, manifest.get("open_vocab"), out, concepts_fix(out))  # search is not left as if up to date)
     keep_rows, keep_items, todo, report = plan_changes(root, rels, old_items, stale_reader, add_concepts)
     if not todo and len(keep_rows) == len(old_items) and not add_concepts:
         shutil.rmtree(out / "build", ignore_errors=True)  # what an update killed before its commit left
@@ -596,11 +601,6 @@ def _update(out: Path, manifest: dict, parts: dict, skip_bad, batch_size, progre
             with swapping(out):
                 commit(out, {**manifest, "reader": READER_VERSION}, ())
         return {**report, "skipped": []}
-    model = load_model(parts["model"], note_unsealed=False).eval()  # sealed by the index's manifest
-    retriever = load_model(parts["retriever"], note_unsealed=False).eval() if "retriever" in parts else None
-    s1 = _stage1_source(model, retriever, ov)
-    if not add_concepts:  # new photos' concept columns must pair with the kept ones
-        check_pins(ov, manifest.get("open_vocab"), out, concepts_fix(out))
     bb = backbone_for(manifest["backbone"], weights)
     dtype = manifest["dtype"]
     work = out / "build" / "update"
