@@ -71,6 +71,7 @@ def _compare(folder, milvus):
         _same(folder.search_like(like, k=4), milvus.search_like(like, k=4), f"like {like}")
         _same(folder.search_like(like, k=4, text=QUERIES[1]), milvus.search_like(like, k=4, text=QUERIES[1]),
               f"like {like} with a text")
+    fused = [h.id for h in folder.search(TWO_THINGS, k=n)]
     for idx in (folder, milvus):  # the AND re-scoring on (the shipped fusion keeps it off)
         idx.stage1_source.open_vocab.fusion.and_beta = 2.0
     for k, cand in ((n, None), (3, 5)):
@@ -86,6 +87,7 @@ def _compare(folder, milvus):
     want = rescore(np.array([h.stage1_score for h in hits]),
                    concepts @ ov.text_vectors(query_terms(TWO_THINGS)).numpy().T, 2.0)
     assert list(np.argsort(-want, kind="stable")) == list(range(n))
+    assert [h.id for h in hits] != fused  # it does reorder these photos: the agreement above means something
     for hit in folder.search(QUERIES[0], k=2):
         a, b = folder.explain(hit.id, QUERIES[0]), milvus.explain(hit.id, QUERIES[0])
         assert a.parts["score"] == pytest.approx(hit.score, abs=1e-5)
