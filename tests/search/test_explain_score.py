@@ -63,14 +63,15 @@ def test_explain_prints_the_score_search_shows(built):
     parts = got["parts"]
     assert parts["concepts"] is not None and parts["ranker"] + parts["concepts"] == pytest.approx(got["score"], abs=1e-6)
     assert got["maps_score"] == pytest.approx(parts["ranker"], abs=2e-3)  # the maps split the ranking model's part
-    assert f"score {hit['score']:.4f} = ranking model" in out.stdout and "not drawn" in out.stdout
+    assert f"maps, score {hit['score']:.4f}" in out.stdout and "(the maps) + concepts" in out.stdout
+    assert "not drawn" in out.stdout
     assert f"{hit['score']:8.4f}" in built["stdout"]  # the very number search printed
     # the same photo as a file, outside the index: the score an index build would give it
     out = vlmatch("explain", "--image", hit["path"], "--text", TEXT, "--out", str(base / "file.png"),
                   "--json", str(base / "file.json"))
     got = json.loads((base / "file.json").read_text())
     assert got["score"] == pytest.approx(hit["score"], abs=1e-3)
-    assert f"score {got['score']:.4f} = ranking model" in out.stdout
+    assert f"maps, score {got['score']:.4f}" in out.stdout and "(the maps) + concepts" in out.stdout
 
 
 def test_each_word_on_its_own_scale_or_one_shared(built):

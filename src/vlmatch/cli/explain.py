@@ -127,10 +127,8 @@ def search_parts(att, checkpoint, model, features, text: str) -> None:
 
 def _printed(a, att, method: str) -> str:
     """The line explain prints: the score search shows for the pair (and how the maps split it)."""
-    head = f"{a.out}: {_drawn(att, a.all_words)} {method} maps{_mirrored(att)}"
-    if att.parts:
-        return f"{head}; {att.shows}"
-    return f"{head}, score {att.score:.4f}"
+    head = f"{a.out}: {_drawn(att, a.all_words)} {method} maps, score {att.shown_score:.4f}{_mirrored(att)}"
+    return f"{head}; {att.shows}" if att.shows else head
 
 
 def _drawn(att, all_words: bool) -> str:

@@ -65,19 +65,16 @@ def photo_parts(model, ov, features, text: str) -> dict:
     return {"score": shown, "ranker": shown - concepts, "concepts": concepts}
 
 
-def shows_line(att) -> str:
-    """One line: what the maps of ``att`` (with its ``parts``) split, against the score shown: the ranking model's
-    part where the maps' own score is it (the same weights), else the explaining model's own score."""
+def shows_line(att) -> str | None:
+    """One line: what the maps of ``att`` (with its ``parts``) split, against the score shown (None: the maps split
+    that very score). The maps split the ranking model's part where their own score is it (the same weights), else
+    they split the explaining model's own score, and the line says so."""
     p = att.parts
     if not p:
-        return f"the maps split the model's score {att.score:.4f}"
+        return None
     same = abs(att.score - p["ranker"]) <= SAME_SCORE
+    other = None if same else f"the maps split {att.model or 'the explaining model'}'s own score {att.score:.4f}"
     if p.get("concepts") is None:
-        return (f"the maps split the score {p['score']:.4f}" if same else
-                f"the maps split {att.model or 'the explaining model'}'s own score {att.score:.4f}; the score shown is "
-                f"{p['score']:.4f}")
-    split = f"{p['score']:.4f} = ranking model {p['ranker']:.4f} + concepts {p['concepts']:.4f}"
-    if same:
-        return f"score {split}: the maps split the ranking model's part; {NOT_DRAWN}"
-    return (f"score {split}: the maps split {att.model or 'the explaining model'}'s own score {att.score:.4f}, not "
-            f"the ranking model's part; {NOT_DRAWN}")
+        return other
+    split = f"ranking model {p['ranker']:.4f}" + (" (the maps)" if same else "") + f" + concepts {p['concepts']:.4f}"
+    return "; ".join(x for x in (split, other, NOT_DRAWN) if x)
