@@ -25,7 +25,8 @@ columns: stage 1 reads fewer columns per photo (benchmarks/results/open_vocab_co
 in each process from the name vectors (themselves computed per host); it is stable where it matters: for the
 shipped default, the 128th and 129th singular values stand 0.5 % apart, and name vectors perturbed by 1e-5 (more
 than two hosts' float paths differ) move the basis by at most 0.0012 per entry, the subspace by a cosine of
-0.999998.
+0.999998. An index pins it (:meth:`OpenVocab.pins`: with the lexicon's digest, the sentence encoder's hash and the
+concept options) and is refused where this process computes otherwise (:func:`check_pins`).
 
 Search by photo reads only the model's embedding columns (:mod:`vlmatch.search.library.similar`): the concept columns
 of a photo query are zero.
