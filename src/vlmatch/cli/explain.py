@@ -23,8 +23,10 @@ METHODS = ("attention", "contribution", "gradient", "occlusion")
 def add_parser(sub):
     p = sub.add_parser("explain", help="heat map of which image parts each word of a caption attends to",
                        description="Extract the image's features with the backbone the model was trained on, take "
-                                   "the model's attention for this one pair (model.pair_attention) and draw one "
-                                   "panel per word on one shared colour scale.")
+                                   "the model's maps for this one pair and draw one panel per word, each on its own "
+                                   "colour scale (--shared-scale: one for all), in each cell's share of the word's "
+                                   "part; prints the score `vlmatch search` shows for the pair, split into the "
+                                   "ranking model's part (the maps) and the concept part (a number).")
     p.add_argument("--model", type=checkpoint_arg,
                    help="checkpoint folder of an attention model, or pretrained:NAME (default: the shipped default "
                         "re-scorer, see `vlmatch pretrained`)")
@@ -49,6 +51,9 @@ def add_parser(sub):
     p.add_argument("--all-words", action="store_true",
                    help="also draw the function words (a, the, on, is ...); by default the PNG shows the content words "
                         "(special tokens such as [CLS] never; --json keeps every token)")
+    p.add_argument("--shared-scale", action="store_true",
+                   help="draw every word on one colour scale, so panels compare (default: each word on its own scale, "
+                        "so a word with a small part is readable too)")
     add_mirror_arg(p)
     add_backend_args(p)
     p.set_defaults(func=cmd_explain, quick_exit=True)  # ends without the interpreter's teardown (cli.quick_exit)
@@ -103,13 +108,14 @@ def cmd_explain(a):
         views = bb(bb.preprocess([pixels, mirror_pixels(pixels)] if mirror else [pixels])).numpy()
     with phases("explain"):
         att = explain_pair(model, views[0], a.text, method, a.phrase, mirror_features=views[1] if mirror else None)
+        search_parts(att, a.model, model, views[0], a.text)
     att.grid, att.image = bb.info.grid, str(a.image)
     say_text(att, model, a.text, a.all_words)
     with phases("render"):
-        render(att, a.image, a.out, boxes=boxes, all_words=a.all_words)
+        render(att, a.image, a.out, boxes=boxes, all_words=a.all_words, shared_scale=a.shared_scale)
     if a.json:
         write_json_out(a.json, {"model": str(a.model), "text": a.text, **att.to_dict()})
-    print(f"{a.out}: {_drawn(att, a.all_words)} {method} maps, score {att.score:.4f}{_mirrored(att)}")
+    print(_printed(a, att, method))
     phases.report()
 
 
@@ -143,6 +149,27 @@ def say_text(att, model, text: str, all_words: bool) -> None:
               file=sys.stderr)
 
 
+def search_parts(att, checkpoint, model, features, text: str) -> None:
+    """Give ``att`` the score an index of ``checkpoint`` would show for this photo and text, split
+    (:mod:`vlmatch.search.explained`): with the open-vocabulary part where the model ships with a fusion (the
+    default does), else its own score."""
+    from ..features.provenance import checkpoint_backbone
+    from ..search.build import open_vocab_for
+    from ..search.explained import photo_parts, shows_line
+
+    ov = open_vocab_for(checkpoint, checkpoint_backbone(checkpoint))
+    if ov is None or not model.score_is_global():
+        return
+    att.parts = photo_parts(model, ov, features, text)
+    att.shows = shows_line(att)
+
+
+def _printed(a, att, method: str) -> str:
+    """The line explain prints: the score search shows for the pair (and how the maps split it)."""
+    head = f"{a.out}: {_drawn(att, a.all_words)} {method} maps, score {att.shown_score:.4f}{_mirrored(att)}"
+    return f"{head}; {att.shows}" if att.shows else head
+
+
 def _drawn(att, all_words: bool) -> str:
     from ..viz.words import shown_columns
 
@@ -151,7 +178,7 @@ def _drawn(att, all_words: bool) -> str:
 
 
 def _mirrored(att) -> str:
-    return " (the photo's; each map the mean of the photo's and its mirror image's)" if att.mirror_score is not None else ""
+    return " (each map the mean of the photo's and its mirror image's)" if att.mirror_score is not None else ""
 
 
 def explain_indexed(a, phases=None):
@@ -169,14 +196,10 @@ def explain_indexed(a, phases=None):
         raise ConfigError(f"{idx.root}: no image grid is known (built from features without a backbone)")
     say_text(att, getattr(idx, "model", None), a.text, a.all_words)
     with phases("render"):
-        render(att, att.image, a.out, all_words=a.all_words)
+        render(att, att.image, a.out, all_words=a.all_words, shared_scale=a.shared_scale)
     if a.json:
         write_json_out(a.json, {"index": str(idx.root), "id": a.id, "text": a.text, **att.to_dict()})
-    from ..search.service.service import maps_show
-
-    ov = getattr(idx.stage1_source, "open_vocab", None) is not None
-    print(f"{a.out}: {_drawn(att, a.all_words)} {att.method} maps, score {att.score:.4f}{_mirrored(att)}"
-          + (f"; the maps split {maps_show(idx)}" if ov else ""))
+    print(_printed(a, att, att.method))
 
 
 def default_explainer() -> tuple[str, str]:

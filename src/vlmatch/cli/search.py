@@ -85,6 +85,10 @@ def add_parser(sub):
     u.add_argument("--batch-size", type=positive_int, default=64)
     u.add_argument("--no-progress", action="store_true")
     u.add_argument("--date-from-mtime", action="store_true", help=DATE_FROM_MTIME)
+    u.add_argument("--concepts", action="store_true",
+                   help="also encode every photo's open-vocabulary concept columns again, with this vlmatch's concept "
+                        "lexicon, text encoder and basis (an index whose recorded ones differ is refused until then; "
+                        "one backbone pass per photo; the folder backend)")
     u.set_defaults(func=cmd_update)
     add_duplicates_parser(s)
 
@@ -189,12 +193,15 @@ def cmd_update(a):
             raise ConfigError("index update takes an index folder or --backend milvus ..., not both")
         if a.date_from_mtime:
             raise ConfigError("--date-from-mtime is for the folder backend (a Milvus index dates photos by EXIF only)")
+        if a.concepts:
+            raise ConfigError("--concepts is for the folder backend: a Milvus index's concept columns are written once; "
+                              "build the collection again")
         rep = update_milvus(loc, skip_bad=a.skip_bad, batch_size=a.batch_size, progress=not a.no_progress)
     elif not a.index:
         raise ConfigError("index update needs the index folder (or --backend milvus --milvus-uri URI --collection NAME)")
     else:
         rep = update_index(a.index, skip_bad=a.skip_bad, batch_size=a.batch_size, progress=not a.no_progress,
-                           date_from_mtime=a.date_from_mtime)
+                           date_from_mtime=a.date_from_mtime, concepts=a.concepts)
     for bad in rep.get("skipped", []):
         print(f"skipped {bad['key']}: {bad['error']}")
     print(json.dumps({k: v for k, v in rep.items() if k != "skipped"}))
@@ -308,11 +315,15 @@ def cmd_search(a):
         print(NO_MATCH)
     else:
         print(format_results(res, what, where))
+    note = idx.relevance_note if what == "file" else None
+    if note:
+        print(note)
     if a.json:
         query = {"like": a.like, "text": a.text} if a.like is not None else a.text if a.image is None else {"image": a.image}
         write_json_out(a.json, {"query": query, "index": a.index or str(idx.root),
                             "candidates": a.candidates, "timings_s": idx.last_timings,
                             **({"where": where.to_dict()} if where is not None else {}),
                             **no_match_field(res if what == "file" else []),
+                            **({"relevance_note": note} if note else {}),
                             "results": [r.to_dict() for r in res]})
     phases.report()

@@ -61,7 +61,7 @@ from .backends.folder import (
 from .changes import plan_changes
 from .checks import read_captions, read_items
 from .encode import Batch, Stage1Source, encode_part, fingerprint, read_meta
-from .open_vocab import open_vocab_of
+from .open_vocab import check_pins, concepts_fix, open_vocab_of
 from .scan import file_stat, scan_folder  # noqa: F401 (scan_folder: imported from here by the Milvus build)
 from .stage1 import build_faiss, write_faiss
 from .store import allocate_npy, open_arrays
@@ -543,24 +543,29 @@ def _encode_captions(work, model, s1, caption_rows, dtype, n_regions, batch_size
 
 
 def update_index(path, skip_bad: bool = False, batch_size: int = 64, progress: bool = True, weights=None,
-                 date_from_mtime: bool = False) -> dict:
+                 date_from_mtime: bool = False, concepts: bool = False) -> dict:
     """Re-scan an image-folder index: encode new and changed files, drop deleted ones, keep the rest.
     ``date_from_mtime`` (or a build that asked for it): new and changed photos without an EXIF capture
-    time are dated by their file's mtime."""
+    time are dated by their file's mtime. ``concepts``: also encode every photo's concept columns again, with this
+    vlmatch's lexicon, text encoder and basis (an index whose pins differ from them is refused until then)."""
     out = Path(path)
     require_manifest(out)  # before the lock file is made in a folder that holds no index
     with writer_lock(out, "vlmatch index update"):
         recover(out)
-        return _update(out, *open_parts(out), skip_bad, batch_size, progress, weights, date_from_mtime)
+        return _update(out, *open_parts(out), skip_bad, batch_size, progress, weights, date_from_mtime, concepts)
 
 
-def open_vocab_to_update(manifest: dict):
+def open_vocab_to_update(manifest: dict, concepts: bool = False):
     """(the open-vocabulary part an update encodes with, whether every photo must be encoded again to add it).
-    An index built with the part keeps it; one built with --no-open-vocab stays without; one built before the part
-    existed (no ``open_vocab`` key) gets it where its model ships with a fusion: one more backbone pass per photo."""
+    An index built with the part keeps it (``concepts``: every photo's concept columns encoded again); one built
+    with --no-open-vocab stays without; one built before the part existed (no ``open_vocab`` key) gets it where its
+    model ships with a fusion: one more backbone pass per photo."""
     if manifest.get("open_vocab"):
-        return open_vocab_of(manifest), False
+        return open_vocab_of(manifest), concepts
     if "open_vocab" in manifest:
+        if concepts:
+            raise ConfigError("--concepts: this index was built without the open-vocabulary part (--no-open-vocab); "
+                              "it has no concept columns to encode")
         return None, False
     ov = open_vocab_for(None, manifest.get("backbone"),
                         weights_sha256=(manifest.get("retriever") or manifest["model"]).get("sha256"))
@@ -568,7 +573,7 @@ def open_vocab_to_update(manifest: dict):
 
 
 def _update(out: Path, manifest: dict, parts: dict, skip_bad, batch_size, progress, weights,
-            date_from_mtime=False) -> dict:
+            date_from_mtime=False, concepts=False) -> dict:
     from ..features.backbones import backbone_for
     from ..models.registry import load_model
 
@@ -583,7 +588,12 @@ def _update(out: Path, manifest: dict, parts: dict, skip_bad, batch_size, progre
     # an index encoded by an older photo reader holds its EXIF-rotated photos as stored (sideways): those
     # are encoded again, as displayed (vlmatch.features.photo.READER_VERSION)
     stale_reader = manifest.get("reader", 1) < READER_VERSION
-    ov, add_concepts = open_vocab_to_update(manifest)
+    ov, add_concepts = open_vocab_to_update(manifest, concepts)
+    model = load_model(parts["model"], note_unsealed=False).eval()  # sealed by the index's manifest
+    retriever = load_model(parts["retriever"], note_unsealed=False).eval() if "retriever" in parts else None
+    s1 = _stage1_source(model, retriever, ov)
+    if not add_concepts:  # new photos' concept columns must pair with the kept ones (and an index that would not
+        check_pins(ov, manifest.get("open_vocab"), out, concepts_fix(out))  # search is not left as if up to date)
     keep_rows, keep_items, todo, report = plan_changes(root, rels, old_items, stale_reader, add_concepts)
     if not todo and len(keep_rows) == len(old_items) and not add_concepts:
         shutil.rmtree(out / "build", ignore_errors=True)  # what an update killed before its commit left
@@ -591,9 +601,6 @@ def _update(out: Path, manifest: dict, parts: dict, skip_bad, batch_size, progre
             with swapping(out):
                 commit(out, {**manifest, "reader": READER_VERSION}, ())
         return {**report, "skipped": []}
-    model = load_model(parts["model"], note_unsealed=False).eval()  # sealed by the index's manifest
-    retriever = load_model(parts["retriever"], note_unsealed=False).eval() if "retriever" in parts else None
-    s1 = _stage1_source(model, retriever, ov)
     bb = backbone_for(manifest["backbone"], weights)
     dtype = manifest["dtype"]
     work = out / "build" / "update"

@@ -30,12 +30,13 @@ from ..models.base import ImageEncoding, MatchingModel, TextEncoding
 from .backends.base import CollectionBackend, MilvusLocation
 from .backends.folder import FolderCollection, manifest_stamp, open_parts, reading
 from .encode import Stage1Source
+from .explained import score_parts, shows_line
 from .filters import Where
 from .hits import DEFAULT_CANDIDATES, SearchHit, with_relevance  # noqa: F401  (SearchHit: its home was here)
 from .hits import ranked as _ranked
 from .hits import sizes as _sizes
 from .library.trust import PhotoRoot
-from .open_vocab import open_vocab_of
+from .open_vocab import check_pins, concepts_fix, open_vocab_of
 
 SearchResult = SearchHit  # its name before 0.2, kept for one release
 
@@ -54,6 +55,9 @@ class Index:
         self.retriever = None if retriever is None else retriever.eval()
         self.device = torch.device(device)
         self.stage1_source = Stage1Source(self.model, self.retriever, open_vocab_of(manifest))
+        # the photos' concept columns and this process's query columns must come from the same lexicon, text
+        # encoder, options and basis: else they pair silently (vlmatch.search.open_vocab.check_pins)
+        check_pins(self.stage1_source.open_vocab, manifest.get("open_vocab"), self.root, concepts_fix(self.root))
         dims = manifest.get("dims") or {}
         self.n_regions = dims.get("regions") or 1
         colls = manifest.get("collections", {})
@@ -201,7 +205,7 @@ class Index:
         s1, rows = coll.search(q, cand) if where is None else coll.search(q, cand, where=where)
         t2 = time.perf_counter()
         out = []
-        rel = None if self.stage1_source.open_vocab is None else self.stage1_source.open_vocab.relevance
+        rel = self.relevance
         for i in range(len(q)):
             text = texts[i] if texts is not None else None
             out.append(with_relevance(self._rerank_images(coll, txt.select(slice(i, i + 1)), rows[i], s1[i], kk, text),
@@ -234,17 +238,35 @@ class Index:
         from .compose import query_terms, rescore
 
         ov = self.stage1_source.open_vocab
-        stage1 = getattr(coll, "stage1", None)  # the folder backend keeps each photo's concept vector in stage1.npy
-        if ov is None or not ov.fusion.and_beta or text is None or len(rows) < 3 or stage1 is None:
+        if ov is None or not ov.fusion.and_beta or text is None or len(rows) < 3:
             return None
         terms = query_terms(text)
         if len(terms) < 2:
             return None
-        order = np.argsort(rows, kind="stable")  # read the memory map in file order
-        concepts = np.empty((len(rows), ov.dim), dtype=np.float32)
-        concepts[order] = np.asarray(stage1.vectors[rows[order]], dtype=np.float32)[:, -ov.dim:]
+        # each photo's concept vector: the last columns of its stored stage-1 vector (on every backend)
+        concepts = coll.stage1_vectors(rows)[:, -ov.dim:]
         words = ov.text_vectors(terms).float().numpy()
         return rescore(s1, concepts @ words.T, ov.fusion.and_beta)
+
+    @property
+    def relevance(self):
+        """The relevance scale of this index's scores (:class:`vlmatch.search.open_vocab.Relevance`), or None:
+        none recorded, or the score a hit shows is not the one it was fitted on (:attr:`relevance_note`)."""
+        ov = self.stage1_source.open_vocab
+        return None if ov is None or self.relevance_note is not None else ov.relevance
+
+    @property
+    def relevance_note(self) -> str | None:
+        """Why this index's results carry no relevance although its fusion records a scale (one line), else None.
+        The scale was fitted on the fused stage-1 score of the model that ships it: a hit shows that score only when
+        stage 1's scores are final (no re-scorer, no ``--score mean``)."""
+        ov = self.stage1_source.open_vocab
+        if ov is None or ov.relevance is None or self.stage1_is_score:
+            return None
+        why = ("the score shown is the mean of the re-scorer's and stage 1's" if self.score_mode == "mean"
+               else "the score shown is the re-scorer's" if self.retriever is not None
+               else "the score shown is the model's own stage-2 score")
+        return f"no relevance: {why}, not the fused stage-1 score its scale was fitted on"
 
     def _fused(self, scores: np.ndarray, s1: np.ndarray) -> np.ndarray:
         return (scores + s1) / 2 if self.score_mode == "mean" else scores
@@ -414,16 +436,20 @@ class Index:
             key = "model" if model is self.model else "retriever"
             att.model = (self.manifest.get(key) or {}).get("checkpoint") or model.name
         att.image = path
+        # the score search shows for this photo and text, split into the maps' part and the concept part
+        att.parts = score_parts(self, item_id, text)
+        att.shows = shows_line(att)
         return att
 
-    def explain_png(self, item_id: int, text: str, method: str | None = None) -> bytes:
-        """:meth:`explain` drawn as a heat-map PNG on the indexed image file (one panel per content word)."""
+    def explain_png(self, item_id: int, text: str, method: str | None = None, shared_scale: bool = False) -> bytes:
+        """:meth:`explain` drawn as a heat-map PNG on the indexed image file (one panel per content word, each on
+        its own colour scale; ``shared_scale``: on one)."""
         from ..viz.heatmap import render
 
         att = self.explain(item_id, text, method)
         if not att.grid:
             raise ConfigError(f"{self.root}: no image grid is known (built from features without a backbone)")
-        return render(att, att.image)
+        return render(att, att.image, shared_scale=shared_scale)
 
 
 @dataclass

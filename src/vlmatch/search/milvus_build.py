@@ -72,7 +72,7 @@ from .build import (
 )
 from .checks import read_captions
 from .encode import fingerprint
-from .open_vocab import open_vocab_of
+from .open_vocab import check_pins, concepts_fix, open_vocab_of
 from .stage1 import choose_kind
 
 
@@ -379,6 +379,15 @@ def _update(client, loc: MilvusLocation, lock: WriterLock, manifest: dict, skip_
     name, gen = loc.collection, int(manifest["generation"])
     items_name, enc_name = part_name(name, gen, "images"), part_name(name, gen, "images", enc=True)
     root = Path(manifest["source"]["root"])
+    ckpts = checkpoints(loc, manifest)
+    model = load_model(ckpts["model"], note_unsealed=False).eval()  # checked against the manifest's digest
+    retriever = load_model(ckpts["retriever"], note_unsealed=False).eval() if "retriever" in ckpts else None
+    # an index built before the open-vocabulary part keeps its layout (a collection's vector width is fixed):
+    # `index build` again adds the concept vectors (docs/open-vocabulary.md)
+    ov = open_vocab_of(manifest)
+    s1 = _stage1_source(model, retriever, ov)
+    # new photos' concept columns must pair with the kept ones: refused before anything is written
+    check_pins(ov, manifest.get("open_vocab"), loc, concepts_fix(loc))
     pending = read_prop(client, name, PENDING)
     if not (pending and pending.get("op") == "update" and pending.get("base") == manifest["seal"]):
         if pending:  # an unfinished build (or an update of another version): its generation goes
@@ -394,12 +403,7 @@ def _update(client, loc: MilvusLocation, lock: WriterLock, manifest: dict, skip_
                 write_prop(client, name, MANIFEST, manifest)
             return {**pending["report"], "skipped": []}
         write_prop(client, name, PENDING, pending)
-    ckpts = checkpoints(loc, manifest)
-    model = load_model(ckpts["model"], note_unsealed=False).eval()  # checked against the manifest's digest
-    retriever = load_model(ckpts["retriever"], note_unsealed=False).eval() if "retriever" in ckpts else None
-    # an index built before the open-vocabulary part keeps its layout (a collection's vector width is fixed):
-    # `index build` again adds the concept vectors (docs/open-vocabulary.md)
-    encode = image_encoder(model, _stage1_source(model, retriever, open_vocab_of(manifest)))
+    encode = image_encoder(model, s1)
     bb = backbone_for(manifest["backbone"], weights)
     layout = Layout.from_dict(manifest["collections"]["images"]["layout"])
     todo = pending["todo"]

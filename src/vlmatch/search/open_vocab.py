@@ -25,7 +25,8 @@ columns: stage 1 reads fewer columns per photo (benchmarks/results/open_vocab_co
 in each process from the name vectors (themselves computed per host); it is stable where it matters: for the
 shipped default, the 128th and 129th singular values stand 0.5 % apart, and name vectors perturbed by 1e-5 (more
 than two hosts' float paths differ) move the basis by at most 0.0012 per entry, the subspace by a cosine of
-0.999998.
+0.999998. An index pins it (:meth:`OpenVocab.pins`: with the lexicon's digest, the sentence encoder's hash and the
+concept options) and is refused where this process computes otherwise (:func:`check_pins`).
 
 Search by photo reads only the model's embedding columns (:mod:`vlmatch.search.library.similar`): the concept columns
 of a photo query are zero.
@@ -230,8 +231,71 @@ class OpenVocab:
         """(n, dim) query sentence vectors times each query's weight."""
         return self.text_vectors(texts) * self.weights(texts)[:, None]
 
+    def pins(self) -> dict:
+        """What the concept columns depend on beyond the fusion's own fields, as this process computes them: the
+        lexicon's digest, the sentence encoder's hash, every concept option (defaults filled in), and for a
+        projection, the basis's :func:`basis_probe`. An index records them at build; opening it compares."""
+        from ..features.concepts import load_lexicon
+        from ..models.concepts import ConceptOptions
+
+        out = {"lexicon": load_lexicon().digest, "text": self.embedder.content_hash(),
+               "concepts": ConceptOptions(**self.fusion.concepts).describe()}
+        if self.fusion.dims is not None:
+            out["basis"] = basis_probe(self.basis)
+        return out
+
+    def mismatch(self, recorded: dict | None) -> str | None:
+        """What differs between an index's recorded pins and this process's (a few words), None when they agree."""
+        if not recorded:
+            return "it records none of what its concept columns depend on (built before vlmatch pinned them)"
+        now = self.pins()
+        for key, what in (("lexicon", "concept lexicon"), ("text", "sentence encoder")):
+            if recorded.get(key) != now[key]:
+                return f"its {what} was {str(recorded.get(key))[:16]}, this vlmatch's is {now[key][:16]}"
+        if recorded.get("concepts") != now["concepts"]:
+            changed = sorted(k for k in now["concepts"] if (recorded.get("concepts") or {}).get(k) != now["concepts"][k])
+            return f"its concept options differ ({', '.join(changed)})"
+        if "basis" in now:
+            old = recorded.get("basis")
+            if not isinstance(old, list) or len(old) != len(now["basis"]):
+                return "it records no projection basis of this width"
+            if max(abs(a - b) for a, b in zip(old, now["basis"], strict=True)) > BASIS_TOLERANCE:
+                return "its projection basis differs from the one this vlmatch computes"
+        return None
+
     def describe(self) -> dict:
-        return {"backbone": self.backbone_name, **self.fusion.describe(), "dim": self.dim}
+        return {"backbone": self.backbone_name, **self.fusion.describe(), "dim": self.dim, "pins": self.pins()}
+
+
+# a basis computed on another host moves by at most 0.0012 per entry (the module's note): the probe's entries by a
+# few thousandths; another lexicon, text model or template moves them by about their own size (0.05)
+BASIS_TOLERANCE = 0.01
+
+
+def basis_probe(basis: torch.Tensor) -> list[float]:
+    """A basis's fingerprint that survives float noise between hosts: its (dims,) coordinates of a fixed unit
+    vector (seeded), rounded to 6 decimals; compared entry by entry within :data:`BASIS_TOLERANCE`."""
+    g = torch.Generator().manual_seed(0)
+    probe = torch.randn(basis.shape[0], generator=g, dtype=torch.float64)
+    return [round(float(v), 6) for v in basis.double().T @ (probe / probe.norm())]
+
+
+def concepts_fix(root) -> str:
+    """The command that encodes an index's concept columns again (its pins then this process's)."""
+    if hasattr(root, "uri") and hasattr(root, "collection"):  # a Milvus index: its vector field is written once
+        return (f"build it again (`vlmatch index build --backend milvus --milvus-uri {root.uri} --collection "
+                f"{root.collection} --images DIR`)")
+    return f"run `vlmatch index update {root} --concepts` to encode them again"
+
+
+def check_pins(ov: OpenVocab | None, record: dict | None, where, fix: str) -> None:
+    """Refuse, in one line, an index whose concept columns were made otherwise than this process would make its
+    queries' (``record``: the manifest's ``open_vocab``; ``fix``: the command that encodes them again)."""
+    if ov is None:
+        return
+    why = ov.mismatch((record or {}).get("pins"))
+    if why is not None:
+        raise ConfigError(f"{where}: its photos' concept columns do not match this vlmatch's queries ({why}): {fix}")
 
 
 def open_vocab_of(manifest: dict) -> OpenVocab | None:

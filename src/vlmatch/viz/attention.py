@@ -30,12 +30,25 @@ class PairAttention:
     model: str | None = None  # the checkpoint whose maps these are, when another than the caller's (an index's)
     mirror_score: float | None = None  # set when the maps are the mean of the photo's and its mirror's (the
     #                                    mirror image's score; ``score`` stays the photo's, the one that ranks)
+    # the score search shows for this photo and text, split: {"score", "ranker" (what the maps split), "concepts"
+    # (an open-vocabulary index's zero-shot part, not linear over the cells: a number, not drawn; None without it)};
+    # None when not known (a model explained outside any index or fusion)
+    parts: dict | None = None
+    shows: str | None = None  # one line: what the maps split, against the score shown
+
+    @property
+    def shown_score(self) -> float:
+        """The score search shows for the pair where known, else the maps' own."""
+        return self.parts["score"] if self.parts else self.score
 
     def to_dict(self) -> dict:
         named = {"model": self.model} if self.model else {}
         mirrored = {"mirror_score": self.mirror_score} if self.mirror_score is not None else {}
+        split = ({"maps_score": self.score, "parts": {k: v for k, v in self.parts.items() if k != "score"}}
+                 if self.parts else {})
+        shows = {"shows": self.shows} if self.shows else {}
         return {"method": self.method, **named, "words": self.words, "weights": self.weights.tolist(), "axis": self.axis,
-                "score": self.score, "mirrored": self.mirror_score is not None, **mirrored,
+                "score": self.shown_score, **split, **shows, "mirrored": self.mirror_score is not None, **mirrored,
                 "grid": self.grid, "image": self.image, "shape": list(self.weights.shape),
                 **{k: np.asarray(v).tolist() for k, v in self.extra.items()}}
 

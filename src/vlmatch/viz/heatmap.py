@@ -3,11 +3,14 @@
 Grid features (a g x g feature map, e.g. EfficientNet's 7 x 7): each word's k = g² weights are
 laid out on the grid, upsampled bilinearly to the image and blended over it. Region features with
 stored boxes (x1, y1, x2, y2 in image pixels): each box is shaded by its weight (overlaps keep the
-largest). Every panel uses one colour scale (0 to the largest weight of the whole pair), so panels
-compare; the word is written under its panel (in a font that has its glyphs, else as its code points:
-:mod:`vlmatch.viz.fonts`). The panels are the photo at its own aspect ratio, 384 px on
-its long side, with the web page's inferno scale and opacity, and a colour bar; content words only unless
-asked (:mod:`vlmatch.viz.words`).
+largest). A cell's value is its share of the word's map in per cent (:func:`cell_shares`: of the word's part of the
+score for ``contribution`` maps, of its attention for ``attention``), so a person reads "this cell holds 12 % of
+what *bike* adds". Each panel is on its own colour scale by default (0 to the word's own strongest cell, whose share
+is written under the panel beside the word, in a font that has its glyphs, else as its code points:
+:mod:`vlmatch.viz.fonts`), so a word with a small part of the score is as readable as the
+strongest; ``shared_scale`` puts every panel on one scale (0 to the strongest cell of all), so panels compare.
+The panels are the photo at its own aspect ratio, 384 px on its long side, with the web page's inferno scale and
+opacity, and a colour bar; content words only unless asked (:mod:`vlmatch.viz.words`).
 """
 
 from __future__ import annotations
@@ -64,12 +67,43 @@ def overlay(rgb: np.ndarray, m: np.ndarray, vmax: float) -> np.ndarray:
     return np.clip(np.rint(rgb * (1 - alpha) + colour * alpha), 0, 255).astype(np.uint8)
 
 
+def cell_shares(weights: np.ndarray) -> np.ndarray:
+    """(k, n) each cell's share of its word's map, in per cent: a column over the sum of its positive entries (a
+    signed map's negative cells come out negative: they take from the word's part); a column with no positive
+    entry stays as it is."""
+    w = np.asarray(weights, dtype=np.float64)
+    total = np.clip(w, 0.0, None).sum(axis=0, keepdims=True)
+    return np.where(total > 0, 100.0 * w / np.where(total > 0, total, 1.0), w)
+
+
+def share_unit(att: PairAttention) -> str:
+    """What a cell's per cent is a share of, in words."""
+    if att.axis == "score":  # contribution: the (cell, word) terms sum to the score
+        return "the word's part of the score"
+    if att.axis == "regions":
+        return "the word's attention"
+    return "the word's map"
+
+
+def title_of(att: PairAttention) -> str:
+    """The PNG's title: the score search shows, split into what the maps draw and what they do not (the concept
+    part of an open-vocabulary index: ``att.parts``), else the maps' own score."""
+    parts = att.parts or {}
+    if parts.get("concepts") is not None:
+        return (f"score {parts['score']:.4f} = ranking model {parts['ranker']:.4f} (the maps) + concepts "
+                f"{parts['concepts']:.4f} (not drawn)")
+    if parts:
+        return f"{att.method} maps, score {parts['score']:.4f}"
+    return f"{att.method} maps, score {att.score:.3f}"
+
+
 def render(att: PairAttention, image, out=None, boxes=None, cols: int | None = None, display: int = PANEL,
-           title: str | None = None, all_words: bool = False) -> Path | bytes:
+           title: str | None = None, all_words: bool = False, shared_scale: bool = False) -> Path | bytes:
     """The PNG: the image (a path or an HxWx3 uint8 array), at its own aspect ratio, with one overlay per
     content word (:func:`vlmatch.viz.words.shown_columns`: special tokens never, function words with
-    ``all_words``) on one colour scale (inferno, as the web page; 0 to the largest weight of the words shown)
-    and a colour bar, written to ``out`` (returned), or returned as bytes when ``out`` is None."""
+    ``all_words``) in :func:`cell_shares` per cent, each on its own colour scale (inferno, as the web page; 0 to the
+    word's strongest cell) or with ``shared_scale`` on one (0 to the strongest cell of the words shown), and a
+    colour bar, written to ``out`` (returned), or returned as bytes when ``out`` is None."""
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
     from matplotlib.figure import Figure  # not pyplot: no global figure state, and a third of the import time
@@ -91,8 +125,10 @@ def render(att: PairAttention, image, out=None, boxes=None, cols: int | None = N
     pil = pil.resize((max(1, round(w0 * scale)), max(1, round(h0 * scale))), Image.BILINEAR)
     rgb = np.asarray(pil, dtype=np.float64)
     shown = shown_columns(att.words, all_words)
-    maps = word_maps(att, pil.size, boxes)
-    vmax = float(att.weights[:, shown].max()) if shown else 0.0
+    shares = cell_shares(att.weights)
+    maps = word_maps(PairAttention(att.words, shares, att.axis, att.score, grid=att.grid), pil.size, boxes)
+    peaks = [float(shares[:, j].max()) for j in shown]
+    vmax = max(peaks, default=0.0)
     if not vmax > 0:  # signed maps (contribution, gradient, occlusion) with no positive weight: nothing to light
         vmax = 1.0
     n = len(shown)
@@ -109,13 +145,21 @@ def render(att: PairAttention, image, out=None, boxes=None, cols: int | None = N
         bottom = (H - head - (r + 1) * (ph + label) + label) / H
         ax = fig.add_axes((left, bottom, pw / W, ph / H))
         ax.axis("off")
-        ax.imshow(overlay(rgb, maps[j], vmax), interpolation="nearest")
+        own = peaks[k] if peaks[k] > 0 else 1.0
+        ax.imshow(overlay(rgb, maps[j], vmax if shared_scale else own), interpolation="nearest")
         text, font = word_label(att.words[j])  # in a font that has its glyphs, else its code points (never boxes)
-        ax.text(0.5, -0.02, text, transform=ax.transAxes, ha="center", va="top", fontsize=13, **font)
+        word = text if shared_scale else f"{text}  (top cell {peaks[k]:.0f} %)"
+        ax.text(0.5, -0.02, word, transform=ax.transAxes, ha="center", va="top", fontsize=13, **font)
     cax = fig.add_axes((0.2, 0.5 / H, 0.6, 0.14 / H))  # its ticks and label below it
-    fig.colorbar(ScalarMappable(Normalize(0.0, vmax), CMAP), cax=cax, orientation="horizontal",
-                 label=f"{att.method} ({att.axis}), one scale for every word")
-    fig.suptitle(title or f"{att.method} maps, score {att.score:.3f}", fontsize=12, y=1 - 0.12 / H, va="top")
+    unit = share_unit(att)
+    if shared_scale:
+        bar = ScalarMappable(Normalize(0.0, vmax), CMAP)
+        text = f"% of {unit} in a cell, one scale for every word"
+    else:
+        bar = ScalarMappable(Normalize(0.0, 100.0), CMAP)
+        text = f"% of the word's top cell (each word on its own scale; shares of {unit})"
+    fig.colorbar(bar, cax=cax, orientation="horizontal", label=text)
+    fig.suptitle(title or title_of(att), fontsize=12, y=1 - 0.12 / H, va="top")
     if out is None:
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=dpi)

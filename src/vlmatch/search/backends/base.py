@@ -42,6 +42,10 @@ class CollectionBackend(Protocol):
     def key_of(self, item_id: int) -> int | None:
         """The key of the item with id ``item_id``; None when there is none."""
 
+    def stage1_vectors(self, keys) -> np.ndarray:
+        """(len(keys), d) float32: the stored stage-1 vectors of ``keys``, in that order (the concept columns of
+        the open-vocabulary part are their last ones: the AND re-scoring and ``explain`` read them)."""
+
 
 class MilvusLocation(NamedTuple):
     """A Milvus index: the server (a pymilvus URI: ``http://host:19530``, or a milvus-lite ``.db`` file)

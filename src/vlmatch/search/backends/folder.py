@@ -390,3 +390,10 @@ class FolderCollection:
 
     def key_of(self, item_id: int) -> int | None:
         return self.row_of.get(item_id)
+
+    def stage1_vectors(self, keys) -> np.ndarray:
+        keys = np.asarray(keys, dtype=np.int64).reshape(-1)
+        order = np.argsort(keys, kind="stable")  # read the memory map in file order
+        out = np.empty((len(keys), self.stage1.vectors.shape[1]), dtype=np.float32)
+        out[order] = np.asarray(self.stage1.vectors[keys[order]], dtype=np.float32)
+        return out

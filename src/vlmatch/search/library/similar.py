@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ...errors import ConfigError, VlmatchError
+from ...errors import ConfigError
 from ...evaluation.scoring import score_blocks
 from ...models.base import ImageEncoding
 from ..hits import ranked, sizes
@@ -84,16 +84,8 @@ def image_query(index, vectors: np.ndarray) -> np.ndarray:
 
 
 def stored_vectors(index, coll, keys) -> np.ndarray:
-    """The stage-1 vectors of indexed photos (by key): read from the folder index's ``stage1.npy``, else
-    made from their stored encodings (model's own stage 1) or from their files (a retriever's)."""
-    keys = np.asarray(keys, dtype=np.int64)
-    stage1 = getattr(coll, "stage1", None)
-    if stage1 is not None:
-        return np.asarray(stage1.vectors[keys], dtype=np.float32)
-    if index.retriever is None:
-        with torch.no_grad():
-            return index.stage1_source.image_vectors(None, coll.take(keys).to(index.device)).float().cpu().numpy()
-    return np.concatenate([index.encode_image(p)[1] for p in (it["path"] for it in coll.items_of(keys))])
+    """The stage-1 vectors of indexed photos (by key), as the backend stores them (folder and Milvus alike)."""
+    return coll.stage1_vectors(np.asarray(keys, dtype=np.int64))
 
 
 def like_query(index, like) -> LikeQuery:
@@ -158,7 +150,7 @@ def search_like(index, like, k: int = 10, text: str | None = None, where=None, c
         txt, tq = index.encode_queries([text])
         st, rows_t = _stage1(coll, tq, cand, where)
         extra = np.setdiff1d(rows_t, rows)
-        if len(extra) and getattr(coll, "stage1", None) is not None:  # their image similarity, exactly
+        if len(extra):  # their image similarity, exactly
             rows = np.concatenate([rows, extra])
             s1 = np.concatenate([s1, stored_vectors(index, coll, extra) @ q[0]])
         s1_text = dict(zip(rows_t.tolist(), st.tolist(), strict=True))
@@ -187,17 +179,16 @@ def search_like(index, like, k: int = 10, text: str | None = None, where=None, c
 
 def _text_stage1(index, coll, rows, s1_text: dict, tq: np.ndarray) -> dict:
     """The sentence's stage-1 score of each candidate: its own stage-1 list's, and for a candidate outside it, the
-    inner product with the candidate's stored stage-1 vector where the backend keeps them (the folder's)."""
+    inner product with the candidate's stored stage-1 vector."""
     missing = [r for r in rows.tolist() if r not in s1_text]
-    if missing and getattr(coll, "stage1", None) is not None:
+    if missing:
         s1_text = {**s1_text, **dict(zip(missing, (stored_vectors(index, coll, missing) @ tq[0]).tolist(), strict=True))}
     return s1_text
 
 
 def _stage1_text(index, coll, rows, ts, s1_text: dict, tq: np.ndarray) -> np.ndarray:
     """The sentence's stage-1 score of each candidate (exact float32, as ``Index.search`` reports it for a model whose
-    score is its stage-1 inner product); where no stage-1 vector is stored (Milvus), the model's score of its stored
-    encoding (the same up to float16 rounding)."""
+    score is its stage-1 inner product)."""
     s1_text = _text_stage1(index, coll, rows, s1_text, tq)
     return np.array([s1_text.get(r, float(t)) for r, t in zip(rows.tolist(), ts, strict=True)], dtype=np.float32)
 
@@ -205,6 +196,4 @@ def _stage1_text(index, coll, rows, ts, s1_text: dict, tq: np.ndarray) -> np.nda
 def _fused_text(index, coll, rows, ts, s1_text: dict, tq: np.ndarray) -> np.ndarray:
     """An index built with score "mean": the sentence's score is the mean of the model's and stage 1's."""
     s1_text = _text_stage1(index, coll, rows, s1_text, tq)
-    if any(r not in s1_text for r in rows.tolist()):
-        raise VlmatchError("a text with --like on an index scored by the mean of two models needs the folder backend")
     return (ts + np.array([s1_text[r] for r in rows.tolist()], dtype=np.float32)) / 2

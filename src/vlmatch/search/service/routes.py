@@ -20,6 +20,7 @@ import re
 import time
 import unicodedata
 from contextlib import asynccontextmanager
+from functools import partial
 from importlib.resources import files
 from pathlib import Path
 from typing import Annotated
@@ -304,6 +305,7 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
             results = [r for r in results if r["score"] >= min_score]
         shown = [{**r, "path": printable(str(r["path"]))} for r in results]
         return {"text": text, "k": k, "candidates": candidates, "results": shown, "no_match": no_match_line(shown),
+                "relevance_note": getattr(backend, "relevance_note", None),
                 "timings": {"queue_ms": waited * 1e3, "search_ms": (total - waited) * 1e3, "total_ms": total * 1e3},
                 "message": NO_MATCH if where is not None and not results else None}
 
@@ -547,11 +549,14 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
     # --- explain ----------------------------------------------------------------------------------
     @app.get("/explain/{id}.png", responses={200: {"content": {"image/png": {}}}, **ERRORS}, tags=["explain"])
     async def explain_png(id: int, text: str = Query(..., description="the sentence"),  # noqa: A002
-                          method: Annotated[Method | None, Query(description=METHOD_HELP)] = None):
-        """The heat-map PNG of the ``explain`` command: one overlay per word on one shared colour scale."""
+                          method: Annotated[Method | None, Query(description=METHOD_HELP)] = None,
+                          shared_scale: bool = Query(False, description="every word on one colour scale")):
+        """The heat-map PNG of the ``explain`` command: one overlay per word, each on its own colour scale (its
+        cells' shares of its part), or with ``shared_scale`` on one."""
         text = check_text(text)
         await indexed_image(id)  # deleted, overwritten, not an image: answered as /images answers
-        png, _ = await run_model(explain_job(backend.explain_png, id, text, method))
+        draw = partial(backend.explain_png, shared_scale=True) if shared_scale else backend.explain_png
+        png, _ = await run_model(explain_job(draw, id, text, method))
         return Response(png, media_type="image/png", headers={"Cache-Control": "public, max-age=3600"})
 
     @app.get("/explain/{id}", response_model=ExplainResponse, responses=ERRORS, tags=["explain"])

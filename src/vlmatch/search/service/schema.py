@@ -67,6 +67,9 @@ class SearchResponse(BaseModel):
     results: list[SearchResult]
     no_match: str | None = Field(None, description="one line when even the best photo is unlikely to match: "
                                  "'no photo matches this well (best relevance R); closest: PATH'")
+    relevance_note: str | None = Field(None, description="one line when the index records a relevance scale but the "
+                                       "score shown is not the one it was fitted on (a re-scorer's, or score 'mean'): "
+                                       "why the results carry no relevance")
     timings: dict[str, float] = Field(..., description="milliseconds: queue (waiting for a worker), search, total")
     message: str | None = Field(None, description=f"'{NO_MATCH}' when filters leave no photo (results empty)")
 
@@ -83,6 +86,12 @@ class ImageSearchResponse(BaseModel):
     timings: dict[str, float]
 
 
+class ExplainParts(BaseModel):
+    ranker: float = Field(..., description="the ranking model's part of the score (what the maps split)")
+    concepts: float | None = Field(None, description="the zero-shot concept part of an open-vocabulary index's fused "
+                                                     "score: a number, not drawn (not linear over the cells)")
+
+
 class ExplainResponse(BaseModel):
     id: int
     text: str
@@ -90,12 +99,15 @@ class ExplainResponse(BaseModel):
                                                  "contribution, gradient or occlusion")
     model: str | None = Field(None, description="the checkpoint whose maps these are: one of the index's two models, "
                                                "or the shipped default explainer when it points better")
-    score: float | None
+    score: float | None = Field(None, description="the score a search shows for this photo and text")
+    maps_score: float | None = Field(None, description="the explaining model's own score, which the maps split (the "
+                                                       "ranking model's part of score where they agree)")
+    parts: ExplainParts | None = Field(None, description="score split: ranker + concepts = score")
     mirrored: bool = Field(False, description="each map is the mean of the photo's and its mirror image's, mirrored "
                                               "back (the explainer's shipped record says so; a text naming left or "
                                               "right keeps the photo's alone); score stays the photo's")
-    shows: str | None = Field(None, description="what the maps split: the model's score, or the ranking model's "
-                                               "part of an open-vocabulary index's fused score")
+    shows: str | None = Field(None, description="one line: what the maps split against the score shown (the ranking "
+                                               "model's part; the concept part as a number)")
     words: list[str]
     weights: list[list[float]] = Field(..., description="one list per word: its weight on each image position")
     axis: str = Field(..., description='attention: "regions" (each word\'s weights sum to 1), "words" (each '
@@ -103,7 +115,8 @@ class ExplainResponse(BaseModel):
                                        'gradient: "gradient"; occlusion: "drop"')
     grid: list[int] | None = Field(None, description="[rows, cols] when positions are a grid (row-major)")
     boxes: list[list[float]] | None = Field(None, description="[x0, y0, x1, y1] per position, as fractions of the image")
-    vmax: float = Field(..., description="the top of the one colour scale shared by all words")
+    vmax: float = Field(..., description="the largest weight of the words shown (the page draws each word on its own "
+                                         "scale, its share of the word's part per cell, or on this one)")
     content: list[bool] = Field(default_factory=list, description="per word: a content word (the page opens on the "
                                                                   "first; special tokens and function words are not)")
 

@@ -22,14 +22,6 @@ from ...errors import ConfigError
 log = logging.getLogger("vlmatch.search")
 
 
-def maps_show(index) -> str:
-    """What an index's heat maps split: the ranker's score, or -- with the open-vocabulary part -- the ranker's part
-    of the fused score (the zero-shot concept part is not drawn)."""
-    if getattr(index.stage1_source, "open_vocab", None) is None:
-        return "the model's score"
-    return "the ranking model's part of the fused score (the zero-shot concept part is not drawn)"
-
-
 class SearchBackend(Protocol):
     model_name: str
     size: int  # number of indexed images
@@ -60,7 +52,8 @@ class SearchBackend(Protocol):
 
     def explain(self, image_id: int, text: str, method: str | None = None) -> dict:
         """``{method, model, words, weights (n_words lists of k), grid [h, w] | None, boxes | None, axis, score,
-        mirrored}``."""
+        mirrored}`` (and where known ``maps_score``, ``parts`` ``{ranker, concepts}`` and ``shows``: score is the
+        one search shows, :mod:`vlmatch.search.explained`)."""
 
     def explain_png(self, image_id: int, text: str, method: str | None = None) -> bytes:
         """The heat-map PNG of the ``explain`` command for this pair."""
@@ -232,6 +225,8 @@ class IndexBackend:
     model_name = property(lambda self: self._served.model_name)
     size = property(lambda self: self._served.size)
     n_captions = property(lambda self: self._served.n_captions)
+    # why the results carry no relevance although the index records a scale (vlmatch.Index.relevance_note)
+    relevance_note = property(lambda self: self._served.index.relevance_note)
 
     def reload(self) -> bool:
         """Serve the version committed in the folder if it is not the one served; True if it swapped.
@@ -305,12 +300,14 @@ class IndexBackend:
 
     def explain(self, image_id: int, text: str, method: str | None = None) -> dict:
         att = self._served.index.explain(image_id, text, method)
+        parts = {"parts": {"ranker": att.parts["ranker"], "concepts": att.parts["concepts"]}} if att.parts else {}
         return {"method": att.method, "model": att.model, "words": att.words,
                 "weights": att.weights.T.tolist(),  # (k positions, n words) -> a row per word
-                "axis": att.axis, "score": att.score, "mirrored": att.mirror_score is not None,
-                "grid": [att.grid, att.grid] if att.grid else None, "shows": maps_show(self._served.index)}
+                "axis": att.axis, "score": att.shown_score, "maps_score": att.score, **parts,
+                "mirrored": att.mirror_score is not None,
+                "grid": [att.grid, att.grid] if att.grid else None, "shows": att.shows}
 
-    def explain_png(self, image_id: int, text: str, method: str | None = None) -> bytes:
+    def explain_png(self, image_id: int, text: str, method: str | None = None, shared_scale: bool = False) -> bytes:
         index = self._served.index
         with self._draw:
-            return index.explain_png(image_id, text, method)
+            return index.explain_png(image_id, text, method, shared_scale=shared_scale)

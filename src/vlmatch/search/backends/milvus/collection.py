@@ -176,6 +176,18 @@ class MilvusCollection:
         got = self.client.get(self.items_name, ids=[int(item_id)], output_fields=["id"], **self.read)
         return int(item_id) if got else None
 
+    @_answers
+    def stage1_vectors(self, keys) -> np.ndarray:
+        ids = [int(i) for i in np.asarray(keys).reshape(-1)]
+        got = {}
+        for a in range(0, len(ids), MAX_RESULTS):
+            got.update({int(r["id"]): r["s1"] for r in self.client.get(self.items_name, ids=ids[a:a + MAX_RESULTS],
+                                                                       output_fields=["id", "s1"], **self.read)})
+        missing = [i for i in ids if i not in got]
+        if missing:
+            raise DataError(self.items_name, f"no row for item(s) {missing[:5]}: the collection is incomplete")
+        return np.asarray([got[i] for i in ids], dtype=np.float32).reshape(len(ids), -1)
+
     @property
     def items(self) -> list[dict]:
         """The whole table in id order (one pass over the collection: for tests and small indexes)."""
