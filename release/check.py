@@ -4,7 +4,7 @@ it was copied from: the val recalls of the float32 and float16 weights, the defa
 run's row, experiments/results/flickr8k/RUN.json, or the grounding run's record), the calibration's beta, banks and
 held-out figures (experiments/results/calibration/RUN.json and the shipped calibration.json), the explainer's
 pointing figures and reading (experiments/results/grounding/ROW.json), the default pair's search figures
-(benchmarks/results/search.json), the duplicates threshold (benchmarks/results/duplicates_default.json) and the
+(benchmarks/results/search.json), the duplicates limits (benchmarks/results/duplicates_copies.json) and the
 open-vocabulary fusion (experiments/results/open_vocab/protocol.json and relevance.json). The registry's prose
 (notes, the explainer's selection, the calibration's method) quotes only figures its results hold, and its notes are
 its recipe's; its ``selected`` (what was chosen on the val data, among how many) is what its rows and recipe give. A
@@ -194,7 +194,8 @@ def search_problems(entry, benchmarks: Path = BENCHMARKS) -> list[str]:
 
 
 def duplicates_problems(entry) -> list[str]:
-    """The model's own duplicates threshold against the results file it cites (a path from the repository root)."""
+    """The model's own duplicates limits (the similarity threshold and, with the copy signal, its bits) and their
+    held-out figures against the results file it cites (a path from the repository root)."""
     d = entry.duplicates
     if not d:
         return []
@@ -202,7 +203,8 @@ def duplicates_problems(entry) -> list[str]:
     res = _json(path) if d.get("results") and path.is_file() else None
     if res is None or res.get("model") != entry.name:
         return [f"duplicates cites {d.get('results')!r}, not a results file of this model"]
-    want = {"threshold": res["threshold"], "pair_precision": round(res["half_b"]["pair_precision"], 3),
+    chosen = res.get("chosen") or {"threshold": res["threshold"]}  # the copy signal's limits, where it has them
+    want = {**chosen, "pair_precision": round(res["half_b"]["pair_precision"], 3),
             "pair_recall": round(res["half_b"]["pair_recall"], 3)}
     return [f"duplicates {k} {d.get(k)!r} is not {d['results']}'s {v!r}" for k, v in want.items() if d.get(k) != v]
 

@@ -3,7 +3,7 @@ results file it was copied from -- the val recalls (experiments/results/shipped/
 experiments/results/flickr8k/RUN.json or the grounding run's record), the calibration's beta, banks and held-out
 figures (experiments/results/calibration/RUN.json, the shipped calibration.json), the explainer's pointing figures
 and reading (experiments/results/grounding/ROW.json), the default pair's search figures
-(benchmarks/results/search.json), the duplicates threshold (benchmarks/results/duplicates_default.json) and the
+(benchmarks/results/search.json), the duplicates limits (benchmarks/results/duplicates_copies.json) and the
 open-vocabulary fusion (experiments/results/open_vocab/). A figure edited by hand, or a results file re-run without
 shipping again, fails."""
 
