@@ -4,7 +4,7 @@ it was copied from: the val recalls of the float32 and float16 weights, the defa
 run's row, experiments/results/flickr8k/RUN.json, or the grounding run's record), the calibration's beta, banks and
 held-out figures (experiments/results/calibration/RUN.json and the shipped calibration.json), the explainer's
 pointing figures and reading (experiments/results/grounding/ROW.json), the default pair's search figures
-(benchmarks/results/search.json), the duplicates threshold (benchmarks/results/duplicates_default.json) and the
+(benchmarks/results/search.json), the duplicates limits (benchmarks/results/duplicates_copies.json) and the
 open-vocabulary fusion (experiments/results/open_vocab/protocol.json and relevance.json). The registry's prose
 (notes, the explainer's selection, the calibration's method) quotes only figures its results hold, and its notes are
 its recipe's; its ``selected`` (what was chosen on the val data, among how many) is what its rows and recipe give. A
@@ -194,7 +194,8 @@ def search_problems(entry, benchmarks: Path = BENCHMARKS) -> list[str]:
 
 
 def duplicates_problems(entry) -> list[str]:
-    """The model's own duplicates threshold against the results file it cites (a path from the repository root)."""
+    """The model's own duplicates limits (the similarity threshold and, with the copy signal, its bits) and their
+    held-out figures against the results file it cites (a path from the repository root)."""
     d = entry.duplicates
     if not d:
         return []
@@ -202,7 +203,8 @@ def duplicates_problems(entry) -> list[str]:
     res = _json(path) if d.get("results") and path.is_file() else None
     if res is None or res.get("model") != entry.name:
         return [f"duplicates cites {d.get('results')!r}, not a results file of this model"]
-    want = {"threshold": res["threshold"], "pair_precision": round(res["half_b"]["pair_precision"], 3),
+    chosen = res.get("chosen") or {"threshold": res["threshold"]}  # the copy signal's limits, where it has them
+    want = {**chosen, "pair_precision": round(res["half_b"]["pair_precision"], 3),
             "pair_recall": round(res["half_b"]["pair_recall"], 3)}
     return [f"duplicates {k} {d.get(k)!r} is not {d['results']}'s {v!r}" for k, v in want.items() if d.get(k) != v]
 
@@ -267,15 +269,18 @@ def recipe_problems(entry) -> list[str]:
 
 
 @cache
-def _recipe_ship(name: str) -> dict:
-    """The ship section of a shipped model's recipe (experiments/recipes/pretrained/NAME.yaml), read and checked as
-    the runner reads it (vlmatch_lab.recipes), or {}; read once per process."""
+def _recipe(name: str) -> tuple[dict, dict]:
+    """(config, recipe section) of a shipped model's recipe (experiments/recipes/pretrained/NAME.yaml), read and
+    checked as the runner reads it (vlmatch_lab.recipes), or ({}, {}); read once per process."""
     from vlmatch_lab.recipes import read_recipe
 
     path = ROOT / "experiments" / "recipes" / "pretrained" / f"{name}.yaml"
-    if not path.is_file():
-        return {}
-    return read_recipe(path)[1].get("ship") or {}
+    return read_recipe(path) if path.is_file() else ({}, {})
+
+
+def _recipe_ship(name: str) -> dict:
+    """The ship section of a shipped model's recipe, or {}."""
+    return _recipe(name)[1].get("ship") or {}
 
 
 def _run_name(entry, experiments: Path = EXPERIMENTS) -> str | None:
@@ -389,3 +394,99 @@ def check_registry(entries=None, experiments: Path = EXPERIMENTS, benchmarks: Pa
 
         entries = pretrained.entries()
     return [p for e in entries for p in entry_problems(e, experiments, benchmarks)]
+
+
+# fields that change what the package does, each against the file it was written from
+SHIP_FIELDS = {"role": "role", "default": "default", "pair_score": "pair_score"}  # registry field -> recipe.ship key
+
+
+def _shipped_constants() -> dict:
+    """release/ship.py's DATA and LICENCE, the text every shipping writes (read without running ship.py)."""
+    import ast
+
+    tree = ast.parse((ROOT / "release" / "ship.py").read_text(encoding="utf-8"))
+    return {t.id: ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+            for t in node.targets if isinstance(t, ast.Name) and t.id in ("DATA", "LICENCE")}
+
+
+def behaviour_problems(entry) -> list[str]:
+    """The fields that change what a shipped model does, against their sources: its config, model and features
+    (input size, grid, normalisation) against the shipped folder's config.json and backbone.json (sealed with the
+    weights) and its recipe's features; its role, default and pair score against its recipe's ship section; its
+    data and licence against release/ship.py's; its open-vocabulary word list against its recipe's training data
+    and the lists that ship."""
+    out = []
+    folder = ROOT / "src" / "vlmatch" / "pretrained" / "weights" / entry.name
+    cfg = _json(folder / "config.json") if (folder / "config.json").is_file() else {}
+    if cfg.get("name") != entry.model:
+        out.append(f"model {entry.model!r} is not its config.json's {cfg.get('name')!r}")
+    out += [f"config.{d} is not its config.json's" for d in _leaf_diffs(entry.config, cfg.get("config", {}), tol=0)]
+    backbone = _json(folder / "backbone.json") if (folder / "backbone.json").is_file() else {}
+    out += [f"features.{d} {entry.features.get(d)!r} is not its backbone.json's {backbone.get(d)!r}"
+            for d in _leaf_diffs(entry.features, backbone, tol=0)]
+    _, rec = _recipe(entry.name)
+    feats = rec.get("features") or {}
+    for k, want in (("name", feats.get("backbone")), ("input_size", feats.get("input_size"))):
+        if want is not None and entry.features.get(k) != want:
+            out.append(f"features.{k} {entry.features.get(k)!r} is not its recipe's features "
+                       f"{'backbone' if k == 'name' else k} {want!r}")
+    ship = rec.get("ship") or {}
+    for field, key in SHIP_FIELDS.items():
+        want = ship.get(key, {"default": False, "pair_score": "model"}.get(key))
+        if ship and getattr(entry, field) != want:
+            out.append(f"{field} {getattr(entry, field)!r} is not its recipe's ship.{key} {want!r}")
+    if ship and (entry.explainer or {}).get("row") != ship.get("explainer"):
+        out.append(f"explainer row {(entry.explainer or {}).get('row')!r} is not its recipe's ship.explainer "
+                   f"{ship.get('explainer')!r}")
+    said = _shipped_constants()
+    out += [f"{field} is not release/ship.py's {const} (what a shipping writes)"
+            for field, const in (("data", "DATA"), ("licence", "LICENCE")) if getattr(entry, field) != said.get(const)]
+    words = (entry.open_vocab or {}).get("words")
+    if words:
+        split = ((_recipe(entry.name)[0].get("data") or {}).get("train_split")) or "train"
+        want = f"{rec.get('data')}-{split}" if rec else words
+        if words != want:
+            out.append(f"open_vocab.words {words!r} is not its recipe's training captions ({want!r})")
+        if not (ROOT / "src" / "vlmatch" / "pretrained" / "words" / f"{words}.txt").is_file():
+            out.append(f"open_vocab.words {words!r}: no such list ships (src/vlmatch/pretrained/words/)")
+    return out
+
+
+def card_problems() -> list[str]:
+    """Each generated block (the model cards, the README's model table, the default's calibration paragraph) of
+    the README and docs against what the checkout's registry renders now."""
+    from vlmatch.pretrained import card
+
+    out = []
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        text = path.read_text(encoding="utf-8")
+        for kind, (begin, end, fill) in card.BLOCKS.items():
+            a, b = text.find(begin), text.find(end)
+            if a >= 0 and b > a and text[a + len(begin):b] != "\n" + fill():
+                out.append(f"{path.relative_to(ROOT)}: its {kind} block ({begin}) is not what the registry renders: "
+                           "python release/ship.py --card")
+    return out
+
+
+def checkout_problems() -> list[str]:
+    """The package read is this checkout's (src/vlmatch beside release/), not one installed from elsewhere."""
+    import vlmatch
+
+    here = Path(vlmatch.__file__).resolve().parent
+    want = ROOT / "src" / "vlmatch"
+    return [] if here == want else [f"the vlmatch package read is {here}, not this checkout's {want}: run "
+                                    "release/ship.py from the checkout (it puts its src/ first)"]
+
+
+def check_checkout(entries=None) -> list[str]:
+    """Every problem `release/ship.py --check` finds in the checkout beside it, but the prose figures
+    (release/figure_sources.py): the registry's figures, its behaviour fields, the generated blocks."""
+    problems = checkout_problems()
+    if problems:
+        return problems
+    if entries is None:
+        from vlmatch import pretrained
+
+        entries = pretrained.entries()
+    return (check_registry(entries) + [f"{e.name}: {p}" for e in entries for p in behaviour_problems(e)]
+            + card_problems())

@@ -57,18 +57,24 @@ def prose(text: str) -> str:
     return LINK_TARGET.sub("]()", text)
 
 
-def figures(text: str) -> list[tuple[int, str]]:
-    """(line number, figure) of each figure of a page's prose. Integers without a percent sign are counts (photos,
-    queries, epochs), not figures; integers with thousands separators are counts too. A sign is not part of the
-    figure (a difference's size is what a results file would hold); both ends of a range are figures."""
-    out = []
-    for n, line in enumerate(prose(text).splitlines(), 1):
+def figure_spans(text: str) -> list[tuple[int, str, int]]:
+    """(line number, figure, offset of the figure in the prose) of each figure of a page's prose (:func:`figures`)."""
+    out, start = [], 0
+    for n, line in enumerate(prose(text).split("\n"), 1):
         for m in FIGURE.finditer(line):
             num, pct = m.group(1), m.group(2)
             if "," in num and "." not in num and not pct:  # 1,000 photos: a count
                 continue
-            out.append((n, num + (pct or "")))
+            out.append((n, num + (pct or ""), start + m.start()))
+        start += len(line) + 1
     return out
+
+
+def figures(text: str) -> list[tuple[int, str]]:
+    """(line number, figure) of each figure of a page's prose. Integers without a percent sign are counts (photos,
+    queries, epochs), not figures; integers with thousands separators are counts too. A sign is not part of the
+    figure (a difference's size is what a results file would hold); both ends of a range are figures."""
+    return [(n, fig) for n, fig, _ in figure_spans(text)]
 
 
 def _resolve(link: str, page: Path) -> Path | None:

@@ -26,9 +26,12 @@ from pathlib import Path
 
 import torch
 
-from vlmatch_lab.caches import features_dir, runs_dir
-from vlmatch_lab.inputs import need_features, need_run
-from vlmatch_lab.paths import cache_root
+# the package of the checkout this script is in, not the one installed (an editable install may be another clone's)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from vlmatch_lab.caches import features_dir, runs_dir  # noqa: E402
+from vlmatch_lab.inputs import need_features, need_run  # noqa: E402
+from vlmatch_lab.paths import cache_root  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -125,9 +128,10 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--card", action="store_true", help="only rewrite the model card in README.md (and docs/)")
     ap.add_argument("--check", action="store_true",
-                    help="only check that every figure of the registry equals its results file (release/check.py) "
-                         "and every figure of the README and docs is in a results file the page links to "
-                         "(release/figures.py): one line per problem, exit status 1 if there is any")
+                    help="only check the checkout this script is in: every figure of the registry equals its results file, "
+                         "the cards and tables are what the registry renders, the fields that change behaviour are "
+                         "their sources' (release/check.py), and every figure of the README and docs is its one "
+                         "source's value (release/figure_sources.py): one line per problem, exit status 1 if any")
     ap.add_argument("--recipe", type=Path, metavar="FILE",
                     help="ship the model a recipe of experiments/recipes/pretrained/ describes: its run (trained by "
                          "`python experiments/run.py FILE`) with the options of its recipe.ship section")
@@ -165,18 +169,18 @@ def main(argv=None):
     a = ap.parse_args(argv)
     a.command = " ".join(["python release/ship.py", *(sys.argv[1:] if argv is None else argv)])
     if a.check:
-        from check import check_registry
-        from figures import pages, unsourced
+        from check import check_checkout
+        from figure_sources import problems as figure_problems
 
         from vlmatch.errors import VlmatchError
 
         try:
-            problems = check_registry() + [p for page in pages() for p in unsourced(page)]
+            problems = check_checkout() + figure_problems()
         except VlmatchError as e:  # a recipe or results file it cannot read: one line naming it
             print(e)
             return 1
-        print("\n".join(problems) if problems else "every figure of the registry equals its results file, and every "
-              "figure the README and docs quote is in a results file the page links to")
+        print("\n".join(problems) if problems else "every figure of the registry equals its results file, the cards "
+              "are the registry's, and every figure the README and docs quote is its one source's value")
         return 1 if problems else 0
     if a.train and not a.recipe:
         ap.error("--train reproduces the run of a --recipe FILE: name the recipe")

@@ -3,7 +3,7 @@ results file it was copied from -- the val recalls (experiments/results/shipped/
 experiments/results/flickr8k/RUN.json or the grounding run's record), the calibration's beta, banks and held-out
 figures (experiments/results/calibration/RUN.json, the shipped calibration.json), the explainer's pointing figures
 and reading (experiments/results/grounding/ROW.json), the default pair's search figures
-(benchmarks/results/search.json), the duplicates threshold (benchmarks/results/duplicates_default.json) and the
+(benchmarks/results/search.json), the duplicates limits (benchmarks/results/duplicates_copies.json) and the
 open-vocabulary fusion (experiments/results/open_vocab/). A figure edited by hand, or a results file re-run without
 shipping again, fails."""
 
@@ -190,3 +190,41 @@ def test_ship_check_names_a_recipe_it_cannot_read_in_one_line(capsys, monkeypatc
     assert ship.main(["--check"]) == 1
     out = capsys.readouterr().out.strip()
     assert out.count("\n") == 0 and ".yaml" in out and "recipe.ship.selected" in out
+
+
+def test_the_checkout_as_it_is_has_no_behaviour_card_or_checkout_problem(check):
+    assert check.check_checkout() == []
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda e: {"features": {**e.features, "input_size": 448}}, "features.input_size"),
+    (lambda e: {"features": {**e.features, "normalisation": "(pixel - 128) / 128"}}, "features.normalisation"),
+    (lambda e: {"open_vocab": {**e.open_vocab, "words": "flickr30k-train"}}, "open_vocab.words"),
+    (lambda e: {"licence": e.licence.replace("research use", "any use")}, "licence"),
+    (lambda e: {"data": e.data.replace("6,000", "8,000")}, "data"),
+    (lambda e: {"default": False}, "default"),
+    (lambda e: {"role": "rescorer"}, "role"),
+    (lambda e: {"config": {**e.config, "embed_dim": 512}}, "config.embed_dim"),
+])
+def test_a_field_that_changes_behaviour_edited_by_hand_is_named(check, change, says):
+    entry = next(e for e in ENTRIES if e.default and e.open_vocab)
+    found = check.behaviour_problems(dataclasses.replace(entry, **change(entry)))
+    assert any(p.startswith(says) for p in found), found
+
+
+def test_a_generated_block_the_registry_no_longer_renders_is_named(check, monkeypatch):
+    from vlmatch.pretrained import card
+
+    edited = [dataclasses.replace(e, val_rsum=e.val_rsum + 0.1) if e.default else e for e in ENTRIES]
+    monkeypatch.setattr(card, "entries", lambda: edited)
+    found = check.card_problems()
+    assert any(p.startswith("README.md: its summary block") for p in found), found
+    assert any(p.startswith("docs/pretrained.md: its card block") for p in found), found
+
+
+def test_a_package_read_from_another_checkout_is_named(check, monkeypatch, tmp_path):
+    import vlmatch
+
+    monkeypatch.setattr(vlmatch, "__file__", str(tmp_path / "elsewhere" / "vlmatch" / "__init__.py"))
+    found = check.check_checkout()
+    assert len(found) == 1 and "not this checkout's" in found[0], found

@@ -71,15 +71,19 @@ def run_like(a, idx, like, where=None):
 def add_duplicates_parser(s) -> None:
     d = s.add_parser("duplicates", help="groups of near-identical photos (resized, re-encoded, cropped, rotated copies)",
                      description="Every photo's nearest photos by the model's image-image similarity (the cosine of "
-                                 "the stage-1 image embeddings); pairs at or above --threshold are joined into groups.")
+                                 "the stage-1 image embeddings); pairs at or above --threshold whose copy signals "
+                                 "(stored per photo by the index build) also agree are joined into groups.")
     d.add_argument("index", help="index folder")
     d.add_argument("--threshold", type=float,
                    help="the similarity (cosine of the two photos' image embeddings; above 0, at most 1) at or above "
-                        "which two photos are copies of one: higher keeps only closer copies (fewer look-alikes "
-                        "grouped, more copies missed), lower catches more. Default: the index's model's own "
-                        "threshold, stored with a shipped model (chosen on copies against look-alike photos: "
-                        "benchmarks/duplicates_default.py), else "
+                        "which two photos whose copy signals agree are copies of one: higher keeps only closer "
+                        "copies, lower catches more. Default: the index's model's own threshold, stored with a "
+                        "shipped model (chosen on copies against look-alike photos: "
+                        "benchmarks/duplicates_copies.py), else "
                         f"{DEFAULT_THRESHOLD}")
+    d.add_argument("--similar", action="store_true",
+                   help="group by similarity alone (photos of the same kind of scene too), without the copy signal "
+                        "that tells a photo's copies from look-alikes")
     d.add_argument("--neighbours", type=int, default=DEFAULT_NEIGHBOURS,
                    help=f"nearest photos looked at per photo (default {DEFAULT_NEIGHBOURS})")
     d.add_argument("--json", metavar="OUT", help="write the groups as JSON (- for standard output)")
@@ -98,7 +102,7 @@ def cmd_duplicates(a):
     if a.json:
         check_json_out(a.json)
     idx = Index.open(a.index, lean_queries=False)
-    rep = find_duplicates(idx, a.threshold, a.neighbours)
+    rep = find_duplicates(idx, a.threshold, a.neighbours, copies=not a.similar)
     if a.threshold is None:
         from ..search.library.duplicates import model_threshold
 
@@ -107,6 +111,13 @@ def cmd_duplicates(a):
             f"the model's own (held out: pairwise precision {rec['pair_precision']:.3f}, recall "
             f"{rec['pair_recall']:.3f}); --threshold to choose" if rec else
             "the generic default (the model records none); --threshold to choose"))
+    sig = rep["copy_signal"]
+    if sig:
+        print(f"copies: the copy signals at most {sig['copy_bits']} of 63 bits apart, or {sig['strong_bits']} at any "
+              "similarity; near-blank photos only with identical files (--similar: similarity alone)")
+    if rep["without_copy_signal"]:
+        print(f"{rep['without_copy_signal']} photos have no copy signal (indexed before it): grouped by similarity "
+              "alone; build the index again to add it")
     print(f"{'group':>5}  {'photos':>6}  {'lowest':>7}  files")
     for g, group in enumerate(rep["groups"], start=1):
         names = ", ".join(printable(p, controls=True) for p in group["paths"])

@@ -40,6 +40,7 @@ import torch
 from .. import distributed as D
 from ..checkpoints.digest import checkpoint_fingerprint
 from ..errors import ConfigError, DataError
+from ..features.copyhash import copy_signal
 from ..features.photo import READER_VERSION, load_image, preview_pixels
 from ..features.photometa import mtime_taken, photo_meta
 from ..features.provenance import check_backbone, checkpoint_backbone, resolve_backbone
@@ -79,7 +80,8 @@ class _Bytes(io.BytesIO):
 
 
 def read_image(root: Path, rel: str, size: int, date_from_mtime: bool = False) -> tuple[np.ndarray, dict]:
-    """An image file's pixels and what its table row records (size, mtime, SHA-256, and when, where, with
+    """An image file's pixels and what its table row records (size, mtime, SHA-256, its copy signal
+    (:mod:`vlmatch.features.copyhash`), and when, where, with
     what and how large it was taken: :func:`photo_row`), all from one read of its bytes: the hash is of
     the content encoded, whatever happens to the file meanwhile (its mtime is taken before the read, so a
     later change shows as a later mtime)."""
@@ -94,7 +96,8 @@ def read_image(root: Path, rel: str, size: int, date_from_mtime: bool = False) -
         pixels = load_image(_Bytes(data, path), size)
     except DataError as e:
         raise type(e)(path, e.problem) from None
-    row = {"size": len(data), "mtime_ns": st.st_mtime_ns, "sha256": hashlib.sha256(data).hexdigest()}
+    row = {"size": len(data), "mtime_ns": st.st_mtime_ns, "sha256": hashlib.sha256(data).hexdigest(),
+           **copy_signal(pixels)}  # what tells this photo's copies from look-alikes (index duplicates)
     return pixels, {**row, **photo_row(data, path, st.st_mtime_ns if date_from_mtime else None)}
 
 

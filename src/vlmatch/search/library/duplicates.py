@@ -9,10 +9,22 @@ edge, and the connected components (union-find) of two or more photos are the gr
 the number of photos (FAISS's batched inner products); an HNSW stage 1 may miss a pair its graph does
 not reach. A group bigger than ``neighbours`` is still joined through its members' edges.
 
-The threshold is the model's own: a shipped model's registry record stores the one chosen on one half of a
-set of Flickr8k val photos, their copies and photos that look alike (``benchmarks/duplicates_default.py``;
-its other half's precision and recall are in ``benchmarks/results/duplicates_default.md``);
-:data:`DEFAULT_THRESHOLD` is for a model that records none.
+Similarity alone says "the same kind of scene", not "the same photo": two beach photos, or two motorcyclists,
+reach it. So a pair is kept only when the photos' copy signals (:mod:`vlmatch.features.copyhash`, stored in each
+photo's row by the index build) agree too: at most ``copy_bits`` of 63 bits apart (in the closest of four turns)
+at or above ``threshold``, or at most ``strong_bits`` apart at any similarity (a photo turned a quarter reads a
+similarity of 0.1 to 0.5 to itself upright: the embedding is not made to turn; such pairs are found by looking the
+bits up, :func:`vlmatch.features.copyhash.near_pairs`, not among the nearest by similarity). A near-blank photo
+(``copy_flat``) is grouped only with a byte-identical file (the same SHA-256): its bits are noise, and two black
+frames are not one photo. A photo without a copy signal (an index built before it) is judged by similarity alone,
+and the report counts such photos (``without_copy_signal``: build the index again to add it). ``copies=False``
+(``--similar``) groups by similarity alone, as before the signal: look-alikes included.
+
+The limits are the model's own: a shipped model's registry record stores the threshold and bits chosen on one half
+of a set of Flickr8k val photos, their copies (resized, recompressed, cropped, turned, tone-mapped) and photos that
+look alike (the same kind of scene, the same scene a moment later) (``benchmarks/duplicates_copies.py``; its other
+half's precision and recall are in ``benchmarks/results/duplicates_copies.md``); :data:`DEFAULT_THRESHOLD`,
+:data:`DEFAULT_COPY_BITS` and :data:`DEFAULT_STRONG_BITS` are for a model that records none.
 """
 
 from __future__ import annotations
@@ -23,6 +35,10 @@ from ...errors import ConfigError
 
 DEFAULT_THRESHOLD = 0.68
 DEFAULT_NEIGHBOURS = 16
+# the copy signal's limits for a model whose record has none: the signal is the model's no more than the photo's,
+# so these are the shipped default's (benchmarks/duplicates_copies.py, chosen on its half A)
+DEFAULT_COPY_BITS = 12
+DEFAULT_STRONG_BITS = 0
 
 
 def _find(parent: np.ndarray, i: int) -> int:
@@ -97,6 +113,46 @@ def similar_pairs(vectors: np.ndarray, queries: np.ndarray, threshold: float, ne
     return sorted((i, j, s) for (i, j), s in found.items())
 
 
+def copy_candidates(vectors, queries, rows: list[dict], threshold: float, strong_bits: int,
+                    neighbours: int = DEFAULT_NEIGHBOURS, search=None) -> list[tuple[int, int, float]]:
+    """The pairs worth judging: each photo's nearest at or above ``threshold`` (:func:`similar_pairs`) and every
+    two photos whose copy signals are at most ``strong_bits`` apart (looked up), with their similarity."""
+    from ...features.copyhash import near_pairs
+
+    found = {(i, j): s for i, j, s in similar_pairs(vectors, queries, threshold, neighbours, search=search)}
+    flat = [i for i, r in enumerate(rows) if r.get("copy_flat")]
+    for i, j, _ in near_pairs([r.get("copy_hash") for r in rows], strong_bits, skip=flat):
+        found.setdefault((i, j), float(np.asarray(queries[i], dtype=np.float32) @ np.asarray(vectors[j], np.float32)))
+    return sorted((i, j, s) for (i, j), s in found.items())
+
+
+def copy_filter(pairs, rows: list[dict], threshold: float, copy_bits: int, strong_bits: int):
+    """The pairs (i, j, similarity) that are copies by the rule of the module docstring, given each photo's table
+    row (``copy_hash``, ``copy_flat``, ``sha256``); (kept, number of photos without a copy signal)."""
+    from ...features.copyhash import distances, hash_table
+
+    hashes = [r.get("copy_hash") for r in rows]
+    missing = sum(h is None for h in hashes)
+    if not pairs:
+        return [], missing
+    i = np.array([p[0] for p in pairs])
+    j = np.array([p[1] for p in pairs])
+    bits = distances(hash_table(hashes), i, j)
+    kept = []
+    for (a, b, s), d in zip(pairs, bits, strict=True):
+        ra, rb = rows[a], rows[b]
+        if ra.get("copy_hash") is None or rb.get("copy_hash") is None:
+            ok = s >= threshold  # built before the signal: similarity alone
+        elif ra.get("copy_flat") or rb.get("copy_flat"):
+            ok = bool(ra.get("copy_flat") and rb.get("copy_flat") and ra.get("sha256")
+                      and ra.get("sha256") == rb.get("sha256"))
+        else:
+            ok = (s >= threshold and d <= copy_bits) or d <= strong_bits
+        if ok:
+            kept.append((a, b, s))
+    return kept, missing
+
+
 def model_threshold(index) -> tuple[float, dict | None]:
     """The threshold of the model that made an index's stage-1 vectors (its retriever, else its model): the one
     its shipped registry record stores (:func:`vlmatch.pretrained.duplicates_record`, with that record), else
@@ -109,12 +165,15 @@ def model_threshold(index) -> tuple[float, dict | None]:
     return (float(rec["threshold"]), rec) if rec else (DEFAULT_THRESHOLD, None)
 
 
-def find_duplicates(index, threshold: float | None = None, neighbours: int = DEFAULT_NEIGHBOURS) -> dict:
+def find_duplicates(index, threshold: float | None = None, neighbours: int = DEFAULT_NEIGHBOURS,
+                    copies: bool = True) -> dict:
     """Groups of near-identical photos of an opened ``Index``: ``{"threshold", "photos", "groups": [{"ids",
-    "paths", "similarity": the lowest similarity of the pairs that joined it}], "pairs"}``. ``threshold``: None
-    for the model's own (:func:`model_threshold`)."""
+    "paths", "similarity": the lowest similarity of the pairs that joined it}], "pairs", "copy_signal": the limits
+    used or None, "without_copy_signal": photos judged by similarity alone}``. ``threshold``: None for the model's
+    own (:func:`model_threshold`); ``copies``: False groups by similarity alone (look-alikes too)."""
     from .similar import image_query
 
+    rec = model_threshold(index)[1] or {}
     threshold = check_threshold(model_threshold(index)[0] if threshold is None else threshold)
     coll = index._need("images")
     stage1 = getattr(coll, "stage1", None)
@@ -122,7 +181,15 @@ def find_duplicates(index, threshold: float | None = None, neighbours: int = DEF
         raise ConfigError("index duplicates reads the stage-1 vectors of an index folder (not a Milvus collection)")
     vectors = np.asarray(stage1.vectors, dtype=np.float32)
     queries = image_query(index, vectors)
-    pairs = similar_pairs(vectors, queries, threshold, neighbours, search=stage1.search)
+    signal, missing = None, 0
+    if copies:
+        signal = {"copy_bits": int(rec.get("copy_bits", DEFAULT_COPY_BITS)),
+                  "strong_bits": int(rec.get("strong_bits", DEFAULT_STRONG_BITS))}
+        found = copy_candidates(vectors, queries, coll.items, threshold, signal["strong_bits"], neighbours,
+                                search=stage1.search)
+        pairs, missing = copy_filter(found, coll.items, threshold, signal["copy_bits"], signal["strong_bits"])
+    else:
+        pairs = similar_pairs(vectors, queries, threshold, neighbours, search=stage1.search)
     groups = group_pairs(len(vectors), [(i, j) for i, j, _ in pairs])
     member = {i: g for g, rows in enumerate(groups) for i in rows}
     low = [1.0] * len(groups)
@@ -133,6 +200,7 @@ def find_duplicates(index, threshold: float | None = None, neighbours: int = DEF
         items = coll.items_of(rows)
         out.append({"ids": [int(it["id"]) for it in items], "paths": [str(it["path"]) for it in items],
                     "similarity": round(float(s), 6)})
-    return {"threshold": threshold, "photos": len(vectors), "groups": out,
+    return {"threshold": threshold, "photos": len(vectors), "groups": out, "copy_signal": signal,
+            "without_copy_signal": missing,
             "pairs": [{"ids": [int(coll.items[i]["id"]), int(coll.items[j]["id"])], "similarity": round(s, 6)}
                       for i, j, s in pairs]}
