@@ -45,7 +45,7 @@ from ..features.photo import READER_VERSION, load_image, preview_pixels
 from ..features.photometa import mtime_taken, photo_meta
 from ..features.provenance import check_backbone, checkpoint_backbone, resolve_backbone
 from ..features.raw import is_raw
-from ..io import atomic_dir, link_tree, read_json, write_json
+from ..io import atomic_dir, link_tree, read_json, save_npy, write_json
 from ..models.base import MatchingModel
 from ..weights import sha256_file
 from .backends.folder import (
@@ -279,7 +279,7 @@ def encode_sharded(work: Path, keys: list, make_batches, encode, dtype: str, fp:
     if merged.exists():
         shutil.rmtree(merged)
     concat_stores([p / "enc" for p in parts], merged / "enc", dtype)
-    np.save(merged / "stage1.npy", np.concatenate([np.load(p / "stage1.npy", mmap_mode="r") for p in parts]))
+    save_npy(merged / "stage1.npy", np.concatenate([np.load(p / "stage1.npy", mmap_mode="r") for p in parts]))
     return {**rec, "folder": merged}
 
 
@@ -640,7 +640,7 @@ def _update(out: Path, manifest: dict, parts: dict, skip_bad, batch_size, progre
             rows.append(None)
             s1_parts.append(np.load(rec["folder"] / "stage1.npy"))
         concat_stores(folders, merged / "enc", dtype, rows)
-        np.save(merged / "stage1.npy", np.concatenate(s1_parts))
+        save_npy(merged / "stage1.npy", np.concatenate(s1_parts))
         info = manifest["collections"]["images"]["stage1"]
         stage1 = stage1_of(merged, info.get("requested", "auto"), info.get("nlist") if info["kind"] == "ivf" else None,
                            info.get("M", 32))

@@ -20,8 +20,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..errors import VlmatchError
-from ..io import read_json, write_bytes, write_json
+from ..errors import DataError, VlmatchError
+from ..io import read_json, save_npy, write_bytes, write_json
 from ..models.base import ImageEncoding, MatchingModel, TextEncoding
 from .store import EncodingWriter, allocate_npy, reserve
 
@@ -169,10 +169,17 @@ def encode_part(folder, fp: str, n: int, batches: Callable[[int], Iterator[Batch
             s1[w:w + len(vec)] = vec
             writer.flush()
             s1.flush()
-            with open(meta_path, "a", encoding="utf-8") as f:  # durable before the record counts these rows
-                f.write("".join(json.dumps(m) + "\n" for m in (b.meta or [{}] * len(b.keys))))
-                f.flush()
-                os.fsync(f.fileno())
+            lines = "".join(json.dumps(m) + "\n" for m in (b.meta or [{}] * len(b.keys))).encode("utf-8")
+            with open(meta_path, "ab", buffering=0) as f:  # durable before the record counts these rows
+                end = f.tell()
+                try:
+                    if f.write(lines) != len(lines):  # a short write: the disk took part of it
+                        raise OSError(28, "No space left on device")
+                    os.fsync(f.fileno())
+                except OSError as e:  # a full disk: the rows the record counts stay whole, the file is named
+                    os.ftruncate(f.fileno(), end)
+                    raise DataError(meta_path, f"could not be written: {e.strerror or e}; free space and run the "
+                                               "command again (it resumes)") from None
         prog["done"] += b.consumed
         prog["written"] += len(b.keys)
         prog["bad"] += b.bad
@@ -183,7 +190,7 @@ def encode_part(folder, fp: str, n: int, batches: Callable[[int], Iterator[Batch
     if rows:
         writer.finish(rows)
         if rows < n:
-            np.save(folder / "stage1.npy", np.asarray(s1[:rows]))
+            save_npy(folder / "stage1.npy", np.asarray(s1[:rows]))
             del s1
             s1_path.unlink()
         else:
