@@ -168,3 +168,18 @@ def test_photo_to_caption_search_reads_the_rankers_columns(photos, tmp_path):
     for h in hits:
         assert h.score == pytest.approx(float(want[h.id]), abs=2e-3)  # float16 store
     assert [h.id for h in hits] == list(np.argsort(-want, kind="stable"))
+
+
+def test_the_pins_name_what_differs_and_let_float_noise_pass():
+    """OpenVocab.mismatch against an index's recorded pins: None for its own, a few words for another concept option,
+    lexicon or basis; a basis fingerprint moved by float noise (another host) still matches."""
+    from vlmatch.search.open_vocab import Fusion, OpenVocab
+
+    ov = OpenVocab("efficientnet-lite2", Fusion(0.1, concepts={"top_k": 8}, dims=32))
+    pins = ov.pins()
+    assert ov.mismatch(pins) is None and pins["concepts"]["top_k"] == 8 and pins["concepts"]["tree"] is True
+    assert "top_k" in ov.mismatch({**pins, "concepts": {**pins["concepts"], "top_k": 16}})
+    assert "lexicon" in ov.mismatch({**pins, "lexicon": "0" * 16})
+    assert ov.mismatch({**pins, "basis": [v + 0.001 for v in pins["basis"]]}) is None
+    assert "basis" in ov.mismatch({**pins, "basis": [v + 0.05 for v in pins["basis"]]})
+    assert "built before" in ov.mismatch(None)

@@ -72,3 +72,30 @@ def test_content_words_at_the_photos_aspect_on_the_inferno_scale():
     assert hot[0] > 200 and hot[1] > 200 and hot[2] < 170  # inferno's pale yellow, not jet's dark red
     cold = px[45 + 20, 10 + 20]
     assert cold[2] >= cold[1]  # inferno's dark purple over grey, not jet's blue-cyan
+
+
+def test_each_word_on_its_own_scale_in_shares_of_its_part():
+    """A cell's value is its share (%) of the word's positive total; by default each word's panel is on its own
+    scale, so a word whose part is spread over the photo lights its top cell as brightly as a word whose part sits in
+    one cell; with shared_scale its panel stays dim beside the other's."""
+    from io import BytesIO
+
+    from PIL import Image
+
+    from vlmatch.viz.heatmap import cell_shares
+
+    w = np.array([[0.0, 0.3], [0.05, 0.25], [0.05, 0.25], [0.9, 0.2]])  # "bike" in one cell, "riding" spread
+    shares = cell_shares(w * np.array([1.0, 0.1]))  # whatever the size of each word's part
+    np.testing.assert_allclose(shares.sum(axis=0), 100.0)
+    np.testing.assert_allclose(shares[:, 1], [30.0, 25.0, 25.0, 20.0])
+    signed = cell_shares(np.array([[2.0], [-1.0], [2.0]]))  # a negative cell takes from the word's part
+    np.testing.assert_allclose(signed[:, 0], [50.0, -25.0, 50.0])
+    a = PairAttention(["bike", "riding"], w, "score", 0.3, grid=2)
+    rgb = np.full((100, 100, 3), 128, dtype=np.uint8)
+
+    def top_cell(png):  # the top left cell of the second panel ("riding"'s top cell)
+        px = np.asarray(Image.open(BytesIO(png)).convert("RGB"), dtype=int)
+        return px[45 + 10, 10 + 100 + 10 + 10]
+
+    own, shared = top_cell(render(a, rgb, display=100)), top_cell(render(a, rgb, display=100, shared_scale=True))
+    assert own.sum() > shared.sum() + 150  # bright on its own scale, dim on the one the other word tops

@@ -315,7 +315,7 @@ def cmd_search(a):
         print(NO_MATCH)
     else:
         print(format_results(res, what, where))
-    note = idx.relevance_note if what == "file" else None
+    note = idx.relevance_note if a.like is None and a.image is None else None  # a text search's results only
     if note:
         print(note)
     if a.json:
