@@ -18,9 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import re
 import shutil
-import statistics
 import sys
 from pathlib import Path
 
@@ -139,7 +137,7 @@ def main(argv=None):
                     help="with --recipe: first reproduce the run (`python experiments/run.py FILE`): one command from "
                          "the recipe to the shipped model")
     ap.add_argument("--search-figures", action="store_true",
-                    help="copy the default pair's figures from benchmarks/results/search.json into the default "
+                    help="copy the default pair's figures from benchmarks/results/ (open_vocab_cost, search) into the default "
                          "entries of the registry, then rewrite the model card")
     ap.add_argument("--run", help="run name under $VLMATCH_CACHE/runs/")
     ap.add_argument("--name", help="the shipped model's name (pretrained:NAME)")
@@ -237,36 +235,15 @@ def from_recipe(a) -> None:
 
 
 def search_figures() -> None:
-    """The default pair's measured search figures (benchmarks/search.py default-build, default-scale and
-    real --pair default) on the registry's default entries: ``search`` and ``ms_per_query`` (total p50)."""
+    """The default pair's measured search figures (release/check.default_search_figures: the build and the latency
+    with the concept columns, benchmarks/open_vocab_cost.py; the two-stage R@10, benchmarks/search.py real --pair
+    default) on the registry's default entries: ``search`` and ``ms_per_query`` (total p50)."""
+    from check import default_search_figures
+
     from vlmatch import pretrained
     from vlmatch.io import write_json
 
-    res = json.loads((BENCHMARKS / "search.json").read_text())
-    pair = res["default_pair"]
-    default_model = pair["build"]["model"]
-    real = next(r for r in res["real"] if r["model"] == default_model)
-    cores = re.search(r"(\d+) cores", pair["host"])
-    isa = "AVX-512" if "avx512f" in pair["host"] else "AVX2" if "avx2" in pair["host"] else None
-    if str(pair["build"].get("isa", "")).startswith("avx2") and isa == "AVX-512":
-        isa = "AVX-512, kernels held to AVX2 (an estimate of an AVX2-only host)"
-    if not (cores and isa):
-        sys.exit(f"the figures were measured on {pair['host']}: say how in the host line below before copying them")
-    torch_version = re.search(r"torch ([0-9.]+)", pair["host"])
-    build, scale = pair["build"], pair["scale"][-1]
-    total = scale["latency"]["total"]
-    runs = build.get("runs_images_per_s") or [build["images_per_s"]]  # every run of the build, not the best
-    figures = {"build_images_per_s": round(statistics.median(runs), 1),
-               "build_images_per_s_range": [round(min(runs), 1), round(max(runs), 1)], "build_runs": len(runs),
-               "build_note": "Flickr8k val JPEGs, feature extraction and the models' encodings included, model loading "
-                             "and the commit too",
-               "query_p50_ms": round(total["p50_ms"], 1), "query_p99_ms": round(total["p99_ms"], 1),
-               "n_images": scale["n"],
-               "latency_note": "text encoding, stage 1 (HNSW) and stage 2 (K = 100) included, batch 1",
-               "two_stage_r10": round(real["two_stage_t2i"]["100"]["r10"], 2),
-               "exhaustive_r10": round(real["exhaustive"]["t2i"]["r10"], 2),
-               "host": f"{cores.group(1)} x86 cores with {isa}, torch {torch_version.group(1) if torch_version else '?'} "
-                       "(host flags and commands in benchmarks/results/search.md)"}
+    figures = default_search_figures(BENCHMARKS)
     # the figures belong to the default pair: an entry that is no longer in it keeps none
     reg = [dataclasses.replace(e, search=figures, ms_per_query=figures["query_p50_ms"]) if e.default else
            dataclasses.replace(e, search={}, ms_per_query=None) for e in pretrained.entries()]

@@ -58,10 +58,35 @@ def _search_lines(e: Pretrained) -> list[str]:
         out.append(f"- Text query with the default pair at {s.get('n_images', 0):,} images: p50 {s['query_p50_ms']:.1f} ms, "
                    f"p99 {s['query_p99_ms']:.1f} ms ({s.get('latency_note', 'text encoding included')}).")
     if "two_stage_r10" in s:
-        out.append(f"- Two-stage text-to-image R@10 on Flickr8k val at K = 100: {s['two_stage_r10']:.1f} "
-                   f"(exhaustive {s['exhaustive_r10']:.1f}).")
+        out.append(f"- Two-stage text-to-image R@10 on Flickr8k val at K = 100, the concept columns included: "
+                   f"{s['two_stage_r10']:.1f} (the ranker's own exhaustive ranking: {s['exhaustive_r10']:.1f}).")
     if "host" in s:
         out.append(f"- Measured on {s['host']}.")
+    return out
+
+
+def _open_vocab_lines(e: Pretrained) -> list[str]:
+    """The search this model runs when it builds an index: the fusion with the concept scorer, and the relevance."""
+    ov = e.open_vocab
+    if not ov:
+        return []
+    c = ov.get("concepts", {})
+    form = (f"its {c.get('top_k', '?')} most likely "
+            + ("WordNet nodes, each class's probability also given to its hypernyms" if c.get("tree", True)
+               else "ImageNet classes")
+            + (f", weighted by specificity to the power {c['ic_power']:g}" if "ic_power" in c else ""))
+    space = "the ranker's own text space" if ov.get("text") == "ranker" else "MiniLM's sentence space"
+    cols = f" projected on {ov['dims']} columns" if ov.get("dims") else ""
+    out = [f"- Search with this model (`index build`): each photo also carries what the backbone's ImageNet head sees "
+           f"in it ({form}) in {space}{cols}; a query scores the ranker's score plus (w0 {ov['w0']:g} + "
+           f"{ov['slope']:g} x the share of its words unseen in training) x {ov['ratio']:g} times that concept score "
+           "(`docs/open-vocabulary.md`; the choice in `experiments/results/open_vocab.md`)."]
+    rel = ov.get("relevance") or {}
+    if rel:
+        out.append(f"- Relevance (the probability that a person calls the photo a match for the query): fitted to "
+                   f"val pairs each judged by two readers, independent sessions of a vision-capable AI model rather "
+                   f"than people (`experiments/judgments/`, `experiments/results/open_vocab/relevance.json`); "
+                   f"\"no photo matches this well\" when the best photo's relevance is under {rel['threshold']:g}.")
     return out
 
 
@@ -152,6 +177,7 @@ def card(e: Pretrained) -> list[str]:
              *_pair_lines(e),
              *_calibration_lines(e),
              *_explainer_lines(e),
+             *_open_vocab_lines(e),
              *_search_lines(e),
              f"- Expected to be weak: {e.notes}" if e.notes else "",
              f"- Reproduce (from a checkout of the repository, with Flickr8k beside it): "
