@@ -134,3 +134,13 @@ def test_a_link_to_a_regular_file_stays_a_link_and_its_target_is_replaced(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "target.json"]
     assert not is_special(tmp_path / "target.json") and not is_special(tmp_path / "new.json")
     assert is_special("/dev/stdout") and is_special("/proc/self/fd/1")
+
+
+def test_a_regular_file_under_dev_shm_is_still_written_atomically():
+    import os
+
+    from vlmatch.io import is_special
+
+    if not os.path.isdir("/dev/shm") or not os.access("/dev/shm", os.W_OK):
+        pytest.skip("no writable /dev/shm here")
+    assert not is_special(f"/dev/shm/vlmatch-test-{os.getpid()}.json") and is_special("/dev/null")

@@ -63,11 +63,12 @@ def fsync_path(path: str | os.PathLike) -> None:
 
 def is_special(path: str | os.PathLike) -> bool:
     """Whether ``path`` names something a rename must never replace, so it is written in place: a device, a FIFO
-    or a socket (``/dev/full``, ``/dev/null``, a named pipe a reader waits on), or any name under ``/dev/`` or
-    ``/proc/`` (``/dev/stdout``, a link to the process's own output, whatever that output is)."""
+    or a socket (``/dev/full``, ``/dev/null``, a named pipe a reader waits on), or a link under ``/dev/`` or
+    ``/proc/`` (``/dev/stdout``, ``/proc/self/fd/1``: the process's own output, whatever that output is; a regular
+    file in ``/dev/shm`` is written as any other)."""
     import stat
 
-    if str(Path(path).absolute()).startswith(("/dev/", "/proc/")):
+    if os.path.islink(path) and str(Path(path).absolute()).startswith(("/dev/", "/proc/")):
         return True
     try:
         mode = os.stat(path).st_mode

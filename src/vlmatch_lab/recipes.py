@@ -5,7 +5,7 @@ A recipe is a config file (the ``model``, ``data`` and ``train`` sections, every
 the epochs among them) plus a ``recipe:`` section that ``vlmatch train`` ignores and the runner (``run.py``) reads:
 
     recipe:
-      name: c36_vsepp_lite2_320_lora32   # the run's name: its run folder and its results row
+      name: c36_vsepp_lite2_320_lora32   # the run's name: its run folder and its results row (one folder name)
       data: flickr8k                     # where data.path comes from: flickr8k | toyworld | precomp
       features: {backbone: efficientnet-lite2, input_size: 320}   # flickr8k: the extraction that makes data.path
       world: {seed: 1, n_train: 600}     # toyworld: the ToyWorldConfig fields that generate data.path

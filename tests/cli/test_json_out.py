@@ -65,3 +65,4 @@ def test_json_onto_dev_full_is_one_line_naming_it_and_the_device_stays(photo_ind
     err = r.stderr.strip().splitlines()
     assert r.returncode == 2 and err[-1] == "vlmatch: error: /dev/full: could not be written: No space left on device"
     assert "Traceback" not in r.stderr and stat.S_ISCHR(os.stat("/dev/full").st_mode)
+

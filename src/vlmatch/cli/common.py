@@ -32,7 +32,7 @@ def checkpoint_arg(text: str):
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def visible_text(text: str, name: str) -> str:
+def visible_text(text: str, name: str, hint: str = "give the caption whose words to explain") -> str:
     """``text`` refused (a ConfigError naming ``name``) when it is empty or holds nothing visible: only spaces,
     zero-width or other invisible characters (U+200B ...), which read as an empty text would."""
     import unicodedata
@@ -40,11 +40,10 @@ def visible_text(text: str, name: str) -> str:
     from ..errors import ConfigError
 
     if not text.strip():
-        raise ConfigError(f"{name} is empty: give the caption whose words to explain")
+        raise ConfigError(f"{name} is empty: {hint}")
     if all(unicodedata.category(ch)[0] in "CZ" for ch in text):
         kinds = sorted({f"U+{ord(ch):04X}" for ch in text if not ch.isspace()})
-        raise ConfigError(f"{name} holds only invisible characters ({', '.join(kinds[:4])}): give the caption whose "
-                          "words to explain")
+        raise ConfigError(f"{name} holds only invisible characters ({', '.join(kinds[:4])}): {hint}")
     return text
 
 

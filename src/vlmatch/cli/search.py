@@ -14,6 +14,7 @@ from .common import (
     open_index,
     positive_int,
     utf8_text,
+    visible_text,
     write_json_out,
 )
 from .filters import add_filter_args, where_of
@@ -283,7 +284,7 @@ def cmd_search(a):
     if a.like is None and (a.text is None) == (a.image is None):
         raise ConfigError("search needs a query text or --image FILE (one of them)")
     if a.text is not None:
-        utf8_text(a.text, "the query text")
+        visible_text(utf8_text(a.text, "the query text"), "the query text", "give the words to search for")
     where = where_of(a)
     if where is not None and a.image is not None:
         raise ConfigError("--after/--before/--camera/--under/--near filter photos; --image searches captions")

@@ -1,7 +1,8 @@
-"""`vlmatch explain --text` says plainly what it does with a long or odd text, run as users run it (its own process):
-a text longer than the model reads is drawn with a note naming the cut; a text of only invisible characters is refused
-as an empty one is; one the model reads none of (emoji) is refused before any PNG is written; words no installed font
-has glyphs for get a plain label and one note line, not boxes and matplotlib's glyph warnings."""
+"""`vlmatch explain --text` (and `vlmatch search`'s query) says plainly what it does with a long or odd text, run as
+users run it (its own process): a text longer than the model reads is drawn with a note naming the cut; a text of only
+invisible characters is refused as an empty one is; one the model reads none of (emoji) is refused before any PNG is
+written; words no installed font has glyphs for get a plain label and one note line, not boxes and matplotlib's glyph
+warnings."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from PIL import Image
 
 import vlmatch
+from tests.search.photo_index import photo_index  # noqa: F401 (the session's index fixture)
 
 SRC = Path(vlmatch.__file__).resolve().parents[1]
 MODEL = "pretrained:vsepp-minilm-f8k"  # MiniLM text side: at most 64 tokens
@@ -73,3 +75,17 @@ def test_words_without_glyphs_get_a_plain_label_and_one_note_not_boxes(tmp_path)
     (note,) = [n for n in _notes(r) if "font" in n]
     assert "no installed font draws" in note and "'地'" in note and "labelled by code point" in note
     assert plain("狗在") == "U+72D7 U+5728" and plain("狗在草地") == "U+72D7 U+5728 U+8349 ..."
+
+
+def _search(*args) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "vlmatch.cli", *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+def test_a_query_of_only_invisible_characters_is_refused_like_an_empty_one(photo_index):  # noqa: F811
+    for text, says in (("", "the query text is empty"), ("\u200b\u200b", "the query text holds only invisible "
+                                                                           "characters (U+200B)")):
+        r = _search("search", photo_index, text)
+        err = r.stderr.strip()
+        assert r.returncode == 2 and err == f"vlmatch: error: {says}: give the words to search for", err
