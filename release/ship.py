@@ -22,10 +22,26 @@ import shutil
 import sys
 from pathlib import Path
 
-import torch
 
-# the package of the checkout this script is in, not the one installed (an editable install may be another clone's)
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+def _run_on_this_checkout() -> None:
+    """Run again with this checkout's src/ first on PYTHONPATH when the vlmatch that would be imported is another
+    one's (an editable install of another clone): --check must read the checkout it is run in."""
+    import importlib.util
+    import os
+
+    src = Path(__file__).resolve().parents[1] / "src"
+    spec = importlib.util.find_spec("vlmatch")
+    here = Path(spec.origin).resolve().parents[1] if spec and spec.origin else None
+    if here != src and os.environ.get("VLMATCH_SHIP_REEXEC") != "1":
+        env = {**os.environ, "VLMATCH_SHIP_REEXEC": "1",
+               "PYTHONPATH": os.pathsep.join([str(src), *filter(None, [os.environ.get("PYTHONPATH")])])}
+        os.execve(sys.executable, [sys.executable, *sys.argv], env)
+
+
+if __name__ == "__main__":
+    _run_on_this_checkout()
+
+import torch  # noqa: E402
 
 from vlmatch_lab.caches import features_dir, runs_dir  # noqa: E402
 from vlmatch_lab.inputs import need_features, need_run  # noqa: E402
