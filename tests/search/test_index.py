@@ -192,3 +192,13 @@ def test_score_mean_needs_a_retriever_and_a_known_name(toy_ckpts, small_world, t
     with pytest.raises(VlmatchError, match="--score 'max'"):
         build_index(tmp_path / "b", toy_ckpts["scan"], features=small_world, split="test",
                     retriever_ckpt=toy_ckpts["vsepp"], score="max")
+
+
+@pytest.mark.parametrize("text", ["", "   ", "\u200b\u200b", "\ufeff\u00a0\u200d"])
+def test_a_query_of_nothing_visible_is_refused_like_an_empty_one(f32_index, text):
+    """Zero-width spaces, a BOM or NBSP alone read as an empty query: the Python API refuses them in one line, as the
+    CLI and the HTTP API do (a text of only U+200B used to be searched)."""
+    from vlmatch.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="non-empty text"):
+        vlmatch.Index.open(f32_index).search(text)

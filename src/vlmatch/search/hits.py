@@ -79,3 +79,12 @@ def ranked(coll: CollectionBackend, rows: np.ndarray, scores: np.ndarray, s1: np
 def photo_fields(row: dict) -> dict:
     """A table row's photo metadata as :class:`SearchHit` fields (its ``pixels`` are the hit's ``size``)."""
     return {"taken": row.get("taken"), "camera": row.get("camera"), "gps": row.get("gps"), "size": row.get("pixels")}
+
+
+def shows_text(text) -> bool:
+    """A query that shows something: a string with a character that is not white space (NBSP included), a control
+    or a format character such as ZERO WIDTH SPACE (a text of only those reads as an empty one)."""
+    import unicodedata
+
+    return isinstance(text, str) and any(not ch.isspace() and unicodedata.category(ch) not in ("Cf", "Cc")
+                                         for ch in text)

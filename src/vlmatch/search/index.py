@@ -32,7 +32,7 @@ from .backends.folder import FolderCollection, manifest_stamp, open_parts, readi
 from .encode import Stage1Source
 from .explained import score_parts, shows_line
 from .filters import Where
-from .hits import DEFAULT_CANDIDATES, SearchHit, with_relevance  # noqa: F401  (SearchHit: its home was here)
+from .hits import DEFAULT_CANDIDATES, SearchHit, shows_text, with_relevance  # noqa: F401  (SearchHit: its home was here)
 from .hits import ranked as _ranked
 from .hits import sizes as _sizes
 from .library.trust import PhotoRoot
@@ -181,8 +181,8 @@ class Index:
     def search_many(self, texts: list[str], k: int = 10, candidates: int | None = None, where=None
                     ) -> list[list[SearchHit]]:
         """:meth:`search` for several queries (text encoding and stage 1 batched)."""
-        if not texts or any(not isinstance(t, str) or not t.strip() for t in texts):
-            raise ConfigError("a search query must be a non-empty text")
+        if not texts or not all(shows_text(t) for t in texts):
+            raise ConfigError("a search query must be a non-empty text (not only spaces or invisible characters)")
         self._need("images")
         where = Where.of(where)  # a bad filter is refused before any model work
         t0 = time.perf_counter()

@@ -37,7 +37,7 @@ import torch
 from ...errors import ConfigError
 from ...evaluation.scoring import score_blocks
 from ...models.base import ImageEncoding
-from ..hits import ranked, sizes
+from ..hits import ranked, shows_text, sizes
 
 DEFAULT_TEXT_WEIGHT = 0.5
 
@@ -136,8 +136,8 @@ def search_like(index, like, k: int = 10, text: str | None = None, where=None, c
     Returns ``SearchHit`` s: ``score`` the final score, ``stage1_score`` the photos' stage-1 similarity."""
     if not 0.0 <= text_weight <= 1.0 or not np.isfinite(text_weight):
         raise ConfigError(f"text weight must be between 0 and 1, not {text_weight}")
-    if text is not None and (not isinstance(text, str) or not text.strip()):
-        raise ConfigError("a search query must be a non-empty text")
+    if text is not None and not shows_text(text):
+        raise ConfigError("a search query must be a non-empty text (not only spaces or invisible characters)")
     coll = index._need("images")
     kk, cand = sizes(k, candidates, len(coll))
     t0 = time.perf_counter()
