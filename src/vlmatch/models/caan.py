@@ -34,10 +34,12 @@ CAAN = IA+SA. Absent regions and padded words are masked everywhere.
 Bundled configs (each ``caan*`` config in configs/ resolves to these options; tests/training/test_config.py checks it):
     caan*_f30k, caan*_coco, caan*_f8k, quickstart_caan    norm_output: true
 
-Fast form: per-image (V K, V Q1, V Q4, FA's H^v V Q1, V Vᵀ) and per-caption terms (U Q2, U Q3,
-FA's H^u U Q3, U Uᵀ) are computed once in ``encode_*``; the pair part needs two region-word
-GEMMs (Vᵀ K U and Vᵀ U) and batched products for the attention terms; <v̂, û> = fᵀ (Vᵀ U) g and
-||v̂||² = fᵀ (Vᵀ V) f, so v̂ and û are never materialised.
+Fast form: per-image (V K, V Q1, V Q4, FA's H^v V Q1) and per-caption terms (U Q2, U Q3, FA's H^u U Q3)
+are computed once in ``encode_*``; the pair part is the region-word GEMM V K Uᵀ, small per-pair
+normalisations, batched products for the attention terms and v̂ = V f, û = U g (one GEMM per image and
+per caption). Without autograd (evaluation, search) ``score`` runs it in cache-sized sub-blocks with
+reused buffers (:mod:`vlmatch.models.caan_block`); with autograd (training) through ``_weights``. Both
+are checked against the loop-by-loop equations (tests/models/test_caan*.py).
 
 ``text_encoder`` (see :mod:`vlmatch.models.text_side`): with a pretrained transformer the words u_j are
 its token vectors through a learned affine layer (H -> D) instead of the bi-GRU's states ("SCAN's
