@@ -59,7 +59,7 @@ def _timed(fn, min_seconds: float) -> tuple[float, int]:
 
 
 def measure_peaks(a) -> dict:
-    torch.set_num_threads(a.threads)
+    torch.set_num_threads(a.threads[0])
     x, y = torch.randn(2048, 1024), torch.randn(1024, 2048)
     out = torch.empty(2048, 2048)
     torch.mm(x, y, out=out)
@@ -82,11 +82,12 @@ def measure_peaks(a) -> dict:
             "tanh_compiled_per_s": compiled, "sigmoid_per_s": sigmoid}
 
 
-def measure_model(name: str, compiled: bool, a) -> dict:
+def measure_model(name: str, compiled: bool, a, before: bool = False) -> dict:
     from vlmatch import create_model
     from vlmatch.evaluation.scoring import BlockPlan, score_blocks
+    from vlmatch.models.attention import cross_sim
 
-    torch.set_num_threads(a.threads)
+    torch.set_num_threads(a.threads[0])
     torch.manual_seed(0)
     label_name, overrides = MODELS[name]
     model = create_model(label_name, vocab_size=1000, **overrides).eval()
@@ -102,12 +103,24 @@ def measure_model(name: str, compiled: bool, a) -> dict:
     def run():
         return score_blocks(model, img, chunks, n_cap, n_img, progress=False, compile=compiled)
 
+    if before:  # before: the training form, run without autograd
+        def run():  # noqa: F811
+            with torch.no_grad():
+                f, g = model._weights(img, txt.trim())
+                return model._cosine(img, txt.trim(), f, g).numpy()
+    d = model.cfg.embed_dim
+    rv = torch.nn.functional.normalize(torch.randn(n_img, a.k, d, generator=g), dim=-1)
+    re = torch.nn.functional.normalize(torch.randn(n_cap, a.L, d, generator=g), dim=-1)
+    cross_sim(rv, re)
+    gdt, greps = _timed(lambda: cross_sim(rv, re), a.min_seconds / 2)
+
     t0 = time.perf_counter()
     first = run()  # warm-up (and compilation)
     warm = time.perf_counter() - t0
     assert np.isfinite(first).all()
     dt, reps = _timed(run, a.min_seconds)
     return {"us_per_pair": 1e6 * dt / (reps * n_img * n_cap), "block": [n_img, n_cap], "first_call_s": warm,
+            "gemm_us_per_pair": 1e6 * gdt / (greps * n_img * n_cap),
             "pair_flops": model.pair_flops(a.k, a.L),
             "sizes": {k: v for k, v in vars(model.cfg).items() if k in ("embed_dim", "attn_dim")}}
 
@@ -123,7 +136,10 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--k", type=int, default=36, help="regions per image")
     ap.add_argument("--L", type=int, default=12, help="words per caption")
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, nargs="+", default=[1], help="one table row per family and count")
+    ap.add_argument("--no-compiled", action="store_true", help="eager only (no torch.compile column)")
+    ap.add_argument("--before", nargs="*", default=[], metavar="FAMILY",
+                    help="also time these families' autograd form without autograd (CAAN's form before caan_block)")
     ap.add_argument("--min-seconds", type=float, default=2.0, help="time each measurement at least this long")
     ap.add_argument("--max-images", type=int, default=512, help="cap of the timed slice (one engine block row)")
     ap.add_argument("--max-captions", type=int, default=1024)
@@ -133,32 +149,42 @@ def main(argv=None):
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
-        res = measure_peaks(a) if a.child[0] == "peaks" else measure_model(a.child[0], a.child[1] == "compiled", a)
+        torch.set_num_threads(a.threads[0])
+        res = measure_peaks(a) if a.child[0] == "peaks" else measure_model(a.child[0], a.child[1] == "compiled", a,
+                                                                               a.child[1] == "before")
         print(json.dumps(res))
         return
-    common = [f"--k={a.k}", f"--L={a.L}", f"--threads={a.threads}", f"--min-seconds={a.min_seconds}",
-              f"--max-images={a.max_images}", f"--max-captions={a.max_captions}"]
-    peaks = _child(common + ["--child", "peaks"])
-    print(f"GEMM peak {peaks['gemm_flops'] / 1e9:.1f} GFLOP/s, tanh {peaks['tanh_per_s'] / 1e9:.2f} G/s", flush=True)
     from harness import ratio_to_bound, write_report
 
     from vlmatch_lab.host import host
 
-    rows = {}
-    for fam in a.models:
-        r = {mode: _child(common + ["--child", fam, mode]) for mode in ("eager", "compiled")}
-        pf = r["eager"]["pair_flops"]
-        bound = 1e6 * (2 * pf["macs"] / peaks["gemm_flops"] + pf["transcendentals"] / peaks["tanh_per_s"])
-        rows[fam] = {"model": MODELS[fam][0], "sizes": r["eager"]["sizes"], "macs": pf["macs"],
-                     "transcendentals": pf["transcendentals"], "bound_us": bound, "block": r["eager"]["block"],
-                     "eager_us": r["eager"]["us_per_pair"], "compiled_us": r["compiled"]["us_per_pair"],
-                     "compile_s": r["compiled"]["first_call_s"],
-                     "eager_ratio": ratio_to_bound(r["eager"]["us_per_pair"], bound),
-                     "compiled_ratio": ratio_to_bound(r["compiled"]["us_per_pair"], bound)}
-        x = rows[fam]
-        print(f"{fam:14s} bound {bound:8.3f} µs  eager {x['eager_us']:8.3f} ({x['eager_ratio']:.1f}x)  "
-              f"compiled {x['compiled_us']:8.3f} ({x['compiled_ratio']:.1f}x)", flush=True)
-    report = {"shape": {"k": a.k, "L": a.L}, "threads": a.threads, "peaks": peaks, "models": rows,
+    rows, all_peaks = {}, {}
+    for threads in a.threads:
+        common = [f"--k={a.k}", f"--L={a.L}", f"--threads={threads}", f"--min-seconds={a.min_seconds}",
+                  f"--max-images={a.max_images}", f"--max-captions={a.max_captions}"]
+        peaks = all_peaks[threads] = _child(common + ["--child", "peaks"])
+        print(f"{threads} thread(s): GEMM peak {peaks['gemm_flops'] / 1e9:.1f} GFLOP/s, "
+              f"tanh {peaks['tanh_per_s'] / 1e9:.2f} G/s", flush=True)
+        for fam in a.models + [f"{f} before" for f in a.before]:
+            base = fam.removesuffix(" before")
+            modes = ["before"] if fam != base else ["eager"] + ([] if a.no_compiled else ["compiled"])
+            r = {mode: _child(common + ["--child", base, mode]) for mode in modes}
+            e = r[modes[0]]
+            pf = e["pair_flops"]
+            bound = 1e6 * (2 * pf["macs"] / peaks["gemm_flops"] + pf["transcendentals"] / peaks["tanh_per_s"])
+            x = rows[f"{fam} @{threads}"] = {
+                "family": fam, "threads": threads, "model": MODELS[base][0], "sizes": e["sizes"], "macs": pf["macs"],
+                "transcendentals": pf["transcendentals"], "bound_us": bound, "block": e["block"],
+                "gemm_us": e["gemm_us_per_pair"], "eager_us": e["us_per_pair"],
+                "eager_ratio": ratio_to_bound(e["us_per_pair"], bound),
+                "gemm_ratio": e["us_per_pair"] / e["gemm_us_per_pair"],
+                "seconds_1000x5000": e["us_per_pair"] * 5e6 / 1e6}
+            if "compiled" in r:
+                x.update(compiled_us=r["compiled"]["us_per_pair"], compile_s=r["compiled"]["first_call_s"],
+                         compiled_ratio=ratio_to_bound(r["compiled"]["us_per_pair"], bound))
+            print(f"{fam:22s} {threads}t bound {bound:8.3f} µs  gemm {x['gemm_us']:7.3f}  eager {x['eager_us']:8.3f} "
+                  f"({x['eager_ratio']:.1f}x bound, {x['gemm_ratio']:.1f}x gemm)", flush=True)
+    report = {"shape": {"k": a.k, "L": a.L}, "threads": a.threads, "peaks": all_peaks, "models": rows,
               "torch": torch.__version__, "cpu": platform.processor() or platform.machine(), "note": a.note,
               "host": host(a.note),  # the harness's record: CPU model and vector flags, cores, threads
               "command": "python benchmarks/roofline.py " + " ".join(argv if argv is not None else sys.argv[1:])}
@@ -167,26 +193,34 @@ def main(argv=None):
 
 
 def render(r: dict) -> str:
-    p = r["peaks"]
-    lines = ["# Roofline: µs per (image, caption) pair against each model's compute bound", "",
-             f"k={r['shape']['k']} regions, L={r['shape']['L']} words; {r['threads']} thread(s), torch {r['torch']}. "
-             f"Peaks measured in the same run: float32 GEMM {p['gemm_flops'] / 1e9:.1f} GFLOP/s, "
-             f"{p['tanh_per_s'] / 1e9:.2f} G/s transcendentals (the fastest of aten's tanh "
-             f"{p.get('tanh_eager_per_s', 0) / 1e9:.2f}, a compiled tanh kernel "
-             f"{p.get('tanh_compiled_per_s', 0) / 1e9:.2f} "
-             f"and aten's sigmoid {p.get('sigmoid_per_s', 0) / 1e9:.2f} G/s, since tanh(x) = 2σ(2x) - 1). "
-             "Bound = 2·MACs / GEMM peak + transcendentals / that rate, with "
-             "each model's own count of its equations (`pair_flops`). Timed through the engine at its own "
-             "block plan, compile time excluded.", ""]
+    h = r.get("host", {})
+    peaks = "; ".join(f"{t} thread(s): float32 GEMM {p['gemm_flops'] / 1e9:.1f} GFLOP/s, {p['tanh_per_s'] / 1e9:.2f} G/s "
+                      f"transcendentals" for t, p in r["peaks"].items())
+    lines = ["# Roofline: µs per (image, caption) pair against each model's region-word GEMM and arithmetic bound", "",
+             f"k={r['shape']['k']} regions, L={r['shape']['L']} words; torch {r['torch']}; {h.get('cpu', r['cpu'])}, "
+             f"{h.get('cores')} cores, flags: {' '.join(h.get('flags', []))}. All rows in one run, each in its own "
+             f"process. Peaks measured in the same run: {peaks} (the fastest of aten's tanh, a compiled tanh and "
+             "aten's sigmoid, since tanh(x) = 2σ(2x) - 1). Arithmetic bound = 2·MACs / GEMM peak + transcendentals / "
+             "that rate, with each model's own count of its equations (`pair_flops`). GEMM = the bare region-word "
+             "GEMM (`cross_sim`, float32) of the same block at the model's D, timed in the same process. Timed through "
+             "the engine at its own block plan (`BlockPlan.for_budget`); 1000x5000 = µs/pair x 5 M pairs "
+             "(extrapolated). A row '... before' is that family's training (autograd) form run without autograd: "
+             "CAAN's scoring before `caan_block`.", ""]
     if r.get("note"):
         lines += [r["note"], ""]
-    lines += ["| model | sizes | MACs/pair | transc./pair | bound µs/pair | block | eager µs/pair | eager / bound "
-              "| compiled µs/pair | compiled / bound |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for fam, x in r["models"].items():
+    compiled = any("compiled_us" in x for x in r["models"].values())
+    head = ("| model | threads | sizes | MACs/pair | transc./pair | block | GEMM µs/pair | bound µs/pair | µs/pair "
+            "| / GEMM | / bound | 1000x5000 (s) |")
+    lines += [head + (" compiled µs/pair | compiled / bound |" if compiled else ""),
+              "|" + "---|" * (12 + 2 * compiled)]
+    for x in r["models"].values():
         sizes = ", ".join(f"{k}={v}" for k, v in x["sizes"].items())
-        lines.append(f"| {fam} (`{x['model']}`) | {sizes} | {x['macs']:,} | {x['transcendentals']:,} | "
-                     f"{x['bound_us']:.3f} | {x['block'][0]}x{x['block'][1]} | {x['eager_us']:.3f} | "
-                     f"{x['eager_ratio']:.1f}x | {x['compiled_us']:.3f} | {x['compiled_ratio']:.1f}x |")
+        row = (f"| {x['family']} (`{x['model']}`) | {x['threads']} | {sizes} | {x['macs']:,} | {x['transcendentals']:,} "
+               f"| {x['block'][0]}x{x['block'][1]} | {x['gemm_us']:.3f} | {x['bound_us']:.3f} | {x['eager_us']:.3f} "
+               f"| {x['gemm_ratio']:.1f}x | {x['eager_ratio']:.1f}x | {x['seconds_1000x5000']:.0f} |")
+        if compiled:
+            row += (f" {x['compiled_us']:.3f} | {x['compiled_ratio']:.1f}x |" if "compiled_us" in x else " - | - |")
+        lines.append(row)
     lines += ["", f"Command: `{r['command']}`", ""]
     return "\n".join(lines)
 

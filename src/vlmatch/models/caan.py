@@ -34,10 +34,12 @@ CAAN = IA+SA. Absent regions and padded words are masked everywhere.
 Bundled configs (each ``caan*`` config in configs/ resolves to these options; tests/training/test_config.py checks it):
     caan*_f30k, caan*_coco, caan*_f8k, quickstart_caan    norm_output: true
 
-Fast form: per-image (V K, V Q1, V Q4, FA's H^v V Q1, V Vᵀ) and per-caption terms (U Q2, U Q3,
-FA's H^u U Q3, U Uᵀ) are computed once in ``encode_*``; the pair part needs two region-word
-GEMMs (Vᵀ K U and Vᵀ U) and batched products for the attention terms; <v̂, û> = fᵀ (Vᵀ U) g and
-||v̂||² = fᵀ (Vᵀ V) f, so v̂ and û are never materialised.
+Fast form: per-image (V K, V Q1, V Q4, FA's H^v V Q1) and per-caption terms (U Q2, U Q3, FA's H^u U Q3)
+are computed once in ``encode_*``; the pair part is the region-word GEMM V K Uᵀ, small per-pair
+normalisations, batched products for the attention terms and v̂ = V f, û = U g (one GEMM per image and
+per caption). Without autograd (evaluation, search) ``score`` runs it in cache-sized sub-blocks with
+reused buffers (:mod:`vlmatch.models.caan_block`); with autograd (training) through ``_weights``. Both
+are checked against the loop-by-loop equations (tests/models/test_caan*.py).
 
 ``text_encoder`` (see :mod:`vlmatch.models.text_side`): with a pretrained transformer the words u_j are
 its token vectors through a learned affine layer (H -> D) instead of the bi-GRU's states ("SCAN's
@@ -54,6 +56,7 @@ from torch import Tensor, nn
 
 from ..encoders.image import RegionProjection
 from ..encoders.text import GRUTextEncoder
+from . import caan_block
 from .attention import cross_sim, masked_softmax
 from .base import EPS, ImageEncoding, MatchingModel, ModelConfig, TextEncoding, l2norm, length_mask, safe_sqrt
 from .registry import register
@@ -241,9 +244,45 @@ class CAAN(TextSide, MatchingModel):
 
     def score(self, img: CAANImages, txt: CAANTexts) -> Tensor:
         txt = txt.trim()
-        f, g = self._weights(img, txt)  # (Ni, Nt, k), (Ni, Nt, n)
-        v_hat = torch.einsum("itk,ikd->itd", f, img.regions)  # V f, one GEMM per image
-        u_hat = torch.einsum("itn,tnd->itd", g, txt.words)  # U g, one GEMM per caption
+        if torch.is_grad_enabled() or not self._needs_h:
+            f, g = self._weights(img, txt)  # (Ni, Nt, k), (Ni, Nt, n)
+            return self._cosine(img, txt, f, g)
+        return self._score_blocks(img, txt)
+
+    def _score_blocks(self, img: CAANImages, txt: CAANTexts) -> Tensor:
+        """Without autograd: the block in cache-sized sub-blocks (:mod:`vlmatch.models.caan_block`)."""
+        ni, nt = len(img.regions), len(txt.lengths)
+        cap_step = min(nt, caan_block.SUB_PAIRS)
+        img_step = min(ni, max(1, caan_block.SUB_PAIRS // cap_step))
+        out = img.regions.new_empty(ni, nt)
+        c = self.cfg
+        for t0 in range(0, nt, cap_step):
+            tx = txt.select(slice(t0, t0 + cap_step))
+            pp = (caan_block.per_pair(2 * tx.p2, img_step, "p2") if c.inter else None,
+                  caan_block.per_pair(2 * tx.p3, img_step, "p3") if c.intra == "semantic" else None)
+            for a0 in range(0, ni, img_step):
+                im = img.select(slice(a0, a0 + img_step))
+                f, g = self._fast_weights(im, tx, pp)
+                out[a0:a0 + img_step, t0:t0 + cap_step] = self._cosine(im, tx, f, g)
+        return out
+
+    def _fast_weights(self, img: CAANImages, txt: CAANTexts, per_pair) -> tuple[Tensor, Tensor]:
+        c, n = self.cfg, txt.words.shape[1]
+        rmask = None if img.mask is None or bool(img.mask.all()) else img.mask
+        wmask = None if bool((txt.lengths == n).all()) else length_mask(txt.lengths, n)
+        sem, fa = c.intra == "semantic", c.intra == "feature"
+        op = caan_block.Operands(
+            vk=img.vk, words=txt.words, p1=2 * img.p1 if sem else None, p4=2 * img.p4 if c.inter else None,
+            p2=None, p3=None, fa_v=2 * img.p1 if fa else None, fa_u=2 * txt.p3 if fa else None,
+            rmask=rmask, wmask=wmask)
+        lv, lu = caan_block.logits(op, c.inter, sem, self.w_v, self.w_u, _dtype(c), per_pair)
+        return (masked_softmax(lv, None if rmask is None else rmask[:, None, :], dim=2),
+                masked_softmax(lu, None if wmask is None else wmask[None], dim=2))
+
+    def _cosine(self, img: CAANImages, txt: CAANTexts, f: Tensor, g: Tensor) -> Tensor:
+        """S = <v̂, û> (or their cosine) from the weights: v̂ = V f one GEMM per image, û = U g one per caption."""
+        v_hat = torch.bmm(f, img.regions)  # (Ni, Nt, D)
+        u_hat = torch.bmm(g.transpose(0, 1), txt.words).transpose(0, 1)  # (Ni, Nt, D), caption-major storage
         dot = torch.linalg.vecdot(v_hat, u_hat)  # <v̂, û>
         if not self.cfg.norm_output:
             return dot
