@@ -18,7 +18,6 @@ import math
 import os
 import re
 import time
-import unicodedata
 from contextlib import asynccontextmanager
 from functools import partial
 from importlib.resources import files
@@ -40,6 +39,7 @@ from ...version import __version__
 from ...viz.words import is_content
 from ..backends.milvus.client import RETRY_AFTER_S, Refused, Unavailable
 from ..filters import Where
+from ..hits import shows_text
 from ..library.unchanged import PhotoChanged, PhotoMissing, kind_of
 from ..open_vocab import no_match_line
 from .errors import ApiError
@@ -65,13 +65,6 @@ INTERNAL = "the server failed to answer this request; the details are in the ser
 SPECIAL = re.compile(r"^(<.*>|\[CLS\]|\[SEP\])$")  # <start>, <end>, [CLS], [SEP]: tokens the page does not show
 # an id may name another file once the server follows a rebuild: clients revalidate (a 304 is cheap)
 FILE_CACHE = "public, max-age=0, must-revalidate"
-
-
-def visible(ch: str) -> bool:
-    """A character that shows: not white space (NBSP included), not a control, and not a format character
-    such as ZERO WIDTH SPACE/JOINER/NON-JOINER or the BOM (Unicode category Cf). A lone surrogate counts
-    as visible here (it is refused as bad_text, not as empty)."""
-    return not ch.isspace() and unicodedata.category(ch) not in ("Cf", "Cc")
 
 
 async def _utf8_body(request: Request) -> bool:
@@ -241,7 +234,7 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
 
     def check_text(text: str, name: str = "text") -> str:
         text = text.strip()
-        if not any(visible(ch) for ch in text):  # "", spaces (NBSP too), zero-width characters only
+        if not shows_text(text):  # "", spaces (NBSP too), zero-width characters only
             raise ApiError(400, "empty_text", f"{name} is empty" + (" (it holds only invisible characters)"
                                                                      if text else ""))
         bad = re.search("[\ud800-\udfff]", text)
