@@ -7,11 +7,28 @@ stage-2 re-scoring, attention, heat maps) is the real one.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image, ImageDraw
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+def vlmatch(*argv, ok: bool = True):
+    """``vlmatch ARGV`` in a process of its own, as a user runs it, on this checkout's package; with ``ok`` its exit
+    status must be 0."""
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run([sys.executable, "-m", "vlmatch.cli", *argv], capture_output=True, text=True, env=env,
+                         timeout=600)
+    if ok:
+        assert out.returncode == 0, out.stderr[-2000:]
+    return out
+
 
 SENTENCES = ["a dog on the grass", "a red ball in the park", "two people walk on the beach at sunset",
              "a blue car on a street", "a cat sleeps on a sofa", "children play in the snow"]

