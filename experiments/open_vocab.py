@@ -413,12 +413,28 @@ def relevance_rows(r: dict) -> list[str]:
     return lines
 
 
+def signal_rows(r: dict) -> list[str]:
+    """Other signals the line could be drawn on (experiments/relevance_signals.py), fitted as the relevance is."""
+    lines = ["### Other signals for the line", "", r["what"], "",
+             "| signal | pair AUC | ECE | matches under the line | clear non-matches under it | no-match queries the "
+             "line misses | top photo: match vs none, AUC |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, v in r["signals"].items():
+        q = v["query_lines"]
+        lines.append(f"| {name} ({v['form']}) | {v['pair_auc']} | {v['ece']} | {v['matches_under']} | "
+                     f"{v['clear_non_matches_under']} | {q['line_missing_on_them']} of {q['queries_no_match_in_top4']} "
+                     f"| {v['top_photo']['auc']} |")
+    return lines + ["", f"Reproduce: `{r['command']}`", ""]
+
+
 def other_rows() -> list[str]:
     """The relevance, two-thing and hubness rows (their own JSON files), as written by their commands."""
     lines = []
     rel = RESULTS / "relevance.json"
     if rel.is_file():
         lines += relevance_rows(json.loads(rel.read_text()))
+    sig = RESULTS / "relevance_signals.json"
+    if sig.is_file():
+        lines += signal_rows(json.loads(sig.read_text()))
     for ev in ("model", "concept", "both"):
         f = RESULTS / f"two_things_{ev}.json"
         if f.is_file():
