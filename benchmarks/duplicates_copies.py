@@ -27,7 +27,7 @@ ties to the lowest threshold and the fewest bits -- and every figure is of half 
 (similarity alone at the shipped 0.715). The grouping is the command's own code
 (:func:`vlmatch.search.library.duplicates.copy_candidates`, :func:`copy_filter`, :func:`group_pairs`). The
 build-speed cost of the signal is timed on the photos read by the build's reader
-(:func:`vlmatch.search.build.read_image`).
+(:func:`vlmatch.search.inputs.read_image`).
 
 Results: benchmarks/results/duplicates_copies.json and .md.
 """
@@ -213,7 +213,7 @@ def _count(xs) -> dict:
 def build_cost(folder: Path, n: int) -> dict:
     """Seconds per photo of the build's reader, and of the copy signal inside it, over ``n`` photos."""
     from vlmatch.features.copyhash import copy_signal
-    from vlmatch.search.build import read_image
+    from vlmatch.search.inputs import read_image
 
     rels = sorted(p.name for p in folder.glob("*.jpg"))[:n]
     t0 = time.perf_counter()

@@ -72,21 +72,14 @@ def _rows(n: int, seed: int = 1) -> list[dict]:
 def build(root: Path, n: int) -> dict:
     from vlmatch.models.registry import resolve_checkpoint
     from vlmatch.search.backends.folder import commit
-    from vlmatch.search.build import (
-        _stage1_source,
-        image_encoder,
-        load_index_model,
-        save_checkpoint,
-        stage1_of,
-        versions,
-        write_collection,
-    )
+    from vlmatch.search.build import save_checkpoint, stage1_of, write_collection
     from vlmatch.search.encode import encode_part
+    from vlmatch.search.job import image_encoder, load_index_model, stage1_source, versions
 
     model_ckpt, retriever_ckpt = _pair()
     model, rec = load_index_model(resolve_checkpoint(model_ckpt))
     retriever, rrec = (load_index_model(resolve_checkpoint(retriever_ckpt)) if retriever_ckpt else (None, None))
-    s1 = _stage1_source(model, retriever)
+    s1 = stage1_source(model, retriever)
     shutil.rmtree(root, ignore_errors=True)
     work = root / "build"
     t0 = time.time()

@@ -91,8 +91,8 @@ def fidelity(folder: Path, n: int) -> dict:
     from vlmatch.features import photo
     from vlmatch.features.backbones import backbone_for
     from vlmatch.features.provenance import resolve_backbone
-    from vlmatch.search.build import load_index_model
     from vlmatch.search.encode import Stage1Source
+    from vlmatch.search.job import load_index_model
 
     model_dir, retriever, _ = P.default_checkpoints()
     model, _ = load_index_model(model_dir)

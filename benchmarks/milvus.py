@@ -102,7 +102,7 @@ def _encoding(shape: str, v: np.ndarray):
 
 def _manifest(model, ckpt, kind: str, n: int, shape: str) -> dict:
     from vlmatch.checkpoints.digest import checkpoint_digest
-    from vlmatch.search.build import versions
+    from vlmatch.search.job import versions
     from vlmatch.weights import sha256_file
 
     return {"model": {"name": model.name, "checkpoint": str(ckpt), "sha256": sha256_file(ckpt / "model.safetensors"),
@@ -141,6 +141,7 @@ def build_folder(root: Path, n: int, model, ckpt, shape: str) -> dict:
 def build_milvus(root: Path, n: int, model, ckpt, shape: str, uri: str | None = None) -> dict:
     """Into milvus-lite (``root/milvus.db``) or the server at ``uri`` (its collections dropped first)."""
     from vlmatch.search.backends.folder import seal
+    from vlmatch.search.backends.milvus.build import Names, compact, wait_indexed, write_rows
     from vlmatch.search.backends.milvus.client import (
         FORMAT,
         MANIFEST,
@@ -152,7 +153,6 @@ def build_milvus(root: Path, n: int, model, ckpt, shape: str, uri: str | None = 
     )
     from vlmatch.search.backends.milvus.layout import Layout, create_encodings, create_items, vector_type
     from vlmatch.search.backends.milvus.probe import probe
-    from vlmatch.search.milvus_build import compact, wait_indexed, write_rows
     from vlmatch.search.stage1 import choose_kind
 
     db = root / "milvus.db"
@@ -171,8 +171,8 @@ def build_milvus(root: Path, n: int, model, ckpt, shape: str, uri: str | None = 
     create_encodings(client, enc, layout)
     for a, v, s in _photos(n, shape)[2](step=200):
         ids = list(range(a, a + len(v)))
-        write_rows(client, items, enc, layout, ids, [search_default.synthetic_row(i) for i in ids],
-                   torch.from_numpy(np.ascontiguousarray(s)), _encoding(shape, v))
+        write_rows(client, Names(items, enc), layout, [search_default.synthetic_row(i) for i in ids],
+                   vectors=torch.from_numpy(np.ascontiguousarray(s)), encodings=_encoding(shape, v))
     for name in (items, enc):
         client.flush(name)
     wait_indexed(client, items)

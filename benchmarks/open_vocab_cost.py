@@ -66,22 +66,15 @@ def build(n_images: int, runs: int) -> dict:
 def synthetic_index(root: Path, n: int, open_vocab: bool):
     from vlmatch.models.registry import resolve_checkpoint
     from vlmatch.search.backends.folder import commit
-    from vlmatch.search.build import (
-        _stage1_source,
-        image_encoder,
-        load_index_model,
-        open_vocab_for,
-        save_checkpoint,
-        stage1_of,
-        versions,
-        write_collection,
-    )
+    from vlmatch.search.build import save_checkpoint, stage1_of, write_collection
     from vlmatch.search.encode import encode_part
+    from vlmatch.search.job import image_encoder, load_index_model, stage1_source, versions
+    from vlmatch.search.open_vocab import OpenVocab
 
     ckpt = resolve_checkpoint(sd._pair()[0])
     model, rec = load_index_model(ckpt)
-    ov = open_vocab_for(ckpt, {"name": "efficientnet-lite2"}) if open_vocab else None
-    s1 = _stage1_source(model, None, ov)
+    ov = OpenVocab.for_model(ckpt, {"name": "efficientnet-lite2"}) if open_vocab else None
+    s1 = stage1_source(model, None, ov)
     shutil.rmtree(root, ignore_errors=True)
     work = root / "build"
     prog = encode_part(work / "images", "synthetic", n, sd._synthetic_batches(n, model.cfg.img_dim, 100, 256),

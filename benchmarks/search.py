@@ -162,7 +162,8 @@ def scale_one(n: int, queries: int, agree_queries: int, k: int = 49, d: int = 10
     from vlmatch.models.base import TextEncoding
     from vlmatch.search import Index
     from vlmatch.search.backends.folder import commit
-    from vlmatch.search.build import save_checkpoint, stage1_of, versions, write_collection
+    from vlmatch.search.build import save_checkpoint, stage1_of, write_collection
+    from vlmatch.search.job import versions
     from vlmatch.search.store import EncodingWriter
 
     torch.set_num_threads(2)

@@ -114,7 +114,7 @@ def default_scale(n: int, queries: int, k: int = 49, candidates: int = 100, keep
     import resource
 
     from vlmatch.search import Index
-    from vlmatch.search.build import _stage1_source, load_index_model
+    from vlmatch.search.job import load_index_model, stage1_source
 
     torch.set_num_threads(2)
     model_ckpt, retriever_ckpt = _pair()
@@ -122,7 +122,7 @@ def default_scale(n: int, queries: int, k: int = 49, candidates: int = 100, keep
 
     model, rec = load_index_model(resolve_checkpoint(model_ckpt))
     retriever, rrec = (load_index_model(resolve_checkpoint(retriever_ckpt)) if retriever_ckpt else (None, None))
-    s1 = _stage1_source(model, retriever)
+    s1 = stage1_source(model, retriever)
     root = CACHE / "search" / f"default_{n}"
     manifest = json.loads((root / "manifest.json").read_text()) if (root / "manifest.json").is_file() else {}
     def same(kept, want):  # the commit adds a digest to each model record
@@ -164,8 +164,9 @@ def default_scale(n: int, queries: int, k: int = 49, candidates: int = 100, keep
 
 def _build_synthetic(root: Path, n: int, k: int, model, retriever, rec, rrec, s1) -> dict:
     from vlmatch.search.backends.folder import commit
-    from vlmatch.search.build import image_encoder, save_checkpoint, stage1_of, versions, write_collection
+    from vlmatch.search.build import save_checkpoint, stage1_of, write_collection
     from vlmatch.search.encode import encode_part
+    from vlmatch.search.job import image_encoder, versions
 
     shutil.rmtree(root, ignore_errors=True)
     work = root / "build"

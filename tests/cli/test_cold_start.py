@@ -53,12 +53,12 @@ def test_the_package_imports_no_torch_until_a_model_is_asked_for():
 def test_the_constants_the_parser_spells_out_equal_their_modules():
     from vlmatch.cli import explain, search, similar
     from vlmatch.evaluation import explainers
-    from vlmatch.search import build, stage1
+    from vlmatch.search import job, stage1
     from vlmatch.search.library import duplicates
     from vlmatch.search.library import similar as similar_search
 
     assert explain.METHODS == explainers.METHODS
-    assert search.SCORES == build.SCORES and search.KINDS == stage1.KINDS
+    assert search.SCORES == job.SCORES and search.KINDS == stage1.KINDS
     assert similar.DEFAULT_TEXT_WEIGHT == similar_search.DEFAULT_TEXT_WEIGHT
     assert (similar.DEFAULT_THRESHOLD, similar.DEFAULT_NEIGHBOURS) == (duplicates.DEFAULT_THRESHOLD,
                                                                        duplicates.DEFAULT_NEIGHBOURS)

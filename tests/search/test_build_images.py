@@ -87,20 +87,20 @@ def test_an_interrupted_build_resumes_where_it_stopped(toy_ckpts, tmp_path):
 
 def test_shards_merge_to_the_single_process_result(toy_ckpts, tmp_path):
     from vlmatch.search.encode import Stage1Source
+    from vlmatch.search.inputs import image_batches
+    from vlmatch.search.job import Part, image_encoder, load_index_model
+    from vlmatch.search.scan import scan_folder
 
     imgs = jpegs(tmp_path / "imgs", [f"im{i}.jpg" for i in range(7)])
-    scan, _ = B.load_index_model(toy_ckpts["scan"])
-    vse, _ = B.load_index_model(toy_ckpts["vsepp"])
-    enc = B.image_encoder(scan, Stage1Source(scan, vse))
-    rels = B.scan_folder(imgs)
-    bb = Tiny32()
+    scan, _ = load_index_model(toy_ckpts["scan"])
+    vse, _ = load_index_model(toy_ckpts["vsepp"])
+    rels = scan_folder(imgs)
+    part = Part("images", rels, image_batches(imgs, Tiny32(), batch_size=2, skip_bad=False),
+                image_encoder(scan, Stage1Source(scan, vse)), row_of=None, what=())
 
-    def batches(ks, done):
-        return B.image_batches(imgs, ks, bb, 2, False)(done)
-
-    one = B.encode_sharded(tmp_path / "w1", rels, batches, enc, "float32", "fp")
-    assert B.encode_sharded(tmp_path / "w2", rels, batches, enc, "float32", "fp", rank=1, world=2) is None
-    two = B.encode_sharded(tmp_path / "w2", rels, batches, enc, "float32", "fp", rank=0, world=2)
+    one = B.encode_sharded(tmp_path / "w1", part, "fp", "float32")
+    assert B.encode_sharded(tmp_path / "w2", part, "fp", "float32", rank=1, world=2) is None
+    two = B.encode_sharded(tmp_path / "w2", part, "fp", "float32", rank=0, world=2)
     assert one["keys"] == two["keys"] == rels
     np.testing.assert_allclose(np.load(two["folder"] / "stage1.npy"), np.load(one["folder"] / "stage1.npy"), atol=1e-6)
     np.testing.assert_allclose(np.load(two["folder"] / "enc/regions.npy"), np.load(one["folder"] / "enc/regions.npy"),

@@ -95,7 +95,7 @@ def test_photos_decoded_in_worker_processes_index_the_same(toy_ckpts, tmp_path, 
 
 def test_a_raws_row_records_the_pixels_it_shows(tmp_path):
     """An index row's ``pixels`` of a RAW read through its preview: the preview's size as displayed."""
-    from vlmatch.search.build import photo_row
+    from vlmatch.search.inputs import photo_row
 
     data = tiff_raw(jpeg_bytes((96, 64)), orientation=6, canon=True)
     assert photo_row(data, tmp_path / "IMG_2.CR2")["pixels"] == [64, 96]

@@ -202,12 +202,12 @@ def test_http_query_parameters_filter_as_python_does(lib):
 def milvus(lib):
     pytest.importorskip("milvus_lite")
     from vlmatch.search.backends.base import MilvusLocation
-    from vlmatch.search.milvus_build import build_milvus
+    from vlmatch.search.build import build_index
 
     loc = MilvusLocation(str(lib["root"] / "m.db"), "photos")
     with pytest.MonkeyPatch.context() as mp:
         mp.setitem(backbones.BACKBONES, "tiny32", Tiny32)
-        build_milvus(loc, lib["ck"]["model"], **lib["opts"])
+        build_index(loc, lib["ck"]["model"], **lib["opts"])
     return vlmatch.Index.open(milvus_uri=loc.uri, collection=loc.collection)
 
 

@@ -73,11 +73,11 @@ def test_the_index_keeps_the_calibration_with_its_copy_of_the_model(calibrated):
 def test_a_milvus_index_of_the_calibrated_model_ranks_as_the_folder(calibrated, small_world, tmp_path):
     pytest.importorskip("milvus_lite")
     from vlmatch.search.backends.base import MilvusLocation
-    from vlmatch.search.milvus_build import build_milvus
+    from vlmatch.search.build import build_index
 
     ckpt, out = calibrated
     loc = MilvusLocation(str(tmp_path / "m.db"), "cal")
-    build_milvus(loc, ckpt, features=small_world, split="test", dtype="float32", progress=False,
+    build_index(loc, ckpt, features=small_world, split="test", dtype="float32", progress=False,
                  captions=small_world / "test_caps.txt")
     a, b = vlmatch.Index.open(out), vlmatch.Index.open(milvus_uri=loc.uri, collection="cal")
     assert b.model.calibration is not None and b.stage1_is_score

@@ -15,6 +15,7 @@ from vlmatch.cli import main
 from vlmatch.cli.search import format_results
 from vlmatch.data.vocab import Vocab
 from vlmatch.search import build as B
+from vlmatch.search import inputs
 from vlmatch.search.backends.folder import COLLECTION_FILES, seal
 from vlmatch.search.checks import MAX_CAPTION_TOKENS
 from vlmatch.search.index import SearchHit
@@ -222,15 +223,18 @@ def test_a_caption_too_long_to_index_is_named_before_any_encoding(made, tmp_path
 
 
 def test_a_build_interrupted_after_the_images_resumes(made, tmp_path, monkeypatch, capsys):
-    def fail(*a, **k):
-        raise KeyboardInterrupt("killed while indexing the captions")
+    real = B.encode_sharded
 
-    real = B._encode_captions
-    monkeypatch.setattr(B, "_encode_captions", fail)
+    def fail(work, part, *a, **k):
+        if part.name == "captions":
+            raise KeyboardInterrupt("killed while indexing the captions")
+        return real(work, part, *a, **k)
+
+    monkeypatch.setattr(B, "encode_sharded", fail)
     assert build_args(made, tmp_path / "o", "--captions", str(made / "caps.txt")) == 130
     # the images are encoded (kept in build/ for the resume); no part is swapped in before every part is ready
     assert (tmp_path / "o/build/images").is_dir() and not (tmp_path / "o/images").exists()
-    monkeypatch.setattr(B, "_encode_captions", real)
+    monkeypatch.setattr(B, "encode_sharded", real)
     assert build_args(made, tmp_path / "o", "--captions", str(made / "caps.txt")) == 0
     assert main(["search", str(tmp_path / "o"), "red dog"]) == 0
 
@@ -262,7 +266,7 @@ def test_a_file_deleted_after_encoding_keeps_the_row_of_what_was_encoded(toy_ckp
     """The row is made from the one read that was encoded (size, mtime, hash), so a file gone before the table
     is written breaks nothing; the next update drops it."""
     photos = jpegs(tmp_path / "photos", ["a.jpg", "b.jpg", "c.jpg"])
-    real_load = B.load_image
+    real_load = inputs.load_image
 
     def load_then_delete(data, size):
         out = real_load(data, size)
@@ -270,10 +274,10 @@ def test_a_file_deleted_after_encoding_keeps_the_row_of_what_was_encoded(toy_ckp
             data.path.unlink()  # gone between encoding and the table write
         return out
 
-    monkeypatch.setattr(B, "load_image", load_then_delete)
+    monkeypatch.setattr(inputs, "load_image", load_then_delete)
     assert build(toy_ckpts, photos, tmp_path / "idx", "--skip-bad") == 0
     items = json.loads((tmp_path / "idx/images/items.json").read_text())
     assert len(items) == 3 and all(isinstance(it["sha256"], str) for it in items)
-    monkeypatch.setattr(B, "load_image", real_load)
+    monkeypatch.setattr(inputs, "load_image", real_load)
     assert main(["index", "update", str(tmp_path / "idx"), "--no-progress"]) == 0  # the update drops it
     assert [it["rel"] for it in json.loads((tmp_path / "idx/images/items.json").read_text())] == ["a.jpg", "c.jpg"]

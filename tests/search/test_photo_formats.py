@@ -163,13 +163,13 @@ def test_a_milvus_update_turns_upright_what_an_older_reader_indexed_sideways(toy
     from vlmatch.search.backends.base import MilvusLocation
     from vlmatch.search.backends.milvus.client import MANIFEST, connect, write_prop
     from vlmatch.search.backends.milvus.collection import read_manifest
-    from vlmatch.search.milvus_build import build_milvus, update_milvus
+    from vlmatch.search.build import build_index, update_index
 
     imgs = phone_folder(tmp_path / "phone", orientations=(1, 6))
     loc = MilvusLocation(str(tmp_path / "m.db"), "phone")
     with monkeypatch.context() as m:  # the reader before EXIF orientation, and a manifest without "reader"
         m.setattr(photo, "upright", lambda im, orientation: im)
-        build_milvus(loc, toy_ckpts["scan"], images=imgs, retriever_ckpt=toy_ckpts["vsepp"], backbone="tiny32",
+        build_index(loc, toy_ckpts["scan"], images=imgs, retriever_ckpt=toy_ckpts["vsepp"], backbone="tiny32",
                      progress=False, batch_size=2)
     client = connect(loc.uri)
     manifest = read_manifest(client, loc)
@@ -187,7 +187,7 @@ def test_a_milvus_update_turns_upright_what_an_older_reader_indexed_sideways(toy
         return max(float((enc[a][f].float() - enc[b][f].float()).abs().max()) for f in enc[a] if enc[a][f].is_floating_point())
 
     assert gap(encodings(), "o6.jpg", "upright.jpg") > 0.1  # indexed sideways
-    rep = update_milvus(loc, progress=False, batch_size=2)
+    rep = update_index(loc, progress=False, batch_size=2)
     assert rep == {"kept": 2, "new": 0, "changed": 0, "reoriented": 1, "deleted": 0, "skipped": []}
     assert gap(encodings(), "o6.jpg", "upright.jpg") < 0.02
-    assert update_milvus(loc, progress=False) == {"kept": 3, "new": 0, "changed": 0, "deleted": 0, "skipped": []}
+    assert update_index(loc, progress=False) == {"kept": 3, "new": 0, "changed": 0, "deleted": 0, "skipped": []}

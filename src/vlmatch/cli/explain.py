@@ -154,13 +154,13 @@ def search_parts(att, checkpoint, model, features, text: str) -> None:
     (:mod:`vlmatch.search.explained`): with the open-vocabulary part where the model ships with a fusion (the
     default does), else its own score."""
     from ..features.provenance import checkpoint_backbone
-    from ..search.build import open_vocab_for
     from ..search.explained import photo_parts, shows_line
+    from ..search.open_vocab import OpenVocab
 
-    ov = open_vocab_for(checkpoint, checkpoint_backbone(checkpoint))
-    if ov is None or not model.score_is_global():
+    open_vocab = OpenVocab.for_model(checkpoint, checkpoint_backbone(checkpoint))
+    if open_vocab is None or not model.score_is_global():
         return
-    att.parts = photo_parts(model, ov, features, text)
+    att.parts = photo_parts(model, open_vocab, features, text)
     att.shows = shows_line(att)
 
 

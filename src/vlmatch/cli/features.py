@@ -41,9 +41,10 @@ def add_parser(sub):
 
 
 def cmd_extract(a):
-    from ..features.extract import extract
+    from ..features.extract import ExtractOptions, extract
 
-    rep = extract(a.images, a.out, a.annotations, a.backbone, a.dtype, a.batch_size, a.skip_bad,
-                  a.global_features, a.weights, progress=not a.no_progress, limit=a.limit, input_size=a.input_size,
-                  mirror=a.mirror)
+    rep = extract(a.images, a.out, a.annotations, a.backbone,
+                  ExtractOptions(dtype=a.dtype, batch_size=a.batch_size, input_size=a.input_size, weights=a.weights,
+                                 skip_bad=a.skip_bad, global_features=a.global_features, mirror=a.mirror,
+                                 limit=a.limit, progress=not a.no_progress))
     print(json.dumps({k: v for k, v in rep["splits"].items()}, indent=2))

@@ -20,7 +20,7 @@ from .common import (
 from .filters import add_filter_args, where_of
 from .similar import add_duplicates_parser, add_like_args, like_args, run_like
 
-# search.build.SCORES and search.stage1.KINDS, spelled out so the parser imports no torch or faiss
+# search.job.SCORES and search.stage1.KINDS, spelled out so the parser imports no torch or faiss
 # (tests/cli/test_cold_start.py keeps them equal)
 SCORES = ("model", "mean")
 KINDS = ("auto", "flat", "ivf", "hnsw")
@@ -72,11 +72,11 @@ def add_parser(sub):
     b.add_argument("--batch-size", type=positive_int, default=64)
     b.add_argument("--no-progress", action="store_true")
     b.add_argument("--date-from-mtime", action="store_true", help=DATE_FROM_MTIME)
-    ov = b.add_mutually_exclusive_group()
-    ov.add_argument("--open-vocab", dest="open_vocab", action="store_true", default=None,
+    fusion = b.add_mutually_exclusive_group()
+    fusion.add_argument("--open-vocab", dest="open_vocab", action="store_true", default=None,
                     help="fuse the ranker's score with the zero-shot score of the backbone's ImageNet concepts (default: "
                          "where the model ships with that fusion, as the default does; docs/open-vocabulary.md)")
-    ov.add_argument("--no-open-vocab", dest="open_vocab", action="store_false",
+    fusion.add_argument("--no-open-vocab", dest="open_vocab", action="store_false",
                     help="rank by the model's own score alone")
     b.set_defaults(func=cmd_build)
     u = s.add_parser("update", help="add new and changed images, drop deleted ones (no re-encoding of the rest)")
@@ -133,6 +133,7 @@ def check_out_folder(path) -> None:
 
 def cmd_build(a):
     from ..search.build import build_index
+    from ..search.job import BuildOptions
 
     if a.model is None:  # the shipped default pair
         if a.retriever is not None:
@@ -146,19 +147,16 @@ def cmd_build(a):
               + (f" --retriever pretrained:{retriever} --score {a.score}" if retriever else ""))
         a.model = resolve_checkpoint(f"pretrained:{model}")
         a.retriever = resolve_checkpoint(f"pretrained:{retriever}") if retriever else None
-    loc = milvus_location(a)
-    if loc is not None:
-        from ..search.milvus_build import build_milvus
-
+    opts = BuildOptions(images=a.images, features=a.features, split=a.split, captions=a.captions,
+                        retriever_ckpt=a.retriever, backbone=a.backbone, weights=a.weights, dtype=a.dtype, ann=a.ann,
+                        nlist=a.nlist, score=a.score or "model", open_vocab=a.open_vocab, skip_bad=a.skip_bad,
+                        date_from_mtime=a.date_from_mtime, overwrite=a.overwrite, batch_size=a.batch_size,
+                        progress=not a.no_progress)
+    target = milvus_location(a)
+    if target is not None:
         if a.out or a.overwrite:
             raise ConfigError("--out and --overwrite are for the folder backend; a Milvus index is --collection NAME")
-        if a.date_from_mtime:
-            raise ConfigError("--date-from-mtime is for the folder backend (a Milvus index dates photos by EXIF only)")
-        m = build_milvus(loc, a.model, images=a.images, features=a.features, split=a.split, captions=a.captions,
-                         retriever_ckpt=a.retriever, backbone=a.backbone, dtype=a.dtype, ann=a.ann, nlist=a.nlist,
-                         skip_bad=a.skip_bad, batch_size=a.batch_size, progress=not a.no_progress, weights=a.weights,
-                         score=a.score or "model", open_vocab=a.open_vocab)
-        a.out = str(loc)
+        a.out = str(target)
     else:
         if not a.out:
             raise ConfigError("index build needs --out FOLDER (or --backend milvus --milvus-uri URI --collection NAME)")
@@ -169,11 +167,8 @@ def cmd_build(a):
             plan = same_index_plan(a.out, a.images, a.model, a.retriever)
             if plan is not None:
                 raise ConfigError(update_line(a.out, plan))
-        m = build_index(a.out, a.model, images=a.images, features=a.features, split=a.split, captions=a.captions,
-                        retriever_ckpt=a.retriever, backbone=a.backbone, dtype=a.dtype, ann=a.ann, nlist=a.nlist,
-                        skip_bad=a.skip_bad, batch_size=a.batch_size, progress=not a.no_progress, weights=a.weights,
-                        overwrite=a.overwrite, score=a.score or "model", date_from_mtime=a.date_from_mtime,
-                        open_vocab=a.open_vocab)
+        target = a.out
+    m = build_index(target, a.model, opts)
     if m is None:  # a torchrun rank other than 0
         return
     from ..search.report import summary_lines
@@ -185,24 +180,16 @@ def cmd_build(a):
 
 def cmd_update(a):
     from ..search.build import update_index
+    from ..search.job import UpdateOptions
 
-    loc = milvus_location(a)
-    if loc is not None:
-        from ..search.milvus_build import update_milvus
-
-        if a.index:
-            raise ConfigError("index update takes an index folder or --backend milvus ..., not both")
-        if a.date_from_mtime:
-            raise ConfigError("--date-from-mtime is for the folder backend (a Milvus index dates photos by EXIF only)")
-        if a.concepts:
-            raise ConfigError("--concepts is for the folder backend: a Milvus index's concept columns are written once; "
-                              "build the collection again")
-        rep = update_milvus(loc, skip_bad=a.skip_bad, batch_size=a.batch_size, progress=not a.no_progress)
-    elif not a.index:
+    target = milvus_location(a)
+    if target is not None and a.index:
+        raise ConfigError("index update takes an index folder or --backend milvus ..., not both")
+    if target is None and not a.index:
         raise ConfigError("index update needs the index folder (or --backend milvus --milvus-uri URI --collection NAME)")
-    else:
-        rep = update_index(a.index, skip_bad=a.skip_bad, batch_size=a.batch_size, progress=not a.no_progress,
-                           date_from_mtime=a.date_from_mtime, concepts=a.concepts)
+    rep = update_index(target or a.index, UpdateOptions(skip_bad=a.skip_bad, date_from_mtime=a.date_from_mtime,
+                                                        concepts=a.concepts, batch_size=a.batch_size,
+                                                        progress=not a.no_progress))
     for bad in rep.get("skipped", []):
         print(f"skipped {bad['key']}: {bad['error']}")
     print(json.dumps({k: v for k, v in rep.items() if k != "skipped"}))

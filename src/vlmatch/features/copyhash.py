@@ -12,7 +12,7 @@ has no such structure: its bits are noise, and it is marked ``flat``; :mod:`vlma
 groups it only with a byte-identical file.
 
 Stored per photo in its table row (``copy_hash``: 16 hex digits; ``copy_flat``: true), written by the index build
-of both backends (:func:`vlmatch.search.build.read_image`).
+of both backends (:func:`vlmatch.search.inputs.read_image`).
 """
 
 from __future__ import annotations

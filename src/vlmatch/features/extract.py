@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +30,26 @@ from .photo import PHOTO_SUFFIXES, load_image
 from .views import mirror_pixels
 
 IMAGE_SUFFIXES = PHOTO_SUFFIXES  # its name before the photo reader (vlmatch.features.photo)
+
+
+@dataclass(frozen=True)
+class ExtractOptions:
+    """How features are extracted (``vlmatch features extract``'s flags). ``input_size``: the square size images
+    are resized to (a multiple of 32; default the backbone's own), which sets the grid (input_size / 32 cells a
+    side); ``weights``: a local weights file for the backbone; ``skip_bad``: unreadable images (and their
+    captions) are left out and listed; ``global_features``: also one pooled vector per image (``*_global.npy``);
+    ``mirror``: also each split's mirror-view features (``{split}_mirror_ims.npy``: training with ``data.mirror``);
+    ``limit``: only the first images of each split (smoke tests, quick looks)."""
+
+    dtype: str = "float32"
+    batch_size: int = 32
+    input_size: int | None = None
+    weights: str | Path | None = None
+    skip_bad: bool = False
+    global_features: bool = False
+    mirror: bool = False
+    limit: int | None = None
+    progress: bool = True
 
 
 @dataclass
@@ -122,8 +142,7 @@ def _read_progress(path: Path) -> dict:
         return {}
 
 
-def run_job(job: Job, images_dir: Path, out: Path, backbone: Backbone, dtype: str, batch_size: int,
-            with_global: bool, progress: bool = True, view: str = "") -> dict:
+def run_job(job: Job, images_dir: Path, out: Path, backbone: Backbone, opts: ExtractOptions, *, view: str = "") -> dict:
     """Extract one job, resuming a matching partial run; returns timing figures.
 
     A split is finished as a whole: captions and ids are written first, then the global and the
@@ -134,13 +153,12 @@ def run_job(job: Job, images_dir: Path, out: Path, backbone: Backbone, dtype: st
     ``view="mirror"``: the photos' mirror images instead, into ``{prefix}mirror_ims.npy`` with their own progress
     file (the split's captions, ids and global features are the photo job's, left as they are).
     """
-    info = backbone.info
+    info, dtype, batch_size = backbone.info, opts.dtype, opts.batch_size
+    with_global = opts.global_features and not view
     n, regions = len(job.images), info.grid * info.grid
     tag = f"{job.prefix}{view + '_' if view else ''}"
     final = out / f"{tag}ims.npy"
     partial = out / f"{tag}ims.npy.partial"
-    if view:
-        with_global = False
     gfinal, gpartial = out / f"{job.prefix}global.npy", out / f"{job.prefix}global.npy.partial"
     caps_path, ids_path = out / f"{job.prefix}caps.txt", out / f"{job.prefix}ids.txt"
     prog_path = out / f"{tag}progress.json"
@@ -163,7 +181,8 @@ def run_job(job: Job, images_dir: Path, out: Path, backbone: Backbone, dtype: st
         garr = np.load(gpartial, mmap_mode="r+") if with_global else None
     resumed_from = done
     t0 = time.time()
-    bar = tqdm(total=n, initial=done, desc=f"extract {tag.rstrip('_') or 'gallery'}", unit="img", disable=not progress)
+    bar = tqdm(total=n, initial=done, desc=f"extract {tag.rstrip('_') or 'gallery'}", unit="img",
+               disable=not opts.progress)
     look = mirror_pixels if view == "mirror" else (lambda px: px)
     with torch.inference_mode():
         for a in range(done, n, batch_size):
@@ -197,41 +216,38 @@ def run_job(job: Job, images_dir: Path, out: Path, backbone: Backbone, dtype: st
             "images_per_second": (n - resumed_from) / seconds if seconds > 0 else None}
 
 
-def extract(images_dir, out, annotations=None, backbone: str | Backbone = "efficientnet-lite0", dtype="float32",
-            batch_size: int = 32, skip_bad: bool = False, global_features: bool = False, weights=None,
-            progress: bool = True, limit: int | None = None, input_size: int | None = None,
-            mirror: bool = False) -> dict:
-    """Extract features for every image; returns (and writes) the ``features.json`` description.
-    ``input_size``: the square size images are resized to (a multiple of 32; default the backbone's own),
-    which sets the grid (input_size / 32 cells a side). ``mirror``: also each split's mirror-view features
-    (``{split}_mirror_ims.npy``: training with ``data.mirror``)."""
-    if dtype not in ("float32", "float16"):
-        raise VlmatchError(f"dtype must be float32 or float16, not {dtype!r}")
+def extract(images_dir, out, annotations=None, backbone: str | Backbone = "efficientnet-lite0",
+            options: ExtractOptions | None = None, **settings) -> dict:
+    """Extract features for every image; returns (and writes) the ``features.json`` description. ``options``: an
+    :class:`ExtractOptions`, or its fields as keyword arguments (``extract(images, out, dtype="float16")``)."""
+    opts = replace(options or ExtractOptions(), **settings)
+    if opts.dtype not in ("float32", "float16"):
+        raise VlmatchError(f"dtype must be float32 or float16, not {opts.dtype!r}")
     images_dir, out = Path(images_dir), Path(out)
-    bb = backbone if isinstance(backbone, Backbone) else create_backbone(backbone, weights, input_size)
+    bb = backbone if isinstance(backbone, Backbone) else create_backbone(backbone, opts.weights, opts.input_size)
     jobs = plan_jobs(images_dir, annotations)
-    if limit:  # keep the first images of each split (smoke tests, quick looks)
+    if opts.limit:
         for j in jobs:
-            j.images = j.images[:limit]
-            j.captions = None if j.captions is None else j.captions[:limit]
+            j.images = j.images[:opts.limit]
+            j.captions = None if j.captions is None else j.captions[:opts.limit]
     for job in jobs:  # before anything is written
-        check_names(job, images_dir, skip_bad)
+        check_names(job, images_dir, opts.skip_bad)
     out.mkdir(parents=True, exist_ok=True)
-    report = {"backbone": bb.describe(), "dtype": dtype, "regions": bb.info.grid ** 2,
-              "global_features": global_features, "images_dir": str(images_dir),
+    report = {"backbone": bb.describe(), "dtype": opts.dtype, "regions": bb.info.grid ** 2,
+              "global_features": opts.global_features, "images_dir": str(images_dir),
               "annotations": None if annotations is None else str(annotations), "splits": {}}
     before = _read_progress(out / "features.json").get("splits", {})  # a split found complete keeps its figures
     for job in jobs:
-        if skip_bad:
+        if opts.skip_bad:
             drop_bad(job, images_dir, bb.info.input_size)
         if not job.images:
             raise DataError(images_dir, f"no readable images left for {job.prefix or 'the gallery'}")
-        stats = run_job(job, images_dir, out, bb, dtype, batch_size, global_features, progress)
+        stats = run_job(job, images_dir, out, bb, opts)
         name = job.prefix.rstrip("_") or "gallery"
         if stats["resumed_from"] == stats["images"] and name in before:
             stats = {k: v for k, v in before[name].items() if k not in ("skipped", "mirror")}
-        if mirror:
-            stats["mirror"] = run_job(job, images_dir, out, bb, dtype, batch_size, False, progress, view="mirror")
+        if opts.mirror:
+            stats["mirror"] = run_job(job, images_dir, out, bb, opts, view="mirror")
         report["splits"][name] = {**stats, "skipped": job.skipped}
     write_json(out / "features.json", report)
     return report

@@ -158,21 +158,17 @@ def explainer_record(checkpoint) -> dict | None:
     return dict(found[0].explainer) if found else None
 
 
-def open_vocab_record(checkpoint) -> dict | None:
+def open_vocab_record(checkpoint=None, *, weights_sha256: str | None = None) -> dict | None:
     """The ``open_vocab`` fusion record of the shipped model whose weights a checkpoint folder holds (matched as
-    :func:`explainer_record` matches), or None."""
-    cfg = Path(checkpoint) / "config.json"
-    try:
-        digest = json.loads(cfg.read_text(encoding="utf-8")).get("weights_sha256")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return open_vocab_of_weights(digest)
-
-
-def open_vocab_of_weights(digest: str | None) -> dict | None:
-    """The ``open_vocab`` record of the shipped model whose model.safetensors has SHA-256 ``digest`` (an index's
+    :func:`explainer_record` matches) or whose model.safetensors has SHA-256 ``weights_sha256`` (an index's
     manifest records its model's so), or None."""
-    found = [e for e in entries() if digest and e.sha256 == digest and e.open_vocab]
+    if weights_sha256 is None and checkpoint is not None:
+        try:
+            cfg = json.loads((Path(checkpoint) / "config.json").read_text(encoding="utf-8"))
+            weights_sha256 = cfg.get("weights_sha256")
+        except (OSError, ValueError, AttributeError):
+            return None
+    found = [e for e in entries() if weights_sha256 and e.sha256 == weights_sha256 and e.open_vocab]
     return dict(found[0].open_vocab) if found else None
 
 

@@ -6,43 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..features.photo import READER_VERSION, file_orientation
-from ..weights import sha256_file
-from .scan import file_stat, scan_folder
-
-
-def plan_changes(root: Path, rels: list[str], old_items: list[dict], stale_reader: bool, add_concepts: bool = False):
-    """(rows kept, their items, the files to encode, report) for the photo folder's current files ``rels``
-    against the index's rows ``old_items``. A file is kept when its size and mtime are the row's, or its
-    bytes' SHA-256 is; ``stale_reader``: the index was encoded by an older photo reader, so a photo with an
-    EXIF orientation is encoded again (counted as ``reoriented``); ``add_concepts``: the index has no concept
-    vectors yet, so every unchanged photo is encoded again too (counted as ``concepts_added``)."""
-    by_rel = {it["rel"]: (row, it) for row, it in enumerate(old_items)}
-    keep_rows, keep_items, todo, reoriented, concept_only = [], [], [], 0, 0
-    for rel in rels:
-        st = file_stat(root, rel)
-        if rel in by_rel:
-            row, it = by_rel[rel]
-            same = (it["size"], it["mtime_ns"]) == (st["size"], st["mtime_ns"])
-            if not same and it.get("sha256") and it["size"] == st["size"]:
-                same = sha256_file(root / rel) == it["sha256"]
-            if same and stale_reader and file_orientation(root / rel) != 1:
-                same, reoriented = False, reoriented + 1
-            if same and add_concepts:
-                same, concept_only = False, concept_only + 1
-            if same:
-                keep_rows.append(row)
-                keep_items.append(it)
-                continue
-        todo.append(rel)
-    deleted = len(old_items) - len(keep_rows) - sum(r in by_rel for r in todo)
-    report = {"kept": len(keep_rows), "new": sum(r not in by_rel for r in todo),
-              "changed": sum(r in by_rel for r in todo) - reoriented - concept_only, "deleted": deleted}
-    if stale_reader:  # encoded by an older photo reader: how many were turned upright
-        report["reoriented"] = reoriented
-    if add_concepts:  # the unchanged photos encoded again for their concept vectors
-        report["concepts_added"] = concept_only
-    return keep_rows, keep_items, todo, report
+from ..features.photo import READER_VERSION
+from .inputs import plan_changes
+from .scan import scan_folder
 
 
 def same_index_plan(out, images, model_ckpt, retriever_ckpt) -> dict | None:

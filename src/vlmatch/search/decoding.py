@@ -3,7 +3,7 @@
 A 12-megapixel HEIC takes about half a second of one core to decode (HEVC has no reduced decode, where a JPEG
 decodes at 1/8 scale), so an index build of a phone library spends most of its time there. The build's
 reader thread hands each batch's files to a pool of processes, which read, decode and shrink each photo to
-the model's input size (:func:`vlmatch.search.build.read_image`) and send back only those pixels, while the
+the model's input size (:func:`vlmatch.search.inputs.read_image`) and send back only those pixels, while the
 backbone encodes the previous batch in the main process.
 
 The pool is forked (the children share the parent's loaded modules, and start in milliseconds), where the
@@ -111,7 +111,7 @@ def read_one(args: tuple):
     for a file that cannot be read (the error's class does not survive pickling; its words do)."""
     from ..errors import DataError
     from ..features.raw import NoPreview
-    read_image, root, rel, size, date_from_mtime = args  # read_image: vlmatch.search.build's (pickled by name)
+    read_image, root, rel, size, date_from_mtime = args  # read_image: vlmatch.search.inputs' (pickled by name)
     try:
         pixels, meta = read_image(Path(root), rel, size, date_from_mtime)
     except DataError as e:

@@ -124,7 +124,7 @@ def fingerprint(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def encode_part(folder, fp: str, n: int, batches: Callable[[int], Iterator[Batch]], encode, dtype: str,
+def encode_part(folder, fp: str, n: int, batches: Callable[[int], Iterator[Batch]], encode, dtype: str, *,
                 pad_to: int | None = None, desc: str = "encode", progress: bool = True) -> dict:
     """Encode ``n`` inputs into ``folder`` (stage1.npy + enc/), resuming a run with the same ``fp``.
 
@@ -151,10 +151,10 @@ def encode_part(folder, fp: str, n: int, batches: Callable[[int], Iterator[Batch
     if prog["complete"]:
         return prog
     writer = EncodingWriter(folder / "enc", n, dtype, pad_to)
-    s1_path = folder / "stage1.npy.partial"
-    if s1_path.is_file():
-        reserve(s1_path)  # a killed run's file may not hold its blocks yet: a full disk named, not SIGBUS
-    s1 = np.load(s1_path, mmap_mode="r+") if s1_path.is_file() else None
+    stage1_path = folder / "stage1.npy.partial"
+    if stage1_path.is_file():
+        reserve(stage1_path)  # a killed run's file may not hold its blocks yet: a full disk named, not SIGBUS
+    stage1 = np.load(stage1_path, mmap_mode="r+") if stage1_path.is_file() else None
     bar = tqdm(total=n, initial=prog["done"], desc=desc, unit="item", disable=not progress, leave=False)
     for b in batches(prog["done"]):
         if b.keys:
@@ -162,13 +162,13 @@ def encode_part(folder, fp: str, n: int, batches: Callable[[int], Iterator[Batch
             vec = vec.detach().cpu().float().numpy()
             if not np.isfinite(vec).all():
                 raise VlmatchError(f"{desc}: the model gave NaN or inf stage-1 vectors for {b.keys[0]} .. {b.keys[-1]}")
-            if s1 is None:
-                s1 = allocate_npy(s1_path, np.float32, (n, vec.shape[1]))
+            if stage1 is None:
+                stage1 = allocate_npy(stage1_path, np.float32, (n, vec.shape[1]))
             w = prog["written"]
             writer.write(w, enc)
-            s1[w:w + len(vec)] = vec
+            stage1[w:w + len(vec)] = vec
             writer.flush()
-            s1.flush()
+            stage1.flush()
             lines = "".join(json.dumps(m) + "\n" for m in (b.meta or [{}] * len(b.keys))).encode("utf-8")
             with open(meta_path, "ab", buffering=0) as f:  # durable before the record counts these rows
                 end = f.tell()
@@ -190,12 +190,12 @@ def encode_part(folder, fp: str, n: int, batches: Callable[[int], Iterator[Batch
     if rows:
         writer.finish(rows)
         if rows < n:
-            save_npy(folder / "stage1.npy", np.asarray(s1[:rows]))
-            del s1
-            s1_path.unlink()
+            save_npy(folder / "stage1.npy", np.asarray(stage1[:rows]))
+            del stage1
+            stage1_path.unlink()
         else:
-            del s1
-            s1_path.replace(folder / "stage1.npy")
+            del stage1
+            stage1_path.replace(folder / "stage1.npy")
     prog["complete"] = True
     write_json(prog_path, prog, indent=None)
     return prog

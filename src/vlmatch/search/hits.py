@@ -58,7 +58,7 @@ def sizes(k: int, candidates: int | None, n: int) -> tuple[int, int]:
     return min(k, n), min(cand, n)
 
 
-def ranked(coll: CollectionBackend, rows: np.ndarray, scores: np.ndarray, s1: np.ndarray, k: int, field: str,
+def ranked(coll: CollectionBackend, rows: np.ndarray, scores: np.ndarray, stage1_scores: np.ndarray, k: int, field: str, *,
            keep=None):
     """The best ``k`` of re-scored candidates as hits: by stage-2 score, descending; equal scores keep key
     order (stable). ``keep(row)`` False leaves a row out (a photo row naming a file outside the indexed
@@ -69,8 +69,8 @@ def ranked(coll: CollectionBackend, rows: np.ndarray, scores: np.ndarray, s1: np
         part = order[a:a + max(k, 1)] if keep is not None else order[:k]
         for j, it in zip(part, coll.items_of(rows[part]), strict=True):
             if len(out) < k and (keep is None or keep(it)):
-                out.append(SearchHit(len(out) + 1, int(it["id"]), float(scores[j]), float(s1[j]), **{field: it[field]},
-                                     **(photo_fields(it) if field == "path" else {})))
+                out.append(SearchHit(len(out) + 1, int(it["id"]), float(scores[j]), float(stage1_scores[j]),
+                                     **{field: it[field]}, **(photo_fields(it) if field == "path" else {})))
         if len(out) >= k or keep is None:
             break
     return out

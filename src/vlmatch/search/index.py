@@ -36,7 +36,7 @@ from .hits import DEFAULT_CANDIDATES, SearchHit, shows_text, with_relevance  # n
 from .hits import ranked as _ranked
 from .hits import sizes as _sizes
 from .library.trust import PhotoRoot
-from .open_vocab import check_pins, concepts_fix, open_vocab_of
+from .open_vocab import OpenVocab, check_pins, concepts_fix
 
 SearchResult = SearchHit  # its name before 0.2, kept for one release
 
@@ -47,14 +47,14 @@ Collection = FolderCollection  # its name before the backend interface
 class Index:
     """An index folder opened for search (see :mod:`vlmatch.search.build` for its layout)."""
 
-    def __init__(self, root, manifest: dict, model: MatchingModel, retriever: MatchingModel | None = None,
+    def __init__(self, root, manifest: dict, model: MatchingModel, retriever: MatchingModel | None = None, *,
                  device="cpu", parts: dict | None = None, collections: dict[str, CollectionBackend] | None = None):
         self.root = root if isinstance(root, MilvusLocation) else Path(root)
         self.manifest = manifest
         self.model = model.eval()
         self.retriever = None if retriever is None else retriever.eval()
         self.device = torch.device(device)
-        self.stage1_source = Stage1Source(self.model, self.retriever, open_vocab_of(manifest))
+        self.stage1_source = Stage1Source(self.model, self.retriever, OpenVocab.from_manifest(manifest))
         # the photos' concept columns and this process's query columns must come from the same lexicon, text
         # encoder, options and basis: else they pair silently (vlmatch.search.open_vocab.check_pins)
         check_pins(self.stage1_source.open_vocab, manifest.get("open_vocab"), self.root, concepts_fix(self.root))
@@ -114,7 +114,7 @@ class Index:
                 r = (load_model(ckpts["retriever"], map_location=device, note_unsealed=False) if "retriever" in ckpts
                      else None)
                 for_queries(m, r, lean=lean_queries)
-                idx = cls(loc, manifest, m, r, device, parts=ckpts, collections={})
+                idx = cls(loc, manifest, m, r, device=device, parts=ckpts, collections={})
                 idx.images, idx.captions = (colls(name, idx.model, idx.n_regions) for name in ("images", "captions"))
                 return idx
         if path is None:
@@ -133,7 +133,7 @@ class Index:
                     retriever = (load_model(parts["retriever"], map_location=device, note_unsealed=False)
                                  if "retriever" in parts else None)
                     for_queries(model, retriever, lean=lean_queries)
-                    return cls(path, manifest, model, retriever, device, parts)
+                    return cls(path, manifest, model, retriever, device=device, parts=parts)
             except (DataError, OSError):
                 if not tries or manifest_stamp(path) == stamp:
                     raise
@@ -199,77 +199,77 @@ class Index:
         query) and ``q`` (their stage-1 vectors, (n, d)); ``where``: a filter (see :meth:`search`); ``texts``: the
         queries' words, for the AND re-scoring of the open-vocabulary part (:mod:`vlmatch.search.compose`)."""
         coll = self._need("images")
-        kk, cand = _sizes(k, candidates, len(coll))
+        n_hits, cand = _sizes(k, candidates, len(coll))
         where = Where.of(where)
         t1 = time.perf_counter()
-        s1, rows = coll.search(q, cand) if where is None else coll.search(q, cand, where=where)
+        stage1_scores, rows = coll.search(q, cand) if where is None else coll.search(q, cand, where=where)
         t2 = time.perf_counter()
         out = []
         rel = self.relevance
         for i in range(len(q)):
             text = texts[i] if texts is not None else None
-            out.append(with_relevance(self._rerank_images(coll, txt.select(slice(i, i + 1)), rows[i], s1[i], kk, text),
-                                      rel))
+            hits = self._rerank_images(coll, txt.select(slice(i, i + 1)), rows[i], stage1_scores[i], n_hits, text)
+            out.append(with_relevance(hits, rel))
         t3 = time.perf_counter()
         self.last_timings = {"stage1": t2 - t1, "stage2": t3 - t2, "queries": len(q)}
         return out
 
-    def _rerank_images(self, coll: CollectionBackend, txt: TextEncoding, rows: np.ndarray, s1: np.ndarray, k: int,
+    def _rerank_images(self, coll: CollectionBackend, txt: TextEncoding, rows: np.ndarray, stage1_scores: np.ndarray, k: int,
                        text: str | None = None):
         ok = rows >= 0
-        rows, s1 = rows[ok], s1[ok]
+        rows, stage1_scores = rows[ok], stage1_scores[ok]
         if self.stage1_is_score:
-            order = self._and_order(coll, text, rows, s1)
+            order = self._and_order(coll, text, rows, stage1_scores)
             if order is not None:  # ranked by the AND re-scoring; each hit still shows its fused score
-                hits = _ranked(coll, rows, order, s1, k, "path", keep=self.photo_root.keep)
+                hits = _ranked(coll, rows, order, stage1_scores, k, "path", keep=self.photo_root.keep)
                 for h in hits:
                     h.score = h.stage1_score
                 return hits
-            return _ranked(coll, rows, s1, s1, k, "path", keep=self.photo_root.keep)
+            return _ranked(coll, rows, stage1_scores, stage1_scores, k, "path", keep=self.photo_root.keep)
         order = np.argsort(rows, kind="stable")  # read the memory map in file order
-        rows, s1 = rows[order], s1[order]
+        rows, stage1_scores = rows[order], stage1_scores[order]
         img = coll.take(rows).to(self.device)
         scores = score_blocks(self.model, img, [(np.arange(1), txt)], 1, max(1, len(rows)), progress=False)[:, 0]
-        return _ranked(coll, rows, self._fused(scores, s1), s1, k, "path", keep=self.photo_root.keep)
+        return _ranked(coll, rows, self._fused(scores, stage1_scores), stage1_scores, k, "path", keep=self.photo_root.keep)
 
-    def _and_order(self, coll: CollectionBackend, text: str | None, rows: np.ndarray, s1: np.ndarray):
+    def _and_order(self, coll: CollectionBackend, text: str | None, rows: np.ndarray, stage1_scores: np.ndarray):
         """The candidates' AND re-scoring (a query naming several things: :mod:`vlmatch.search.compose`), or None
         where it does not apply (no open-vocabulary part, its beta 0, a query of fewer than two content words)."""
         from .compose import query_terms, rescore
 
-        ov = self.stage1_source.open_vocab
-        if ov is None or not ov.fusion.and_beta or text is None or len(rows) < 3:
+        open_vocab = self.stage1_source.open_vocab
+        if open_vocab is None or not open_vocab.fusion.and_beta or text is None or len(rows) < 3:
             return None
         terms = query_terms(text)
         if len(terms) < 2:
             return None
         # each photo's concept vector: the last columns of its stored stage-1 vector (on every backend)
-        concepts = coll.stage1_vectors(rows)[:, -ov.dim:]
-        words = ov.text_vectors(terms).float().numpy()
-        return rescore(s1, concepts @ words.T, ov.fusion.and_beta)
+        concepts = coll.stage1_vectors(rows)[:, -open_vocab.dim:]
+        words = open_vocab.text_vectors(terms).float().numpy()
+        return rescore(stage1_scores, concepts @ words.T, open_vocab.fusion.and_beta)
 
     @property
     def relevance(self):
         """The relevance scale of this index's scores (:class:`vlmatch.search.open_vocab.Relevance`), or None:
         none recorded, or the score a hit shows is not the one it was fitted on (:attr:`relevance_note`)."""
-        ov = self.stage1_source.open_vocab
-        return None if ov is None or self.relevance_note is not None else ov.relevance
+        open_vocab = self.stage1_source.open_vocab
+        return None if open_vocab is None or self.relevance_note is not None else open_vocab.relevance
 
     @property
     def relevance_note(self) -> str | None:
         """Why this index's results carry no relevance although its fusion records a scale (one line), else None.
         The scale was fitted on the fused stage-1 score of the model that ships it: a hit shows that score only when
         stage 1's scores are final (no re-scorer, no ``--score mean``)."""
-        ov = self.stage1_source.open_vocab
-        if ov is None or ov.relevance is None or self.stage1_is_score:
+        open_vocab = self.stage1_source.open_vocab
+        if open_vocab is None or open_vocab.relevance is None or self.stage1_is_score:
             return None
         why = ("the score shown is the mean of the re-scorer's and stage 1's" if self.score_mode == "mean"
                else "the score shown is the re-scorer's" if self.retriever is not None
                else "the score shown is the model's own stage-2 score")
         return f"no relevance: {why}, not the fused stage-1 score its scale was fitted on"
 
-    def _fused(self, scores: np.ndarray, s1: np.ndarray) -> np.ndarray:
-        return (scores + s1) / 2 if self.score_mode == "mean" else scores
+    def _fused(self, scores: np.ndarray, stage1_scores: np.ndarray) -> np.ndarray:
+        return (scores + stage1_scores) / 2 if self.score_mode == "mean" else scores
 
     # --- photo -> photos (search by photo: vlmatch.search.library.similar) ---------------------------
     def search_like(self, image_or_id, k: int = 10, text: str | None = None, where=None,
@@ -301,17 +301,17 @@ class Index:
     def search_image(self, image, k: int = 10, candidates: int | None = None) -> list[SearchHit]:
         """The ``k`` best indexed captions for an image (a file path or its features)."""
         coll = self._need("captions")
-        kk, cand = _sizes(k, candidates, len(coll))
+        n_hits, cand = _sizes(k, candidates, len(coll))
         t0 = time.perf_counter()
         img, q = self.encode_image(image)
-        ov = self.stage1_source.open_vocab
-        if ov is not None:  # the fusion weighs each query's concept part for text -> photo; across captions that
-            q[:, -ov.dim:] = 0  # weight would rank captions by their unseen words: photo -> caption reads the ranker's
+        open_vocab = self.stage1_source.open_vocab
+        if open_vocab is not None:  # the fusion weighs each query's concept part for text -> photo; across captions that
+            q[:, -open_vocab.dim:] = 0  # weight would rank captions by their unseen words: photo -> caption reads the ranker's
         t1 = time.perf_counter()
-        s1, rows = coll.search(q, cand)
+        stage1_scores, rows = coll.search(q, cand)
         t2 = time.perf_counter()
         ok = rows[0] >= 0
-        r, s = rows[0][ok], s1[0][ok]
+        r, s = rows[0][ok], stage1_scores[0][ok]
         if self.stage1_is_score:  # stage 1's scores are final (see _rerank_images)
             scores = s
         else:
@@ -320,7 +320,7 @@ class Index:
             txt = coll.take(r).to(self.device)
             scores = self._fused(score_blocks(self.model, img, [(np.arange(len(r)), txt)], len(r), 1,
                                               progress=False)[0], s)
-        res = _ranked(coll, r, scores, s, kk, "text")
+        res = _ranked(coll, r, scores, s, n_hits, "text")
         self.last_timings = {"image": t1 - t0, "stage1": t2 - t1, "stage2": time.perf_counter() - t2, "queries": 1}
         return res
 

@@ -266,6 +266,52 @@ class OpenVocab:
     def describe(self) -> dict:
         return {"backbone": self.backbone_name, **self.fusion.describe(), "dim": self.dim, "pins": self.pins()}
 
+    @classmethod
+    def for_model(cls, checkpoint, backbone: dict | None, want: bool | None = None, *,
+                  weights_sha256: str | None = None) -> OpenVocab | None:
+        """The part a new index of ``checkpoint`` gets, or None. ``want`` None: where the model ships with a fusion
+        record (the default does) and its photos come from an EfficientNet-Lite backbone; True: required (an error
+        where it cannot be); False: never. ``weights_sha256``: the model named by its weights' digest instead, as a
+        manifest records it (an index's own copy of a model is stored otherwise)."""
+        from ..pretrained import open_vocab_record
+
+        if want is False:
+            return None
+        record = open_vocab_record(checkpoint, weights_sha256=weights_sha256)
+        name = (backbone or {}).get("name") or ""
+        if record is None or not name.startswith("efficientnet-lite"):
+            if want:
+                why = (f"{checkpoint} records no fusion (a shipped model's registry entry holds one: the default's)"
+                       if record is None else f"its backbone {name or 'is unknown'} has no ImageNet head vlmatch reads")
+                raise ConfigError(f"--open-vocab: {why}")
+            return None
+        return cls(name, Fusion.of(record))
+
+    @classmethod
+    def from_manifest(cls, manifest: dict) -> OpenVocab | None:
+        """The part an index was built with (its manifest's record), or None."""
+        rec = manifest.get("open_vocab")
+        if not rec:
+            return None
+        return cls(rec.get("backbone") or (manifest.get("backbone") or {}).get("name", ""), Fusion.of(rec))
+
+    @classmethod
+    def for_update(cls, manifest: dict, concepts: bool = False) -> tuple[OpenVocab | None, bool]:
+        """(the part an update of an index encodes with, whether every photo must be encoded again to add it). An
+        index built with the part keeps it (``concepts``: every photo's concept columns encoded again); one built
+        with --no-open-vocab stays without; one built before the part existed (no ``open_vocab`` key) gets it where
+        its model ships with a fusion: one more backbone pass per photo."""
+        if manifest.get("open_vocab"):
+            return cls.from_manifest(manifest), concepts
+        if "open_vocab" in manifest:
+            if concepts:
+                raise ConfigError("--concepts: this index was built without the open-vocabulary part "
+                                  "(--no-open-vocab); it has no concept columns to encode")
+            return None, False
+        part = cls.for_model(None, manifest.get("backbone"),
+                             weights_sha256=(manifest.get("retriever") or manifest["model"]).get("sha256"))
+        return part, part is not None
+
 
 # a basis computed on another host moves by at most 0.0012 per entry (the module's note): the probe's entries by a
 # few thousandths; another lexicon, text model or template moves them by about their own size (0.05)
@@ -288,19 +334,11 @@ def concepts_fix(root) -> str:
     return f"run `vlmatch index update {root} --concepts` to encode them again"
 
 
-def check_pins(ov: OpenVocab | None, record: dict | None, where, fix: str) -> None:
+def check_pins(open_vocab: OpenVocab | None, record: dict | None, where, fix: str) -> None:
     """Refuse, in one line, an index whose concept columns were made otherwise than this process would make its
     queries' (``record``: the manifest's ``open_vocab``; ``fix``: the command that encodes them again)."""
-    if ov is None:
+    if open_vocab is None:
         return
-    why = ov.mismatch((record or {}).get("pins"))
+    why = open_vocab.mismatch((record or {}).get("pins"))
     if why is not None:
         raise ConfigError(f"{where}: its photos' concept columns do not match this vlmatch's queries ({why}): {fix}")
-
-
-def open_vocab_of(manifest: dict) -> OpenVocab | None:
-    """The open-vocabulary part an index was built with (its manifest's record), or None."""
-    rec = manifest.get("open_vocab")
-    if not rec:
-        return None
-    return OpenVocab(rec.get("backbone") or (manifest.get("backbone") or {}).get("name", ""), Fusion.of(rec))

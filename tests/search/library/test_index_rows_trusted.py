@@ -34,14 +34,14 @@ def test_a_row_must_name_a_file_of_the_indexed_folder(row, refused):
 def _milvus_index(tmp_path):
     pytest.importorskip("milvus_lite")
     from vlmatch.search.backends.base import MilvusLocation
-    from vlmatch.search.milvus_build import build_milvus
+    from vlmatch.search.build import build_index
 
     from ..backends.milvus.test_milvus_safety import _models
 
     ck = _models(tmp_path / "ck")
     photos = jpegs(tmp_path / "photos", [f"p{i:02d}.jpg" for i in range(6)])
     loc = MilvusLocation(str(tmp_path / "m.db"), "rows")
-    manifest = build_milvus(loc, ck["model"], images=photos, retriever_ckpt=ck["retriever"], backbone="tiny32",
+    manifest = build_index(loc, ck["model"], images=photos, retriever_ckpt=ck["retriever"], backbone="tiny32",
                             progress=False, batch_size=2)
     return loc, manifest
 

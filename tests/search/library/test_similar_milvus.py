@@ -12,8 +12,8 @@ pytest.importorskip("milvus_lite")
 
 from vlmatch.errors import ConfigError  # noqa: E402
 from vlmatch.search.backends.base import MilvusLocation  # noqa: E402
+from vlmatch.search.build import build_index  # noqa: E402
 from vlmatch.search.index import Index  # noqa: E402
-from vlmatch.search.milvus_build import build_milvus  # noqa: E402
 
 from ..like_index import build_like_index  # noqa: E402
 
@@ -23,7 +23,7 @@ def pair(tmp_path_factory):
     root = tmp_path_factory.mktemp("like_milvus")
     folder = build_like_index(root)
     loc = MilvusLocation(str(root / "m.db"), "like")
-    build_milvus(loc, root / "vse", images=root / "photos", backbone="efficientnet-lite0", progress=False)
+    build_index(loc, root / "vse", images=root / "photos", backbone="efficientnet-lite0", progress=False)
     return Index.open(folder, lean_queries=False), Index.open(milvus_uri=loc.uri, collection=loc.collection,
                                                                lean_queries=False)
 

@@ -8,7 +8,7 @@ id is. A candidate is named by a *key* the backend chooses: the folder index's r
 (:mod:`vlmatch.search.backends.milvus.collection`). Keys are ordered: results that tie on score keep key order.
 
 Two backends: the index folder (:class:`vlmatch.search.backends.folder.FolderCollection`, the default: FAISS +
-memory-mapped store) and a Milvus collection set (``--backend milvus``; :mod:`vlmatch.search.milvus_build`).
+memory-mapped store) and a Milvus collection set (``--backend milvus``; :mod:`vlmatch.search.backends.milvus.build`).
 """
 
 from __future__ import annotations

@@ -96,9 +96,9 @@ def similar_pairs(vectors: np.ndarray, queries: np.ndarray, threshold: float, ne
         return []
     k = min(n, neighbours + 1)  # the photo itself is among its own neighbours
     if search is None:
-        def search(q, kk):
+        def search(q, k):
             s = q @ np.asarray(vectors, dtype=np.float32).T
-            rows = np.argsort(-s, axis=1, kind="stable")[:, :kk]
+            rows = np.argsort(-s, axis=1, kind="stable")[:, :k]
             return np.take_along_axis(s, rows, axis=1), rows
     found: dict[tuple[int, int], float] = {}
     for a in range(0, n, 1024):
@@ -113,7 +113,7 @@ def similar_pairs(vectors: np.ndarray, queries: np.ndarray, threshold: float, ne
     return sorted((i, j, s) for (i, j), s in found.items())
 
 
-def copy_candidates(vectors, queries, rows: list[dict], threshold: float, strong_bits: int,
+def copy_candidates(vectors, queries, rows: list[dict], threshold: float, strong_bits: int, *,
                     neighbours: int = DEFAULT_NEIGHBOURS, search=None) -> list[tuple[int, int, float]]:
     """The pairs worth judging: each photo's nearest at or above ``threshold`` (:func:`similar_pairs`) and every
     two photos whose copy signals are at most ``strong_bits`` apart (looked up), with their similarity."""
@@ -185,7 +185,7 @@ def find_duplicates(index, threshold: float | None = None, neighbours: int = DEF
     if copies:
         signal = {"copy_bits": int(rec.get("copy_bits", DEFAULT_COPY_BITS)),
                   "strong_bits": int(rec.get("strong_bits", DEFAULT_STRONG_BITS))}
-        found = copy_candidates(vectors, queries, coll.items, threshold, signal["strong_bits"], neighbours,
+        found = copy_candidates(vectors, queries, coll.items, threshold, signal["strong_bits"], neighbours=neighbours,
                                 search=stage1.search)
         pairs, missing = copy_filter(found, coll.items, threshold, signal["copy_bits"], signal["strong_bits"])
     else:

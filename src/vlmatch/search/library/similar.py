@@ -129,7 +129,7 @@ def _stage1(coll, q: np.ndarray, k: int, where) -> tuple[np.ndarray, np.ndarray]
 
 
 @torch.no_grad()
-def search_like(index, like, k: int = 10, text: str | None = None, where=None, candidates: int | None = None,
+def search_like(index, like, k: int = 10, *, text: str | None = None, where=None, candidates: int | None = None,
                 text_weight: float = DEFAULT_TEXT_WEIGHT):
     """The ``k`` indexed photos most like ``like`` (see :func:`like_query`), optionally also matching
     ``text`` (weighted by ``text_weight``, see the module doc); ``where``: the filter of ``Index.search``.
@@ -139,12 +139,12 @@ def search_like(index, like, k: int = 10, text: str | None = None, where=None, c
     if text is not None and not shows_text(text):
         raise ConfigError("a search query must be a non-empty text (not only spaces or invisible characters)")
     coll = index._need("images")
-    kk, cand = sizes(k, candidates, len(coll))
+    n_hits, cand = sizes(k, candidates, len(coll))
     t0 = time.perf_counter()
     query = like_query(index, like)
     q = image_query(index, query.vector)
     t1 = time.perf_counter()
-    s1, rows = _stage1(coll, q, cand, where)
+    stage1_scores, rows = _stage1(coll, q, cand, where)
     txt = None
     if text is not None:
         txt, tq = index.encode_queries([text])
@@ -152,10 +152,10 @@ def search_like(index, like, k: int = 10, text: str | None = None, where=None, c
         extra = np.setdiff1d(rows_t, rows)
         if len(extra):  # their image similarity, exactly
             rows = np.concatenate([rows, extra])
-            s1 = np.concatenate([s1, stored_vectors(index, coll, extra) @ q[0]])
+            stage1_scores = np.concatenate([stage1_scores, stored_vectors(index, coll, extra) @ q[0]])
         s1_text = dict(zip(rows_t.tolist(), st.tolist(), strict=True))
     order = np.argsort(rows, kind="stable")  # read the stored encodings in file order
-    rows, s1 = rows[order], s1[order]
+    rows, stage1_scores = rows[order], stage1_scores[order]
     t2 = time.perf_counter()
     if len(rows) == 0:
         index.last_timings = {"image": t1 - t0, "stage1": t2 - t1, "stage2": 0.0, "queries": 1}
@@ -163,7 +163,7 @@ def search_like(index, like, k: int = 10, text: str | None = None, where=None, c
     enc = coll.take(rows).to(index.device)
     sim = image_scores(query.encoding, enc)
     if sim is None:
-        sim = s1.astype(np.float32)
+        sim = stage1_scores.astype(np.float32)
     score = sim
     if txt is not None:
         ts = score_blocks(index.model, enc, [(np.arange(1), txt)], 1, max(1, len(rows)), progress=False)[:, 0]
@@ -172,7 +172,7 @@ def search_like(index, like, k: int = 10, text: str | None = None, where=None, c
         elif index.stage1_is_score:  # Index.search ranks such a model by stage 1's exact scores: the same here
             ts = _stage1_text(index, coll, rows, ts, s1_text, tq)
         score = (text_weight * _zscore(ts) + (1 - text_weight) * _zscore(sim)).astype(np.float32)
-    hits = ranked(coll, rows, np.asarray(score, dtype=np.float32), s1, kk, "path", keep=index.photo_root.keep)
+    hits = ranked(coll, rows, np.asarray(score, dtype=np.float32), stage1_scores, n_hits, "path", keep=index.photo_root.keep)
     index.last_timings = {"image": t1 - t0, "stage1": t2 - t1, "stage2": time.perf_counter() - t2, "queries": 1}
     return hits
 

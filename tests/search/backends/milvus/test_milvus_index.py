@@ -15,7 +15,6 @@ import vlmatch  # noqa: E402
 from vlmatch.cli import main  # noqa: E402
 from vlmatch.search.backends.base import MilvusLocation  # noqa: E402
 from vlmatch.search.build import build_index  # noqa: E402
-from vlmatch.search.milvus_build import build_milvus  # noqa: E402
 
 from ...photo_index import SENTENCES, draw_photos, save_models  # noqa: E402
 
@@ -45,7 +44,7 @@ def both(request, folder_index):
 
         uri = empty_server(request.getfixturevalue("milvus_server"))
     loc = MilvusLocation(uri, "photos")
-    manifest = build_milvus(loc, folder_index["ckpt"]["model"], **folder_index["opts"])
+    manifest = build_index(loc, folder_index["ckpt"]["model"], **folder_index["opts"])
     return {**folder_index, "loc": loc, "manifest": manifest, "kind": request.param}
 
 
@@ -156,7 +155,7 @@ def test_an_index_of_precomp_features_matches_the_folders_for_each_stage1_kind(t
                 **({"nlist": 4} if ann == "ivf" else {}))
     build_index(tmp_path / "index", ck["model"], **opts)
     loc = MilvusLocation(str(tmp_path / "f.db"), "feats")
-    m = build_milvus(loc, ck["model"], **opts)
+    m = build_index(loc, ck["model"], **opts)
     assert m["collections"]["images"]["stage1"]["kind"] == ann
     a = vlmatch.Index.open(tmp_path / "index")
     b = vlmatch.Index.open(milvus_uri=loc.uri, collection="feats")

@@ -20,7 +20,7 @@ from vlmatch import io  # noqa: E402
 from vlmatch.errors import ConfigError, DataError, VlmatchError  # noqa: E402
 from vlmatch.search.backends.base import MilvusLocation  # noqa: E402
 from vlmatch.search.backends.milvus.client import LOCK, MANIFEST, PENDING, connect, read_prop, write_prop  # noqa: E402
-from vlmatch.search.milvus_build import build_milvus, update_milvus  # noqa: E402
+from vlmatch.search.build import build_index, update_index  # noqa: E402
 
 from ...photo_index import SENTENCES  # noqa: E402
 from ...tiny import Tiny32, jpegs, tiny_backbone  # noqa: E402, F401  (autouse)
@@ -59,7 +59,7 @@ def _uri(request, tmp_path) -> str:
 
 def _build(s, ck=None, **kw):
     ck = ck or s["ck"]
-    return build_milvus(s["loc"], ck["model"], images=s["photos"], retriever_ckpt=ck["retriever"], backbone="tiny32",
+    return build_index(s["loc"], ck["model"], images=s["photos"], retriever_ckpt=ck["retriever"], backbone="tiny32",
                         progress=False, batch_size=2, **kw)
 
 
@@ -153,10 +153,10 @@ def test_update_adds_changes_and_removes_photos_and_resumes_after_a_kill(setup, 
     jpegs(photos, ["n1.jpg", "n2.jpg", "n3.jpg"], seed=6)
     _kill_at(monkeypatch, "milvus:batch", 1)
     with pytest.raises(KeyboardInterrupt):
-        update_milvus(setup["loc"], batch_size=2, progress=False)
+        update_index(setup["loc"], batch_size=2, progress=False)
     assert len(_open(setup)) == 9  # the manifest is the old one until the update commits
     monkeypatch.setattr(io, "crash_hook", None)
-    rep = update_milvus(setup["loc"], batch_size=2, progress=False)
+    rep = update_index(setup["loc"], batch_size=2, progress=False)
     assert rep == {"kept": 7, "new": 3, "changed": 1, "deleted": 1, "skipped": []}
     idx = _open(setup)
     items = {it["rel"]: it["id"] for it in idx.items}
@@ -165,14 +165,14 @@ def test_update_adds_changes_and_removes_photos_and_resumes_after_a_kill(setup, 
     assert _counts(setup) == {"safe__g1_images": 11, "safe__g1_images_enc": 11}
     # the re-encoded photo scores as a fresh build of the same folder does
     fresh = MilvusLocation(str(setup["tmp"] / "fresh.db") if setup["kind"] == "lite" else setup["loc"].uri, "fresh")
-    build_milvus(fresh, setup["ck"]["model"], images=photos, retriever_ckpt=setup["ck"]["retriever"],
+    build_index(fresh, setup["ck"]["model"], images=photos, retriever_ckpt=setup["ck"]["retriever"],
                  backbone="tiny32", progress=False, batch_size=2)
     f = vlmatch.Index.open(milvus_uri=fresh.uri, collection="fresh")
     by_path = {r.path: r.score for r in f.search("a red dog", k=11, candidates=11)}
     got = {r.path: r.score for r in idx.search("a red dog", k=11, candidates=11)}
     assert by_path.keys() == got.keys()
     np.testing.assert_allclose([got[p] for p in by_path], list(by_path.values()), atol=1e-5)
-    assert update_milvus(setup["loc"], progress=False) == {"kept": 11, "new": 0, "changed": 0, "deleted": 0,
+    assert update_index(setup["loc"], progress=False) == {"kept": 11, "new": 0, "changed": 0, "deleted": 0,
                                                             "skipped": []}
 
 
@@ -184,11 +184,11 @@ def test_a_second_writer_is_refused_and_a_dead_writers_lock_is_taken_over(setup)
     live = {"host": socket.gethostname(), "pid": os.getppid(), "what": "vlmatch index build", "token": "x", "beat": 0}
     write_prop(c, "safe", LOCK, live)
     with pytest.raises(VlmatchError) as e:
-        update_milvus(setup["loc"], progress=False)
+        update_index(setup["loc"], progress=False)
     assert f"is being written by process {os.getppid()}" in str(e.value) and "\n" not in str(e.value)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     write_prop(c, "safe", LOCK, {**live, "pid": int(dead.stdout)})
-    assert update_milvus(setup["loc"], progress=False)["kept"] == 9
+    assert update_index(setup["loc"], progress=False)["kept"] == 9
     assert read_prop(c, "safe", LOCK) is None and read_prop(c, "safe", PENDING) is None
     assert read_prop(c, "safe", MANIFEST)["counts"] == {"images": 9}
 
@@ -217,6 +217,6 @@ def test_a_server_over_a_milvus_index_follows_its_commits(setup):
     v1 = backend.version
     assert backend.reload() is False and backend.size == 9
     jpegs(setup["photos"], ["n1.jpg", "n2.jpg"], seed=7)
-    update_milvus(setup["loc"], batch_size=2, progress=False)
+    update_index(setup["loc"], batch_size=2, progress=False)
     assert backend.reload() is True and backend.size == 11 and backend.version != v1
     assert backend.path_of(10) is not None and backend.search("a red dog", 3, 11)[0]["path"].endswith(".jpg")

@@ -20,7 +20,7 @@ from vlmatch import io  # noqa: E402
 from vlmatch.errors import VlmatchError  # noqa: E402
 from vlmatch.search.backends.base import MilvusLocation  # noqa: E402
 from vlmatch.search.backends.milvus.client import LOCK, PENDING, connect, read_prop, write_prop  # noqa: E402
-from vlmatch.search.milvus_build import update_milvus  # noqa: E402
+from vlmatch.search.build import update_index  # noqa: E402
 
 from ...conftest import empty_server  # noqa: E402
 from ...tiny import Tiny32, jpegs, tiny_backbone  # noqa: E402, F401  (autouse)
@@ -101,13 +101,13 @@ def test_a_server_killed_during_an_update_restarts_with_the_committed_manifest_a
     (setup["photos"] / "p00.jpg").unlink()
     _crash_server_at(monkeypatch, setup["server"], "milvus:batch", 1)
     with pytest.raises(KeyboardInterrupt):
-        update_milvus(setup["loc"], batch_size=2, progress=False)
+        update_index(setup["loc"], batch_size=2, progress=False)
     monkeypatch.setattr(io, "crash_hook", None)
     setup["server"].start()
     _fresh_clients()
     _release_dead_writer(setup["loc"])
     assert len(_open(setup)) == 9  # the manifest is the committed one until the update commits
-    rep = update_milvus(setup["loc"], batch_size=2, progress=False)
+    rep = update_index(setup["loc"], batch_size=2, progress=False)
     assert rep["new"] == 3 and rep["deleted"] == 1
     idx = _open(setup)
     assert len(idx) == 11 and _counts(setup) == {"safe__g1_images": 11, "safe__g1_images_enc": 11}
@@ -147,7 +147,7 @@ def test_a_search_during_a_compaction_ranks_as_before_it(setup):
     _build(setup)
     for name in sorted(p.name for p in photos.iterdir())[::3][:6]:  # 30 % of them go
         (photos / name).unlink()
-    assert update_milvus(setup["loc"], batch_size=4, progress=False)["deleted"] == 6
+    assert update_index(setup["loc"], batch_size=4, progress=False)["deleted"] == 6
     _fresh_clients()
     idx = _open(setup)
     before = [_ranking(idx, q) for q in ("a red dog", "grass", "a blue sky")]
@@ -170,7 +170,7 @@ def test_a_search_before_the_commit_is_visible_sees_the_committed_generation(set
     """Consistency: a reader in another client opens right after the commit and sees every photo at once."""
     _build(setup)
     jpegs(setup["photos"], ["n1.jpg", "n2.jpg"], seed=7)
-    update_milvus(setup["loc"], batch_size=2, progress=False)
+    update_index(setup["loc"], batch_size=2, progress=False)
     _fresh_clients()
     idx = _open(setup)
     m = read_prop(connect(setup["loc"].uri), "safe", "vlmatch.manifest")
@@ -237,13 +237,13 @@ def test_two_users_cannot_read_each_others_collections_where_rbac_grants_them_ap
     from pymilvus import MilvusClient
 
     from vlmatch.search.backends.milvus.client import TOKEN_ENV
-    from vlmatch.search.milvus_build import build_milvus
+    from vlmatch.search.build import build_index
 
     ck = _models(tmp_path / "ck")
     photos = jpegs(tmp_path / "photos", [f"p{i}.jpg" for i in range(4)])
     monkeypatch.setenv(TOKEN_ENV, "root:Milvus")
     for name in ("alpha", "beta"):
-        build_milvus(MilvusLocation(auth_server.uri, name), ck["model"], images=photos, retriever_ckpt=ck["retriever"],
+        build_index(MilvusLocation(auth_server.uri, name), ck["model"], images=photos, retriever_ckpt=ck["retriever"],
                      backbone="tiny32", progress=False, batch_size=2)
     root = MilvusClient(uri=auth_server.uri, token="root:Milvus")
     root.create_user("alice", "alice-pass-1")
@@ -278,7 +278,7 @@ def test_a_build_and_an_update_leave_the_collections_compacted(setup, monkeypatc
     assert asked == ["safe__g1_images", "safe__g1_images_enc"]
     jpegs(setup["photos"], ["n1.jpg"], seed=7)
     (setup["photos"] / "p00.jpg").unlink()
-    update_milvus(setup["loc"], batch_size=2, progress=False)
+    update_index(setup["loc"], batch_size=2, progress=False)
     assert asked[2:] == ["safe__g1_images", "safe__g1_images_enc"]
     c = connect(setup["loc"].uri)
     info = c.describe_index("safe__g1_images", "s1")

@@ -92,7 +92,7 @@ def _answers(method):
 class MilvusCollection:
     """One collection of a Milvus index (keys are item ids)."""
 
-    def __init__(self, client, loc: MilvusLocation, gen: int, coll: str, info: dict, template: Encoding,
+    def __init__(self, client, loc: MilvusLocation, gen: int, coll: str, info: dict, template: Encoding, *,
                  read: dict | None = None):
         self.client, self.loc, self.info = client, loc, info
         self.read = {**(read or {"consistency_level": "Strong"}), "timeout": READ_TIMEOUT_S}  # see the module's note
@@ -299,6 +299,6 @@ def open_milvus(loc: MilvusLocation, model=None, retriever=None):
                 tmpl = model.encode_images(torch.zeros(1, n_regions, model.cfg.img_dim))
             else:
                 tmpl = model.encode_texts(*model.tokenize(["a"]))
-        return MilvusCollection(client, loc, gen, coll, manifest["collections"][coll], tmpl, read)
+        return MilvusCollection(client, loc, gen, coll, manifest["collections"][coll], tmpl, read=read)
 
     return manifest, ckpts, make
