@@ -14,6 +14,7 @@ import json
 import sys
 import time
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -132,8 +133,121 @@ def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overw
         return _train(cfg, Path(run_dir), resume, progress, overwrite)
 
 
+@dataclass(frozen=True)
+class _Run:
+    """What the steps of one training run share: its settings, folder, device and place among the ranks."""
+    tc: dict
+    run_dir: Path
+    device: torch.device
+    rank: int
+    world_size: int
+    shows_progress: bool  # progress bars: asked for, and this is the main process
+    is_main: bool
+    metrics_path: Path
+
+
 def _train(cfg: dict, run_dir: Path, resume: bool, progress: bool, overwrite: bool) -> dict:
     tc, dc = cfg["train"], cfg["data"]
+    run = _start(tc, run_dir, progress)
+    torch.manual_seed(tc["seed"])
+    ckpt = latest_checkpoint(run_dir) if resume else None
+    if resume and ckpt is None:
+        resume, overwrite = start_over(run_dir), True  # killed before its first checkpoint: nothing to continue
+    if resume:
+        check_resume(read_state(ckpt).get("config"), cfg, run_dir)
+    if not resume and run.is_main:
+        prepare_fresh(run_dir, overwrite)
+
+    train_split, val_split = _splits(dc, run)
+    model = _model(cfg, train_split, ckpt)
+    kind = batch_kind(model.begin_stage(tc["stage"]))  # the model says what its stage trains on
+    model.to(run.device)
+    optimizer = make_optimizer(param_groups(model, tc), tc)
+    if dc["mirror"] > 0 and kind is not batch_kind("image_caption"):
+        raise ConfigError("data.mirror shows images their mirror view: this stage trains on caption pairs")
+    # the model tokenises its own captions
+    dataset = kind.dataset(train_split, model, **({"mirror": dc["mirror"]} if dc["mirror"] > 0 else {}))
+    state = {"epoch": 0, "step_in_epoch": 0, "global_step": 0, "best_rsum": -1.0, "best_epoch": None, "elapsed": 0.0}
+    if resume:
+        state = _resumed_state(run, ckpt, model, optimizer, len(dataset))
+    state["config"] = recorded(cfg)  # saved in every checkpoint; a resume is checked against it
+    if run.is_main:
+        write_text(run_dir / "config.yaml", dump(state["config"]))
+    D.barrier()
+
+    net = DistributedDataParallel(model) if run.world_size > 1 else model
+    # a frozen cached text encoder runs once per caption of both splits, here, in large batches
+    model.prepare_captions(dataset.tokens, progress=run.shows_progress)
+    model.prepare_captions(encode_captions(val_split, model), progress=run.shows_progress)
+    grounding = None
+    if tc["grounding_loss"] > 0:  # phrase boxes of the train captions (val's are never read)
+        if kind is not batch_kind("image_caption"):
+            raise ConfigError("train.grounding_loss trains on (image, caption) batches: this stage trains on others")
+        check_grounding_map(model, tc["grounding_map"])
+        grounding = GroundingTargets(train_split, model, dc["entities"], progress=run.shows_progress)
+    compiled = compiled_score(model) if tc["compile"] else None
+    t_start = time.time() - state.get("elapsed", 0.0)  # the log's "time" runs on across a resume
+    for epoch in range(state["epoch"], tc["epochs"]):
+        lr = lr_at(tc, epoch)
+        set_lr(optimizer, lr)
+        batches = epoch_batches(len(dataset), tc["batch_size"], tc["seed"], epoch, run.rank, run.world_size)
+        if tc["max_steps_per_epoch"]:
+            batches = batches[: tc["max_steps_per_epoch"]]
+        start = state["step_in_epoch"]
+        if hasattr(dataset, "set_epoch"):  # e.g. caption pairs drawn afresh each epoch
+            dataset.set_epoch(tc["seed"], epoch)
+        loader = DataLoader(dataset, batch_sampler=batches[start:], collate_fn=kind.collate,
+                            num_workers=tc["workers"])
+        hardest = tc["max_violation"] and epoch >= tc["warmup_epochs"]
+        # on screen epochs count from 1 ("epoch 1/7" is the first); metrics.jsonl keeps the 0-based index
+        bar = tqdm(loader, total=len(batches), initial=start, desc=f"epoch {epoch + 1}/{tc['epochs']}",
+                   disable=not run.shows_progress, leave=False)
+        model.train()
+        if compiled is not None:
+            model.score = compiled  # the training steps' score; _validate_and_keep scores eagerly
+        for step, batch in enumerate(bar, start=start):
+            inputs = kind.inputs(batch, run.device)
+            loss, ground = _step(model, net, optimizer, batch, inputs, tc=tc, hardest=hardest, grounding=grounding)
+            state["global_step"] += 1
+            state["step_in_epoch"] = step + 1
+            gs = state["global_step"]
+            if run.is_main and (gs % tc["log_every"] == 0 or step == len(batches) - 1):
+                bar.set_postfix(loss=f"{loss.item():.3f}")
+                append_line(run.metrics_path, json.dumps({"type": "train", "epoch": epoch, "step": step + 1,
+                                                          "global_step": gs, "loss": loss.item(), "lr": lr,
+                                                          **({} if ground is None else {"grounding": ground.item()}),
+                                                          "hardest": hardest, "time": time.time() - t_start}))
+            if tc["val_every_steps"] and gs % tc["val_every_steps"] == 0 and step + 1 < len(batches):
+                _validate_and_keep(model, val_split, state, run=run, epoch=epoch)
+            if tc["checkpoint_every_steps"] and gs % tc["checkpoint_every_steps"] == 0 and step + 1 < len(batches):
+                _save_last(run, model, optimizer, state, t_start)
+            if tc["stop_after_steps"] and gs >= tc["stop_after_steps"]:
+                bar.close()
+                D.shutdown()
+                return {"stopped_at": gs}
+        bar.close()
+        state["epoch"], state["step_in_epoch"] = epoch + 1, 0
+        best_before = state["best_rsum"]
+        _validate_and_keep(model, val_split, state, run=run, epoch=epoch)
+        # epochs since val rsum last improved (every rank knows the broadcast best, so all stop together)
+        state["stale_epochs"] = 0 if state["best_rsum"] > best_before else state.get("stale_epochs", 0) + 1
+        _save_last(run, model, optimizer, state, t_start)
+        if tc["patience"] and epoch + 1 >= tc["min_epochs"] and state["stale_epochs"] >= tc["patience"]:
+            if run.is_main:
+                print(f"[stop] val rsum has not improved for {state['stale_epochs']} epochs (train.patience="
+                      f"{tc['patience']}): stopping after epoch {epoch + 1}/{tc['epochs']}", file=sys.stderr)
+            break
+
+    if run.world_size > 1:
+        write_json(run_dir / "ranks" / f"rank{run.rank}.json", {"rank": run.rank, "weights_sha256": weights_digest(model)})
+    D.barrier()
+    D.shutdown()
+    best = run_dir / "best" / "metrics.json"
+    return json.loads(best.read_text()) if best.is_file() else {}
+
+
+def _start(tc: dict, run_dir: Path, progress: bool) -> _Run:
+    """Set up this process for the run (threads, allocator, device, process group): the run's :class:`_Run`."""
     device = pick_device(tc["device"])
     if tc["threads"]:
         torch.set_num_threads(int(tc["threads"]))
@@ -141,25 +255,27 @@ def _train(cfg: dict, run_dir: Path, resume: bool, progress: bool, overwrite: bo
         keep_freed_memory()
     device = D.setup(device)
     rank, world_size = D.world()
-    distributed = world_size > 1
-    is_main = rank == 0
-    torch.manual_seed(tc["seed"])
-    ckpt = latest_checkpoint(run_dir) if resume else None
-    if resume and ckpt is None:
-        resume, overwrite = start_over(run_dir), True  # killed before its first checkpoint: nothing to continue
-    if resume:
-        check_resume(read_state(ckpt).get("config"), cfg, run_dir)
-    if not resume and is_main:
-        prepare_fresh(run_dir, overwrite)
+    return _Run(tc, run_dir, device, rank, world_size, progress and rank == 0, rank == 0, run_dir / "metrics.jsonl")
 
+
+def _splits(dc: dict, run: _Run) -> tuple[PrecompSplit, PrecompSplit]:
+    """The train split (less the images naming ``data.exclude_words``) and the validation split."""
     root = resolve_data(dc["path"])
     train_split = PrecompSplit(root, dc["train_split"])
     if dc.get("exclude_words"):
-        hold_out(train_split, dc["exclude_words"], log=is_main)
+        hold_out(train_split, dc["exclude_words"], log=run.is_main)
     val_split = PrecompSplit(root, dc["val_split"], max_images=dc["val_max_images"])
     if dc["check_finite"]:  # once, up front, rather than when a bad batch comes up
         for sp in (train_split, val_split):
-            sp.check_all_finite(progress=progress and is_main)
+            sp.check_all_finite(progress=run.shows_progress)
+    return train_split, val_split
+
+
+def _model(cfg: dict, train_split: PrecompSplit, ckpt: Path | None):
+    """The model to train: its vocabulary (a resumed run's own, the previous stage's, or built), the options a
+    checkpoint was made with where the config leaves them to a default that changed, and ``train.init_from``'s
+    weights."""
+    tc = cfg["train"]
     model_opts = {k: v for k, v in cfg["model"].items() if k != "name"}
     vocab = None
     if model_class(cfg["model"]["name"]).needs_vocab(cfg["model"]):
@@ -194,121 +310,48 @@ def _train(cfg: dict, run_dir: Path, resume: bool, progress: bool, overwrite: bo
         verify_sealed(init)  # the folder whole (checksums.json), refused without it if saved sealed
         # and its weights against config.json's digest (a folder saved before seals has only that)
         model.load_weights(init / "model.safetensors", read_config_json(init / "config.json").get("weights_sha256"))
-    kind = batch_kind(model.begin_stage(tc["stage"]))  # the model says what its stage trains on
-    model.to(device)
-    optimizer = make_optimizer(param_groups(model, tc), tc)
+    return model
 
-    state = {"epoch": 0, "step_in_epoch": 0, "global_step": 0, "best_rsum": -1.0, "best_epoch": None, "elapsed": 0.0}
-    metrics_path = run_dir / "metrics.jsonl"
-    if dc["mirror"] > 0 and kind is not batch_kind("image_caption"):
-        raise ConfigError("data.mirror shows images their mirror view: this stage trains on caption pairs")
-    # the model tokenises its own captions
-    dataset = kind.dataset(train_split, model, **({"mirror": dc["mirror"]} if dc["mirror"] > 0 else {}))
-    if resume:
-        # an edited step count would replay or skip batches and cut the log at the wrong row; an edited best
-        # would keep best/ at an older epoch: the state must agree with itself and with the log (named by
-        # field), then every file of last/ with its checksums.json
-        saved = read_state(ckpt)
-        check_steps(ckpt / "trainer_state.json", saved, [_steps_per_epoch(len(dataset), tc, 0, w)
-                                                         for w in (1, world_size)])
-        check_log(ckpt / "trainer_state.json", saved, metrics_path)
-        state = load_training_state(ckpt, model, optimizer)
-        if is_main:
-            _truncate_log(metrics_path, state["global_step"])
-    state["config"] = recorded(cfg)  # saved in every checkpoint; a resume is checked against it
-    if is_main:
-        write_text(run_dir / "config.yaml", dump(state["config"]))
+
+def _resumed_state(run: _Run, ckpt: Path, model, optimizer, n_items: int) -> dict:
+    """The trainer state of ``ckpt``, loaded into ``model`` and ``optimizer``, once it is checked, and the log cut
+    back to its step. An edited step count would replay or skip batches and cut the log at the wrong row; an
+    edited best would keep best/ at an older epoch: the state must agree with itself and with the log (named by
+    field), then every file of last/ with its checksums.json."""
+    saved = read_state(ckpt)
+    check_steps(ckpt / "trainer_state.json", saved, [_steps_per_epoch(n_items, run.tc, 0, w)
+                                                     for w in (1, run.world_size)])
+    check_log(ckpt / "trainer_state.json", saved, run.metrics_path)
+    state = load_training_state(ckpt, model, optimizer)
+    if run.is_main:
+        _truncate_log(run.metrics_path, state["global_step"])
+    return state
+
+
+def _step(model, net, optimizer, batch, inputs, *, tc: dict, hardest: bool, grounding):
+    """One optimisation step on ``batch``: (the loss, the grounding term or None)."""
+    with model.shared_encodings():  # the grounding term reuses the matching pass's encodings
+        scores = net(*inputs)
+        loss = model.loss(scores, batch, tc, hardest)  # the model's own objective (default: hinge triplet)
+        ground = None
+        if grounding is not None:
+            ground = grounding_term(model, grounding, batch, inputs, tc["grounding_temperature"],
+                                    tc["grounding_form"], tc["grounding_map"])
+            loss = loss + tc["grounding_loss"] * ground
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if tc["grad_clip"] and tc["grad_clip"] > 0:
+        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], tc["grad_clip"])
+    optimizer.step()
+    return loss, ground
+
+
+def _save_last(run: _Run, model, optimizer, state: dict, t_start: float) -> None:
+    """The run as it stands in last/ (by the main process; every rank waits for it)."""
+    if run.is_main:
+        state["elapsed"] = time.time() - t_start
+        save_training_state(run.run_dir / "last", model, optimizer, state)
     D.barrier()
-
-    net = DistributedDataParallel(model) if distributed else model
-    # a frozen cached text encoder runs once per caption of both splits, here, in large batches
-    model.prepare_captions(dataset.tokens, progress=progress and is_main)
-    model.prepare_captions(encode_captions(val_split, model), progress=progress and is_main)
-    grounding = None
-    if tc["grounding_loss"] > 0:  # phrase boxes of the train captions (val's are never read)
-        if kind is not batch_kind("image_caption"):
-            raise ConfigError("train.grounding_loss trains on (image, caption) batches: this stage trains on others")
-        check_grounding_map(model, tc["grounding_map"])
-        grounding = GroundingTargets(train_split, model, dc["entities"], progress=progress and is_main)
-    compiled = compiled_score(model) if tc["compile"] else None
-    t_start = time.time() - state.get("elapsed", 0.0)  # the log's "time" runs on across a resume
-    for epoch in range(state["epoch"], tc["epochs"]):
-        lr = lr_at(tc, epoch)
-        set_lr(optimizer, lr)
-        batches = epoch_batches(len(dataset), tc["batch_size"], tc["seed"], epoch, rank, world_size)
-        if tc["max_steps_per_epoch"]:
-            batches = batches[: tc["max_steps_per_epoch"]]
-        start = state["step_in_epoch"]
-        if hasattr(dataset, "set_epoch"):  # e.g. caption pairs drawn afresh each epoch
-            dataset.set_epoch(tc["seed"], epoch)
-        loader = DataLoader(dataset, batch_sampler=batches[start:], collate_fn=kind.collate,
-                            num_workers=tc["workers"])
-        hardest = tc["max_violation"] and epoch >= tc["warmup_epochs"]
-        # on screen epochs count from 1 ("epoch 1/7" is the first); metrics.jsonl keeps the 0-based index
-        bar = tqdm(loader, total=len(batches), initial=start, desc=f"epoch {epoch + 1}/{tc['epochs']}",
-                   disable=not (progress and is_main), leave=False)
-        model.train()
-        if compiled is not None:
-            model.score = compiled  # the training steps' score; _validate_and_keep scores eagerly
-        for step, batch in enumerate(bar, start=start):
-            inputs = kind.inputs(batch, device)
-            with model.shared_encodings():  # the grounding term reuses the matching pass's encodings
-                scores = net(*inputs)
-                loss = model.loss(scores, batch, tc, hardest)  # the model's own objective (default: hinge triplet)
-                ground = None
-                if grounding is not None:
-                    ground = grounding_term(model, grounding, batch, inputs, tc["grounding_temperature"],
-                                            tc["grounding_form"], tc["grounding_map"])
-                    loss = loss + tc["grounding_loss"] * ground
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if tc["grad_clip"] and tc["grad_clip"] > 0:
-                torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], tc["grad_clip"])
-            optimizer.step()
-            state["global_step"] += 1
-            state["step_in_epoch"] = step + 1
-            gs = state["global_step"]
-            if is_main and (gs % tc["log_every"] == 0 or step == len(batches) - 1):
-                bar.set_postfix(loss=f"{loss.item():.3f}")
-                append_line(metrics_path, json.dumps({"type": "train", "epoch": epoch, "step": step + 1,
-                                                      "global_step": gs, "loss": loss.item(), "lr": lr,
-                                                      **({} if ground is None else {"grounding": ground.item()}),
-                                                      "hardest": hardest, "time": time.time() - t_start}))
-            if tc["val_every_steps"] and gs % tc["val_every_steps"] == 0 and step + 1 < len(batches):
-                _validate_and_keep(model, val_split, device, state, run_dir, metrics_path, epoch, is_main, progress,
-                                   tc["epochs"], tc["val_top_k"])
-            if tc["checkpoint_every_steps"] and gs % tc["checkpoint_every_steps"] == 0 and step + 1 < len(batches):
-                if is_main:
-                    state["elapsed"] = time.time() - t_start
-                    save_training_state(run_dir / "last", model, optimizer, state)
-                D.barrier()
-            if tc["stop_after_steps"] and gs >= tc["stop_after_steps"]:
-                bar.close()
-                D.shutdown()
-                return {"stopped_at": gs}
-        bar.close()
-        state["epoch"], state["step_in_epoch"] = epoch + 1, 0
-        best_before = state["best_rsum"]
-        _validate_and_keep(model, val_split, device, state, run_dir, metrics_path, epoch, is_main, progress,
-                           tc["epochs"], tc["val_top_k"])
-        # epochs since val rsum last improved (every rank knows the broadcast best, so all stop together)
-        state["stale_epochs"] = 0 if state["best_rsum"] > best_before else state.get("stale_epochs", 0) + 1
-        if is_main:
-            state["elapsed"] = time.time() - t_start
-            save_training_state(run_dir / "last", model, optimizer, state)
-        D.barrier()
-        if tc["patience"] and epoch + 1 >= tc["min_epochs"] and state["stale_epochs"] >= tc["patience"]:
-            if is_main:
-                print(f"[stop] val rsum has not improved for {state['stale_epochs']} epochs (train.patience="
-                      f"{tc['patience']}): stopping after epoch {epoch + 1}/{tc['epochs']}", file=sys.stderr)
-            break
-
-    if distributed:
-        write_json(run_dir / "ranks" / f"rank{rank}.json", {"rank": rank, "weights_sha256": weights_digest(model)})
-    D.barrier()
-    D.shutdown()
-    best = run_dir / "best" / "metrics.json"
-    return json.loads(best.read_text()) if best.is_file() else {}
 
 
 def _steps_per_epoch(n: int, tc: dict, rank: int, world_size: int) -> int:
@@ -352,36 +395,37 @@ def compiled_score(model):
     return score
 
 
-def _validate_and_keep(model, val_split, device, state, run_dir, metrics_path, epoch, is_main, progress,
-                       epochs=None, top_k=0):
+def _validate_and_keep(model, val_split: PrecompSplit, state: dict, *, run: _Run, epoch: int) -> None:
+    """Validate ``model`` (every rank scores its share), log the row, keep best/ when the rsum is the best so far,
+    and tell every rank the best."""
     t0 = time.perf_counter()
     # train.compile: validation scores through the engine's own compiled path (fixed block shapes, no grad)
     compiled = model.__dict__.pop("score", None)
     try:
-        m = validate(model, val_split, device, progress=progress and is_main, top_k=top_k,  # every rank scores its share
+        m = validate(model, val_split, run.device, progress=run.shows_progress, top_k=run.tc["val_top_k"],
                      compile=compiled is not None)
     finally:
         if compiled is not None:
             model.score = compiled
-    if is_main:
-        append_line(metrics_path, json.dumps({"type": "val", "epoch": epoch, "global_step": state["global_step"],
-                                              "seconds": time.perf_counter() - t0,
-                                              **{k: v for k, v in m.items() if k != "protocol"}}))
+    if run.is_main:
+        append_line(run.metrics_path, json.dumps({"type": "val", "epoch": epoch, "global_step": state["global_step"],
+                                                  "seconds": time.perf_counter() - t0,
+                                                  **{k: v for k, v in m.items() if k != "protocol"}}))
         if m["rsum"] > state["best_rsum"]:
             state["best_rsum"], state["best_epoch"] = m["rsum"], epoch
-            with atomic_dir(run_dir / "best") as tmp:
+            with atomic_dir(run.run_dir / "best") as tmp:
                 model.save(tmp)
                 write_json(tmp / "metrics.json", {**m, "epoch": epoch, "global_step": state["global_step"]})
                 seal_checkpoint(tmp)
         # on screen epochs count from 1 ("epoch 1/7" is the first), as on the progress bar;
         # metrics.jsonl and best/metrics.json keep the 0-based index ("epoch": 0)
-        print(f"[val] epoch {epoch + 1}/{epochs} step {state['global_step']}: rsum {m['rsum']:.1f} "
+        print(f"[val] epoch {epoch + 1}/{run.tc['epochs']} step {state['global_step']}: rsum {m['rsum']:.1f} "
               f"(i2t R@1 {m['i2t_r1']:.1f}, t2i R@1 {m['t2i_r1']:.1f})", file=sys.stderr)
     D.barrier()
     # every rank must know the best so far (it is saved in every rank's trainer state)
     if D.world()[1] > 1:
         t = torch.tensor([state["best_rsum"]], dtype=torch.float64,
-                         device=device if torch.distributed.get_backend() == "nccl" else "cpu")
+                         device=run.device if torch.distributed.get_backend() == "nccl" else "cpu")
         torch.distributed.broadcast(t, 0)
         state["best_rsum"] = float(t.item())
 

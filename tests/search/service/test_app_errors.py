@@ -16,9 +16,9 @@ from PIL import Image
 
 from vlmatch.cli import main
 from vlmatch.errors import ConfigError, DataError
-from vlmatch.search.service import Limits
-from vlmatch.search.service import routes as app_module
-from vlmatch.search.service.routes import INTERNAL, create_app
+from vlmatch.search.service import Limits, create_app
+from vlmatch.search.service import search as search_routes
+from vlmatch.search.service.errors import INTERNAL
 
 from ..fake import FakeBackend
 from .test_app import assert_error, jpeg
@@ -281,13 +281,13 @@ def test_an_upload_has_its_own_cap(client):
 
 def test_uploads_are_refused_when_busy_before_any_decoding(backend, monkeypatch):
     decoded = []
-    real_check = app_module.check_upload
+    real_check = search_routes.check_upload
 
     def counting_check(data, limits):
         decoded.append(threading.current_thread().name)
         return real_check(data, limits)
 
-    monkeypatch.setattr(app_module, "check_upload", counting_check)
+    monkeypatch.setattr(search_routes, "check_upload", counting_check)
     app = create_app(backend, Limits(**{**LIMITS, "workers": 1, "queue": 0}))
     backend.gate = threading.Event()
 

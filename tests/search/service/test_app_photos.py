@@ -91,7 +91,7 @@ def test_photos_past_the_upload_cap_get_thumbnails_and_views_decoded_once(tmp_pa
     """The upload cap (here 4 M pixels) is not the indexed photos' limit: a PNG / TIFF / HEIC larger than it
     (a 48 MP phone photo, scaled down here to 5 M) has a thumbnail and a full view, each decoded once; a RAW
     is shown through its JPEG preview."""
-    from vlmatch.search.service import routes as app_module
+    from vlmatch.search.service import photos as photo_routes
 
     from ...features.raw_files import jpeg_bytes as preview
     from ...features.raw_files import tiff_raw
@@ -105,8 +105,8 @@ def test_photos_past_the_upload_cap_get_thumbnails_and_views_decoded_once(tmp_pa
     raw.write_bytes(tiff_raw(preview((120, 80))))
     backend.paths[3] = raw
     calls = []
-    real = app_module.as_jpeg
-    monkeypatch.setattr(app_module, "as_jpeg", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    real = photo_routes.as_jpeg
+    monkeypatch.setattr(photo_routes, "as_jpeg", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
     with c:
         for i in (0, 2):
             assert c.get(f"/thumbs/{i}").status_code == 200

@@ -1,6 +1,6 @@
 """What the HTTP service needs from an index, and the bounded worker pool it runs model work on.
 
-The app (:mod:`vlmatch.search.service.routes`) talks only to a :class:`SearchBackend`: open an index, search it
+The app (:mod:`vlmatch.search.service.app`) talks only to a :class:`SearchBackend`: open an index, search it
 by text, search its caption collection by image, map an id to the file the index's own table names,
 and explain one (id, text) pair as per-word weights or a heat-map PNG. :class:`IndexBackend` adapts
 ``vlmatch.Index``; tests may pass any object with the same methods.
@@ -37,7 +37,7 @@ class SearchBackend(Protocol):
         """Nearest captions ``{id, text, score}`` of the caption collection for an uploaded image
         (encoded bytes) or an indexed image id."""
 
-    def search_like(self, image: bytes | None, image_id: int | None, k: int, candidates: int,
+    def search_like(self, image: bytes | None, image_id: int | None, *, k: int, candidates: int,
                     text: str | None = None, text_weight: float | None = None, where=None) -> list[dict]:
         """Search by photo: results as :meth:`search` gives them, for an uploaded image (encoded bytes) or an
         indexed image id, optionally with a text (``vlmatch.Index.search_like``), among the photos ``where``
@@ -280,7 +280,7 @@ class IndexBackend:
         s = self._served  # this request's version, whatever a reload does meanwhile
         return self._rows(s, s.index.search(text, k=k, candidates=candidates, where=where))
 
-    def search_like(self, image: bytes | None, image_id: int | None, k: int, candidates: int,
+    def search_like(self, image: bytes | None, image_id: int | None, *, k: int, candidates: int,
                     text: str | None = None, text_weight: float | None = None, where=None) -> list[dict]:
         s = self._served
         return self._rows(s, s.index.search_like(image if image is not None else int(image_id), k=k, text=text,
@@ -299,7 +299,7 @@ class IndexBackend:
         return [{"id": r.id, "text": r.text, "score": r.score} for r in found]
 
     def explain(self, image_id: int, text: str, method: str | None = None) -> dict:
-        att = self._served.index.explain(image_id, text, method)
+        att = self._served.index.explain(image_id, text, method=method)
         parts = {"parts": {"ranker": att.parts["ranker"], "concepts": att.parts["concepts"]}} if att.parts else {}
         return {"method": att.method, "model": att.model, "words": att.words,
                 "weights": att.weights.T.tolist(),  # (k positions, n words) -> a row per word
@@ -310,4 +310,4 @@ class IndexBackend:
     def explain_png(self, image_id: int, text: str, method: str | None = None, shared_scale: bool = False) -> bytes:
         index = self._served.index
         with self._draw:
-            return index.explain_png(image_id, text, method, shared_scale=shared_scale)
+            return index.explain_png(image_id, text, method=method, shared_scale=shared_scale)
