@@ -1,8 +1,52 @@
+"""Shared fixtures, and how the suite spreads over processes (pyproject.toml: ``-n auto --dist loadfile``)."""
 
-import numpy as np
-import pytest
+import os
+import sys
 
-from vlmatch.data.synth import ToyWorld, ToyWorldConfig
+# Each xdist worker takes its share of the cores for torch, OpenMP and BLAS (set before numpy and torch load, and
+# inherited by the processes a test starts). Two workers each running two OpenMP threads on two cores made every
+# training about 4x slower than alone (the threads spin-wait on each other): a SCAN toy-world run took 92 s beside
+# another such run against 22 s alone, and 22 s beside it with one thread each.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+THREADS = max(1, (os.cpu_count() or 1) // WORKERS) if WORKERS else None
+if THREADS:
+    assert "numpy" not in sys.modules and "torch" not in sys.modules, "a plugin loaded numpy or torch before this"
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = str(THREADS)
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from vlmatch.data.synth import ToyWorld, ToyWorldConfig  # noqa: E402
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (pyproject.toml): two workers per core, eight at most, for the whole suite or named folders.
+    Most of the Milvus server tests' time is waiting on the server's timers (tests/search/backends/milvus: 805 s
+    in one process, 191 s of it on a CPU), so more workers than cores overlap those waits with the trainings.
+    A run of named files or tests stays in this process (workers take ~10 s to start); ``-n 0`` always does."""
+    if config.args and all(arg.split("::")[0].endswith(".py") for arg in config.args):
+        return 0
+    return min(8, 2 * (os.cpu_count() or 1))
+
+
+def pytest_collection_modifyitems(config, items):
+    """The files with the most slow tests first (stable otherwise): with ``--dist loadfile`` a long file that
+    starts last runs on alone while the other workers idle."""
+    slow = {}
+    for item in items:
+        slow[item.path] = slow.get(item.path, 0) + (item.get_closest_marker("slow") is not None)
+    items.sort(key=lambda item: -slow[item.path])
+
+
+@pytest.fixture(autouse=True)
+def _thread_share():
+    """Every test starts at this worker's share of the cores: a training with ``train.threads: 2`` sets torch's
+    count for the whole process, which would stay so for the tests after it."""
+    yield
+    torch = sys.modules.get("torch")
+    if THREADS and torch is not None and torch.get_num_threads() != THREADS:
+        torch.set_num_threads(THREADS)
 
 
 @pytest.fixture(autouse=True)

@@ -219,6 +219,7 @@ def coco_like(tmp_path_factory):
     return root, model.eval()
 
 
+@pytest.mark.slow  # two evaluations of 5,000 images x 10,000 captions, each fold re-ranked: ~20 s
 def test_evaluate_coco_1k_rerank_with_the_models_own_s_tt(coco_like, tmp_path, capsys):
     """`evaluate --protocol coco1k5fold --rerank` with the checkpoint's S_TT (its own, or --text-model): each
     fold re-ranked with the neighbours the model gives among that fold's captions -- the paper's COCO 1K row."""

@@ -28,7 +28,7 @@ def _train(world, tmp_path_factory, name, warmup_epochs=1, **model):
         "model": {"name": name, "embed_dim": 128, "word_dim": 32, **model},
         "data": {"path": str(world), "val_max_images": 200, "min_word_count": 1},
         "train": {"epochs": 6, "batch_size": 64, "lr": 1e-3, "lr_update": 6,
-                  "log_every": 50, "threads": 2, "warmup_epochs": warmup_epochs}})
+                  "log_every": 50, "warmup_epochs": warmup_epochs}})
     run = tmp_path_factory.mktemp(name)
     return train(cfg, run, progress=False), run
 

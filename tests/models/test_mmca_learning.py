@@ -25,7 +25,7 @@ def test_mmca_learns_and_two_stage_matches_exhaustive_at_large_k(small_world, tm
     cfg = load_config(None, extra={
         "model": {"name": "mmca", "embed_dim": 64, "heads": 4, "cnn_filters": 64, "text_encoder": str(bert)},
         "data": {"path": str(small_world), "val_max_images": 200},
-        "train": {"epochs": 4, "batch_size": 32, "lr": 1e-3, "lr_update": 4, "log_every": 50, "threads": 2,
+        "train": {"epochs": 4, "batch_size": 32, "lr": 1e-3, "lr_update": 4, "log_every": 50,
                   "warmup_epochs": 4, "val_top_k": 20}})
     from vlmatch.training.loop import train
 
@@ -33,9 +33,13 @@ def test_mmca_learns_and_two_stage_matches_exhaustive_at_large_k(small_world, tm
     assert best["rsum"] > 4 * CHANCE_RSUM, best
     assert best["protocol"] == "single, two-stage top 20"
     model = load_model(tmp_path / "run" / "best")
-    dev = PrecompSplit(small_world, "dev", max_images=200)
-    exhaustive = recall_metrics(model_scores(model, dev, progress=False))
-    i2t, t2i = two_stage_scores(model, dev, top_k=1000, progress=False)  # K = everything: the same rankings
-    two = recall_metrics(i2t, t2i)  # (up to float rounding between block layouts: allow one query's flip)
-    assert all(abs(two[k] - exhaustive[k]) <= 0.6 for k in exhaustive if k != "rsum"), (two, exhaustive)
+    exhaustive = recall_metrics(model_scores(model, PrecompSplit(small_world, "dev", max_images=200), progress=False))
     assert abs(exhaustive["rsum"] - best["rsum"]) < 30  # top 20 already recovers most of the exhaustive rsum
+    # K = everything ranks as the exhaustive scores, up to float rounding between block layouts (allow one
+    # query's flip each way); on the first 40 images and their 200 captions: (40 + 200) x 200 pairs re-scored,
+    # not (200 + 1000) x 1000 (24 s of the test's 140 s)
+    dev = PrecompSplit(small_world, "dev", max_images=40)
+    full = recall_metrics(model_scores(model, dev, progress=False))
+    two = recall_metrics(*two_stage_scores(model, dev, top_k=200, progress=False))
+    one = {"i2t": 100 / 40, "t2i": 100 / 200}  # one query's flip: in recall %, or one rank in medr / meanr
+    assert all(abs(two[k] - full[k]) <= (1 if k.endswith("r") else one[k[:3]]) for k in full if k != "rsum"), (two, full)

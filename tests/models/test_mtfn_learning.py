@@ -29,7 +29,7 @@ def _cfg(world, **train_over):
                   "input_norm": "l2"},
         "data": {"path": str(world), "val_max_images": 200, "min_word_count": 1},
         "train": {"epochs": 5, "batch_size": 64, "lr": 1e-3, "lr_update": 2, "lr_decay": 0.5, "log_every": 5,
-                  "warmup_epochs": 1, "threads": 2, **train_over}})
+                  "warmup_epochs": 1, **train_over}})
 
 
 @pytest.fixture(scope="module")

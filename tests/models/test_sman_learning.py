@@ -19,7 +19,7 @@ def test_sman_learns_far_above_chance(small_world, tmp_path, name):
     cfg = load_config(None, extra={
         "model": {"name": name, "embed_dim": 64, "word_dim": 32, "attn_dim": 32, "dropout": 0.1, "score_mode": "sum"},
         "data": {"path": str(small_world), "val_max_images": 200, "min_word_count": 1},
-        "train": {"epochs": 4, "batch_size": 64, "lr": 1e-3, "lr_update": 4, "log_every": 50, "threads": 2,
+        "train": {"epochs": 4, "batch_size": 64, "lr": 1e-3, "lr_update": 4, "log_every": 50,
                   "warmup_epochs": 1}})
     best = train(cfg, tmp_path / "run", progress=False)
     assert best["rsum"] > 4 * CHANCE_RSUM, best

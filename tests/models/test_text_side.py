@@ -154,7 +154,7 @@ def _train_toy_scan(world, tmp_path, text: dict, train: dict) -> tuple[dict, obj
     cfg = load_config(None, extra={
         "model": {"name": "scan_t2i_avg", "embed_dim": 128, "text_encoder": str(bert), **text},
         "data": {"path": str(world), "val_max_images": 200},
-        "train": {"batch_size": 64, "lr": 1e-3, "threads": 2, "log_every": 50, **train}})
+        "train": {"batch_size": 64, "lr": 1e-3, "log_every": 50, **train}})
     best = run(cfg, tmp_path / "run", progress=False)
     model = load_model(tmp_path / "run" / "best")
     again = recall_metrics(model_scores(model, PrecompSplit(world, "dev", max_images=200), progress=False))

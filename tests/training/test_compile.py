@@ -24,6 +24,7 @@ def _losses(run):
             if json.loads(ln)["type"] == "train"]
 
 
+@pytest.mark.slow  # Inductor compiles CAAN's training step twice (static, then dynamic caption lengths) and its scoring
 def test_compiled_training_equals_eager_to_float_rounding(small_world, tmp_path, capsys):
     pytest.importorskip("torch._inductor")
     # Inductor's on-disk cache is the test session's own (tests/conftest.py): kernels cached by an AVX-512 process

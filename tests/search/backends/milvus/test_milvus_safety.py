@@ -14,6 +14,7 @@ import pytest
 import torch
 
 pytest.importorskip("milvus_lite")
+pytestmark = pytest.mark.slow  # builds killed and resumed: 4-9 s a test on milvus-lite, 15-47 s on a server
 
 import vlmatch  # noqa: E402
 from vlmatch import io  # noqa: E402

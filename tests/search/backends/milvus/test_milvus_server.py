@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("pymilvus")
+pytestmark = pytest.mark.slow  # a Milvus server killed, restarted and waited on: 15-65 s a test
 
 import vlmatch  # noqa: E402
 from vlmatch import io  # noqa: E402
