@@ -7,8 +7,9 @@ probability-weighted mean of its top classes' name vectors; this module does tha
 head calls 40 % golden retriever, 30 % Labrador and 20 % other breeds is 90 % *dog*, and "a dog" finds it whatever
 the breed. Each node's weight is its probability times its specificity, ``log(1000 / classes under it) **
 ic_power`` (the root, "entity", weighs nothing); the photo's *concept vector* is the weighted mean of its ``top_k``
-heaviest nodes' name vectors, unit length, in the base sentence space of the packaged MiniLM
-(:mod:`vlmatch.encoders.sentence`), where a query is embedded by its own words.
+heaviest nodes' name vectors, unit length, in a sentence space (:mod:`vlmatch.encoders.sentence`: the packaged
+MiniLM as trained, or a ranker's own text encoder, as the shipped default's record asks), where a query is embedded
+by its own words.
 
 Exactly linear where it can be: the head is linear over the grid cells (the logits of the pooled grid are the mean
 of each cell's logits: class activation maps, CAM), so the classes a cell votes for are known per cell
