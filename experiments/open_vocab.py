@@ -206,10 +206,6 @@ def bootstrap(ranks: np.ndarray, photos: np.ndarray, n: int = 2000, seed: int = 
     return float(np.percentile(vals, 2.5)), float(np.percentile(vals, 97.5))
 
 
-def fused(Sm: np.ndarray, Sc: np.ndarray, w: np.ndarray) -> np.ndarray:
-    return zscore(Sm) + w[None, :] * zscore(Sc)
-
-
 def concept_queries(captions: list[str]) -> np.ndarray:
     """Indices of the val captions that name a held-out concept."""
     ws = WordSet([w for words in CONCEPTS.values() for w in words])
