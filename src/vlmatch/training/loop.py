@@ -258,7 +258,7 @@ def _train(cfg: dict, run_dir: Path, resume: bool, progress: bool, overwrite: bo
                 ground = None
                 if grounding is not None:
                     ground = grounding_term(model, grounding, batch, inputs, tc["grounding_temperature"],
-                                            tc["grounding_form"], tc["grounding_map"])
+                                            tc["grounding_form"], kind=tc["grounding_map"])
                     loss = loss + tc["grounding_loss"] * ground
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
