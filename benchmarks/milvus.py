@@ -362,15 +362,9 @@ def main() -> None:
     a = p.parse_args()
     server = None
     if a.server:
-        import sys
         import tempfile
 
-        here = [x for x in sys.path if Path(x or ".").resolve() == HERE]
-        sys.path[:] = [x for x in sys.path if x not in here]  # `milvus` is the server package, not this script
-        import milvus  # noqa: F401
-
-        sys.path[:0] = [*here, str(HERE.parent)]
-        from tests.search.milvus_server import MilvusTestServer
+        from vlmatch_lab.milvus_server import MilvusTestServer  # finds the server package `milvus`, not this script
 
         server = MilvusTestServer(tempfile.mkdtemp(prefix="vlmatch-bench-milvus-"), test_timers=False).start()
     host = f"{cpu_model()}, {os.cpu_count()} cores{f' ({a.note})' if a.note else ''}, OMP_NUM_THREADS=" \

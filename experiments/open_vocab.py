@@ -206,10 +206,6 @@ def bootstrap(ranks: np.ndarray, photos: np.ndarray, n: int = 2000, seed: int = 
     return float(np.percentile(vals, 2.5)), float(np.percentile(vals, 97.5))
 
 
-def fused(Sm: np.ndarray, Sc: np.ndarray, w: np.ndarray) -> np.ndarray:
-    return zscore(Sm) + w[None, :] * zscore(Sc)
-
-
 def concept_queries(captions: list[str]) -> np.ndarray:
     """Indices of the val captions that name a held-out concept."""
     ws = WordSet([w for words in CONCEPTS.values() for w in words])
@@ -551,7 +547,10 @@ def shipped_fused(captions: list[str]) -> tuple[np.ndarray, dict]:
 
 
 def relevance(a) -> None:
-    """The relevance scale (Platt on the fused score) and the "nothing matches" line, cross-fitted over val halves."""
+    """The earlier relevance scale (``relevance-own-photo``, kept for comparison): an isotonic map of the fused score
+    fitted to "this caption's own photo among the 1,000 val photos", Platt's sigmoid beside it, and the "nothing
+    matches" line, cross-fitted over val halves. The shipped relevance is experiments/relevance_fit.py's, fitted to
+    judged pairs: its form "blend 0.1", the isotonic map mixed with Platt's sigmoid at weight 0.1."""
     from vlmatch.data.precomp import read_caption_lines
 
     captions = read_caption_lines(FEATURES / "dev_caps.txt")

@@ -325,7 +325,7 @@ def writer_lock(folder: str | os.PathLike, what: str, busy: str) -> Iterator[Non
 
 
 @contextmanager
-def shared_lock(path: str | os.PathLike, exclusive: bool, waiting: str, create: bool = True,
+def shared_lock(path: str | os.PathLike, exclusive: bool, waiting: str, *, create: bool = True,
                 timeout: float | None = None, on_wait: Callable[[], None] | None = None,
                 timed_out: str = "") -> Iterator[bool]:
     """Hold ``flock`` on the file ``path`` (made if missing and ``create``), shared or ``exclusive``,

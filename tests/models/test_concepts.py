@@ -87,12 +87,17 @@ def test_a_class_flows_to_its_hypernyms():
     assert m[:4].diag().tolist() == [1, 1, 1, 1]
 
 
-def test_cell_logits_average_to_the_heads_logits():
-    """The head is linear over the cells (CAM): the mean of each cell's class scores is the pooled photo's."""
+def test_a_photo_depends_on_its_grid_only_through_the_grids_mean():
+    """The head is linear over the cells (CAM): the mean of each cell's class scores is the pooled photo's, so a grid
+    and a grid of its mean cell give the same node weights and concept vector."""
     sc = scorer(ConceptOptions())
     grid = torch.randn(2, 9, 6)
-    pooled = grid.mean(1) @ sc.weight.T + sc.bias
-    assert torch.allclose(sc.cell_logits(grid).mean(1), pooled, atol=1e-5)
+    flat = grid.mean(1, keepdim=True).expand(-1, 9, -1)
+    cells = grid @ sc.weight.T + sc.bias
+    assert torch.allclose(cells.mean(1), grid.mean(1) @ sc.weight.T + sc.bias, atol=1e-5)
+    assert torch.allclose(sc.node_weights(grid), sc.node_weights(flat), atol=1e-6)
+    assert torch.allclose(sc.photo_vectors(grid), sc.photo_vectors(flat), atol=1e-6)
+    assert not torch.allclose(sc.node_weights(grid), sc.node_weights(torch.randn(2, 9, 6)), atol=1e-3)
 
 
 def test_options_out_of_range_are_refused():

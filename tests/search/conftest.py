@@ -27,7 +27,7 @@ def milvus_server():
     """One embedded Milvus standalone server (2.3.5) for the whole session, in a temporary folder on free
     ports, stopped at the end (only the process it started). Skipped, with the reason, where the
     ``milvus`` package cannot run (not installed, not Linux)."""
-    from .milvus_server import MilvusTestServer, why_not
+    from vlmatch_lab.milvus_server import MilvusTestServer, why_not
 
     why = why_not()
     if why:

@@ -61,7 +61,7 @@ def _loss_of(model):
     torch.manual_seed(1)
     feats = torch.randn(3, 9, 6, dtype=torch.float64)
     batch = {"caption_index": torch.tensor([0, 1, 2])}
-    return lambda: grounding_term(model, _Targets(), batch, (feats, None, tokens, lengths), 0.5, "mass", "gradient")
+    return lambda: grounding_term(model, _Targets(), batch, (feats, None, tokens, lengths), 0.5, "mass", kind="gradient")
 
 
 @pytest.mark.parametrize("name,kw", [("sman", {"attn_dim": 5}), ("vsepp", {"text_pool": "mean"})])

@@ -155,11 +155,6 @@ def collate_captions(batch):
     return {"tokens": tokens, "lengths": lengths, "index": torch.tensor(idx)}
 
 
-def image_loader(split: PrecompSplit, batch_size: int = 128, num_workers: int = 0) -> DataLoader:
-    return DataLoader(ImageDataset(split), batch_size=batch_size, shuffle=False, num_workers=num_workers,
-                      collate_fn=collate_images)
-
-
 def caption_loader(split: PrecompSplit, text, batch_size: int = 128, num_workers: int = 0,
                    tokens=None) -> DataLoader:
     """Batches of tokenised captions; ``text`` is a model or a Vocab (see :func:`encode_captions`)."""

@@ -31,7 +31,7 @@ from .hf import HFTextEncoder
 class PretrainedWords(nn.Module):
     """Transformer token vectors -> learned affine layer -> (words (B, L, D), final (B, D))."""
 
-    def __init__(self, path: str | os.PathLike | None, out_dim: int, finetune: bool = False, cache: bool = True,
+    def __init__(self, path: str | os.PathLike | None, out_dim: int, *, finetune: bool = False, cache: bool = True,
                  max_tokens: int = 64, dropout: float = 0.0, context: bool = True, lora=None):
         super().__init__()
         self.context = context

@@ -76,7 +76,7 @@ class Tally:
 
 
 def image_phrase_maps(model: MatchingModel, features: np.ndarray, captions: list[str],
-                      phrases: list[GroundedPhrase], method: str, as_query: bool = False,
+                      phrases: list[GroundedPhrase], method: str, *, as_query: bool = False,
                       mirror: np.ndarray | None = None) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Each phrase's (k,) map and each caption's (k,) mean map for one image (``as_query``: attention and
     contribution too score each phrase, and each caption, as its own query). ``mirror``: the features of the
@@ -112,7 +112,7 @@ def _image_phrase_maps(model: MatchingModel, features: np.ndarray, captions: lis
 
 
 def pointing_game(model: MatchingModel, features: Sequence[np.ndarray] | np.ndarray, filenames: Sequence[str],
-                  entities, method: str, grid: int | None = None,
+                  entities, method: str, *, grid: int | None = None,
                   progress: Callable | bool = False, phrase_as_query: bool = False,
                   mirror_features: Sequence[np.ndarray] | np.ndarray | None = None) -> dict:
     """Pointing accuracy of ``method``'s maps of ``model`` over every grounded phrase of the images.
@@ -152,7 +152,8 @@ def pointing_game(model: MatchingModel, features: Sequence[np.ndarray] | np.ndar
         feats = np.asarray(features[i], dtype=np.float32)
         captions = [s.text for s in sentences]
         mirror = None if mirror_features is None else np.asarray(mirror_features[i], dtype=np.float32)
-        maps, caption_maps = image_phrase_maps(model, feats, captions, phrases, method, phrase_as_query, mirror)
+        maps, caption_maps = image_phrase_maps(model, feats, captions, phrases, method, as_query=phrase_as_query,
+                                                mirror=mirror)
         centres = cell_centres(grid, ann.width, ann.height)
         centre = (ann.width / 2.0, ann.height / 2.0)
         mine = Tally()

@@ -215,7 +215,7 @@ def rerank(sims: np.ndarray, k: int, k_text: int = DEFAULT_K_TEXT, text_sims=Non
     return rerank_i2t(sims, k, progress=progress), rerank_t2i(sims, k, neighbors, progress=progress)
 
 
-def evaluate_reranked(sims: np.ndarray, protocol: str = "single", k: int | None = None,
+def evaluate_reranked(sims: np.ndarray, protocol: str = "single", k: int | None = None, *,
                       k_text: int = DEFAULT_K_TEXT, text_sims=None, neighbors: np.ndarray | None = None,
                       source="<scores>", progress: bool = False, fold_images: int = 1000) -> dict:
     """Recalls before and after re-ranking, both directions, under ``protocol`` (5-fold COCO re-ranks
@@ -258,7 +258,7 @@ def fold_neighbors(neighbors: np.ndarray, fc: slice, source="<scores>") -> np.nd
     return nb - fc.start
 
 
-def model_text_neighbors(model, split, k_text: int, device="cpu", chunk: int = 1024, progress: bool = False,
+def model_text_neighbors(model, split, k_text: int, *, device="cpu", chunk: int = 1024, progress: bool = False,
                          group: int | None = None) -> np.ndarray:
     """G(T, K') \\ {T} of every caption of ``split`` from a model's learned S_TT (``model.caption_scores``,
     e.g. MTFN's text-text branch), computed in row blocks (the n_cap x n_cap matrix is never held); with
@@ -344,7 +344,7 @@ def is_vlmatch_checkpoint(folder) -> bool:
     return isinstance(cfg, dict) and "name" in cfg
 
 
-def model_neighbors(folder, data, split_name: str, n_captions: int, k_text: int, max_images: int | None = None,
+def model_neighbors(folder, data, split_name: str, n_captions: int, k_text: int, *, max_images: int | None = None,
                     device="auto", required: bool = True, group: int | None = None,
                     progress: bool = False) -> tuple[np.ndarray | None, str]:
     """G(T, K') of the captions of ``data``/``split_name`` from a checkpoint's text-text branch or an offline

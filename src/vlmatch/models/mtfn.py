@@ -229,10 +229,6 @@ class MTFN(TextSide, MatchingModel):
         """The unfolded per-item vectors of size R·d_f + 1 (the paper's sum over ranks as one product)."""
         return self.it.rank_vectors(img.embedding, txt.embedding)
 
-    def caption_embeddings(self, a: MTFNText, b: MTFNText) -> tuple[Tensor, Tensor]:
-        """Per-caption vectors with S_TT = sigmoid(⟨row, column⟩)."""
-        return self.tt.global_vectors(a.pair, b.pair)
-
     # --- stages and objectives -----------------------------------------------------------
     def begin_stage(self, stage: str | None) -> str:
         """Enter a training stage; returns the batch kind it trains on (see vlmatch.data.loaders)."""

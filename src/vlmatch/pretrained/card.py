@@ -55,7 +55,8 @@ def _search_lines(e: Pretrained) -> list[str]:
         out.append(f"- Index build: {s['build_images_per_s']:.1f} images/s{runs} from JPEG folders "
                    f"({s.get('build_note', 'feature extraction included')}).")
     if "query_p50_ms" in s:
-        out.append(f"- Text query with the default pair at {s.get('n_images', 0):,} images: p50 {s['query_p50_ms']:.1f} ms, "
+        where = "in the default search " if e.default else ""
+        out.append(f"- Text query {where}at {s.get('n_images', 0):,} images: p50 {s['query_p50_ms']:.1f} ms, "
                    f"p99 {s['query_p99_ms']:.1f} ms ({s.get('latency_note', 'text encoding included')}).")
     if "two_stage_r10" in s:
         out.append(f"- Two-stage text-to-image R@10 on Flickr8k val at K = 100, the concept columns included: "
@@ -91,12 +92,21 @@ def _open_vocab_lines(e: Pretrained) -> list[str]:
 
 
 def _pair_lines(e: Pretrained) -> list[str]:
+    """The pair this re-scorer was measured in: "the default search pair" only while it and its retriever are the
+    defaults (vlmatch.pretrained.default_pair), else the command that builds an index with that pair."""
     p = e.val.get("pair")
     if not p:
         return []
     rec = ", ".join(f"{name} {p[k]:.1f}" for k, name in RECALLS.items() if k in p)
-    return [f"- In the default search pair, stage 2 ranks by the mean of this model's score and "
-            f"`pretrained:{p['retriever']}`'s (`index build --score {p['score']}`): val rsum {p['rsum']:.1f}; {rec}."]
+    retriever = next((x for x in entries() if x.name == p["retriever"]), None)
+    if e.default and retriever is not None and retriever.default:
+        lead = f"In the default search pair, stage 2 ranks by the mean of this model's score and " \
+               f"`pretrained:{p['retriever']}`'s (`index build --score {p['score']}`)"
+    else:
+        lead = f"Paired with `pretrained:{p['retriever']}` as its stage 1 (not the default search: `index build --model " \
+               f"pretrained:{e.name} --retriever pretrained:{p['retriever']} --score {p['score']}`), stage 2 ranks by the " \
+               f"mean of the two models' scores"
+    return [f"- {lead}: val rsum {p['rsum']:.1f}; {rec}."]
 
 
 def _calibration_lines(e: Pretrained, above: str = "The val figures above are") -> list[str]:

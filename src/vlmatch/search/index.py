@@ -41,9 +41,6 @@ from .open_vocab import OpenVocab, check_pins, concepts_fix
 SearchResult = SearchHit  # its name before 0.2, kept for one release
 
 
-Collection = FolderCollection  # its name before the backend interface
-
-
 class Index:
     """An index folder opened for search (see :mod:`vlmatch.search.build` for its layout)."""
 

@@ -63,10 +63,10 @@ def photo_row(data: bytes, path: Path, mtime_ns: int | None = None) -> dict:
     ``notes`` on tags that were there but unusable. ``mtime_ns``: ``--date-from-mtime``, the file's mtime
     is the capture time of a photo without one (``taken_from``: ``"mtime"``). Never raises: the pixels
     were read already, and a photo whose EXIF cannot be read is indexed without it."""
-    from PIL import Image
+    from ..features.photo import open_image
 
     try:
-        with Image.open(_Bytes(data, path)) as im:  # the header only: nothing is decoded
+        with open_image(_Bytes(data, path)) as im:  # the header only: nothing is decoded
             meta = photo_meta(im)
     except Exception as e:  # noqa: BLE001 - whatever the decoder raises, the photo indexes without EXIF
         meta = {"notes": [f"EXIF not read ({type(e).__name__})"]}

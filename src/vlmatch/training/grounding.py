@@ -161,7 +161,7 @@ def check_grounding_map(model: MatchingModel, kind: str) -> None:
 
 
 def grounding_term(model: MatchingModel, targets: GroundingTargets, batch: dict, inputs: tuple, temperature: float,
-                   form: str = "mass", kind: str = "contribution") -> Tensor:
+                   form: str = "mass", *, kind: str = "contribution") -> Tensor:
     """The batch's grounding loss: its phrases' maps against their boxes. ``kind``: "contribution" (the exact
     shares of the score, ``position_contributions``) or "attention" (``position_attention``), where a phrase's
     map is the sum of its tokens' columns, as the pointing game (:mod:`vlmatch.evaluation.explainers`) sums

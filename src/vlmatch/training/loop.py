@@ -336,7 +336,7 @@ def _step(model, net, optimizer, batch, inputs, *, tc: dict, hardest: bool, grou
         ground = None
         if grounding is not None:
             ground = grounding_term(model, grounding, batch, inputs, tc["grounding_temperature"],
-                                    tc["grounding_form"], tc["grounding_map"])
+                                    tc["grounding_form"], kind=tc["grounding_map"])
             loss = loss + tc["grounding_loss"] * ground
     optimizer.zero_grad(set_to_none=True)
     loss.backward()

@@ -84,7 +84,7 @@ def pair_attention(model: MatchingModel, features, caption: str, mask=None) -> P
 
 
 def explain_pair(model: MatchingModel, features, caption: str, method: str = "attention",
-                 phrases: list[str] | tuple[str, ...] = (), mask=None, mirror_features=None) -> PairAttention:
+                 phrases: list[str] | tuple[str, ...] = (), *, mask=None, mirror_features=None) -> PairAttention:
     """Heat maps of one image (features (k, img_dim)) and a caption by ``method`` (see
     :mod:`vlmatch.evaluation.explainers`): one column per word, then one per phrase of ``phrases``.
 

@@ -97,7 +97,7 @@ def title_of(att: PairAttention) -> str:
     return f"{att.method} maps, score {att.score:.3f}"
 
 
-def render(att: PairAttention, image, out=None, boxes=None, cols: int | None = None, display: int = PANEL,
+def render(att: PairAttention, image, out=None, *, boxes=None, cols: int | None = None, display: int = PANEL,
            title: str | None = None, all_words: bool = False, shared_scale: bool = False) -> Path | bytes:
     """The PNG: the image (a path or an HxWx3 uint8 array), at its own aspect ratio, with one overlay per
     content word (:func:`vlmatch.viz.words.shown_columns`: special tokens never, function words with

@@ -204,7 +204,7 @@ def auth_server():
     import shutil
     import tempfile
 
-    from ...milvus_server import MilvusTestServer
+    from vlmatch_lab.milvus_server import MilvusTestServer
 
     base = tempfile.mkdtemp(prefix="vlmatch-milvus-auth-")
     server = MilvusTestServer(base, auth=True).start()

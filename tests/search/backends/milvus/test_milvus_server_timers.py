@@ -3,7 +3,7 @@
 
 import pytest
 
-from ...milvus_server import MilvusTestServer, why_not
+from vlmatch_lab.milvus_server import MilvusTestServer, why_not
 
 if why_not():
     pytest.skip(why_not(), allow_module_level=True)

@@ -1,5 +1,5 @@
-"""A Milvus standalone server process for the tests: the embedded server of the PyPI package
-``milvus`` (2.3.5, ``pip install 'vlmatch[milvus-server]'``) started in a folder of its own on free
+"""A Milvus standalone server process for the tests and the benchmarks: the embedded server of the PyPI
+package ``milvus`` (2.3.5, ``pip install 'vlmatch[milvus-server]'``) started in a folder of its own on free
 ports. Only the process this object started is ever stopped or killed (by its pid).
 
     server = MilvusTestServer(tmp_dir).start()   # 10-15 s
@@ -11,13 +11,14 @@ ports. Only the process this object started is ever stopped or killed (by its pi
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import os
 import signal
 import socket
 import subprocess
+import sys
 from pathlib import Path
-
-from .serving import free_port
 
 _PARTS = ("rootCoord", "proxy", "queryCoord", "queryNode", "indexNode", "dataCoord", "dataNode")
 
@@ -35,14 +36,43 @@ _TIMERS_ADDED = (  # keys the package's template does not have, inserted under t
 _TIMERS_SET = {"queryCoord.checkInterval": 200, "queryCoord.distPullInterval": 100}  # ms (1000, 500)
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_package():
+    """The embedded server package ``milvus``, found past any plain module of that name: Python puts a script's
+    folder first on the path, and ``python benchmarks/milvus.py`` would import itself. The path is read, never
+    changed. ImportError when the package is not installed."""
+    known = sys.modules.get("milvus")
+    if known is not None and hasattr(known, "MilvusServer"):
+        return known
+    for entry in sys.path:
+        spec = importlib.machinery.PathFinder.find_spec("milvus", [entry or os.getcwd()])
+        if spec is not None and spec.origin and spec.origin.endswith("__init__.py"):  # a package, not a milvus.py
+            break
+    else:
+        raise ImportError("no package named 'milvus' (the embedded Milvus server): pip install 'vlmatch[milvus-server]'")
+    if known is not None:
+        raise ImportError(f"'milvus' is already imported from {known.__file__}, not the embedded Milvus server")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["milvus"] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules["milvus"]
+        raise
+    return module
+
+
 def why_not() -> str | None:
     """None when the embedded server can run here, else why not (the reason a skip prints)."""
     try:
-        import milvus  # noqa: F401
+        server_package()
     except ImportError:
         return "the Milvus server tests need the embedded server: pip install 'vlmatch[milvus-server]'"
-    import sys
-
     if not sys.platform.startswith("linux"):
         return f"the embedded Milvus server package ships Linux binaries only (this is {sys.platform})"
     return None
@@ -86,10 +116,8 @@ class MilvusTestServer:
         return proc.pid if proc else None
 
     def start(self) -> MilvusTestServer:
-        import milvus
-        from milvus import MilvusServer, MilvusServerConfig
-
-        cfg = MilvusServerConfig(template=str(self._template()))
+        milvus = server_package()
+        cfg = milvus.MilvusServerConfig(template=str(self._template()))
         cfg.glog_conf_file = str(Path(milvus.__file__).parent / "data" / "glog.conf")
         cfg.set("etcd_config_path", str(self.base / "etcd-embed.yaml"))
         cfg.update(etcd_port=self.etcd[0])
@@ -97,9 +125,10 @@ class MilvusTestServer:
             self.parts = {k: free_port() for k in PART_PORTS}  # default (rootcoord 53100, ...) and only checks it
         cfg.update(**self.parts)  # is free, so two servers starting at once (two test workers) both take it
         cfg.try_bind_port = _bind  # a restart after kill -9 finds its ports in TIME_WAIT: Milvus reuses them
-        if self.port is not None:  # a restart keeps its URI
-            cfg.update(proxy_port=self.port)
-        s = MilvusServer(cfg)
+        if self.port is None:  # the package tries 19530, 19531, ... and frees the port before the server listens,
+            self.port = free_port()  # so two servers starting at once took the same one: a free port of its own
+        cfg.update(proxy_port=self.port)  # a restart keeps its URI
+        s = milvus.MilvusServer(cfg)
         s.set_base_dir(str(self.base))
         for c in _PARTS:  # else the parts talk over the host's address
             s.config.set(f"{c}.ip", "127.0.0.1")
@@ -119,8 +148,7 @@ class MilvusTestServer:
     def _template(self) -> Path:
         """The package's config template with the embedded etcd's own config file: the package leaves etcd's
         peer port at 2380 (and its client port at 2379), so a second server on the host would not start."""
-        import milvus
-
+        milvus = server_package()
         self.base.mkdir(parents=True, exist_ok=True)
         if self.etcd is None:
             self.etcd = (free_port(), free_port())
