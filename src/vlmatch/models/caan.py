@@ -275,7 +275,7 @@ class CAAN(TextSide, MatchingModel):
             vk=img.vk, words=txt.words, p1=2 * img.p1 if sem else None, p4=2 * img.p4 if c.inter else None,
             p2=None, p3=None, fa_v=2 * img.p1 if fa else None, fa_u=2 * txt.p3 if fa else None,
             rmask=rmask, wmask=wmask)
-        lv, lu = caan_block.logits(op, c.inter, sem, self.w_v, self.w_u, _dtype(c), per_pair)
+        lv, lu = caan_block.logits(op, c.inter, sem, self.w_v, self.w_u, gemm_dtype=_dtype(c), per_pair=per_pair)
         return (masked_softmax(lv, None if rmask is None else rmask[:, None, :], dim=2),
                 masked_softmax(lu, None if wmask is None else wmask[None], dim=2))
 

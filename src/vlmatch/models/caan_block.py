@@ -66,7 +66,7 @@ class Operands:
 
 
 @torch.no_grad()
-def logits(op: Operands, inter: bool, semantic: bool, w_v: Tensor, w_u: Tensor, gemm_dtype=None,
+def logits(op: Operands, inter: bool, semantic: bool, w_v: Tensor, w_u: Tensor, *, gemm_dtype=None,
            per_pair: tuple[Tensor | None, Tensor | None] = (None, None)) -> tuple[Tensor, Tensor]:
     """The attention logits w_v · f̃_i (Ni, Nt, k) and w_u · g̃_j (Ni, Nt, n) of every pair of the block.
 
