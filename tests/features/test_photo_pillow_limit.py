@@ -27,7 +27,7 @@ def test_reading_a_201_megapixel_photo_leaves_pillows_limit_as_it_was(tmp_path):
     code = f"""
 import PIL.Image as Image
 default = Image.MAX_IMAGE_PIXELS
-import vlmatch, vlmatch.features.photo as photo, vlmatch.search.build as build
+import vlmatch, vlmatch.features.photo as photo, vlmatch.search.inputs as build
 from pathlib import Path
 path = Path({str(path)!r})
 assert photo.open_photo(path, 320).size == (2048, 1536)
