@@ -190,24 +190,36 @@ def measures(p: np.ndarray, y: np.ndarray, clear_no: np.ndarray, t: float) -> di
             "line": t, **line_rates(p, y, clear_no, t), "reliability": bins}
 
 
-def query_lines(pairs: list[dict], p: np.ndarray, y: np.ndarray, t: np.ndarray) -> dict:
-    """Per query: the line should not fire where the top result is a judged match and should where none of the
-    query's judged top results (ranks 1, 2, 4) is."""
+def top_photos(pairs: list[dict], y: np.ndarray) -> tuple[list[int], list[int]]:
+    """The pair index of each query's top photo, split: queries whose top photo is a judged match, and queries none
+    of whose judged top results (ranks 1, 2, 4) is (queries with a match at rank 2 or 4 only are in neither)."""
     by_q: dict[int, list[int]] = {}
     for i, pr in enumerate(pairs):
         by_q.setdefault(pr["query"], []).append(i)
-    fires_on_match, silent_on_none, n_match, n_none = 0, 0, 0, 0
+    matched, unmatched = [], []
     for idx in by_q.values():
         top = next(i for i in idx if pairs[i]["rank"] == 1)
-        fires = p[top] < t[top]
         if y[top]:
-            n_match += 1
-            fires_on_match += fires
+            matched.append(top)
         elif not any(y[i] for i in idx if pairs[i]["rank"] <= 4):
-            n_none += 1
-            silent_on_none += not fires
-    return {"queries_top_match": n_match, "line_on_them": int(fires_on_match),
-            "queries_no_match_in_top4": n_none, "line_missing_on_them": int(silent_on_none)}
+            unmatched.append(top)
+    return matched, unmatched
+
+
+def query_lines(pairs: list[dict], p: np.ndarray, y: np.ndarray, t: np.ndarray) -> dict:
+    """Per query: the line should not fire where the top result is a judged match and should where none of the
+    query's judged top results (ranks 1, 2, 4) is."""
+    matched, unmatched = top_photos(pairs, y)
+    return {"queries_top_match": len(matched), "line_on_them": int(sum(p[i] < t[i] for i in matched)),
+            "queries_no_match_in_top4": len(unmatched), "line_missing_on_them": int(sum(p[i] >= t[i] for i in unmatched))}
+
+
+def query_folds(pairs: list[dict]) -> np.ndarray:
+    """Each pair's fold: the queries dealt at random (seed SEED) into FOLDS folds, a query's pairs together."""
+    qs = np.array([pr["query"] for pr in pairs])
+    uq = np.unique(qs)
+    fold_of_q = dict(zip(uq, np.random.default_rng(SEED).permutation(len(uq)) % FOLDS, strict=True))
+    return np.array([fold_of_q[q] for q in qs])
 
 
 def labels(pairs: list[dict], ratings: dict[str, dict[str, int]]) -> tuple[list[dict], np.ndarray]:
@@ -261,10 +273,7 @@ def main() -> None:
     pairs, mean = labels(d["pairs"], ratings)
     x = np.array([pr["score"] for pr in pairs], dtype=np.float64)
     y, clear_no = mean >= 3, mean <= 1.5
-    qs = np.array([pr["query"] for pr in pairs])
-    uq = np.unique(qs)
-    fold_of_q = dict(zip(uq, np.random.default_rng(SEED).permutation(len(uq)) % FOLDS, strict=True))
-    fold = np.array([fold_of_q[q] for q in qs])
+    fold = query_folds(pairs)
     cross, lines, preds = cross_fit(x, y, clear_no, fold)
     form = min(FORMS, key=lambda f: cross[f]["brier"])
     model, shipped = shipped_map(form, x, y)
@@ -286,7 +295,7 @@ def main() -> None:
     out = {
         "what": " ".join(__doc__.split("\n\n")[2].split()),
         "command": "python experiments/relevance_fit.py",
-        "round": ROUND, "pairs": len(pairs), "queries": int(len(uq)), **readers_summary(ratings, mean),
+        "round": ROUND, "pairs": len(pairs), "queries": len({pr["query"] for pr in pairs}), **readers_summary(ratings, mean),
         "by_kind": {k: {"pairs": int(sum(pr["kind"] == k for pr in pairs)),
                         "matches": int(sum(y[i] for i, pr in enumerate(pairs) if pr["kind"] == k))}
                     for k in ("val caption", "everyday")},

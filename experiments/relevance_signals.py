@@ -26,7 +26,19 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from relevance_fit import FOLDS, FORMS, JUDGMENTS, RESULTS, ROUND, SEED, auc, cross_fit, labels, query_lines, read_ratings
+from relevance_fit import (
+    FORMS,
+    JUDGMENTS,
+    RESULTS,
+    ROUND,
+    auc,
+    cross_fit,
+    labels,
+    query_folds,
+    query_lines,
+    read_ratings,
+    top_photos,
+)
 
 from vlmatch.io import write_json
 from vlmatch_lab.host import cpu_flags, cpu_model
@@ -81,19 +93,10 @@ def signal_table(index, pairs: list[dict], texts: list[str]) -> dict[str, np.nda
 def top_photo_auc(pairs: list[dict], x: np.ndarray, y: np.ndarray) -> dict:
     """How well the top photo's signal separates queries whose top photo matches from those with no match in ranks
     1, 2 and 4."""
-    by_q: dict[int, list[int]] = {}
-    for i, pr in enumerate(pairs):
-        by_q.setdefault(pr["query"], []).append(i)
-    top_match, top_none = [], []
-    for idx in by_q.values():
-        top = next(i for i in idx if pairs[i]["rank"] == 1)
-        if y[top]:
-            top_match.append(x[top])
-        elif not any(y[i] for i in idx if pairs[i]["rank"] <= 4):
-            top_none.append(x[top])
-    v = np.array(top_match + top_none)
-    lab = np.array([True] * len(top_match) + [False] * len(top_none))
-    return {"queries_top_match": len(top_match), "queries_no_match_in_top4": len(top_none), "auc": round(auc(v, lab), 4)}
+    matched, unmatched = top_photos(pairs, y)
+    lab = np.array([True] * len(matched) + [False] * len(unmatched))
+    return {"queries_top_match": len(matched), "queries_no_match_in_top4": len(unmatched),
+            "auc": round(auc(x[matched + unmatched], lab), 4)}
 
 
 def main(argv=None) -> None:
@@ -105,10 +108,7 @@ def main(argv=None) -> None:
     d = json.loads((JUDGMENTS / "pairs.json").read_text())
     pairs, mean = labels(d["pairs"], read_ratings(ROUND))
     y, clear_no = mean >= 3, mean <= 1.5
-    qs = np.array([pr["query"] for pr in pairs])
-    uq = np.unique(qs)
-    fold_of_q = dict(zip(uq, np.random.default_rng(SEED).permutation(len(uq)) % FOLDS, strict=True))
-    fold = np.array([fold_of_q[q] for q in qs])
+    fold = query_folds(pairs)
     signals = signal_table(Index.open(a.index), pairs, d["queries"])
     rows = {}
     for name, x in signals.items():
