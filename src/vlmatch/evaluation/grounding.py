@@ -1,19 +1,10 @@
 """The pointing game on Flickr30k Entities: does a phrase's heat map peak inside the thing it names?
 
-For every phrase of a caption whose Entities chain has at least one box: the phrase's map (an
-explanation method's per-position weights: with ``attention``/``contribution`` the sum over the phrase's
-tokens in its caption, token spans from the model's own tokenizer; with ``gradient``/``occlusion`` the
-phrase scored as its own query) -> its peak -> a hit when the peak falls inside any box of the chain.
-
-The peak: the grid cell with the largest weight, at its centre. Upsampling a g x g map bilinearly to the
-image keeps its maximum at that cell's centre (for an edge cell the upsampled map is flat from the centre
-to the border, and we take the centre), so this is "the peak of the map upsampled to the image" without
-the upsampling. The features are of the whole photo resized (no crop), so cell (r, c) covers
-[c/g, (c+1)/g] x [r/g, (r+1)/g] of the original photo, in which the boxes are given.
-
-In the same run, on the same phrases, three baselines: ``centre`` (always point at the photo's centre),
-``caption_mean`` (the whole caption's map, the same for every phrase of it: the method without phrase
-specificity) and ``ceiling`` (the best any cell centre could do: some cell centre lies in a box).
+For every phrase whose Entities chain has a box: the phrase's map (see :mod:`.explainers`) -> its peak, the
+centre of the cell with the largest weight (where a bilinear upsampling of the map peaks too) -> a hit when it
+falls inside any box of the chain. The features are of the whole photo resized, so cell (r, c) covers
+[c/g, (c+1)/g] x [r/g, (r+1)/g] of it. Baselines on the same phrases: ``centre`` (the photo's centre),
+``caption_mean`` (the whole caption's map) and ``ceiling`` (some cell centre lies in a box).
 """
 
 from __future__ import annotations

@@ -1,20 +1,8 @@
-"""Retrieval metrics and evaluation protocols on a score matrix ``sims`` (n_images x n_captions).
+"""Retrieval metrics and protocols on a score matrix ``sims`` (n_images x n_captions, caption j of image j // per).
 
-Caption j belongs to image ``j // per`` with ``per = n_captions / n_images`` (5 for Flickr/COCO).
-
-* image -> text: the rank of the best-scored ground-truth caption of each image;
-* text -> image: the rank of each caption's image;
-* R@K = % of queries with rank < K; medr = floor(median rank) + 1; meanr = mean rank + 1;
-  rsum = sum of the six recalls.
-
-Ties are counted against the ground truth: the rank of a ground truth is the number of wrong
-items scored greater than *or equal to* it. A constant score matrix therefore gets the worst
-ranks, not the best; no stable-sort accident can favour the ground truth.
-
-Protocols: ``single`` (the whole matrix, e.g. Flickr30K 1K, Flickr8k, COCO 5K), ``coco5k`` (the
-whole 5000 x 25000 ``testall`` matrix), ``coco1k5fold`` (mean over 5 folds of 1000 images:
-images [i*1000:(i+1)*1000] and captions [i*5000:(i+1)*5000]). The 5-fold rsum is the mean of the
-fold rsums, which is also the sum of the mean recalls (the official SCAN summary prints a wrong one).
+R@K = % of queries with rank < K, medr = floor(median rank) + 1, meanr = mean rank + 1, rsum = the six recalls'
+sum. Ties count against the ground truth (its rank counts the wrong items scored >= it), so a constant matrix
+gets the worst ranks. Protocols and the 5-fold mean: docs/evaluation.md.
 """
 
 from __future__ import annotations

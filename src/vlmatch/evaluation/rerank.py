@@ -1,35 +1,19 @@
 """Cross-modal re-ranking (MTFN-RR, Wang et al. ACM MM 2019, §3.2) on ANY score matrix.
 
-``sims[i, t]`` scores image i against caption t (rows images, columns captions, as everywhere in
-vlmatch). Positions are 0-based; a "ranking" is the stable descending sort of a row or column
-(equal scores keep index order, lower index first).
+``sims[i, t]`` scores image i against caption t; positions are 0-based; a "ranking" is the stable descending
+sort of a row or column (equal scores keep index order).
 
 * I2T (eq. 8-12): for query image I take its top-K captions T_1..T_K; p(T_j) = the position of I in
   T_j's own ranking of all images; reorder the K candidates by p. Captions beyond K keep their order.
 * T2I (eq. 13-15): for query caption T take its top-K images I_1..I_K; p(I_j) = the first position k in
   I_j's ranking of all captions whose caption T_k has T in G(T_k, K'); reorder the K by p.
+* G(T_k, K') = {T_k} ∪ the K' nearest *other* captions of T_k by S_TT(T_k, ·) (ties to the lower index). T is
+  its own neighbour, so p is always defined and K' = 0 is the paper's "w/o S_TT"; S_TT only moves a candidate
+  earlier. Ties in p are stable, and candidates tied in p and score stay tied for the protocol's tie rule.
 
-Decisions (the paper is silent; written down here and in the README):
-
-* G(T_k, K') = {T_k} ∪ the K' nearest *other* captions of T_k by S_TT(T_k, ·) (row T_k; S_TT need not be
-  symmetric; ties broken by lower index). T counts as its own neighbour, so with K' = 0 (or without
-  S_TT) p(I_j) is the position of T itself in I_j's ranking -- the paper's "w/o S_TT" row -- and S_TT
-  can only move a candidate earlier, never later.
-* Because every ranking covers all items, some caption always qualifies (T itself), so p is always
-  defined: there is no "no caption qualifies" case. (The same holds for I2T: I is in every ranking.)
-* Ties in p are stable: candidates with equal p keep their original order. Candidates whose p AND
-  original score are both equal stay tied in the re-ranked scores, so the protocol's tie rule (ties
-  count against the ground truth) still applies to them.
-* S_TT never comes from the ground-truth grouping of captions: it is a matrix the caller supplies, MTFN's
-  text-text branch, or an offline sentence encoder (:func:`neighbors_from_vectors`).
-
-The re-ranked lists are returned as score matrices (candidates lifted above every other item in the
-order p gives, the rest unchanged), so the very same protocol code (:mod:`vlmatch.evaluation.metrics`) evaluates
-them: one matrix for I2T (rows re-ranked), one for T2I (columns re-ranked).
-
-Cost on COCO 5K (5000 x 25000, K = 7): one stable sort of every image's row (the positions T2I needs,
-n_img x n_cap int32), column scans for the K candidates of each image, and K x (K'+1) look-ups per
-caption; see benchmarks/rerank.py.
+The re-ranked lists come back as score matrices (candidates lifted above the rest in p's order), one for I2T
+(rows), one for T2I (columns), so :mod:`vlmatch.evaluation.metrics` evaluates them. The decisions and where
+S_TT comes from: docs/evaluation.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """The scoring engine: the full (images x captions) score matrix in memory-bounded blocks.
 
-Images are encoded once and kept; captions are encoded chunk by chunk (sorted by length so a
-block carries little padding) and every chunk is scored against every image block with the
-model's own vectorised ``score`` -- the very function training uses. Only the block workspace,
-the image encodings and the float32 output live in memory at once.
-
-The default budget (32 MiB of block workspace) keeps a block's temporaries in the last-level
-cache. Bigger blocks make no GEMM faster, but every fresh temporary of hundreds of MB is mapped,
-page-faulted and zeroed by the kernel on every block: CAAN with 1.5 GiB blocks spent nearly half of
-an evaluation in system time. A 5000 x 25000 COCO evaluation with SCAN (36 regions, D=1024) needs
-0.74 GB of image encodings + 0.5 GB of output beside it.
-
-Sharding (torchrun): each rank takes a contiguous run of whole image blocks (:func:`shard_rows`),
-encodes and scores them against every caption, and rank 0 gathers the rows (:func:`gather_rows`).
+Images are encoded once and kept; captions are encoded chunk by chunk (sorted by length, so little padding) and
+every chunk is scored against every image block with the model's own ``score``, the function training uses.
+The default budget keeps a block's workspace cache-sized (why: docs/evaluation.md). Under torchrun each rank
+scores a contiguous run of whole image blocks (:func:`shard_rows`) and rank 0 gathers them (:func:`gather_rows`).
 """
 
 from __future__ import annotations
