@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from ..data.entities import TYPES, EntitiesDir, GroundedPhrase, in_box
 from ..errors import ConfigError
@@ -23,7 +23,7 @@ from .explainers import QUERY_METHODS, caption_token_maps, check_method, query_m
 from .mirror import grid_of, merge_views, names_a_side
 from .pointing_stats import bootstrap_interval
 
-BASELINES = ("centre", "caption_mean", "ceiling")
+COUNTS = ("pointing", "centre", "caption_mean", "ceiling")  # the method's hits, then the baselines'
 
 
 def cell_centres(grid: int, width: float, height: float) -> np.ndarray:
@@ -45,25 +45,19 @@ def peak(weights: np.ndarray) -> int:
     return int(np.nanargmax(np.where(np.isfinite(w), w, -np.inf)))
 
 
-@dataclass
 class Tally:
-    n: int = 0
-    pointing: int = 0
-    centre: int = 0
-    caption_mean: int = 0
-    ceiling: int = 0
+    """Hits of the method and of each baseline over ``n`` phrases."""
 
-    def add(self, point: bool, centre: bool, mean: bool, ceiling: bool) -> None:
+    def __init__(self):
+        self.n, self.hits = 0, dict.fromkeys(COUNTS, 0)
+
+    def add(self, *row: bool) -> None:
         self.n += 1
-        self.pointing += point
-        self.centre += centre
-        self.caption_mean += mean
-        self.ceiling += ceiling
+        for name, h in zip(COUNTS, row, strict=True):
+            self.hits[name] += h
 
     def as_dict(self) -> dict:
-        pct = (lambda x: round(100.0 * x / self.n, 2)) if self.n else (lambda x: None)
-        return {"pointing": pct(self.pointing), "centre": pct(self.centre), "caption_mean": pct(self.caption_mean),
-                "ceiling": pct(self.ceiling), "phrases": self.n}
+        return {**{k: round(100.0 * h / self.n, 2) if self.n else None for k, h in self.hits.items()}, "phrases": self.n}
 
 
 def image_phrase_maps(model: MatchingModel, features: np.ndarray, captions: list[str],
@@ -130,9 +124,9 @@ def pointing_game(model: MatchingModel, features: Sequence[np.ndarray] | np.ndar
     images = skipped = empty = 0
     t0 = time.perf_counter()
     model.eval()
-    bar = _bar(progress, len(filenames))
+    bar = tqdm(total=len(filenames), desc="pointing game", unit="img", leave=False, disable=not progress)
     for i, name in enumerate(filenames):
-        bar.update(1) if bar else None
+        bar.update(1)
         if not ents.has(name):
             skipped += 1
             continue
@@ -162,10 +156,9 @@ def pointing_game(model: MatchingModel, features: Sequence[np.ndarray] | np.ndar
                 by_type.setdefault(t, Tally()).add(*row)
         if mine.n:
             per_image["names"].append(name)
-            per_image["hits"].append(mine.pointing)
+            per_image["hits"].append(mine.hits["pointing"])
             per_image["phrases"].append(mine.n)
-    if bar:
-        bar.close()
+    bar.close()
     if total.n == 0:
         raise ConfigError(f"no phrase with a box among the {len(filenames)} images: is {ents.root} the Entities "
                           f"folder of these images?")
@@ -176,14 +169,6 @@ def pointing_game(model: MatchingModel, features: Sequence[np.ndarray] | np.ndar
               "grid": grid, "seconds": round(time.perf_counter() - t0, 1), "per_image": per_image}
     result["pointing_ci95"] = list(bootstrap_interval(result))
     return result
-
-
-def _bar(progress, total: int):
-    if not progress:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc="pointing game", unit="img", leave=False)
 
 
 def format_grounding(results: dict[str, dict]) -> str:

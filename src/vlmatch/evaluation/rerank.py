@@ -24,7 +24,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..errors import DataError, VlmatchError
-from .metrics import captions_per_image, evaluate_protocol
+from .metrics import captions_per_image, evaluate_protocol, fold_slices, read_npy
 
 DEFAULT_K_TEXT = 5
 
@@ -79,7 +79,7 @@ def rerank_i2t(sims: np.ndarray, k: int, chunk: int = 256, progress: bool = Fals
     """I2T re-ranking (eq. 8-12): a copy of ``sims`` whose rows rank each image's top-K captions by p."""
     captions_per_image(sims)
     n_img, n_cap = sims.shape
-    out = np.array(sims, dtype=np.float64 if sims.dtype == np.float64 else np.float32, copy=True)
+    out = np.array(sims, dtype=np.float64 if sims.dtype == np.float64 else np.float32)
     for a in tqdm(range(0, n_img, chunk), desc="I2T re-ranking", disable=not progress, leave=False):
         rows = np.asarray(sims[a:a + chunk])
         cand = stable_topk(rows, k)  # (r, K) caption indices
@@ -123,12 +123,10 @@ def rerank_t2i(sims: np.ndarray, k: int, neighbors: np.ndarray | None = None, ch
         for a in range(0, len(src), 65536):
             s, t = src[a:a + 65536], tgt[a:a + 65536]
             np.minimum.at(p, t, pos[cand[t], s[:, None]])
-    out = np.array(sims, dtype=np.float64 if sims.dtype == np.float64 else np.float32, copy=True)
+    out = np.array(sims, dtype=np.float64 if sims.dtype == np.float64 else np.float32)
     for a in range(0, n_cap, 4 * chunk):
         b = min(a + 4 * chunk, n_cap)
-        colmax = np.asarray(sims[:, a:b]).T
-        lifted = _lift(colmax, p[a:b], own[a:b])
-        out[cand[a:b], np.arange(a, b)[:, None]] = lifted
+        out[cand[a:b], np.arange(a, b)[:, None]] = _lift(np.asarray(sims[:, a:b]).T, p[a:b], own[a:b])
     return out
 
 
@@ -215,12 +213,8 @@ def evaluate_reranked(sims: np.ndarray, protocol: str = "single", k: int | None 
             raise DataError(source, f"caption-caption matrix {text_sims.shape} does not fit {sims.shape[1]} captions")
         neighbors = text_neighbors(text_sims, k_text, progress=progress, group=group)
     if protocol == "coco1k5fold":
-        fi_n = fold_images
-        # off-fold entries are never ranked, but the protocol checks the whole matrix is finite: zeros,
-        # not np.empty's leftover memory (which can hold NaN and made this path fail by chance)
-        i2t, t2i = np.zeros_like(sims), np.zeros_like(sims)
-        for f in range(5):
-            fi, fc = slice(f * fi_n, (f + 1) * fi_n), slice(f * fi_n * per, (f + 1) * fi_n * per)
+        i2t, t2i = np.zeros_like(sims), np.zeros_like(sims)  # off-fold entries: never ranked, but finite
+        for fi, fc in fold_slices(fold_images, per):
             nb = None if neighbors is None else fold_neighbors(neighbors, fc, source)
             a, b = rerank(np.asarray(sims[fi, fc]), k, k_text, neighbors=nb, progress=progress)
             i2t[fi, fc], t2i[fi, fc] = a, b
@@ -298,14 +292,7 @@ def sentence_neighbors(folder, captions: list[str], k_text: int, device="cpu", p
 
 def load_text_sims(path, n_captions: int) -> np.ndarray:
     """A saved caption-caption similarity S_TT (an n_captions x n_captions .npy, memory-mapped)."""
-    try:
-        tt = np.load(path, mmap_mode="r", allow_pickle=False)
-    except FileNotFoundError:
-        raise DataError(path, "caption-caption matrix not found") from None
-    except Exception as e:
-        raise DataError(path, f"not a readable .npy array: {e}") from None
-    if not isinstance(tt, np.ndarray):  # a .npz archive
-        raise DataError(path, "a .npz archive, not one .npy caption-caption matrix: save it with numpy.save")
+    tt = read_npy(path, "caption-caption matrix", mmap_mode="r")
     if tt.shape != (n_captions, n_captions):
         raise DataError(path, f"caption-caption matrix has shape {tt.shape}, expected ({n_captions}, {n_captions}) "
                               "for this score matrix")
