@@ -100,14 +100,10 @@ def pointing_game(model: MatchingModel, features: Sequence[np.ndarray] | np.ndar
                   entities, method: str, *, grid: int | None = None,
                   progress: Callable | bool = False, phrase_as_query: bool = False,
                   mirror_features: Sequence[np.ndarray] | np.ndarray | None = None) -> dict:
-    """Pointing accuracy of ``method``'s maps of ``model`` over every grounded phrase of the images.
-
-    ``features[i]`` (k, D) are image ``filenames[i]``'s grid features (k = grid²); ``entities`` an
-    :class:`~vlmatch.data.entities.EntitiesDir` (or its path). Images without Entities files are skipped
-    (and counted). ``phrase_as_query``: with attention/contribution, score each phrase as its own query
-    instead of summing its tokens' maps in its caption. ``mirror_features[i]``: image i's mirror view's
-    features; each map is then the mean of the two views' (:func:`image_phrase_maps`). Returns the JSON the
-    ``grounding`` command writes."""
+    """Pointing accuracy of ``method``'s maps of ``model`` over every grounded phrase of the images: the JSON the
+    ``grounding`` command writes. ``features[i]`` (k = grid², D) belong to ``filenames[i]``; images without an
+    Entities file are skipped and counted; ``phrase_as_query`` and ``mirror_features`` as in
+    :func:`image_phrase_maps`."""
     check_method(method)
     ents = entities if isinstance(entities, EntitiesDir) else EntitiesDir(entities)
     if not supports(model, method):

@@ -71,12 +71,8 @@ def score_blocks(model: MatchingModel, images: ImageEncoding, caption_chunks, n_
                  block_captions: int | None = None) -> np.ndarray:
     """Fill an (n_images, n_captions) float32 matrix from ``(column_index, TextEncoding)`` chunks.
 
-    ``compile=True`` runs ``model.score`` through ``torch.compile`` at ONE block shape: the image
-    encodings are padded to whole blocks, every caption chunk to ``block_captions`` (default: the
-    first chunk's size) plus one filler caption, and its words to a multiple of
-    ``COMPILE_WORD_STEP``; fillers' scores are dropped. So a whole evaluation compiles a handful of
-    graphs (one per word bucket), not one per chunk. Exact to float rounding.
-    """
+    ``compile=True``: ``model.score`` through ``torch.compile`` at one block shape (images padded to whole blocks,
+    captions to ``block_captions`` + 1 filler, words to a multiple of ``COMPILE_WORD_STEP``; fillers dropped)."""
     score = compiled_score(model) if compile else model.score
     n_img = len(images)
     if compile:
@@ -137,17 +133,9 @@ def compiled_score(model: MatchingModel):
 def model_scores(model: MatchingModel, split: PrecompSplit, vocab: Vocab | None = None, device="cpu", *,
                  budget: int = DEFAULT_BUDGET, progress: bool = True, plan: BlockPlan | None = None,
                  compile: bool = False, shard: bool = True) -> np.ndarray | None:
-    """The full score matrix of ``model`` on ``split`` (rows images, columns captions).
-
-    Captions are tokenised by ``model.tokenize`` (the model's own text processing); ``vocab``, if
-    given, is used instead (kept for callers that hold a vocabulary apart from the model).
-
-    Under torchrun (a process group with more than one rank, ``shard=True``) every rank must call
-    this: each encodes and scores its own run of image blocks (:func:`shard_rows`) against every
-    caption, and rank 0 receives the rows of the others. Rank 0 returns the full matrix, the other
-    ranks None. The blocks are the single-process blocks, so the matrix is bit-identical to one
-    process running with the same number of threads per process.
-    """
+    """The full score matrix of ``model`` on ``split`` (rows images, columns captions), captions tokenised by
+    ``model.tokenize`` (or by ``vocab`` when given). Under torchrun (``shard=True``) every rank must call it: each
+    scores its run of image blocks (:func:`shard_rows`); rank 0 returns the whole matrix, the others None."""
     rank, world_size = D.world() if shard else (0, 1)
     was_training = model.training
     model.eval()
@@ -180,15 +168,9 @@ def model_scores(model: MatchingModel, split: PrecompSplit, vocab: Vocab | None 
 @torch.no_grad()
 def two_stage_scores(model: MatchingModel, split: PrecompSplit, top_k: int, device="cpu",
                      progress: bool = True, text_batch: int = 256) -> tuple[np.ndarray, np.ndarray]:
-    """Two-stage retrieval matrices ``(i2t, t2i)`` for ``split``.
-
-    Stage 1 ranks every pair by the model's pair-independent part (``global_embeddings``: one GEMM);
-    stage 2 re-scores, with the model's own ``score``, each image's top ``top_k`` captions (rows of
-    ``i2t``) and each caption's top ``top_k`` images (columns of ``t2i``). Re-scored entries are
-    shifted above every stage-1 entry of their row/column, so a query's ranking is: its top K in
-    full-score order, then the rest in stage-1 order. Pass both to
-    ``metrics.recall_metrics(i2t, t2i)``. Work: (n_images + n_captions) x K pairs instead of all.
-    """
+    """Two-stage retrieval matrices ``(i2t, t2i)`` for ``recall_metrics(i2t, t2i)``: stage 1 ranks every pair by
+    ``global_embeddings``' inner product, stage 2 re-scores each image's top ``top_k`` captions (rows of ``i2t``)
+    and each caption's top ``top_k`` images (columns of ``t2i``) with ``score``, lifted above the stage-1 rest."""
     was_training = model.training
     model.eval()
     try:
