@@ -91,15 +91,14 @@ class Calibration:
 
     def image_offsets(self, emb: Tensor) -> Tensor | None:
         """c(I) of each image embedding (n, d), or None without a text bank."""
-        if self.text_bank is None:
-            return None
-        return bank_offsets(self.text_bank.to(emb.device), emb, self.beta).to(emb.dtype)
+        return self._offsets(self.text_bank, emb)
 
     def text_offsets(self, emb: Tensor) -> Tensor | None:
         """d(T) of each caption embedding (n, d), or None without an image bank."""
-        if self.image_bank is None:
-            return None
-        return bank_offsets(self.image_bank.to(emb.device), emb, self.beta).to(emb.dtype)
+        return self._offsets(self.image_bank, emb)
+
+    def _offsets(self, bank: Tensor | None, emb: Tensor) -> Tensor | None:
+        return None if bank is None else bank_offsets(bank.to(emb.device), emb, self.beta).to(emb.dtype)
 
     def describe(self) -> str:
         banks = ", ".join(f"{s} bank {self.sources.get(s, {}).get('rows', len(b))} rows"
