@@ -21,6 +21,7 @@ from .. import distributed as D
 from ..data.loaders import ImageDataset, caption_loader, collate_images, encode_captions
 from ..data.precomp import PrecompSplit
 from ..data.vocab import Vocab
+from ..errors import ConfigError
 from ..models.base import Encoding, ImageEncoding, MatchingModel, TextEncoding
 
 DEFAULT_BUDGET = 32 * 2**20
@@ -181,8 +182,6 @@ def two_stage_scores(model: MatchingModel, split: PrecompSplit, top_k: int, devi
         texts = Encoding.cat(parts)
         emb = model.global_embeddings(images, texts)
         if emb is None:
-            from ..errors import ConfigError
-
             raise ConfigError(f"model {model.name} has no global (stage-1) part: two-stage scoring needs one")
         s1 = (emb[0] @ emb[1].T).float().cpu().numpy()
         n_img, n_cap = s1.shape

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -21,7 +20,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..errors import ConfigError
+from ..errors import ConfigError, DataError
+from ..io import save_npy
 
 _NAMES: dict = {}  # name vectors by (lexicon, text model, template): shared by the scorers of one process
 
@@ -57,15 +57,10 @@ def name_cache_path(key: tuple) -> Path | None:
 
 
 def save_cache(path: Path, array: np.ndarray) -> None:
-    """Write a cache file whole or not at all (a temporary name, then a rename); a cache that cannot be written
-    is only slower, never an error."""
+    """Write a cache file whole or not at all; a cache that cannot be written is only slower, never an error."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as f:
-            np.save(f, array.astype(np.float32), allow_pickle=False)
-        os.replace(tmp, path)
-    except OSError:
+        save_npy(path, array.astype(np.float32))
+    except (OSError, DataError):
         pass
 
 
