@@ -1,19 +1,10 @@
 """Explanation methods: per image position, how much a word (or a phrase, or a query) made the score.
 
-Four methods, every one over the model protocol only (no model is named here):
-
-* ``attention``: the model's own weights (``model.pair_attention``), per word of the caption;
-* ``contribution``: the exact share of each (position, word) term in the score
-  (``model.position_contributions``; VSE++ and SCAN with AVG/SUM pooling have one): sums to the score;
-* ``gradient``: gradient x input of the pair score w.r.t. the raw position features, summed over the
-  feature channels (Grad-CAM's idea on the grid the model sees), for any model;
-* ``occlusion``: the score drop when each position is masked out (``encode_images`` with that position's
-  mask off), exact and model-agnostic; a query's k masked copies go through ``score`` as one block.
-
-``attention`` and ``contribution`` give one map per token of a caption in context ("token maps"): a
-phrase's map is the sum over its tokens. ``gradient`` and ``occlusion`` score a text as its own query
-("query maps"): a word or a phrase is explained by scoring it alone. Every map is (k,) over the k image
-positions; larger means "this position made the score more".
+Over the model protocol only: ``attention`` (``model.pair_attention``) and ``contribution`` (the exact share
+of each term, ``model.position_contributions``) give one map per token of a caption in context (a phrase's
+map sums its tokens); ``gradient`` (gradient x input over the raw features' channels) and ``occlusion`` (the
+score drop when a position is masked out) score a text as its own query. Every map is (k,) over the k image
+positions; larger means "this position made the score more". The methods side by side: docs/grounding.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """The pointing game on Flickr30k Entities: does a phrase's heat map peak inside the thing it names?
 
-For every phrase of a caption whose Entities chain has at least one box: the phrase's map (an
-explanation method's per-position weights: with ``attention``/``contribution`` the sum over the phrase's
-tokens in its caption, token spans from the model's own tokenizer; with ``gradient``/``occlusion`` the
-phrase scored as its own query) -> its peak -> a hit when the peak falls inside any box of the chain.
-
-The peak: the grid cell with the largest weight, at its centre. Upsampling a g x g map bilinearly to the
-image keeps its maximum at that cell's centre (for an edge cell the upsampled map is flat from the centre
-to the border, and we take the centre), so this is "the peak of the map upsampled to the image" without
-the upsampling. The features are of the whole photo resized (no crop), so cell (r, c) covers
-[c/g, (c+1)/g] x [r/g, (r+1)/g] of the original photo, in which the boxes are given.
-
-In the same run, on the same phrases, three baselines: ``centre`` (always point at the photo's centre),
-``caption_mean`` (the whole caption's map, the same for every phrase of it: the method without phrase
-specificity) and ``ceiling`` (the best any cell centre could do: some cell centre lies in a box).
+For every phrase whose Entities chain has a box: the phrase's map (see :mod:`.explainers`) -> its peak, the
+centre of the cell with the largest weight (where a bilinear upsampling of the map peaks too) -> a hit when it
+falls inside any box of the chain. The features are of the whole photo resized, so cell (r, c) covers
+[c/g, (c+1)/g] x [r/g, (r+1)/g] of it. Baselines on the same phrases: ``centre`` (the photo's centre),
+``caption_mean`` (the whole caption's map) and ``ceiling`` (some cell centre lies in a box).
 """
 
 from __future__ import annotations
@@ -21,9 +12,9 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from ..data.entities import TYPES, EntitiesDir, GroundedPhrase, in_box
 from ..errors import ConfigError
@@ -32,7 +23,7 @@ from .explainers import QUERY_METHODS, caption_token_maps, check_method, query_m
 from .mirror import grid_of, merge_views, names_a_side
 from .pointing_stats import bootstrap_interval
 
-BASELINES = ("centre", "caption_mean", "ceiling")
+COUNTS = ("pointing", "centre", "caption_mean", "ceiling")  # the method's hits, then the baselines'
 
 
 def cell_centres(grid: int, width: float, height: float) -> np.ndarray:
@@ -54,25 +45,19 @@ def peak(weights: np.ndarray) -> int:
     return int(np.nanargmax(np.where(np.isfinite(w), w, -np.inf)))
 
 
-@dataclass
 class Tally:
-    n: int = 0
-    pointing: int = 0
-    centre: int = 0
-    caption_mean: int = 0
-    ceiling: int = 0
+    """Hits of the method and of each baseline over ``n`` phrases."""
 
-    def add(self, point: bool, centre: bool, mean: bool, ceiling: bool) -> None:
+    def __init__(self):
+        self.n, self.hits = 0, dict.fromkeys(COUNTS, 0)
+
+    def add(self, *row: bool) -> None:
         self.n += 1
-        self.pointing += point
-        self.centre += centre
-        self.caption_mean += mean
-        self.ceiling += ceiling
+        for name, h in zip(COUNTS, row, strict=True):
+            self.hits[name] += h
 
     def as_dict(self) -> dict:
-        pct = (lambda x: round(100.0 * x / self.n, 2)) if self.n else (lambda x: None)
-        return {"pointing": pct(self.pointing), "centre": pct(self.centre), "caption_mean": pct(self.caption_mean),
-                "ceiling": pct(self.ceiling), "phrases": self.n}
+        return {**{k: round(100.0 * h / self.n, 2) if self.n else None for k, h in self.hits.items()}, "phrases": self.n}
 
 
 def image_phrase_maps(model: MatchingModel, features: np.ndarray, captions: list[str],
@@ -115,14 +100,10 @@ def pointing_game(model: MatchingModel, features: Sequence[np.ndarray] | np.ndar
                   entities, method: str, *, grid: int | None = None,
                   progress: Callable | bool = False, phrase_as_query: bool = False,
                   mirror_features: Sequence[np.ndarray] | np.ndarray | None = None) -> dict:
-    """Pointing accuracy of ``method``'s maps of ``model`` over every grounded phrase of the images.
-
-    ``features[i]`` (k, D) are image ``filenames[i]``'s grid features (k = grid²); ``entities`` an
-    :class:`~vlmatch.data.entities.EntitiesDir` (or its path). Images without Entities files are skipped
-    (and counted). ``phrase_as_query``: with attention/contribution, score each phrase as its own query
-    instead of summing its tokens' maps in its caption. ``mirror_features[i]``: image i's mirror view's
-    features; each map is then the mean of the two views' (:func:`image_phrase_maps`). Returns the JSON the
-    ``grounding`` command writes."""
+    """Pointing accuracy of ``method``'s maps of ``model`` over every grounded phrase of the images: the JSON the
+    ``grounding`` command writes. ``features[i]`` (k = grid², D) belong to ``filenames[i]``; images without an
+    Entities file are skipped and counted; ``phrase_as_query`` and ``mirror_features`` as in
+    :func:`image_phrase_maps`."""
     check_method(method)
     ents = entities if isinstance(entities, EntitiesDir) else EntitiesDir(entities)
     if not supports(model, method):
@@ -139,9 +120,9 @@ def pointing_game(model: MatchingModel, features: Sequence[np.ndarray] | np.ndar
     images = skipped = empty = 0
     t0 = time.perf_counter()
     model.eval()
-    bar = _bar(progress, len(filenames))
+    bar = tqdm(total=len(filenames), desc="pointing game", unit="img", leave=False, disable=not progress)
     for i, name in enumerate(filenames):
-        bar.update(1) if bar else None
+        bar.update(1)
         if not ents.has(name):
             skipped += 1
             continue
@@ -171,10 +152,9 @@ def pointing_game(model: MatchingModel, features: Sequence[np.ndarray] | np.ndar
                 by_type.setdefault(t, Tally()).add(*row)
         if mine.n:
             per_image["names"].append(name)
-            per_image["hits"].append(mine.pointing)
+            per_image["hits"].append(mine.hits["pointing"])
             per_image["phrases"].append(mine.n)
-    if bar:
-        bar.close()
+    bar.close()
     if total.n == 0:
         raise ConfigError(f"no phrase with a box among the {len(filenames)} images: is {ents.root} the Entities "
                           f"folder of these images?")
@@ -185,14 +165,6 @@ def pointing_game(model: MatchingModel, features: Sequence[np.ndarray] | np.ndar
               "grid": grid, "seconds": round(time.perf_counter() - t0, 1), "per_image": per_image}
     result["pointing_ci95"] = list(bootstrap_interval(result))
     return result
-
-
-def _bar(progress, total: int):
-    if not progress:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc="pointing game", unit="img", leave=False)
 
 
 def format_grounding(results: dict[str, dict]) -> str:

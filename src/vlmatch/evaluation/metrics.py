@@ -1,20 +1,8 @@
-"""Retrieval metrics and evaluation protocols on a score matrix ``sims`` (n_images x n_captions).
+"""Retrieval metrics and protocols on a score matrix ``sims`` (n_images x n_captions, caption j of image j // per).
 
-Caption j belongs to image ``j // per`` with ``per = n_captions / n_images`` (5 for Flickr/COCO).
-
-* image -> text: the rank of the best-scored ground-truth caption of each image;
-* text -> image: the rank of each caption's image;
-* R@K = % of queries with rank < K; medr = floor(median rank) + 1; meanr = mean rank + 1;
-  rsum = sum of the six recalls.
-
-Ties are counted against the ground truth: the rank of a ground truth is the number of wrong
-items scored greater than *or equal to* it. A constant score matrix therefore gets the worst
-ranks, not the best; no stable-sort accident can favour the ground truth.
-
-Protocols: ``single`` (the whole matrix, e.g. Flickr30K 1K, Flickr8k, COCO 5K), ``coco5k`` (the
-whole 5000 x 25000 ``testall`` matrix), ``coco1k5fold`` (mean over 5 folds of 1000 images:
-images [i*1000:(i+1)*1000] and captions [i*5000:(i+1)*5000]). The 5-fold rsum is the mean of the
-fold rsums, which is also the sum of the mean recalls (the official SCAN summary prints a wrong one).
+R@K = % of queries with rank < K, medr = floor(median rank) + 1, meanr = mean rank + 1, rsum = the six recalls'
+sum. Ties count against the ground truth (its rank counts the wrong items scored >= it), so a constant matrix
+gets the worst ranks. Protocols and the 5-fold mean: docs/evaluation.md.
 """
 
 from __future__ import annotations
@@ -46,31 +34,24 @@ def captions_per_image(sims: np.ndarray, source="<scores>") -> int:
 def i2t_ranks(sims: np.ndarray, chunk: int = 1024) -> np.ndarray:
     """0-based rank of the best ground-truth caption of each image (ties count against it)."""
     per = captions_per_image(sims)
-    n_img = sims.shape[0]
-    ranks = np.empty(n_img, dtype=np.int64)
-    for a in range(0, n_img, chunk):
-        b = min(a + chunk, n_img)
-        block = sims[a:b]
-        rows = np.arange(b - a)
-        gt_cols = (np.arange(a, b) * per)[:, None] + np.arange(per)[None]
-        best = block[rows[:, None], gt_cols].max(axis=1)
-        ahead = (block >= best[:, None]).sum(axis=1)
-        ahead -= (block[rows[:, None], gt_cols] >= best[:, None]).sum(axis=1)  # drop the gt captions
-        ranks[a:b] = ahead
-    return ranks
+    ranks = []
+    for a in range(0, sims.shape[0], chunk):
+        block = sims[a:a + chunk]
+        gt = block.reshape(len(block), -1, per)[np.arange(len(block)), np.arange(a, a + len(block))]  # (b, per)
+        best = gt.max(axis=1, keepdims=True)
+        ranks.append((block >= best).sum(axis=1) - (gt >= best).sum(axis=1))  # the gt captions do not count
+    return np.concatenate(ranks).astype(np.int64)
 
 
 def t2i_ranks(sims: np.ndarray, chunk: int = 4096) -> np.ndarray:
     """0-based rank of each caption's image (ties count against it)."""
     per = captions_per_image(sims)
-    n_cap = sims.shape[1]
-    ranks = np.empty(n_cap, dtype=np.int64)
-    for a in range(0, n_cap, chunk):
-        b = min(a + chunk, n_cap)
-        block = sims[:, a:b]
-        gt = block[np.arange(a, b) // per, np.arange(b - a)]
-        ranks[a:b] = (block >= gt[None]).sum(axis=0) - 1
-    return ranks
+    ranks = []
+    for a in range(0, sims.shape[1], chunk):
+        block = sims[:, a:a + chunk]
+        cols = np.arange(a, a + block.shape[1])
+        ranks.append((block >= block[cols // per, cols - a]).sum(axis=0) - 1)
+    return np.concatenate(ranks).astype(np.int64)
 
 
 def _summary(ranks: np.ndarray) -> dict:
@@ -104,53 +85,56 @@ def evaluate_protocol(sims: np.ndarray, protocol: str = "single", source="<score
     n_img = sims.shape[0]
     if t2i_sims is not None and np.shape(t2i_sims) != sims.shape:
         raise DataError(source, f"text -> image matrix {np.shape(t2i_sims)} differs from {sims.shape}")
+    head = {"protocol": protocol, "n_images": n_img, "n_captions": sims.shape[1]}
     if protocol == "single":
-        return {"protocol": protocol, "n_images": n_img, "n_captions": sims.shape[1],
-                **recall_metrics(sims, t2i_sims)}
+        return {**head, **recall_metrics(sims, t2i_sims)}
     if n_img != 5 * fold_images:
         raise DataError(source, f"protocol {protocol} needs {5 * fold_images} images (COCO testall), "
                                 f"the score matrix has {n_img} x {sims.shape[1]}")
     if protocol == "coco5k":
-        return {"protocol": protocol, "n_images": n_img, "n_captions": sims.shape[1],
-                **recall_metrics(sims, t2i_sims)}
-    folds = []
-    for i in range(5):
-        fi = slice(i * fold_images, (i + 1) * fold_images)
-        fc = slice(i * fold_images * per, (i + 1) * fold_images * per)
-        folds.append(recall_metrics(sims[fi, fc], None if t2i_sims is None else t2i_sims[fi, fc]))
-    mean = {k: float(np.mean([f[k] for f in folds])) for k in METRIC_KEYS}
-    return {"protocol": protocol, "n_images": n_img, "n_captions": sims.shape[1], **mean, "folds": folds}
+        return {**head, **recall_metrics(sims, t2i_sims)}
+    folds = [recall_metrics(sims[fi, fc], None if t2i_sims is None else t2i_sims[fi, fc])
+             for fi, fc in fold_slices(fold_images, per)]
+    return {**head, **{k: float(np.mean([f[k] for f in folds])) for k in METRIC_KEYS}, "folds": folds}
+
+
+def fold_slices(fold_images: int, per: int) -> list[tuple[slice, slice]]:
+    """The images and captions of each of COCO 1K's 5 folds."""
+    return [(slice(i * fold_images, (i + 1) * fold_images), slice(i * fold_images * per, (i + 1) * fold_images * per))
+            for i in range(5)]
 
 
 def format_table(results: dict[str, dict]) -> str:
     """The field's usual table: one row per model/run, rsum then i2t and t2i R@1/5/10 medr meanr."""
-    head = ("", "rsum", "R@1", "R@5", "R@10", "medr", "meanr", "R@1", "R@5", "R@10", "medr", "meanr")
-    name_w = max([len(n) for n in results] + [5])
-    lines = [f"{'':<{name_w}}  {'':>7}  {'image -> text':^38}  {'text -> image':^38}",
-             f"{head[0]:<{name_w}}  {head[1]:>7}  " + "  ".join(f"{h:>6}" for h in head[2:7]) + "  "
-             + "  ".join(f"{h:>6}" for h in head[7:])]
+    w = max([len(n) for n in results] + [5])
+    head = "  ".join(f"{h:>6}" for h in ("R@1", "R@5", "R@10", "medr", "meanr") * 2)
+    lines = [f"{'':<{w}}  {'':>7}  {'image -> text':^38}  {'text -> image':^38}", f"{'':<{w}}  {'rsum':>7}  {head}"]
     for name, m in results.items():
-        cells = [m[f"i2t_{k}"] for k in ("r1", "r5", "r10", "medr", "meanr")]
-        cells2 = [m[f"t2i_{k}"] for k in ("r1", "r5", "r10", "medr", "meanr")]
-        lines.append(f"{name:<{name_w}}  {m['rsum']:7.1f}  " + "  ".join(f"{c:6.1f}" for c in cells) + "  "
-                     + "  ".join(f"{c:6.1f}" for c in cells2))
+        cells = [m[f"{d}_{k}"] for d in ("i2t", "t2i") for k in ("r1", "r5", "r10", "medr", "meanr")]
+        lines.append(f"{name:<{w}}  {m['rsum']:7.1f}  " + "  ".join(f"{c:6.1f}" for c in cells))
     return "\n".join(lines)
+
+
+def read_npy(path, what: str, mmap_mode=None) -> np.ndarray:
+    """One .npy array (never pickled objects), or a one-line error naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(path, f"{what} not found")
+    try:
+        arr = np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
+    except Exception as e:
+        raise DataError(path, f"not a readable .npy array: {e}") from None
+    if not isinstance(arr, np.ndarray):  # np.load opens a .npz archive as a dict of arrays
+        names = list(arr.files)
+        arr.close()
+        raise DataError(path, f"a .npz archive of {len(names)} array(s) {names[:5]}, not one .npy {what}: "
+                              "save it with numpy.save")
+    return arr
 
 
 def load_sims(path) -> np.ndarray:
     """Load a saved score matrix (.npy), with a clear error naming the file."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(path, "score matrix file not found")
-    try:
-        sims = np.load(path, allow_pickle=False)
-    except Exception as e:
-        raise DataError(path, f"not a readable .npy array: {e}") from None
-    if not isinstance(sims, np.ndarray):  # np.load opens a .npz archive as a dict of arrays
-        names = list(sims.files)
-        sims.close()
-        raise DataError(path, f"a .npz archive of {len(names)} array(s) {names[:5]}, not one .npy score matrix: "
-                              "save the matrix with numpy.save")
+    sims = read_npy(path, "score matrix")
     if sims.dtype.kind not in "fiu":  # strings, structured records, complex numbers, booleans, ...
         raise DataError(path, f"a score matrix holds real numbers; this one holds dtype {sims.dtype}")
     captions_per_image(sims, path)

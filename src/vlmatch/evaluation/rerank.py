@@ -1,35 +1,19 @@
 """Cross-modal re-ranking (MTFN-RR, Wang et al. ACM MM 2019, §3.2) on ANY score matrix.
 
-``sims[i, t]`` scores image i against caption t (rows images, columns captions, as everywhere in
-vlmatch). Positions are 0-based; a "ranking" is the stable descending sort of a row or column
-(equal scores keep index order, lower index first).
+``sims[i, t]`` scores image i against caption t; positions are 0-based; a "ranking" is the stable descending
+sort of a row or column (equal scores keep index order).
 
 * I2T (eq. 8-12): for query image I take its top-K captions T_1..T_K; p(T_j) = the position of I in
   T_j's own ranking of all images; reorder the K candidates by p. Captions beyond K keep their order.
 * T2I (eq. 13-15): for query caption T take its top-K images I_1..I_K; p(I_j) = the first position k in
   I_j's ranking of all captions whose caption T_k has T in G(T_k, K'); reorder the K by p.
+* G(T_k, K') = {T_k} ∪ the K' nearest *other* captions of T_k by S_TT(T_k, ·) (ties to the lower index). T is
+  its own neighbour, so p is always defined and K' = 0 is the paper's "w/o S_TT"; S_TT only moves a candidate
+  earlier. Ties in p are stable, and candidates tied in p and score stay tied for the protocol's tie rule.
 
-Decisions (the paper is silent; written down here and in the README):
-
-* G(T_k, K') = {T_k} ∪ the K' nearest *other* captions of T_k by S_TT(T_k, ·) (row T_k; S_TT need not be
-  symmetric; ties broken by lower index). T counts as its own neighbour, so with K' = 0 (or without
-  S_TT) p(I_j) is the position of T itself in I_j's ranking -- the paper's "w/o S_TT" row -- and S_TT
-  can only move a candidate earlier, never later.
-* Because every ranking covers all items, some caption always qualifies (T itself), so p is always
-  defined: there is no "no caption qualifies" case. (The same holds for I2T: I is in every ranking.)
-* Ties in p are stable: candidates with equal p keep their original order. Candidates whose p AND
-  original score are both equal stay tied in the re-ranked scores, so the protocol's tie rule (ties
-  count against the ground truth) still applies to them.
-* S_TT never comes from the ground-truth grouping of captions: it is a matrix the caller supplies, MTFN's
-  text-text branch, or an offline sentence encoder (:func:`neighbors_from_vectors`).
-
-The re-ranked lists are returned as score matrices (candidates lifted above every other item in the
-order p gives, the rest unchanged), so the very same protocol code (:mod:`vlmatch.evaluation.metrics`) evaluates
-them: one matrix for I2T (rows re-ranked), one for T2I (columns re-ranked).
-
-Cost on COCO 5K (5000 x 25000, K = 7): one stable sort of every image's row (the positions T2I needs,
-n_img x n_cap int32), column scans for the K candidates of each image, and K x (K'+1) look-ups per
-caption; see benchmarks/rerank.py.
+The re-ranked lists come back as score matrices (candidates lifted above the rest in p's order), one for I2T
+(rows), one for T2I (columns), so :mod:`vlmatch.evaluation.metrics` evaluates them. The decisions and where
+S_TT comes from: docs/evaluation.md.
 """
 
 from __future__ import annotations
@@ -40,7 +24,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..errors import DataError, VlmatchError
-from .metrics import captions_per_image, evaluate_protocol
+from .metrics import captions_per_image, evaluate_protocol, fold_slices, read_npy
 
 DEFAULT_K_TEXT = 5
 
@@ -95,7 +79,7 @@ def rerank_i2t(sims: np.ndarray, k: int, chunk: int = 256, progress: bool = Fals
     """I2T re-ranking (eq. 8-12): a copy of ``sims`` whose rows rank each image's top-K captions by p."""
     captions_per_image(sims)
     n_img, n_cap = sims.shape
-    out = np.array(sims, dtype=np.float64 if sims.dtype == np.float64 else np.float32, copy=True)
+    out = np.array(sims, dtype=np.float64 if sims.dtype == np.float64 else np.float32)
     for a in tqdm(range(0, n_img, chunk), desc="I2T re-ranking", disable=not progress, leave=False):
         rows = np.asarray(sims[a:a + chunk])
         cand = stable_topk(rows, k)  # (r, K) caption indices
@@ -139,12 +123,10 @@ def rerank_t2i(sims: np.ndarray, k: int, neighbors: np.ndarray | None = None, ch
         for a in range(0, len(src), 65536):
             s, t = src[a:a + 65536], tgt[a:a + 65536]
             np.minimum.at(p, t, pos[cand[t], s[:, None]])
-    out = np.array(sims, dtype=np.float64 if sims.dtype == np.float64 else np.float32, copy=True)
+    out = np.array(sims, dtype=np.float64 if sims.dtype == np.float64 else np.float32)
     for a in range(0, n_cap, 4 * chunk):
         b = min(a + 4 * chunk, n_cap)
-        colmax = np.asarray(sims[:, a:b]).T
-        lifted = _lift(colmax, p[a:b], own[a:b])
-        out[cand[a:b], np.arange(a, b)[:, None]] = lifted
+        out[cand[a:b], np.arange(a, b)[:, None]] = _lift(np.asarray(sims[:, a:b]).T, p[a:b], own[a:b])
     return out
 
 
@@ -231,12 +213,8 @@ def evaluate_reranked(sims: np.ndarray, protocol: str = "single", k: int | None 
             raise DataError(source, f"caption-caption matrix {text_sims.shape} does not fit {sims.shape[1]} captions")
         neighbors = text_neighbors(text_sims, k_text, progress=progress, group=group)
     if protocol == "coco1k5fold":
-        fi_n = fold_images
-        # off-fold entries are never ranked, but the protocol checks the whole matrix is finite: zeros,
-        # not np.empty's leftover memory (which can hold NaN and made this path fail by chance)
-        i2t, t2i = np.zeros_like(sims), np.zeros_like(sims)
-        for f in range(5):
-            fi, fc = slice(f * fi_n, (f + 1) * fi_n), slice(f * fi_n * per, (f + 1) * fi_n * per)
+        i2t, t2i = np.zeros_like(sims), np.zeros_like(sims)  # off-fold entries: never ranked, but finite
+        for fi, fc in fold_slices(fold_images, per):
             nb = None if neighbors is None else fold_neighbors(neighbors, fc, source)
             a, b = rerank(np.asarray(sims[fi, fc]), k, k_text, neighbors=nb, progress=progress)
             i2t[fi, fc], t2i[fi, fc] = a, b
@@ -314,14 +292,7 @@ def sentence_neighbors(folder, captions: list[str], k_text: int, device="cpu", p
 
 def load_text_sims(path, n_captions: int) -> np.ndarray:
     """A saved caption-caption similarity S_TT (an n_captions x n_captions .npy, memory-mapped)."""
-    try:
-        tt = np.load(path, mmap_mode="r", allow_pickle=False)
-    except FileNotFoundError:
-        raise DataError(path, "caption-caption matrix not found") from None
-    except Exception as e:
-        raise DataError(path, f"not a readable .npy array: {e}") from None
-    if not isinstance(tt, np.ndarray):  # a .npz archive
-        raise DataError(path, "a .npz archive, not one .npy caption-caption matrix: save it with numpy.save")
+    tt = read_npy(path, "caption-caption matrix", mmap_mode="r")
     if tt.shape != (n_captions, n_captions):
         raise DataError(path, f"caption-caption matrix has shape {tt.shape}, expected ({n_captions}, {n_captions}) "
                               "for this score matrix")

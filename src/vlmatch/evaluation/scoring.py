@@ -1,18 +1,9 @@
 """The scoring engine: the full (images x captions) score matrix in memory-bounded blocks.
 
-Images are encoded once and kept; captions are encoded chunk by chunk (sorted by length so a
-block carries little padding) and every chunk is scored against every image block with the
-model's own vectorised ``score`` -- the very function training uses. Only the block workspace,
-the image encodings and the float32 output live in memory at once.
-
-The default budget (32 MiB of block workspace) keeps a block's temporaries in the last-level
-cache. Bigger blocks make no GEMM faster, but every fresh temporary of hundreds of MB is mapped,
-page-faulted and zeroed by the kernel on every block: CAAN with 1.5 GiB blocks spent nearly half of
-an evaluation in system time. A 5000 x 25000 COCO evaluation with SCAN (36 regions, D=1024) needs
-0.74 GB of image encodings + 0.5 GB of output beside it.
-
-Sharding (torchrun): each rank takes a contiguous run of whole image blocks (:func:`shard_rows`),
-encodes and scores them against every caption, and rank 0 gathers the rows (:func:`gather_rows`).
+Images are encoded once and kept; captions are encoded chunk by chunk (sorted by length, so little padding) and
+every chunk is scored against every image block with the model's own ``score``, the function training uses.
+The default budget keeps a block's workspace cache-sized (why: docs/evaluation.md). Under torchrun each rank
+scores a contiguous run of whole image blocks (:func:`shard_rows`) and rank 0 gathers them (:func:`gather_rows`).
 """
 
 from __future__ import annotations
@@ -30,6 +21,7 @@ from .. import distributed as D
 from ..data.loaders import ImageDataset, caption_loader, collate_images, encode_captions
 from ..data.precomp import PrecompSplit
 from ..data.vocab import Vocab
+from ..errors import ConfigError
 from ..models.base import Encoding, ImageEncoding, MatchingModel, TextEncoding
 
 DEFAULT_BUDGET = 32 * 2**20
@@ -80,12 +72,8 @@ def score_blocks(model: MatchingModel, images: ImageEncoding, caption_chunks, n_
                  block_captions: int | None = None) -> np.ndarray:
     """Fill an (n_images, n_captions) float32 matrix from ``(column_index, TextEncoding)`` chunks.
 
-    ``compile=True`` runs ``model.score`` through ``torch.compile`` at ONE block shape: the image
-    encodings are padded to whole blocks, every caption chunk to ``block_captions`` (default: the
-    first chunk's size) plus one filler caption, and its words to a multiple of
-    ``COMPILE_WORD_STEP``; fillers' scores are dropped. So a whole evaluation compiles a handful of
-    graphs (one per word bucket), not one per chunk. Exact to float rounding.
-    """
+    ``compile=True``: ``model.score`` through ``torch.compile`` at one block shape (images padded to whole blocks,
+    captions to ``block_captions`` + 1 filler, words to a multiple of ``COMPILE_WORD_STEP``; fillers dropped)."""
     score = compiled_score(model) if compile else model.score
     n_img = len(images)
     if compile:
@@ -146,17 +134,9 @@ def compiled_score(model: MatchingModel):
 def model_scores(model: MatchingModel, split: PrecompSplit, vocab: Vocab | None = None, device="cpu", *,
                  budget: int = DEFAULT_BUDGET, progress: bool = True, plan: BlockPlan | None = None,
                  compile: bool = False, shard: bool = True) -> np.ndarray | None:
-    """The full score matrix of ``model`` on ``split`` (rows images, columns captions).
-
-    Captions are tokenised by ``model.tokenize`` (the model's own text processing); ``vocab``, if
-    given, is used instead (kept for callers that hold a vocabulary apart from the model).
-
-    Under torchrun (a process group with more than one rank, ``shard=True``) every rank must call
-    this: each encodes and scores its own run of image blocks (:func:`shard_rows`) against every
-    caption, and rank 0 receives the rows of the others. Rank 0 returns the full matrix, the other
-    ranks None. The blocks are the single-process blocks, so the matrix is bit-identical to one
-    process running with the same number of threads per process.
-    """
+    """The full score matrix of ``model`` on ``split`` (rows images, columns captions), captions tokenised by
+    ``model.tokenize`` (or by ``vocab`` when given). Under torchrun (``shard=True``) every rank must call it: each
+    scores its run of image blocks (:func:`shard_rows`); rank 0 returns the whole matrix, the others None."""
     rank, world_size = D.world() if shard else (0, 1)
     was_training = model.training
     model.eval()
@@ -189,15 +169,9 @@ def model_scores(model: MatchingModel, split: PrecompSplit, vocab: Vocab | None 
 @torch.no_grad()
 def two_stage_scores(model: MatchingModel, split: PrecompSplit, top_k: int, device="cpu",
                      progress: bool = True, text_batch: int = 256) -> tuple[np.ndarray, np.ndarray]:
-    """Two-stage retrieval matrices ``(i2t, t2i)`` for ``split``.
-
-    Stage 1 ranks every pair by the model's pair-independent part (``global_embeddings``: one GEMM);
-    stage 2 re-scores, with the model's own ``score``, each image's top ``top_k`` captions (rows of
-    ``i2t``) and each caption's top ``top_k`` images (columns of ``t2i``). Re-scored entries are
-    shifted above every stage-1 entry of their row/column, so a query's ranking is: its top K in
-    full-score order, then the rest in stage-1 order. Pass both to
-    ``metrics.recall_metrics(i2t, t2i)``. Work: (n_images + n_captions) x K pairs instead of all.
-    """
+    """Two-stage retrieval matrices ``(i2t, t2i)`` for ``recall_metrics(i2t, t2i)``: stage 1 ranks every pair by
+    ``global_embeddings``' inner product, stage 2 re-scores each image's top ``top_k`` captions (rows of ``i2t``)
+    and each caption's top ``top_k`` images (columns of ``t2i``) with ``score``, lifted above the stage-1 rest."""
     was_training = model.training
     model.eval()
     try:
@@ -208,8 +182,6 @@ def two_stage_scores(model: MatchingModel, split: PrecompSplit, top_k: int, devi
         texts = Encoding.cat(parts)
         emb = model.global_embeddings(images, texts)
         if emb is None:
-            from ..errors import ConfigError
-
             raise ConfigError(f"model {model.name} has no global (stage-1) part: two-stage scoring needs one")
         s1 = (emb[0] @ emb[1].T).float().cpu().numpy()
         n_img, n_cap = s1.shape

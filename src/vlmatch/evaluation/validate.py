@@ -1,10 +1,8 @@
 """Validation: the metrics that choose a training run's best checkpoint, on the validation split.
 
-A model declares how its checkpoints are chosen, as data (:meth:`MatchingModel.checkpoint_selection`,
-a :class:`vlmatch.models.base.Selection`): the recalls of its full score matrix (every model's default),
-or the recalls after MTFN-RR re-ranking with its own caption-caption similarity (MTFN's text-text stage,
-whose image-text scores are frozen). This module runs what it declares, so models never call the
-engine that evaluates them. (Checking configuration values before any work is :mod:`vlmatch.options`.)
+A model declares how its checkpoints are chosen (:meth:`MatchingModel.checkpoint_selection`, a
+:class:`vlmatch.models.base.Selection`); this module runs what it declares, so models never call the engine
+that evaluates them.
 """
 
 from __future__ import annotations

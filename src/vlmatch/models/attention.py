@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .base import EPS
+from .base import EPS, masked_mean
 
 RAW_FEATURE_NORMS = ("softmax", "l2norm", "clipped_l2norm", "l1norm", "clipped_l1norm", "clipped", "no_norm")
 
@@ -49,10 +49,7 @@ def normalize_raw(s: Tensor, kind: str, dim: int, mask: Tensor | None, scale: fl
 def pool(r: Tensor, mask: Tensor | None, dim: int, how: str, lambda_lse: float) -> Tensor:
     """Pool relevance scores over ``dim``: avg, lse (stable LogSumExp / lambda), sum or max."""
     if how == "avg":
-        if mask is None:
-            return r.mean(dim=dim)
-        m = mask.to(r.dtype)
-        return (r * m).sum(dim=dim) / m.sum(dim=dim).clamp(min=1)
+        return masked_mean(r, mask, dim)
     if how == "sum":
         return r.sum(dim=dim) if mask is None else r.masked_fill(~mask, 0.0).sum(dim=dim)
     if how == "max":

@@ -202,18 +202,9 @@ def _checking_img_dim(encode_images):
 
 
 class MatchingModel(nn.Module):
-    """Base class: subclasses set ``Config`` and implement the three protocol methods.
-
-    Extension points every model may override (the trainer, the engine, ``explain`` and search
-    call only these, never ``if model.name == ...``):
-
-    - ``tokenize(captions)``: the model's own text processing (default: its word vocabulary);
-      ``uses_vocab = False`` for a model that brings its own tokenizer (then the trainer builds no
-      vocabulary), with ``save_extra`` / ``load_extra`` to keep it beside the weights.
-    - ``loss(scores, batch, train_cfg, hardest)``: the training objective from the batch score matrix.
-    - ``global_embeddings(img, txt)``: per-item vectors whose inner product is a stage-1 score.
-    - ``pair_attention(img, txt)``: one pair's word <-> image-position weights, for heat maps.
-    """
+    """Base class: subclasses set ``Config`` and implement the three protocol methods (``encode_images``,
+    ``encode_texts``, ``score``). The trainer, the engine, ``explain`` and search call only the methods below,
+    each with a default a model may override, never ``if model.name == ...``."""
 
     Config: ClassVar[type] = ModelConfig
     uses_vocab: ClassVar[bool] = True  # the trainer builds a word vocabulary and sets vocab_size

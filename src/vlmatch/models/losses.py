@@ -18,14 +18,11 @@ def hinge_triplet(scores: Tensor, margin: float = 0.2, max_violation: bool = Fal
     if scores.dim() != 2 or scores.shape[0] != scores.shape[1]:
         raise ValueError(f"scores must be a square batch matrix, got {tuple(scores.shape)}")
     pos = scores.diagonal()
-    cost_cap = (margin + scores - pos[:, None]).clamp(min=0)  # image i as query, captions negative
-    cost_img = (margin + scores - pos[None, :]).clamp(min=0)  # caption j as query, images negative
-    n = scores.shape[0]
-    same = torch.eye(n, dtype=torch.bool, device=scores.device)
+    same = torch.eye(scores.shape[0], dtype=torch.bool, device=scores.device)
     if image_ids is not None:
         same = same | (image_ids[:, None] == image_ids[None, :])
-    cost_cap = cost_cap.masked_fill(same, 0.0)
-    cost_img = cost_img.masked_fill(same, 0.0)
+    cost_cap = (margin + scores - pos[:, None]).clamp(min=0).masked_fill(same, 0.0)  # image i as query
+    cost_img = (margin + scores - pos[None, :]).clamp(min=0).masked_fill(same, 0.0)  # caption j as query
     if max_violation:
         return cost_cap.amax(dim=1).sum() + cost_img.amax(dim=0).sum()
     return cost_cap.sum() + cost_img.sum()
@@ -78,8 +75,8 @@ def pointing_loss(maps: Tensor, targets: Tensor, temperature: float = 0.2, form:
                          f"{tuple(targets.shape)}")
     if maps.shape[0] == 0:
         return maps.sum() * 0.0
+    z = (maps - maps.mean(dim=1, keepdim=True)) / (maps.std(dim=1, keepdim=True) + 1e-6)
     if form == "peak":
-        z = (maps - maps.mean(dim=1, keepdim=True)) / (maps.std(dim=1, keepdim=True) + 1e-6)
         some_out = (~targets).any(dim=1)
         if not bool(some_out.any()):
             return maps.sum() * 0.0
@@ -89,7 +86,6 @@ def pointing_loss(maps: Tensor, targets: Tensor, temperature: float = 0.2, form:
         return (margin + top_out - top_in).clamp(min=0).sum() / maps.shape[0]
     if form != "mass":
         raise ValueError(f"grounding form must be mass or peak, not {form!r}")
-    z = (maps - maps.mean(dim=1, keepdim=True)) / (maps.std(dim=1, keepdim=True) + 1e-6) / temperature
-    logp = torch.log_softmax(z, dim=1)
+    logp = torch.log_softmax(z / temperature, dim=1)
     inside = torch.logsumexp(logp.masked_fill(~targets, float("-inf")), dim=1)
     return -inside.mean()

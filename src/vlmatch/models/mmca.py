@@ -1,56 +1,8 @@
-"""MMCA: Multi-Modality Cross Attention Network (Wei, Zhang, Li, Zhang, Wu; CVPR 2020). No public
-code: the paper's equations (§3) are the specification.
+"""MMCA: Multi-Modality Cross Attention Network (Wei, Zhang, Li, Zhang, Wu; CVPR 2020), from its equations (§3).
 
-Notation: region features o_i (i = 1..k), WordPiece tokens of a caption (n of them, the encoder's
-own [CLS] and [SEP] included, as BERT is fed), hidden width d (256 in the paper, Tables 4-5).
-
-Self-attention module (§3.3)
-    R   = FC(O)                                    (k x d, §3.2)
-    R_s = TU_self(R)                               (one Transformer unit, eq. 1-4)
-    i0  = l2norm(mean_i R_s)                       (eq. 5, over the valid regions)
-    E   = BERT(tokens)                             (n x H, frozen by default: H = 768 for BERT-base)
-    c0  = l2norm(LayerNorm(W_e [q1; q2; q3] + b_e))   q_l = max_k ReLU(W_l e_{k:k+l-1} + b_l)  (eq. 6-7)
-Cross-attention module (§3.4)
-    Y   = [R; E W_t + b_t]                         ((k + n) x d)
-    Y_c = TU_cross(Y) = [R_c; E_c]                 (eq. 8-14: every token attends to both modalities)
-    i1  = l2norm(mean_i R_c),  c1 = the 1-D CNN + max-pool + FC + LayerNorm head (own weights) on E_c
-Score (§3.5): S = i0·c0 + α (i1·c1), α = 0.2; hinge triplet on the hardest negatives (eq. 15).
-
-A Transformer unit (Fig. 3, post-norm as in Vaswani et al.): X = LN(Y + MultiHead(Y)),
-out = LN(X + FFN(X)), MultiHead = concat_h(softmax(Q_h K_hᵀ / sqrt(d_k)) V_h) W^O with h = 16 heads
-of width d_k = d / h, FFN(x) = ReLU(x W1 + b1) W2 + b2.
-
-Readings taken where the paper is loose (each is a choice, stated here):
-- Widths: R is d-wide but E is H-wide (768 for BERT-base), so they cannot be stacked as printed.
-  E enters the cross unit through a learned FC (H -> d, the W_t above); the c0 head reads E itself.
-- Eq. 4 gives W1, W2 as d x d: the FFN's inner width is d by default (``ffn_dim`` = 0 means d).
-- Eq. 11 scales by sqrt(d); we read it as the per-head width d_k (eq. 1 and Vaswani et al.).
-- Eq. 7 ends with LayerNorm, but §3.5 says "the embeddings are scaled to have a unit norm", so c0
-  and c1 are l2-normalised after the LayerNorm (i0 and i1 are l2-normalised by eq. 5's text).
-- The 1-D CNN (eq. 6) runs a window of l tokens from every token position k = 1..n, the positions
-  past the caption's end being zero vectors (Kim's zero-padded sentences), then max-pools over
-  the n positions: every window size gives a value even for a 2-token caption. ReLU outputs are
-  >= 0, so the max over valid positions is unaffected by the zero padding.
-- i1 / c1 use the same pooling and head structure as i0 / c0 ("quite similar"), with their own
-  weights; the CNN on E_c reads d-wide tokens.
-- No dropout anywhere (the paper names none), so training and scoring compute the same function.
-Masks: absent regions and padded tokens never serve as keys (self and cross units), never enter
-a mean or a max; their own (query) rows are computed and ignored.
-
-Scoring (the engine's ``score`` over an images x captions block): everything pair-independent is
-computed once per item in ``encode_*``: R_s, i0, the cross unit's per-token Q/K/V of R and of
-E W_t (eq. 8-10 split them by modality), E W_t itself and c0. The pair part is one batched
-attention over the (k + n) stacked tokens of every pair (scaled_dot_product_attention with a
-key mask), W^O, the FFN, the two LayerNorms and the c1 head, laid out (images, captions, tokens, d)
-so each is one GEMM over the whole block. With α = 0 (the ablation) the cross unit is skipped and S
-is the i0·c0 GEMM.
-
-The text encoder is any Hugging Face BERT-family folder given by a local path (``text_encoder``;
-'' means the packaged all-MiniLM-L6-v2). Frozen (default), its outputs are cached on disk by
-caption (vlmatch.encoders.text_cache); ``finetune=True`` trains it (no cache, weights saved).
-A checkpoint keeps a copy of the tokenizer files and the encoder folder's path and SHA-256
-(``text_encoder.json``); loading checks the hash so a checkpoint never silently pairs with
-another encoder.
+Notation as the paper's: regions R (k x d), token vectors E (n x H); a self-attention unit per modality gives
+i0, c0 and one cross unit over [R; E W_t] gives i1, c1; S = i0·c0 + α i1·c1. The equations, the readings where
+the paper is loose and the scoring layout: docs/models/mmca.md; the text encoder and its cache: the same page.
 """
 
 from __future__ import annotations

