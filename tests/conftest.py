@@ -49,15 +49,34 @@ def _thread_share():
         torch.set_num_threads(THREADS)
 
 
+# The parts of $VLMATCH_CACHE that are pure functions of their key (the concept names' sentence vectors, keyed by
+# the lexicon's digest, the text encoder's hash and the template; the files' digests, keyed by path and stat stamp),
+# written whole or not at all: kept in pytest's own cache folder between runs and shared by the workers. The concept
+# names alone cost each process that computes them ~8 s on a core (every first index build of the shipped default).
+DERIVED = ("concepts", "digests")
+
+
+@pytest.fixture(scope="session")
+def _derived_cache(request, tmp_path_factory):
+    cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider: shared by this run only
+    shared = cache.mkdir("vlmatch-derived") if cache is not None else tmp_path_factory.getbasetemp().parent / "derived"
+    vlcache = tmp_path_factory.getbasetemp() / "vlcache"
+    vlcache.mkdir(exist_ok=True)
+    for name in DERIVED:
+        (shared / name).mkdir(parents=True, exist_ok=True)
+        if not (vlcache / name).exists():
+            (vlcache / name).symlink_to(shared / name, target_is_directory=True)
+    return vlcache
+
+
 @pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path_factory, monkeypatch):
+def _isolated_cache(tmp_path_factory, monkeypatch, _derived_cache):
     """Never touch the user's ~/.cache from tests, nor the host's torch.compile cache: Inductor's on-disk cache
     (/tmp/torchinductor_$USER) does not key its kernels by ATEN_CPU_CAPABILITY, so kernels cached by an AVX-512
     process and loaded by one held to AVX2 gave non-finite scores and crashed the process (the compiled-engine
-    and compiled-training tests). One cache per test session: kernels compiled by this process only."""
-    base = tmp_path_factory.getbasetemp()
-    monkeypatch.setenv("VLMATCH_CACHE", str(base / "vlcache"))
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(base / "inductor"))
+    and compiled-training tests). One cache per test process: kernels compiled by this process only."""
+    monkeypatch.setenv("VLMATCH_CACHE", str(_derived_cache))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "inductor"))
 
 
 @pytest.fixture(scope="session")

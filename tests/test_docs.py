@@ -114,6 +114,7 @@ def test_user_docs_say_nothing_about_one_machine(phrase):
         assert phrase.lower() not in text.lower(), f"{page.relative_to(ROOT)} mentions {phrase!r}"
 
 
+@pytest.mark.slow  # builds the whole site with mkdocs
 def test_the_site_builds_strictly(tmp_path):
     pytest.importorskip("mkdocs")
     pytest.importorskip("mkdocstrings")

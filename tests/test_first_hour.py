@@ -19,6 +19,7 @@ from vlmatch.viz.attention import pair_attention
 from .conftest import write_precomp
 
 
+@pytest.mark.slow  # writes the whole toy world
 def test_toyworld_is_a_data_argument_of_every_command_and_lives_in_vlmatch_cache(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("VLMATCH_CACHE", str(tmp_path / "c"))
     assert resolve_data("toyworld") == tmp_path / "c" / "toyworld"  # read at call time

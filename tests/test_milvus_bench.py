@@ -21,6 +21,7 @@ def bench(tmp_path, monkeypatch):
     return mod
 
 
+@pytest.mark.slow  # a folder and a Milvus Lite index of 60 photos
 @pytest.mark.parametrize("shape", ["scan-7x7", "global-1024"])
 def test_both_backends_return_the_same_photos_for_each_shape(bench, shape):
     row = bench.run_size(60, 6, shape)

@@ -104,6 +104,7 @@ def test_seal_refuses_a_sealed_folder_that_lost_its_seal_whatever_changed(tmp_pa
     assert not (ck / CHECKSUMS).exists() and _files(ck) == before
 
 
+@pytest.mark.slow  # seal and load, each in a process of its own, four times
 @pytest.mark.parametrize("change", [None, _beta_5, _bank_edited, _lora_swapped], ids=lambda f: getattr(
     f, "__name__", "unchanged").strip("_"))
 def test_a_downgraded_folder_is_refused_by_seal_and_by_a_load(tmp_path, change):

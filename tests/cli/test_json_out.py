@@ -35,6 +35,7 @@ def test_json_dash_is_standard_output_alone(photo_index):  # noqa: F811
     assert not Path("-").exists()
 
 
+@pytest.mark.slow  # a search in a process of its own
 def test_json_onto_dev_stdout_writes_there_and_keeps_the_link(photo_index):  # noqa: F811
     if not os.path.islink("/dev/stdout"):
         pytest.skip("/dev/stdout is not a link here")

@@ -35,6 +35,7 @@ def _notes(r) -> list[str]:
     return [ln for ln in r.stderr.splitlines() if ln.startswith("vlmatch: note:")]
 
 
+@pytest.mark.slow  # the shipped default's explain in a process of its own
 def test_a_text_longer_than_the_model_reads_is_drawn_with_the_cut_named(tmp_path):
     text = " ".join(["a brown dog runs across the green grass"] * 120)  # 5,000 characters, ~960 tokens
     assert len(text) > 4500
@@ -54,6 +55,7 @@ def test_a_text_of_only_invisible_characters_is_refused_like_an_empty_one(tmp_pa
     assert not (tmp_path / "maps.png").exists()
 
 
+@pytest.mark.slow  # the shipped default's explain in a process of its own
 def test_a_text_the_model_reads_none_of_is_refused_before_any_png(tmp_path):
     r = _explain(tmp_path, "\U0001f436\U0001f3d6\ufe0f\U0001f31e")
     err = r.stderr.strip()
@@ -62,6 +64,7 @@ def test_a_text_the_model_reads_none_of_is_refused_before_any_png(tmp_path):
     assert not (tmp_path / "maps.png").exists()
 
 
+@pytest.mark.slow  # the shipped default's explain in a process of its own
 def test_words_without_glyphs_get_a_plain_label_and_one_note_not_boxes(tmp_path):
     from vlmatch.viz.fonts import font_for, plain
 

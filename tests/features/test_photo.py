@@ -302,6 +302,7 @@ def test_a_heic_with_a_large_enough_thumbnail_is_read_through_it(tmp_path):
     assert mad(load_image(tmp_path / "r.heic", 224), full) < 6.0  # upright through the thumbnail too
 
 
+@pytest.mark.slow  # two HEVC encodes of a 1600 x 1200 photo
 def test_the_models_input_reads_an_iphone_sized_thumbnail(tmp_path, monkeypatch):
     """An iPhone writes a 320 x 240 thumbnail: short of a 320 x 320 input on one side, yet within
     MODEL_THUMB_COVER of it, so the model's input reads it (the full HEVC decode is most of a build's cost);

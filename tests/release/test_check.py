@@ -111,6 +111,7 @@ def _changed(obj, path):
     return out
 
 
+@pytest.mark.slow  # the whole registry checked once per figure (400+ checks)
 def test_every_figure_of_the_registry_changed_by_hand_is_named(check):
     """The whole registry, one figure at a time: each number (and flag) of every entry's figures, moved by one step
     of its last printed digit, makes `release/ship.py --check` name that entry and the changed field -- no figure

@@ -147,6 +147,7 @@ def test_a_recalibrated_checkpoint_does_not_resume_an_interrupted_build(toy_ckpt
     assert exhaustive(tmp_path / "idx") == exhaustive(tmp_path / "ref")
 
 
+@pytest.mark.slow  # two builds, each in a process of its own
 def test_a_jpeg_claiming_more_pixels_than_its_data_is_refused_by_the_build(toy_ckpts, tmp_path):
     """A JPEG whose header claims 65,000 x 65,000 over 500 x 375 of data (and a DNG whose preview claims more than
     its data) was indexed as 8,125² of grey with the claimed size recorded: `index build`, in its own process,

@@ -75,6 +75,7 @@ def two_workers(monkeypatch):
     monkeypatch.setenv("VLMATCH_DECODE_WORKERS", "2")
 
 
+@pytest.mark.slow  # a build killed and run again, in processes of their own
 def test_a_killed_build_leaves_no_workers_and_the_rerun_finishes(ckpts, tmp_path, two_workers):  # noqa: F811
     imgs, out = jpegs(tmp_path / "imgs", NAMES), tmp_path / "idx"
     args = build_args(ckpts["a"], imgs, out, retriever=ckpts["vsepp"])
@@ -86,6 +87,7 @@ def test_a_killed_build_leaves_no_workers_and_the_rerun_finishes(ckpts, tmp_path
     assert sorted(it["rel"] for it in vlmatch.Index.open(out).items) == NAMES
 
 
+@pytest.mark.slow  # a build, an update killed and run again, in processes of their own
 def test_a_killed_update_leaves_no_workers_and_the_rerun_finishes(ckpts, tmp_path, two_workers):  # noqa: F811
     imgs, out = jpegs(tmp_path / "imgs", NAMES[:2]), tmp_path / "idx"
     assert run_child(build_args(ckpts["a"], imgs, out, retriever=ckpts["vsepp"])).returncode == 0

@@ -39,6 +39,7 @@ def built(tmp_path_factory):
             "stdout": out.stdout}
 
 
+@pytest.mark.slow  # two explains of the shipped default, each in a process of its own
 def test_explain_prints_the_score_search_shows(built):
     """--index --id and --image FILE, each in its own process, give the score `search` printed for that photo and
     text: the ranking model's part (what the maps split) plus the concept part, which add up to it."""
@@ -62,6 +63,7 @@ def test_explain_prints_the_score_search_shows(built):
     assert f"maps, score {got['score']:.4f}" in out.stdout and "(the maps) + concepts" in out.stdout
 
 
+@pytest.mark.slow  # two explains of the shipped default, each in a process of its own
 def test_each_word_on_its_own_scale_or_one_shared(built):
     """The default PNG draws each word on its own scale; --shared-scale on one: the two differ for a caption of
     several words, and both are PNGs."""
@@ -73,6 +75,7 @@ def test_each_word_on_its_own_scale_or_one_shared(built):
     assert own[:8] == shared[:8] == b"\x89PNG\r\n\x1a\n" and own != shared
 
 
+@pytest.mark.slow  # the shipped default's index built in a process of its own, then loaded here
 def test_the_api_explains_the_score_its_search_shows(built):
     from fastapi.testclient import TestClient
 
@@ -91,6 +94,7 @@ def test_the_api_explains_the_score_its_search_shows(built):
         assert png.status_code == 200 and png.content[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow  # searches and updates, each in a process of its own
 def test_an_index_whose_pins_differ_is_refused_until_its_concepts_are_encoded_again(built, tmp_path):
     """Another lexicon recorded (as after an upgrade that changed it): search refuses in one line naming the
     update; `index update --concepts` encodes every photo's concept columns again and search works. An index from
@@ -129,6 +133,7 @@ def test_an_index_whose_pins_differ_is_refused_until_its_concepts_are_encoded_ag
     assert out.returncode != 0 and "built before vlmatch pinned them" in out.stderr and "--concepts" in out.stderr
 
 
+@pytest.mark.slow  # a build and a search, each in a process of its own
 def test_relevance_is_left_out_where_the_score_shown_is_not_the_fitted_one(built, tmp_path):
     """With --retriever the score a hit shows is the re-scorer's, not the fused stage-1 score the relevance scale
     was fitted on: no relevance, and the CLI and the JSON say why in one line."""

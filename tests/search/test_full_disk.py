@@ -65,6 +65,7 @@ def _one_named_line(r, disk: Path) -> str:
     return err[0]
 
 
+@pytest.mark.slow  # two builds of 120 photos, each in a process of its own
 def test_a_build_onto_a_full_disk_is_one_line_naming_the_file(tmp_path, small_disk):
     models = save_models(tmp_path / "ck")
     photos = draw_photos(tmp_path / "photos", 120)
@@ -73,6 +74,7 @@ def test_a_build_onto_a_full_disk_is_one_line_naming_the_file(tmp_path, small_di
     _one_named_line(_build(models, photos, disk / "idx"), disk)
 
 
+@pytest.mark.slow  # builds, an update and searches, each in a process of its own
 def test_an_update_onto_a_full_disk_is_one_line_and_the_index_stays_as_it_was(tmp_path, small_disk):
     models = save_models(tmp_path / "ck")
     photos = draw_photos(tmp_path / "photos", 40)

@@ -70,6 +70,7 @@ def test_the_index_keeps_the_calibration_with_its_copy_of_the_model(calibrated):
     assert (out / "model" / "calibration.safetensors").read_bytes() == (ckpt / "calibration.safetensors").read_bytes()
 
 
+@pytest.mark.slow  # a Milvus Lite build beside the folder's
 def test_a_milvus_index_of_the_calibrated_model_ranks_as_the_folder(calibrated, small_world, tmp_path):
     pytest.importorskip("milvus_lite")
     from vlmatch.search.backends.base import MilvusLocation

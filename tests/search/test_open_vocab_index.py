@@ -27,6 +27,7 @@ def photos(tmp_path_factory):
     return draw_photos(tmp_path_factory.mktemp("ov") / "photos", 6)
 
 
+@pytest.mark.slow  # the shipped default's index built and searched in processes of their own
 def test_build_then_search_in_other_processes(photos, tmp_path):
     idx = tmp_path / "idx"
     vlmatch("index", "build", "--images", str(photos), "--out", str(idx), "--no-progress")
@@ -50,6 +51,7 @@ def test_build_then_search_in_other_processes(photos, tmp_path):
     assert np.allclose([h.score for h in hits], [r["score"] for r in got["results"]], atol=1e-5)
 
 
+@pytest.mark.slow  # two builds and two updates, each in a process of its own
 def test_an_old_index_gets_its_concept_vectors_from_update(photos, tmp_path):
     idx = tmp_path / "old"
     vlmatch("index", "build", "--images", str(photos), "--out", str(idx), "--no-progress", "--no-open-vocab")
@@ -73,6 +75,7 @@ def test_an_old_index_gets_its_concept_vectors_from_update(photos, tmp_path):
     assert manifest(idx2)["open_vocab"] is None
 
 
+@pytest.mark.slow  # the shipped default's index built in a process of its own
 def test_the_and_rescoring_orders_the_candidates_by_the_weakest_word(photos, tmp_path):
     """With a fusion whose beta is on, the candidates of a two-word query come in the order of
     vlmatch.search.compose.rescore over their stored concept vectors; each hit still shows its fused score."""
@@ -98,6 +101,7 @@ def test_the_and_rescoring_orders_the_candidates_by_the_weakest_word(photos, tmp
     assert all(h.score == h.stage1_score for h in hits)
 
 
+@pytest.mark.slow  # a Milvus Lite build and search, each in a process of its own
 def test_milvus_lite_build_and_search_in_other_processes(photos, tmp_path):
     """The same open-vocabulary index on milvus-lite: built in one process, searched in another, with the relevance
     scale and the concept columns (one vector field: the model's columns, then the concepts')."""
@@ -135,6 +139,7 @@ def test_projected_concept_columns_are_the_full_ones_on_the_names_leading_direct
     assert torch.allclose(small.query_vectors(texts), full.query_vectors(texts) @ basis, atol=1e-5)
 
 
+@pytest.mark.slow  # the shipped default's index built in a process of its own
 def test_photo_to_caption_search_reads_the_rankers_columns(photos, tmp_path):
     """The fusion weighs a query's concept part for text -> photo search; a photo -> caption search ranks the
     captions by the ranker's columns alone (with the concept part, each caption's own weight would rank them by

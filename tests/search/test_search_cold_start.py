@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from vlmatch.cli import main
 
 from .photo_index import photo_index  # noqa: F401 (a session fixture)
@@ -41,6 +43,7 @@ def test_search_from_a_fresh_process_prints_everything_and_profiles(photo_index,
     assert capsys.readouterr().out.strip().splitlines() == rows
 
 
+@pytest.mark.slow  # explain in a process of its own
 def test_explain_from_a_fresh_process_writes_its_picture(photo_index, tmp_path):  # noqa: F811
     out = _vlmatch("explain", "--index", str(photo_index), "--id", "1", "--text", "a red ball", "--out",
                    str(tmp_path / "m.png"))

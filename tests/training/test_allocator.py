@@ -39,6 +39,7 @@ def _last_round_faults(mode: str) -> tuple[str, int]:
     return kept, int(faults)
 
 
+@pytest.mark.slow  # two processes of their own, each importing torch and allocating 64 MB 14 times
 @glibc
 def test_freed_memory_is_reused_without_faulting_its_pages_in_again():
     _, system = _last_round_faults("system")

@@ -62,6 +62,7 @@ def test_grounding_loss_makes_the_maps_point_at_the_named_object(grid, tmp_path)
     assert res["centre"] < 30.0
 
 
+@pytest.mark.slow  # a training
 def test_training_on_mirror_views_pulls_them_into_mirrored_boxes(grid, tmp_path):
     """data.mirror 0.5: half the pairs show the mirror file's features, here each image's cells mirrored (what a
     per-cell model sees in a mirror image); their targets mirrored with them, the maps still learn to point on
@@ -183,6 +184,7 @@ def _scan_cfg(data, ents, weight, direction="t2i"):
     return cfg
 
 
+@pytest.mark.slow  # a SCAN training each
 @pytest.mark.parametrize("direction", ["t2i", "i2t"])
 def test_grounding_on_attention_teaches_scans_own_attention_to_point(grid, tmp_path, direction):
     """train.grounding_map: attention trains the weights the paper shows (and `vlmatch grounding --method

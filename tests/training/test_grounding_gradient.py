@@ -118,6 +118,7 @@ def test_the_hand_written_backward_passes_are_differentiable_twice():
     assert torch.autograd.gradgradcheck(pair_logits, (keys, q, w))
 
 
+@pytest.mark.slow  # a CAAN training
 def test_grounding_on_gradients_teaches_caan_to_point(grid, tmp_path):  # noqa: F811
     """CAAN's attention is its caption's mean map; its per-word map is the gradient, and the objective on it
     makes that map point on held-out images where matching alone leaves it (wide margins)."""

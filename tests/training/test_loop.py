@@ -31,6 +31,7 @@ def _losses(run):
     return [r["loss"] for r in _log(run) if r["type"] == "train"]
 
 
+@pytest.mark.slow  # three trainings of two epochs
 def test_resume_after_a_kill_mid_epoch_replays_the_same_losses(small_world, tmp_path):
     full = tmp_path / "full"
     train(_cfg(small_world), full, progress=False)

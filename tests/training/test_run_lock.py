@@ -57,6 +57,7 @@ def files(folder: Path) -> dict:
             if p.is_file() and p.name != ".vlmatch.lock"}
 
 
+@pytest.mark.slow  # two trainings each, one in a process of its own
 @pytest.mark.parametrize("second", ["overwrite", "fresh", "resume"])
 def test_a_second_run_of_a_folder_in_training_is_refused_and_changes_nothing(small_world, tmp_path, capsys, second):
     cfg = tmp_path / "c.yaml"

@@ -68,6 +68,7 @@ def check_page(page, base, shots: Path, tag: str, n_results: int):
     return page
 
 
+@pytest.mark.slow  # an index served in a process of its own and driven by chromium
 def test_page_in_chromium(served_index, tmp_path):
     from playwright.sync_api import sync_playwright
 
@@ -147,6 +148,7 @@ def dated_index(tmp_path):
     yield from serve(tmp_path / "index")
 
 
+@pytest.mark.slow  # an index built, served in a process of its own and driven by chromium
 def test_page_filters_in_chromium(dated_index, tmp_path):
     """The page's filter controls: a date range and a camera narrow the results to the matching photos (the
     dates under each card), go into the URL, and a shared link with them fills the controls again."""

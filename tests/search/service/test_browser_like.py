@@ -2,6 +2,8 @@
 a result's button searches by that photo (itself first, the id in the URL), a text typed then searches for
 both, and the chip's x goes back to the text alone."""
 
+import pytest
+
 from ..photo_index import photo_index  # noqa: F401  (the session fixture)
 from ..serving import watched_page
 from .test_browser import launch, served_index  # noqa: F401  (served_index: the fixture)
@@ -11,6 +13,7 @@ def card_ids(page) -> list[int]:
     return page.evaluate("() => [...document.querySelectorAll('#results .card')].map((c) => Number(c.dataset.id))")
 
 
+@pytest.mark.slow  # an index served in a process of its own and driven by chromium
 def test_more_like_this_in_chromium(served_index):  # noqa: F811
     from playwright.sync_api import sync_playwright
 
