@@ -58,8 +58,6 @@ def resolve_encoder_path(path: str | os.PathLike | None) -> Path:
     if not p.is_dir():
         raise ConfigError(f"text encoder folder {p} not found: give the local path of a Hugging Face BERT-family "
                           "folder (config.json, weights, tokenizer files); nothing is downloaded")
-    if not (p / "config.json").is_file():
-        raise DataError(p / "config.json", "not found: not a Hugging Face model folder")
     read_config(p)  # refused up front, before seconds of importing and loading
     check_tokenizer_files(p)
     return p
@@ -85,8 +83,7 @@ def read_config(path: str | os.PathLike) -> dict:
 
 
 def _safetensors_elements(f: Path) -> int:
-    """Check that a safetensors file is whole (its header covers every byte); the number of
-    values it holds."""
+    """The number of values a safetensors file holds, checked whole (its header covers every byte)."""
     import json
     import struct
 
@@ -476,21 +473,19 @@ class HFTextEncoder(nn.Module):
         from ..io import read_json
 
         directory = Path(directory)
-        info = read_json(directory / "text_encoder.json",
-                         "not found (a checkpoint with a transformer text side records its text encoder)")
+        f = directory / "text_encoder.json"
+        info = read_json(f, "not found (a checkpoint with a transformer text side records its text encoder)")
         if not isinstance(info, dict):
-            raise DataError(directory / "text_encoder.json", "expected an object with 'path' and 'sha256'")
+            raise DataError(f, "expected an object with 'path' and 'sha256'")
         have = self.hash()
         if info.get("sha256") != have:
             what = "its LoRA adapters belong to base text encoder" if info.get("lora") else \
                 "the checkpoint was trained with text encoder"
-            raise DataError(directory / "text_encoder.json",
-                            f"{what} {info.get('path')} (sha256 "
-                            f"{str(info.get('sha256'))[:12]}...), but {self.path} has sha256 {have[:12]}...")
+            raise DataError(f, f"{what} {info.get('path')} (sha256 {str(info.get('sha256'))[:12]}...), but {self.path} "
+                               f"has sha256 {have[:12]}...")
         mine = None if self.lora is None else self.lora.spec.record()
         if info.get("lora") != mine:
-            raise DataError(directory / "text_encoder.json",
-                            f"records text_lora {info.get('lora')}, but the model was built with {mine}")
+            raise DataError(f, f"records text_lora {info.get('lora')}, but the model was built with {mine}")
         if (directory / "tokenizer").is_dir():
             self.use_tokenizer(directory / "tokenizer")
 

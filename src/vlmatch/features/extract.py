@@ -174,10 +174,9 @@ def run_job(job: Job, images_dir: Path, out: Path, backbone: Backbone, opts: Ext
             x = backbone.preprocess([look(load_image(images_dir / p, info.input_size)) for p in names])
             feats = backbone(x)
             arr[a:a + len(names)] = feats.numpy().astype(dtype)
-            if garr is not None:
-                garr[a:a + len(names)] = feats.mean(dim=1).numpy().astype(dtype)
             arr.flush()
             if garr is not None:
+                garr[a:a + len(names)] = feats.mean(dim=1).numpy().astype(dtype)
                 garr.flush()
             write_json(prog_path, {"fingerprint": fp, "done": a + len(names), "total": n})
             bar.update(len(names))
