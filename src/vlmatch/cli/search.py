@@ -243,9 +243,7 @@ def _clip(text: str, width: int) -> str:
 
 def _place(gps) -> str:
     """A photo's GPS position as ``lat,lon`` to 3 decimals (about 100 m); ``-`` when it records none."""
-    if not gps:
-        return "-"
-    return f"{gps[0]:.3f},{gps[1]:.3f}"
+    return f"{gps[0]:.3f},{gps[1]:.3f}" if gps else "-"
 
 
 def stale_reader_note(idx) -> None:
@@ -262,7 +260,6 @@ def stale_reader_note(idx) -> None:
 
 
 def cmd_search(a):
-
     if a.backend == "milvus" and a.text is None and a.index is not None:  # no folder: the one positional is the text
         a.text, a.index = a.index, None
     if a.like is None and (a.text is None) == (a.image is None):
