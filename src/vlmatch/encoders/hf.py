@@ -152,11 +152,7 @@ def _hash_cached(path: str, stamp: tuple) -> str:
             return text
     except (OSError, UnicodeError):
         pass
-    h = hashlib.sha256()
-    for f in _hashed_files(Path(path)):
-        h.update(f.name.encode() + b"\0")
-        hash_file_into(h, f)
-    digest = h.hexdigest()
+    digest = _files_digest(_hashed_files(Path(path)))
     try:
         write_text(kept, digest + "\n")
     except OSError:  # a cache folder that cannot be written: computed again next time
@@ -198,12 +194,14 @@ _TOKENIZE = threading.Lock()
 
 def tokenizer_digest(path: str | os.PathLike) -> str:
     """SHA-256 over the tokenizer files of a folder (names and contents)."""
+    return _files_digest(f for f in (Path(path) / n for n in TOKENIZER_FILES) if f.is_file())
+
+
+def _files_digest(files) -> str:
     h = hashlib.sha256()
-    for name in TOKENIZER_FILES:
-        f = Path(path) / name
-        if f.is_file():
-            h.update(name.encode() + b"\0")
-            hash_file_into(h, f)
+    for f in files:
+        h.update(f.name.encode() + b"\0")
+        hash_file_into(h, f)
     return h.hexdigest()
 
 
