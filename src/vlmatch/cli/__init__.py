@@ -74,19 +74,16 @@ def main(argv=None) -> int:
     try:
         with json_on_stdout(getattr(args, "json", None)):  # `--json -`: standard output is the JSON's alone
             args.func(args)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Exception) as e:
         if debug:
             raise
-        print("vlmatch: interrupted", file=sys.stderr)
-        return 130
-    except VlmatchError as e:
-        if debug:
-            raise
-        print(f"vlmatch: error: {e}", file=sys.stderr)
-        return 2
-    except Exception as e:  # not ours (a library's, the system's): still one line, never a traceback
-        if debug:
-            raise
+        if isinstance(e, KeyboardInterrupt):
+            print("vlmatch: interrupted", file=sys.stderr)
+            return 130
+        if isinstance(e, VlmatchError):
+            print(f"vlmatch: error: {e}", file=sys.stderr)
+            return 2
+        # not ours (a library's, the system's): still one line, never a traceback
         first = (str(e).strip().splitlines() or [""])[0]
         print(f"vlmatch: error: {type(e).__name__}: {first} (unexpected; run with --debug for the traceback)",
               file=sys.stderr)
@@ -107,9 +104,7 @@ def quick_exit(code: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except BrokenPipeError:  # a reader that closed the pipe (`| head -1`): what it read is what it wanted
-            pass
-        except ValueError:  # a stream closed already
+        except (BrokenPipeError, ValueError):  # a reader that closed the pipe (`| head -1`), a closed stream
             pass
         except OSError as e:  # a write that failed (a full disk): the output is not whole, the exit says so
             if e.errno == errno.EPIPE:

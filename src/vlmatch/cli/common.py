@@ -60,6 +60,24 @@ def utf8_text(text: str, name: str) -> str:
     return text
 
 
+def options_from(cls, a, **fields):
+    """An options dataclass ``cls`` built from the parsed flags of its fields' names (``progress``: not
+    ``--no-progress``), ``fields`` given apart where a flag is named otherwise or needs a default."""
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(cls)}
+    flags = {k: getattr(a, k) for k in names if hasattr(a, k)}
+    if "progress" in names:
+        flags["progress"] = not a.no_progress
+    return cls(**{**flags, **fields})
+
+
+def add_backbone_args(p, backbone: str = "image backbone (default: the one the model was trained on)",
+                      weights: str = "local weights file for the backbone") -> None:
+    p.add_argument("--backbone", help=backbone)
+    p.add_argument("--weights", help=weights)
+
+
 # --- where an index lives: a folder (default) or a Milvus collection ---------------------------------
 
 def add_backend_args(p, writing: bool = False) -> None:
@@ -108,10 +126,9 @@ def open_index(a, folder, **kw):
 # --- VLMATCH_PROFILE=1: where a command's time goes --------------------------------------------------
 
 class Phases:
-    """Wall time per phase of one command, printed as one line on stderr when ``$VLMATCH_PROFILE`` is set
-    (``vlmatch: profile: import 0.91 s, load 0.35 s, encode 0.03 s, search 0.01 s, total 1.42 s``; total is
-    since the interpreter started). A phase is timed with ``with phases("load"): ...`` or added with
-    :meth:`add`. Off (the default), it records nothing and prints nothing. benchmarks/cold_start.py reads it."""
+    """Wall time per phase of one command (``with phases("load"): ...``, or :meth:`add`), printed as one line on
+    stderr when ``$VLMATCH_PROFILE`` is set (``vlmatch: profile: import 0.91 s, ..., total 1.42 s``; total is since
+    the interpreter started). benchmarks/cold_start.py reads it."""
 
     def __init__(self):
         import os
@@ -119,18 +136,15 @@ class Phases:
         self.on = bool(os.environ.get("VLMATCH_PROFILE"))
         self.times: dict[str, float] = {}
 
+    @contextmanager
     def __call__(self, name: str):
         import time
-        from contextlib import contextmanager
 
-        @contextmanager
-        def timed():
-            t0 = time.perf_counter()
-            try:
-                yield
-            finally:
-                self.add(name, time.perf_counter() - t0)
-        return timed()
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - t0)
 
     def add(self, name: str, seconds: float) -> None:
         self.times[name] = self.times.get(name, 0.0) + seconds

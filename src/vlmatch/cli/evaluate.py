@@ -21,11 +21,9 @@ def _add_evaluate(sub):
                    help="model folders (model.safetensors + config.json), or pretrained:NAME")
     p.add_argument("--data", help=f"data for --checkpoint: {DATA_HELP}")
     p.add_argument("--split", default="test", help="split name (default test; COCO 1K/5K use testall)")
-    p.add_argument("--protocol", default="single", choices=["single", "coco1k5fold", "coco5k"])
     p.add_argument("--max-images", type=positive_int, help="keep the first N images (e.g. 1000 for SCAN's dev)")
     p.add_argument("--save-sims", metavar="FILE.npy", help="save the (ensembled) score matrix")
     p.add_argument("--json", metavar="PATH", help="write every number as JSON (- for standard output)")
-    p.add_argument("--device", default="auto")
     p.add_argument("--budget-mb", type=float, default=32.0,
                    help="working memory of one scoring block in MiB (default 32: cache-sized); sets the block shape")
     p.add_argument("--compile", action="store_true",
@@ -34,7 +32,6 @@ def _add_evaluate(sub):
                    help="two-stage: rank every pair by the model's global part (one GEMM), re-score only each "
                         "query's top K with the full score (models with a global part: vsepp, sman, mtfn, mmca); "
                         "one checkpoint, --protocol single")
-    p.add_argument("--no-progress", action="store_true")
     p.add_argument("--no-calibration", action="store_true",
                    help="score without the query-bank calibration a checkpoint keeps (calibration.safetensors)")
     p.add_argument("--rerank", action="store_true",
@@ -45,6 +42,10 @@ def _add_evaluate(sub):
 
 
 def _add_rerank_options(p) -> None:
+    """The options ``evaluate --rerank`` and ``rerank`` share."""
+    p.add_argument("--protocol", default="single", choices=["single", "coco1k5fold", "coco5k"])
+    p.add_argument("--device", default="auto")
+    p.add_argument("--no-progress", action="store_true")
     p.add_argument("--k", "--rerank-k", dest="k", type=int, default=None,
                    help="K: candidates re-ranked per query (default 15 for single, 7 for the COCO protocols)")
     p.add_argument("--k-text", type=int, default=5, help="K': caption neighbours by S_TT in T2I re-ranking (default 5)")
@@ -170,22 +171,18 @@ def _add_rerank(sub):
                                    "from --text-sims or --text-model, never from the ground-truth caption grouping.")
     p.add_argument("--sims", required=True, metavar="S.npy")
     _add_rerank_options(p)
-    p.add_argument("--protocol", default="single", choices=["single", "coco1k5fold", "coco5k"])
     p.add_argument("--data", help="precomp data folder whose captions --text-model reads")
     p.add_argument("--split", default="test")
     p.add_argument("--max-images", type=int)
-    p.add_argument("--device", default="auto")
     p.add_argument("--json", metavar="OUT",
                    help="write the recalls before and after (both directions) as JSON (- for standard output)")
-    p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_rerank)
 
 
 def cmd_rerank(a):
     from ..evaluation.metrics import load_sims
 
-    if a.json:
-        check_json_out(a.json)  # before any work, not after the tables
+    check_json_out(a.json)  # before any work, not after the tables
     sims = load_sims(a.sims)
     res = run_rerank(a, sims, a.sims)
     if a.json:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..errors import ConfigError, DataError
 from .common import (
     Phases,
+    add_backbone_args,
     add_backend_args,
     check_json_out,
     checkpoint_arg,
@@ -44,8 +45,7 @@ def add_parser(sub):
     p.add_argument("--phrase", action="append", default=[], metavar="TEXT",
                    help="also a map for this phrase (repeatable): with attention/contribution a part of the caption "
                         "(its tokens summed), with gradient/occlusion scored as its own query")
-    p.add_argument("--backbone", help="image backbone (default: the one the model was trained on)")
-    p.add_argument("--weights", help="local weights file for the backbone")
+    add_backbone_args(p)
     p.add_argument("--boxes", metavar="FILE.npy", help="(k, 4) region boxes x1 y1 x2 y2 in image pixels "
                                                       "(region features); default: the backbone's grid")
     p.add_argument("--all-words", action="store_true",
@@ -94,9 +94,7 @@ def cmd_explain(a):
             boxes = np.load(a.boxes, allow_pickle=False)
         except (OSError, ValueError, EOFError) as e:
             raise DataError(a.boxes, f"not a readable .npy array ({type(e).__name__})") from None
-    if a.model is None:
-        a.model, shipped = default_explainer()
-        a.method = a.method or shipped
+    default_explainer(a)
     with phases("load"):
         model = load_model(a.model)
         method = a.method or default_method(model)
@@ -120,9 +118,8 @@ def cmd_explain(a):
 
 
 def say_text(att, model, text: str, all_words: bool) -> None:
-    """Before a PNG is written: refuse a text the model read none of (emoji, a script its tokenizer does not know:
-    only unknown tokens, nothing to draw), and say in one line each where the model cut the text short and which
-    words no installed font can draw (their panels are labelled by code point)."""
+    """Before a PNG is written: refuse a text the model read none of (only unknown tokens: nothing to draw), and say
+    in one line each where the model cut the text short and which words no installed font can draw."""
     import sys
 
     from ..io import printable
@@ -150,9 +147,8 @@ def say_text(att, model, text: str, all_words: bool) -> None:
 
 
 def search_parts(att, checkpoint, model, features, text: str) -> None:
-    """Give ``att`` the score an index of ``checkpoint`` would show for this photo and text, split
-    (:mod:`vlmatch.search.explained`): with the open-vocabulary part where the model ships with a fusion (the
-    default does), else its own score."""
+    """Give ``att`` the score an index of ``checkpoint`` would show for this photo and text, split into its parts
+    (:mod:`vlmatch.search.explained`) where the model ships with an open-vocabulary fusion."""
     from ..features.provenance import checkpoint_backbone
     from ..search.explained import photo_parts, shows_line
     from ..search.open_vocab import OpenVocab
@@ -166,19 +162,12 @@ def search_parts(att, checkpoint, model, features, text: str) -> None:
 
 def _printed(a, att, method: str) -> str:
     """The line explain prints: the score search shows for the pair (and how the maps split it)."""
-    head = f"{a.out}: {_drawn(att, a.all_words)} {method} maps, score {att.shown_score:.4f}{_mirrored(att)}"
-    return f"{head}; {att.shows}" if att.shows else head
-
-
-def _drawn(att, all_words: bool) -> str:
     from ..viz.words import shown_columns
 
-    n = len(shown_columns(att.words, all_words))
-    return f"{n}" if all_words else f"{n} content-word"
-
-
-def _mirrored(att) -> str:
-    return " (each map the mean of the photo's and its mirror image's)" if att.mirror_score is not None else ""
+    n = len(shown_columns(att.words, a.all_words))
+    mirrored = " (each map the mean of the photo's and its mirror image's)" if att.mirror_score is not None else ""
+    head = f"{a.out}: {n}{'' if a.all_words else ' content-word'} {method} maps, score {att.shown_score:.4f}{mirrored}"
+    return f"{head}; {att.shows}" if att.shows else head
 
 
 def explain_indexed(a, phases=None):
@@ -202,22 +191,23 @@ def explain_indexed(a, phases=None):
     print(_printed(a, att, att.method))
 
 
-def default_explainer() -> tuple[str, str]:
-    """(checkpoint folder, method) of the shipped default explainer: the registry entry marked as it (the model
-    and method that ground best on Flickr8k val), else the default re-scorer with its attention."""
+def default_explainer(a) -> None:
+    """Without ``--model``: the shipped default explainer's checkpoint folder and method (unless ``--method`` is
+    given) into ``a``, said in one line (the registry entry marked as it, else the default re-scorer)."""
     from ..checkpoints.read import resolve_checkpoint
     from ..pretrained import default_explainer as shipped
 
+    if a.model is not None:
+        return
     name, method = shipped()
-    folder = resolve_checkpoint(f"pretrained:{name}")
-    mirror = " --mirror" if recorded_mirror(folder) else ""
+    a.model, a.method = resolve_checkpoint(f"pretrained:{name}"), a.method or method
+    mirror = " --mirror" if recorded_mirror(a.model) else ""
     print(f"using the shipped default explainer: --model pretrained:{name} --method {method}{mirror}")
-    return folder, method
 
 
 def recorded_mirror(checkpoint) -> bool:
-    """Whether a shipped model's explainer record says its maps are the mean over the photo and its mirror
-    image (``vlmatch pretrained``): the default of ``--mirror`` for it; False for any other checkpoint."""
+    """The default of ``--mirror``: whether a shipped model's explainer record says its maps are the mean over the
+    photo and its mirror image (False for any other checkpoint)."""
     from ..pretrained import explainer_record
 
     return bool((explainer_record(checkpoint) or {}).get("mirror"))

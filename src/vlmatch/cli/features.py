@@ -42,9 +42,7 @@ def add_parser(sub):
 
 def cmd_extract(a):
     from ..features.extract import ExtractOptions, extract
+    from .common import options_from
 
-    rep = extract(a.images, a.out, a.annotations, a.backbone,
-                  ExtractOptions(dtype=a.dtype, batch_size=a.batch_size, input_size=a.input_size, weights=a.weights,
-                                 skip_bad=a.skip_bad, global_features=a.global_features, mirror=a.mirror,
-                                 limit=a.limit, progress=not a.no_progress))
+    rep = extract(a.images, a.out, a.annotations, a.backbone, options_from(ExtractOptions, a))
     print(json.dumps({k: v for k, v in rep["splits"].items()}, indent=2))

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from ..errors import DataError
-from .common import check_json_out, checkpoint_arg, write_json_out
+from .common import add_backbone_args, check_json_out, checkpoint_arg, write_json_out
 
 
 def add_parser(sub):
@@ -32,28 +32,21 @@ def add_parser(sub):
                         "maps in its caption; gradient and occlusion always score the phrase alone)")
     p.add_argument("--max-images", type=int, help="only the first N images of the split")
     p.add_argument("--json", metavar="OUT", help="also write the results as JSON (- for standard output)")
-    p.add_argument("--backbone", help="image backbone for a photo folder (default: the one the model was trained on)")
-    p.add_argument("--weights", help="local weights file for that backbone")
+    add_backbone_args(p, "image backbone for a photo folder (default: the one the model was trained on)",
+                      "local weights file for that backbone")
     add_mirror_arg(p)
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_grounding)
 
 
 def cmd_grounding(a):
-
     from ..evaluation.explainers import default_method
     from ..evaluation.grounding import format_grounding, pointing_game
     from ..models.registry import load_model
+    from .explain import default_explainer, recorded_mirror
 
-    if a.json:
-        check_json_out(a.json)
-    from .explain import recorded_mirror
-
-    if a.model is None:
-        from .explain import default_explainer
-
-        a.model, shipped_method = default_explainer()
-        a.method = a.method or shipped_method
+    check_json_out(a.json)
+    default_explainer(a)
     model = load_model(a.model)
     method = a.method or default_method(model)
     features, names, images = split_features(a, model)

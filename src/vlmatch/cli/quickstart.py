@@ -1,9 +1,5 @@
-"""``vlmatch quickstart``: generate the toy world, train VSE++ and SCAN briefly, print their test recalls.
-
-Each model is trained into ``RUN_DIR/<config name>`` (default ``runs/quickstart/quickstart_vsepp`` and
-``runs/quickstart/quickstart_scan``); the table is computed from each run's ``best/`` checkpoint (the
-epoch with the highest validation rsum) on the toy world's test split. The output ends with where
-everything was written and the next commands to try.
+"""``vlmatch quickstart``: generate the toy world, train VSE++ and SCAN briefly, print their test recalls (each run's
+``best/`` checkpoint), where everything was written and the next commands to try.
 """
 
 from __future__ import annotations
@@ -33,18 +29,14 @@ def add_parser(sub):
 
 
 def cmd_quickstart(a):
-
-    if a.json:
-        check_json_out(a.json)  # before minutes of training, not after
+    check_json_out(a.json)  # before minutes of training, not after
     quickstart(a.run_dir, a.json, a.models, a.overrides, progress=not a.no_progress)
 
 
 
 def quickstart(run_dir="runs/quickstart", json_path=None, configs=None, overrides=(), progress=True) -> dict:
-    """Train each config into ``run_dir/<config name>``; returns test metrics by model name.
-
-    ``overrides`` (``section.key=value``) apply to every config (tests use them to shorten training).
-    """
+    """Train each config into ``run_dir/<config name>``; returns test metrics by model name. ``overrides``
+    (``section.key=value``) apply to every config."""
     from ..data.precomp import PrecompSplit
     from ..data.resolve import TOYWORLD, resolve_data
     from ..evaluation.metrics import evaluate_protocol, format_table

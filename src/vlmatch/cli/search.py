@@ -8,10 +8,12 @@ from ..errors import ConfigError, DataError
 from ..io import printable
 from .common import (
     Phases,
+    add_backbone_args,
     add_backend_args,
     check_json_out,
     milvus_location,
     open_index,
+    options_from,
     positive_int,
     utf8_text,
     visible_text,
@@ -59,8 +61,7 @@ def add_parser(sub):
     b.add_argument("--overwrite", action="store_true",
                    help="build into an --out that holds other files too (they are kept; only an index's own entries "
                         "are replaced)")
-    b.add_argument("--backbone", help="image backbone (default: the one the model was trained on)")
-    b.add_argument("--weights", help="local weights file for the backbone")
+    add_backbone_args(b)
     b.add_argument("--score", choices=SCORES,
                    help="stage 2's ranking score: the model's own (default with --model), or the mean of the model's "
                         "and the retriever's (their ensemble; the shipped default pair's choice is in `vlmatch pretrained`)")
@@ -68,10 +69,7 @@ def add_parser(sub):
     b.add_argument("--ann", default="auto", choices=list(KINDS),
                    help="stage-1 index: exact inner product (flat), IVF or HNSW; auto = flat up to 50k items, HNSW above")
     b.add_argument("--nlist", type=positive_int, help="IVF lists (default 4 sqrt(n); at most the number of items)")
-    b.add_argument("--skip-bad", action="store_true", help="skip unreadable images (listed in the manifest)")
-    b.add_argument("--batch-size", type=positive_int, default=64)
-    b.add_argument("--no-progress", action="store_true")
-    b.add_argument("--date-from-mtime", action="store_true", help=DATE_FROM_MTIME)
+    _add_encode_args(b)
     fusion = b.add_mutually_exclusive_group()
     fusion.add_argument("--open-vocab", dest="open_vocab", action="store_true", default=None,
                     help="fuse the ranker's score with the zero-shot score of the backbone's ImageNet concepts (default: "
@@ -82,10 +80,7 @@ def add_parser(sub):
     u = s.add_parser("update", help="add new and changed images, drop deleted ones (no re-encoding of the rest)")
     u.add_argument("index", nargs="?", help="index folder (or --backend milvus ...)")
     add_backend_args(u, writing=True)
-    u.add_argument("--skip-bad", action="store_true")
-    u.add_argument("--batch-size", type=positive_int, default=64)
-    u.add_argument("--no-progress", action="store_true")
-    u.add_argument("--date-from-mtime", action="store_true", help=DATE_FROM_MTIME)
+    _add_encode_args(u)
     u.add_argument("--concepts", action="store_true",
                    help="also encode every photo's open-vocabulary concept columns again, with this vlmatch's concept "
                         "lexicon, text encoder and basis (an index whose recorded ones differ is refused until then; "
@@ -106,6 +101,14 @@ def add_parser(sub):
     q.add_argument("--json", metavar="OUT", help="write the results (rank order) as JSON (- for standard output)")
     add_filter_args(q)
     q.set_defaults(func=cmd_search, quick_exit=True)  # read-only: ends without the interpreter's teardown
+
+
+def _add_encode_args(p) -> None:
+    """How ``index build`` and ``index update`` read and encode photos."""
+    p.add_argument("--skip-bad", action="store_true", help="skip unreadable images (listed in the manifest)")
+    p.add_argument("--batch-size", type=positive_int, default=64)
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--date-from-mtime", action="store_true", help=DATE_FROM_MTIME)
 
 
 def check_out_folder(path) -> None:
@@ -147,11 +150,7 @@ def cmd_build(a):
               + (f" --retriever pretrained:{retriever} --score {a.score}" if retriever else ""))
         a.model = resolve_checkpoint(f"pretrained:{model}")
         a.retriever = resolve_checkpoint(f"pretrained:{retriever}") if retriever else None
-    opts = BuildOptions(images=a.images, features=a.features, split=a.split, captions=a.captions,
-                        retriever_ckpt=a.retriever, backbone=a.backbone, weights=a.weights, dtype=a.dtype, ann=a.ann,
-                        nlist=a.nlist, score=a.score or "model", open_vocab=a.open_vocab, skip_bad=a.skip_bad,
-                        date_from_mtime=a.date_from_mtime, overwrite=a.overwrite, batch_size=a.batch_size,
-                        progress=not a.no_progress)
+    opts = options_from(BuildOptions, a, retriever_ckpt=a.retriever, score=a.score or "model")
     target = milvus_location(a)
     if target is not None:
         if a.out or a.overwrite:
@@ -187,9 +186,7 @@ def cmd_update(a):
         raise ConfigError("index update takes an index folder or --backend milvus ..., not both")
     if target is None and not a.index:
         raise ConfigError("index update needs the index folder (or --backend milvus --milvus-uri URI --collection NAME)")
-    rep = update_index(target or a.index, UpdateOptions(skip_bad=a.skip_bad, date_from_mtime=a.date_from_mtime,
-                                                        concepts=a.concepts, batch_size=a.batch_size,
-                                                        progress=not a.no_progress))
+    rep = update_index(target or a.index, options_from(UpdateOptions, a))
     for bad in rep.get("skipped", []):
         print(f"skipped {bad['key']}: {bad['error']}")
     print(json.dumps({k: v for k, v in rep.items() if k != "skipped"}))
@@ -246,9 +243,7 @@ def _clip(text: str, width: int) -> str:
 
 def _place(gps) -> str:
     """A photo's GPS position as ``lat,lon`` to 3 decimals (about 100 m); ``-`` when it records none."""
-    if not gps:
-        return "-"
-    return f"{gps[0]:.3f},{gps[1]:.3f}"
+    return f"{gps[0]:.3f},{gps[1]:.3f}" if gps else "-"
 
 
 def stale_reader_note(idx) -> None:
@@ -265,7 +260,6 @@ def stale_reader_note(idx) -> None:
 
 
 def cmd_search(a):
-
     if a.backend == "milvus" and a.text is None and a.index is not None:  # no folder: the one positional is the text
         a.text, a.index = a.index, None
     if a.like is None and (a.text is None) == (a.image is None):
@@ -278,8 +272,7 @@ def cmd_search(a):
     like = like_args(a) if a.like is not None else None  # checked before the index is opened
     if a.like is None and a.text_weight is not None:
         raise ConfigError("--text-weight goes with --like (it weighs the text against the photo)")
-    if a.json:
-        check_json_out(a.json)  # before the search, not after the table
+    check_json_out(a.json)  # before the search, not after the table
     phases = Phases()  # VLMATCH_PROFILE=1: import / load / encode / search times on stderr
     with phases("import"):
         from ..search import index  # noqa: F401 (torch, faiss: timed apart from the load)

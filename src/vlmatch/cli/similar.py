@@ -99,8 +99,7 @@ def cmd_duplicates(a):
         check_threshold(a.threshold)
     if a.neighbours < 1:
         raise ConfigError(f"--neighbours must be at least 1, not {a.neighbours}")
-    if a.json:
-        check_json_out(a.json)
+    check_json_out(a.json)
     idx = Index.open(a.index, lean_queries=False)
     rep = find_duplicates(idx, a.threshold, a.neighbours, copies=not a.similar)
     if a.threshold is None:

@@ -1,18 +1,10 @@
 """A lean inference forward of a frozen BERT encoder, for encoding search queries one at a time.
 
-A text query is a dozen tokens: every weight matrix of the transformer is multiplied by a 12-row
-activation, so the Hugging Face forward spends most of its time outside arithmetic -- packing each
-weight matrix for the GEMM anew on every call, and Python dispatch of ~40 modules per layer. This module
-holds the same weights (the query, key and value projections fused into one matrix) in a TorchScript
-graph, frozen and optimised for inference, in which the linear layers keep their weights packed once.
-
-It computes BERT's equations exactly as ``transformers``' ``BertModel`` does (post-norm layers, absolute
-position embeddings, token type 0, GELU), in float32, so its token vectors equal the Hugging Face
-model's up to float rounding: :func:`lean_forward` checks that on a probe sentence before it is used and
-returns ``None`` (callers keep the Hugging Face forward) for any model it does not reproduce -- another
-architecture, another activation or position embedding, or a difference above ``TOLERANCE``. The same
-holds where TorchScript itself is missing or fails (recent PyTorch releases deprecate it): queries then
-take the Hugging Face forward, as before, only slower.
+For a dozen-token query the Hugging Face forward spends most of its time outside arithmetic (packing weights
+anew, dispatching modules). This TorchScript graph holds the same weights (query, key and value fused), frozen
+and optimised for inference, and computes ``BertModel``'s equations in float32: :func:`lean_forward` checks it
+on a probe and returns ``None`` (the Hugging Face forward is kept) where it differs by more than
+:data:`TOLERANCE` or TorchScript fails.
 """
 
 from __future__ import annotations

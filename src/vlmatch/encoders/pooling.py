@@ -1,13 +1,9 @@
 """Image-side pooling of region vectors into one vector, for the global-embedding models.
 
-``mean`` is VSE++'s (the average of a CNN's last grid). ``max`` takes each dimension's largest value over
-the regions. ``gpo`` is the Generalized Pooling Operator of VSE-infinity (Chen et al., CVPR 2021): each
-dimension's values are sorted in descending order and summed with weights that depend only on the rank k
-and the number of regions K, ``theta_k = softmax_k(w . GRU(pe(k, K)) / 0.1)``; mean (all equal) and max (a
-one-hot on rank 1) are two of the weightings it can learn, and because the weights are a function of
-(k, K), one model serves grids of any size. Read from the paper: a sinusoidal position encoding of
-size 32, a one-layer bidirectional GRU of hidden size 32 whose two directions are averaged, a linear
-layer to one logit per rank, softmax over the ranks with temperature 0.1.
+``mean`` (VSE++), ``max`` (each dimension's largest value), and ``gpo``: VSE-infinity's Generalized Pooling
+Operator (Chen et al., CVPR 2021), each dimension's values sorted and summed with weights that depend only on
+the rank k and the number of regions K, ``theta_k = softmax_k(w . GRU(pe(k, K)) / 0.1)`` (a sinusoidal encoding
+of size 32, a bidirectional GRU of 32 with its directions averaged), so one model serves grids of any size.
 """
 
 from __future__ import annotations

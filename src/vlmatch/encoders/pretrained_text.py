@@ -1,21 +1,10 @@
 """A pretrained transformer as the text side of a model whose paper uses a GRU / LSTM.
 
-``PretrainedWords(path, out_dim)`` = a local Hugging Face BERT-family folder (:class:`HFTextEncoder`:
-offline, frozen by default with its token outputs cached on disk) + one learned affine layer:
-
-    E      = transformer(tokens)                 (B, L, H): the last layer, zero past each caption
-    words  = E W_p + b_p                         (B, L, D): the word vectors the model's equations start from
-    final  = (1/n) Σ_j words_j                   (B, D): the sentence vector (mean over the n tokens)
-
-The tokens are the tokenizer's WordPiece ids including its own [CLS] and [SEP] (as the transformer
-is fed); every one is a "word" of the model's equations. The mean is the pooling all-MiniLM-L6-v2 was
-trained with, and since the layer is affine ``final = mean(E) W_p + b_p``. ``forward`` returns
-``(words, final)`` like :class:`vlmatch.encoders.text.GRUTextEncoder`, so a model swaps one for the
-other without touching its equations.
-
-With ``finetune=True`` the transformer is a trained submodule (its weights are saved with the model's;
-no cache). Frozen, it stays outside the parameter tree (a checkpoint records its folder and SHA-256);
-``lora`` (a :class:`vlmatch.encoders.lora.LoRASpec`) trains low-rank adapters on it, saved alone.
+``PretrainedWords(path, out_dim)``: a local BERT-family folder (:class:`HFTextEncoder`) + one learned affine layer
+on its token vectors: ``words = E W_p + b_p`` (B, L, D), every WordPiece token ([CLS], [SEP] included) a word of
+the model's equations, and ``final`` their mean (the pooling all-MiniLM-L6-v2 was trained with). ``forward``
+returns ``(words, final)`` like :class:`.text.GRUTextEncoder`, so a model swaps one for the other. ``finetune``
+trains the transformer; ``lora`` (:class:`.lora.LoRASpec`) trains low-rank adapters on the frozen one.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Sentence vectors from a pretrained transformer's own space: the packaged all-MiniLM-L6-v2 as it was trained
-(mean of the last layer's token vectors, unit length: the sentence-transformers recipe of that model), without
-any model's adapters or projection.
-
-The open-vocabulary scorer (:mod:`vlmatch.models.concepts`) meets photos and queries here: a photo through the
-names of the ImageNet concepts its backbone sees, a query through its own words. This is the text side *without*
-the shipped ranker's LoRA adapters: the adapters were fitted to Flickr8k's captions, the base space to a billion
-sentence pairs of every kind.
+"""Sentence vectors in a pretrained transformer's own space: the packaged all-MiniLM-L6-v2 as it was trained (mean
+of the last layer's token vectors, unit length), without any model's adapters or projection. The open-vocabulary
+scorer (:mod:`vlmatch.models.concepts`) meets concept names and queries here: the base space was trained on a
+billion sentence pairs of every kind, a ranker's adapters on Flickr8k's captions.
 """
 
 from __future__ import annotations
@@ -22,8 +18,7 @@ class SentenceEmbedder:
     """``embed(texts) -> (n, H)`` unit vectors of a frozen transformer folder (default: the packaged MiniLM)."""
 
     def __init__(self, path: str | os.PathLike | None = None, lean: bool = True, encoder: HFTextEncoder | None = None):
-        """``encoder``: embed with a model's own text encoder instead (a ranker's, its adapters merged): its space,
-        and the same forward as the ranker's query (the in-memory memo of :mod:`vlmatch.encoders.hf` serves both)."""
+        """``encoder``: embed with a model's own text encoder instead (a ranker's: its query forward is shared)."""
         self.encoder = encoder if encoder is not None else HFTextEncoder(path, trainable=False)
         if encoder is None:
             for_queries(self.encoder, lean=lean)  # the in-memory memo and the lean forward, as a search's queries

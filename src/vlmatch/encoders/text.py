@@ -7,12 +7,8 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 
 class GRUTextEncoder(nn.Module):
-    """Embedding (word_dim) -> GRU -> per-word vectors (B, L, D) and a final vector (B, D).
-
-    With ``bidirectional`` the two directions are averaged (SCAN's ``bi_gru``): word j is the
-    mean of the forward and backward states at j; the final vector is the mean of the forward
-    state at the last word and the backward state at the first word. Padded positions are zero.
-    """
+    """Embedding (word_dim) -> GRU -> per-word vectors (B, L, D), zero past each caption, and a final vector (B, D).
+    ``bidirectional``: the two directions' states averaged (SCAN's ``bi_gru``), at each word and at the ends."""
 
     def __init__(self, vocab_size: int, word_dim: int, embed_dim: int, num_layers: int = 1,
                  bidirectional: bool = True):

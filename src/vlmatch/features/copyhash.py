@@ -1,18 +1,10 @@
 """A photo's copy signal: 63 bits that say "the same photo" where an embedding says "the same kind of scene".
 
-The photo as the backbone sees it (displayed upright, squashed to a square) is reduced to a 32 x 32 grey image; the
-signs of its 8 x 8 lowest-frequency DCT coefficients (without the mean) are the bits. Resizing, recompressing,
-cropping a few percent and changing the tone curve (an HDR twin, an exposure shift) keep those signs; a different
-photo, or the same scene a moment later from a shifted frame, flips about half of them. A quarter or half turn of
-the photo permutes the coefficients and flips the signs of the odd ones, so the bits of each rotation are worked
-out from the stored ones (:func:`rotations`) and two photos' distance is the least over the four turns.
-
-A near-blank photo (the grey image's spread below :data:`FLAT_STD` of 255: a black frame, a grey card, a lens cap)
-has no such structure: its bits are noise, and it is marked ``flat``; :mod:`vlmatch.search.library.duplicates`
-groups it only with a byte-identical file.
-
-Stored per photo in its table row (``copy_hash``: 16 hex digits; ``copy_flat``: true), written by the index build
-of both backends (:func:`vlmatch.search.inputs.read_image`).
+The signs of the 8 x 8 lowest-frequency DCT coefficients (without the mean) of the photo as the backbone sees it,
+reduced to 32 x 32 grey: resizing, recompression, small crops and tone changes keep them, a different photo flips
+about half. Two photos' distance is the least over the four quarter turns (:func:`rotations`). A near-blank photo
+(spread below :data:`FLAT_STD`) is marked ``flat``: its bits are noise. Stored per photo in its table row
+(``copy_hash``: 16 hex digits; ``copy_flat``: true).
 """
 
 from __future__ import annotations

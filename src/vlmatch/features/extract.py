@@ -1,11 +1,9 @@
 """Feature extraction for a folder of images, with or without Karpathy annotations.
 
-With annotations, each split is written in the precomp layout (``{split}_ims.npy``,
-``{split}_caps.txt``, ``{split}_ids.txt``) so the existing loader reads it; without, a gallery
-(``ims.npy`` + ``ids.txt``). ``features.json`` describes backbone, input size, normalisation, grid
-and dtype. Features stream into a preallocated memory-mapped ``.npy`` (``*.partial`` until done);
-``*.progress.json`` records how many images are finished, so an interrupted run continues where
-it stopped. ``global_features=True`` also writes one pooled vector per image (``*_global.npy``).
+With annotations each split is written in the precomp layout (``{split}_ims.npy``, ``{split}_caps.txt``,
+``{split}_ids.txt``); without, a gallery (``ims.npy``, ``ids.txt``); ``features.json`` describes the backbone
+and dtype. Features stream into a memory-mapped ``*.partial`` with a ``*.progress.json``, so an interrupted run
+continues where it stopped.
 """
 
 from __future__ import annotations
@@ -29,17 +27,10 @@ from .backbones import Backbone, create_backbone
 from .photo import PHOTO_SUFFIXES, load_image
 from .views import mirror_pixels
 
-IMAGE_SUFFIXES = PHOTO_SUFFIXES  # its name before the photo reader (vlmatch.features.photo)
-
 
 @dataclass(frozen=True)
 class ExtractOptions:
-    """How features are extracted (``vlmatch features extract``'s flags). ``input_size``: the square size images
-    are resized to (a multiple of 32; default the backbone's own), which sets the grid (input_size / 32 cells a
-    side); ``weights``: a local weights file for the backbone; ``skip_bad``: unreadable images (and their
-    captions) are left out and listed; ``global_features``: also one pooled vector per image (``*_global.npy``);
-    ``mirror``: also each split's mirror-view features (``{split}_mirror_ims.npy``: training with ``data.mirror``);
-    ``limit``: only the first images of each split (smoke tests, quick looks)."""
+    """How features are extracted: ``vlmatch features extract``'s flags (see its help)."""
 
     dtype: str = "float32"
     batch_size: int = 32
@@ -93,9 +84,9 @@ def plan_jobs(images_dir: Path, annotations=None) -> list[Job]:
     if annotations is not None and not Path(annotations).is_file():
         raise DataError(annotations, "annotation file not found" + source_hint(annotations))
     if annotations is None:
-        files = sorted(p.name for p in images_dir.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        files = sorted(p.name for p in images_dir.iterdir() if p.suffix.lower() in PHOTO_SUFFIXES)
         if not files:
-            raise DataError(images_dir, f"no images ({', '.join(sorted(IMAGE_SUFFIXES))})")
+            raise DataError(images_dir, f"no images ({', '.join(sorted(PHOTO_SUFFIXES))})")
         return [Job("", files)]
     splits = read_karpathy(annotations)
     jobs = []
@@ -143,16 +134,9 @@ def _read_progress(path: Path) -> dict:
 
 
 def run_job(job: Job, images_dir: Path, out: Path, backbone: Backbone, opts: ExtractOptions, *, view: str = "") -> dict:
-    """Extract one job, resuming a matching partial run; returns timing figures.
-
-    A split is finished as a whole: captions and ids are written first, then the global and the
-    region features are renamed into place; ``{prefix}ims.npy`` appearing is the completion mark.
-    Whatever a different or unfinished earlier run left under the final names is removed first,
-    so a folder never pairs features with another run's captions.
-
-    ``view="mirror"``: the photos' mirror images instead, into ``{prefix}mirror_ims.npy`` with their own progress
-    file (the split's captions, ids and global features are the photo job's, left as they are).
-    """
+    """Extract one job, resuming a matching partial run; returns timing figures. ``{prefix}ims.npy`` renamed into
+    place last marks the split complete; what an earlier run left under the final names is removed first, so
+    features never pair with another run's captions. ``view="mirror"``: the mirror images, ``{prefix}mirror_ims.npy``."""
     info, dtype, batch_size = backbone.info, opts.dtype, opts.batch_size
     with_global = opts.global_features and not view
     n, regions = len(job.images), info.grid * info.grid
@@ -190,10 +174,9 @@ def run_job(job: Job, images_dir: Path, out: Path, backbone: Backbone, opts: Ext
             x = backbone.preprocess([look(load_image(images_dir / p, info.input_size)) for p in names])
             feats = backbone(x)
             arr[a:a + len(names)] = feats.numpy().astype(dtype)
-            if garr is not None:
-                garr[a:a + len(names)] = feats.mean(dim=1).numpy().astype(dtype)
             arr.flush()
             if garr is not None:
+                garr[a:a + len(names)] = feats.mean(dim=1).numpy().astype(dtype)
                 garr.flush()
             write_json(prog_path, {"fingerprint": fp, "done": a + len(names), "total": n})
             bar.update(len(names))

@@ -1,22 +1,11 @@
-"""EfficientNet-Lite's convolutions as single oneDNN primitives on CPU: each convolution and the ReLU6 after it
-run as one kernel (the activation applied while the output is still in registers: no second pass over it),
-with the weights reordered into oneDNN's blocked layout once per input shape, instead of on every call.
+"""EfficientNet-Lite's convolutions as single oneDNN primitives on CPU: each convolution and its ReLU6 as one
+kernel, the weights reordered into oneDNN's layout once per input shape instead of on every call.
 
-This is what ``torch.compile``'s freezing pass does for a CPU convolutional network, without its minutes of
-compilation on 2 cores (an index build is a one-off job). It uses the two operators Inductor itself calls
-(``torch.ops.mkldnn._convolution_pointwise`` and ``_reorder_convolution_weight``); where they are missing (a
-build of PyTorch without oneDNN, another version), or the fused network does not give the unfused one's output
-on a probe batch, nothing is replaced and the backbone runs as before; where they fail on a later call (an input
-shape or a machine the probe did not meet), that call and every later one run the plain convolutions, with a
-one-line note. The network computes the same function: oneDNN runs the same convolution kernels either way (the
-probe compares to float rounding).
-
-A fused layer keeps its original convolution and uses it for anything but a float32 CPU batch without autograd,
-so a backbone moved to another device or differentiated still works. The packed weights are a copy made once (the
-backbone is never trained): a state dict loaded into the network, a deepcopy or an unpickled backbone packs them
-again at its next call; weights edited in place by hand are not seen until then. The network's state-dict keys
-gain a ``.conv`` (``_conv_stem.conv.weight``) where a layer is fused: load weights before fusing, as
-``EfficientNetLite`` does.
+What ``torch.compile``'s freezing pass does, without its minutes of compilation, through the operators Inductor
+calls. Where they are missing or the fused network does not reproduce the plain one on a probe batch, nothing
+is replaced; where they fail later, every call runs the plain convolutions, with a one-line note. A fused layer
+keeps its convolution for anything but a float32 CPU batch without autograd; its state-dict keys gain ``.conv``
+(load weights before fusing).
 """
 
 from __future__ import annotations
@@ -48,15 +37,13 @@ class FusedConv(nn.Module):
         self.relu6 = relu6
         self._args = (list(conv.padding), list(conv.stride), list(conv.dilation), conv.groups)
         self._attr = ("hardtanh", [0.0, 6.0], "") if relu6 else ("none", [], "")
-        # packed weights by input shape: oneDNN picks its blocked layout for a shape, and a call with a shape the
-        # weights were not packed for reorders them every time (a batch of one photo ran 1.45x slower per image)
+        # packed weights by input shape: a shape the weights were not packed for reorders them on every call
         self._packed: dict[tuple[int, ...], torch.Tensor] = {}
         # weights loaded into the layer later (a state dict) are packed again at the next call
         self.register_load_state_dict_post_hook(_unpack)
 
     def _pack(self, shape: tuple[int, ...]) -> torch.Tensor:
-        """The convolution's weights in oneDNN's layout for inputs of ``shape`` (an opaque tensor: no storage to
-        copy or save), kept for the next call of that shape (a few shapes: a build's micro-batches, a query's 1)."""
+        """The convolution's weights in oneDNN's layout for inputs of ``shape``, kept for the next call."""
         if len(self._packed) >= _SHAPES:
             self._packed.clear()
         with torch.no_grad():
@@ -90,8 +77,7 @@ class FusedConv(nn.Module):
         return torch.ops.mkldnn._convolution_pointwise(x, w, bias, *self._args, *self._attr)
 
 
-# Set by the first error of the fused operators after the probe (an input shape or a machine the probe did not
-# meet): from then on every fused layer of the process runs its plain convolution, the call that failed included.
+# set by the first error of the fused operators after the probe: every fused layer then runs its plain convolution
 _FAILED: list[Exception] = []
 
 
@@ -122,10 +108,8 @@ def _sites(net: nn.Module) -> list[tuple[nn.Module, str, bool]]:
 
 
 def fuse_conv_relu6(net: nn.Module, probe: torch.Tensor, extract) -> int:
-    """Replace the convolutions of the (batch-norm-folded) EfficientNet-Lite ``net`` by :class:`FusedConv` layers
-    and drop the ReLU6 modules they absorb, if ``extract(probe)`` then equals what it was before (else undo); that
-    check packs each layer's weights for ``probe``'s shapes. ``extract`` runs the network on a batch. Returns how
-    many were fused."""
+    """Replace the convolutions of the batch-norm-folded ``net`` by :class:`FusedConv` layers (their ReLU6 modules
+    dropped) where ``extract(probe)`` then gives what it gave before, else undo; returns how many were fused."""
     sites = _sites(net) if available() else []
     if not sites:
         return 0

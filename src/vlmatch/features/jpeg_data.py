@@ -1,18 +1,10 @@
 """Whether a JPEG's data covers the size its header claims.
 
-A JPEG's frame header (SOF) states its width and height; the entropy-coded data that follows holds the pixels.
-When the header claims more than the data holds (a damaged file, or a header patched to 65,000 x 65,000 over a
-500 x 375 photo), libjpeg does not fail: it warns, fills every block past the end of the data with zeros -- flat
-mid-grey -- and the photo was indexed as 8,125² of grey (at the 1/8 draft scale) with the claimed size recorded.
-Two checks, both exact (neither refuses a whole JPEG):
-
-1. :func:`claim_problem`, before decoding: a Huffman-coded JPEG spends at least one bit on every 8 x 8 block's DC
-   coefficient, so a file of ``n`` bytes holds at most ``8 n`` blocks; a claim beyond that is refused before a
-   buffer of the claimed size is allocated.
-2. :func:`ran_out`, after decoding, only when the last decoded pixel is the flat mid-grey a zero block decodes to
-   (what every JPEG whose data ran out ends with, and few photos do): the file is decoded once more with bytes
-   of noise put at the end of each scan's data. A scan that was complete ignores them (the decoder skips to the
-   next marker); a scan that ran out decodes them as its missing blocks, so the pixels differ.
+libjpeg does not fail on a header that claims more than the data holds (damaged, or patched to 65,000 x 65,000): it
+fills the missing blocks with flat mid-grey. Two exact checks: :func:`claim_problem`, before decoding (a Huffman JPEG
+spends at least one bit per 8 x 8 block, so ``n`` bytes hold at most ``8 n`` blocks), and :func:`ran_out`, after a
+decode that ends in that grey (decoded again with noise after each scan: a scan that ran out decodes it, so the
+pixels differ; a complete one skips it).
 """
 
 from __future__ import annotations

@@ -1,42 +1,11 @@
 """Reading a photo as it is displayed: the one image reader of the package.
 
-Every place that turns an image file into pixels -- index build and update, ``features extract``,
-``explain``, ``grounding`` on photo folders, the service's uploads, thumbnails and heat-map overlays --
-goes through :func:`open_photo` (a PIL image) or :func:`load_image` (the model's square input), so a
-photo is encoded, thumbnailed and explained the way a browser or a photo viewer shows it:
-
-1. the format is read from the content, not the name (:func:`sniff`): a ``.jpg`` that is really a
-   HEIC is a HEIC; HEIC/HEIF decode through pillow-heif (the ``vision`` extra), AVIF through Pillow's
-   own plugin where it was built with one; a missing decoder is a one-line error naming the extra;
-2. a JPEG larger than needed decodes at 1/2, 1/4 or 1/8 scale (PIL's draft: the DCT scaled inside the
-   decoder, still at least the requested size on both sides);
-   a HEIC that embeds a thumbnail covering the requested size on both sides decodes that thumbnail instead
-   (a 12 MP HEIC's HEVC decode is most of its cost); for the model's square input (:func:`load_image`)
-   a thumbnail covering :data:`MODEL_THUMB_COVER` of it suffices: the 320 x 240 thumbnail an iPhone writes
-   serves a 320 px backbone (the input is squashed to a square anyway; the embedding's cosine to the
-   full decode's is in benchmarks/results/heic_speed.md, the recall in benchmarks/results/phone_library.md);
-3. the first frame of an animated GIF / WebP / multi-page TIFF;
-4. the EXIF orientation applied (all eight values: :data:`ORIENTATION_OPS`); HEIF files carry their
-   rotation in the container and pillow-heif applies it while decoding;
-5. a camera RAW (:mod:`vlmatch.features.raw`: CR2, NEF, ARW, DNG, ORF, RW2, RAF, told apart from TIFF by
-   its header or its suffix) read through the full-size JPEG preview it embeds (:class:`~.raw.NoPreview`
-   when it has none);
-6. no file-size guard: the limit is on the pixels that will be *decoded* (:data:`MAX_DECODE_PIXELS`, after a
-   JPEG's reduced decode), which is what costs memory, so a 200-megapixel JPEG reads at 1/8 scale while a PNG of
-   as many pixels is refused. vlmatch's reads pass by Pillow's decompression-bomb check (:func:`open_image`),
-   which would refuse that JPEG before it could decode at a reduced scale; ``PIL.Image.MAX_IMAGE_PIXELS`` stays
-   as the application set it, for every other read in the process;
-7. a JPEG whose header claims more pixels than its data holds is refused, naming the file (:mod:`.jpeg_data`:
-   the decoder would fill the rest with flat grey), a RAW's preview alike;
-8. colour normalised to 8-bit RGB: CMYK, YCbCr, palette, 1-bit, greyscale; 16- and 32-bit greyscale
-   scaled (not clipped) to 8 bits; transparency (RGBA, LA, PA, palette with a transparent index)
-   composited on white, as a viewer shows it on a light page.
-
-:data:`READER_VERSION` names this behaviour: an index records the version that encoded its photos
-(``reader`` in its manifest). Version 1 read the stored pixels and ignored the EXIF orientation. Version 2 covers
-the HEIC thumbnail read too (:data:`MODEL_THUMB_COVER`, added later without a new version): a HEIC encoded from its
-full decode and one encoded from its thumbnail are the same photo to the model (embedding cosine 0.96-0.99), so an
-index holding both needs no re-encoding.
+Every place that turns an image file into pixels goes through :func:`open_photo` (a PIL image) or
+:func:`load_image` (the model's square input), so a photo is encoded, thumbnailed and explained the way a
+viewer shows it: format read from the content, EXIF orientation applied, a JPEG decoded at a reduced scale,
+a HEIC through its embedded thumbnail where it covers the size, a camera RAW through its JPEG preview, colour
+made 8-bit RGB, and a limit on the pixels *decoded* rather than Pillow's bomb check (docs/search.md,
+"Photos as they are displayed"). :data:`READER_VERSION` names this behaviour in an index's manifest.
 """
 
 from __future__ import annotations
@@ -53,10 +22,8 @@ from . import jpeg_data
 from .raw import RAW_SUFFIXES, NoPreview, embedded_jpeg, is_raw
 
 READER_VERSION = 2  # 1: stored pixels, EXIF orientation ignored (vlmatch <= 0.1 indexes)
-# the most pixels a photo may decode to (after a JPEG's reduced decode): 256 M RGB pixels are 768 MB
-MAX_DECODE_PIXELS = 256_000_000
-# the share of the model's input side an embedded HEIC thumbnail must cover on both sides to be read instead of
-# the full HEVC decode (0.75: a 4:3 iPhone thumbnail, 320 x 240, for a 320 x 320 input)
+MAX_DECODE_PIXELS = 256_000_000  # after a JPEG's reduced decode: 256 M RGB pixels are 768 MB
+# the share of the model's input an embedded HEIC thumbnail must cover on both sides (a 320 x 240 iPhone one)
 MODEL_THUMB_COVER = 0.75
 
 # suffixes listed as photos when a folder is scanned (the content decides what each file is)
@@ -74,9 +41,8 @@ VISION_EXTRA = "pip install 'vlmatch[vision]'"
 
 
 def sniff(head: bytes, name=None) -> str | None:
-    """The image format of a file from its first 32 bytes: ``JPEG``, ``PNG``, ``GIF``, ``BMP``, ``WEBP``,
-    ``TIFF``, ``HEIF``, ``AVIF`` or ``RAW`` (a camera RAW: by its own header, or a TIFF header under a RAW
-    suffix of ``name``, the file's name when known); None for anything else (a video, a sidecar, a text file)."""
+    """The Pillow format id of a file from its first 32 bytes, or ``RAW`` (a camera RAW: by its header, or a
+    TIFF header under a RAW suffix of ``name``); None for anything else (a video, a sidecar, a text file)."""
     if is_raw(head, name):
         return "RAW"
     if head.startswith(b"\xff\xd8\xff"):
@@ -114,8 +80,7 @@ _registered: dict[str, bool] = {}
 
 
 def decoder_available(fmt: str) -> bool:
-    """Whether this installation decodes ``fmt`` (HEIF through pillow-heif; AVIF through Pillow's plugin,
-    else pillow-heif's where its libheif has an AVIF decoder). Registers pillow-heif's opener once."""
+    """Whether this installation decodes ``fmt`` (HEIF: pillow-heif, registered once; AVIF: Pillow's or its)."""
     if fmt not in ("HEIF", "AVIF"):
         return True
     if "heif" not in _registered:
@@ -158,13 +123,9 @@ _PIL_FORMATS = ("JPEG", "PNG", "GIF", "BMP", "WEBP", "TIFF", "HEIF", "AVIF")  # 
 
 
 def open_image(src):
-    """``PIL.Image.open`` for vlmatch's own reads (a path or a binary file object; lazy, as Image.open is), without
-    Pillow's decompression-bomb check: Pillow refuses an image over 2 x ``Image.MAX_IMAGE_PIXELS`` (179 M by
-    default) when it *opens* it, before a JPEG could decode at a reduced scale, so :func:`open_photo` checks the
-    pixels it will decode instead (``max_pixels``). The format's own opener is called, as Image.open calls it once
-    it has identified the file, so nothing process-wide changes: an application's other reads keep its limit,
-    whatever thread they run on. A file sniff() does not know, or that its format's opener refuses, goes through
-    Image.open itself (its check included, and its error for a file no format opens)."""
+    """``PIL.Image.open`` without Pillow's decompression-bomb check, which refuses a large JPEG before it could
+    decode at a reduced scale (:func:`open_photo` limits the decoded pixels instead). It calls the format's own
+    opener, so nothing process-wide changes; a file sniff() does not know goes through Image.open itself."""
     from PIL import Image
 
     head = _head(src)
@@ -188,15 +149,10 @@ def open_image(src):
 
 def open_photo(src, size: int | None = None, *, name=None, max_pixels: int | None = MAX_DECODE_PIXELS,
                cover: float = 1.0):
-    """The photo ``src`` (a path, the file's bytes or a binary file object) as an upright 8-bit RGB PIL
-    image, as a viewer displays it. ``size``: the side the caller will shrink it to -- a JPEG then decodes
-    at the smallest 1/2..1/8 scale that still covers ``size`` x ``size``. Any problem is a
-    :class:`~vlmatch.errors.DataError` naming the file (``name``, else the path) and what is wrong;
-    ``max_pixels``: a photo that would decode to more pixels (a JPEG: at the reduced scale) is refused
-    before it is decoded (:class:`PhotoTooLarge`; default :data:`MAX_DECODE_PIXELS`, None: no limit);
-    ``cover``: the share of ``size`` an embedded HEIC thumbnail must reach on both sides to be decoded
-    instead of the photo (1: all of it, for what a person sees; :func:`load_image` passes
-    :data:`MODEL_THUMB_COVER`)."""
+    """The photo ``src`` (a path, bytes or a binary file) as an upright 8-bit RGB PIL image; any problem is a
+    DataError naming the file. ``size``: the side the caller shrinks it to (a JPEG decodes at the smallest scale
+    covering it); ``max_pixels``: more decoded pixels are refused (:class:`PhotoTooLarge`; None: no limit);
+    ``cover``: the share of ``size`` an embedded HEIC thumbnail must reach to be decoded instead."""
     where = _name(src, name)
     try:
         head = _head(src)
@@ -282,17 +238,10 @@ def _check_jpeg_data(im, jpeg, draft: int | None, where) -> None:
 
 def _open_raw(src, size, where, max_pixels):
     """A camera RAW as displayed: its embedded JPEG preview, turned by the RAW's own orientation tag."""
-    if isinstance(src, (str, Path)):
-        try:
-            data = Path(src).read_bytes()
-        except OSError as e:
-            raise DataError(where, f"unreadable image ({type(e).__name__}: {e.strerror or e})") from None
-    elif isinstance(src, (bytes, bytearray, memoryview)):
-        data = bytes(src)
-    else:
-        pos = src.tell()
-        data = src.read()
-        src.seek(pos)
+    try:
+        data = _all_bytes(src)
+    except OSError as e:
+        raise DataError(where, f"unreadable image ({type(e).__name__}: {e.strerror or e})") from None
     found = embedded_jpeg(data)
     if found is None:
         raise NoPreview(where, "a camera RAW with no embedded JPEG preview (vlmatch does not decode RAW sensor data: "
@@ -308,9 +257,8 @@ def _open_raw(src, size, where, max_pixels):
 
 
 def preview_pixels(data: bytes) -> list[int] | None:
-    """A RAW's size as displayed, [w, h]: its embedded preview's (what vlmatch reads of it), turned a quarter
-    where the preview's own orientation, else the RAW's, says so; None without a preview. The RAW's first IFD
-    often describes a thumbnail or the sensor, not what is shown."""
+    """A RAW's size as displayed, [w, h]: its embedded preview's, turned as :func:`_open_raw` turns it; None
+    without a preview (the RAW's first IFD often describes a thumbnail or the sensor, not what is shown)."""
     found = embedded_jpeg(data)
     if found is None:
         return None
@@ -326,8 +274,7 @@ def preview_pixels(data: bytes) -> list[int] | None:
 
 
 def load_image(path, size: int) -> np.ndarray:
-    """A photo's RGB pixels as displayed (:func:`open_photo`), resized to ``size`` x ``size`` (bilinear):
-    the backbone's input. ``path``: a path, the file's bytes or a binary file object."""
+    """A photo's RGB pixels as displayed (:func:`open_photo`), resized to ``size`` x ``size`` (bilinear)."""
     from PIL import Image
 
     im = open_photo(path, size, cover=MODEL_THUMB_COVER)
@@ -335,8 +282,7 @@ def load_image(path, size: int) -> np.ndarray:
 
 
 def orientation_of(im) -> int:
-    """The EXIF orientation (1..8) of an open PIL image; 1 when it has none or it is unreadable
-    (a broken EXIF block never stops a photo from being read)."""
+    """The EXIF orientation (1..8) of an open PIL image; 1 when it has none or it is unreadable."""
     try:
         v = im.getexif().get(EXIF_ORIENTATION, 1)
     except Exception:  # corrupt EXIF: PIL raises assorted types
@@ -345,8 +291,7 @@ def orientation_of(im) -> int:
 
 
 def file_orientation(path) -> int:
-    """The EXIF orientation of an image file without decoding its pixels (1 when none or unreadable, and
-    for HEIF / AVIF, whose rotation lives in the container and is applied by the decoder)."""
+    """The EXIF orientation of an image file without decoding it (1 for HEIF / AVIF: their decoder turns them)."""
     try:
         if sniff(_head(path), path) in ("HEIF", "AVIF", "RAW", None):
             return 1

@@ -1,20 +1,9 @@
-"""When, where and with what a photo was taken, read from its EXIF: a pure function of the opened
-image (no pixels decoded), robust to broken tags.
+"""When, where and with what a photo was taken, read from its EXIF without decoding pixels, robust to broken tags.
 
-:func:`photo_meta` returns a dict with any of
-
-- ``taken``: the capture time as ISO 8601 (``2021-05-06T07:08:09`` or, with the EXIF offset tag,
-  ``2021-05-06T07:08:09+02:00``): ``DateTimeOriginal`` (with ``OffsetTimeOriginal``), else ``DateTime``
-  (with ``OffsetTime``); never the file's mtime (the index build asks for that with
-  ``--date-from-mtime``: :func:`mtime_taken`);
-- ``camera``: make and model (``"Canon Canon EOS 5D"`` is shown ``"Canon EOS 5D"``: a model that
-  starts with its make is not repeated);
-- ``gps``: ``[lat, lon]`` in decimal degrees (south and west negative);
-- ``size``: ``[w, h]`` as displayed: an orientation tag of 5-8 (a quarter turn) swaps the stored
-  width and height;
-- ``notes``: one line per tag that was there but unusable (an orientation outside 1..8, read as upright;
-  a wrong type, an empty string, an absurd
-  date, a GPS rational with a zero denominator): that field is left out, the photo is indexed anyway.
+:func:`photo_meta` returns any of ``taken`` (ISO 8601 from ``DateTimeOriginal``, else ``DateTime``, with the EXIF
+offset where there is one; never the file's mtime: :func:`mtime_taken`), ``camera`` (make and model, the make not
+repeated), ``gps`` (``[lat, lon]``, south and west negative), ``size`` (``[w, h]`` as displayed) and ``notes``
+(one line per tag that was there but unusable: that field is left out, the photo is indexed anyway).
 """
 
 from __future__ import annotations
@@ -127,17 +116,13 @@ def meta_from_exif(exif, stored_size) -> dict:
     """:func:`photo_meta` from an EXIF mapping (a ``PIL.Image.Exif``, or a plain dict whose ``0x8769`` and
     ``0x8825`` entries are dicts) and the stored pixel size ``(w, h)``."""
     notes: list[str] = []
-    out: dict = {}
     exif = exif if exif is not None else {}
     sub = _ifd(exif, EXIF_IFD, notes)
+    taken = None
     if DATETIME_ORIGINAL in sub:
         taken = _date(sub[DATETIME_ORIGINAL], sub.get(OFFSET_TIME_ORIGINAL), "DateTimeOriginal", notes)
-    else:
-        taken = None
     if taken is None and DATETIME in exif:
         taken = _date(exif[DATETIME], sub.get(OFFSET_TIME), "DateTime", notes)
-    if taken:
-        out["taken"] = taken
     make, model = (_text(exif.get(t)) if t in exif else "" for t in (MAKE, MODEL))
     for tag, v in ((MAKE, make), (MODEL, model)):
         if v is None:
@@ -145,11 +130,8 @@ def meta_from_exif(exif, stored_size) -> dict:
     make, model = make or "", model or ""
     camera = model if make and model.lower().startswith(make.lower()) else f"{make} {model}".strip()
     camera = "".join(ch for ch in camera if ch.isprintable())[:200]
-    if camera:
-        out["camera"] = camera
     gps = _gps(_ifd(exif, GPS_IFD, notes), notes)
-    if gps:
-        out["gps"] = gps
+    out = {k: v for k, v in (("taken", taken), ("camera", camera), ("gps", gps)) if v}
     try:
         w, h = (int(x) for x in stored_size)
         orient = exif.get(ORIENTATION, 1)

@@ -1,10 +1,5 @@
-"""Which image backbone a checkpoint was trained on, and the check that features fit it.
-
-A checkpoint folder may carry ``backbone.json`` (the ``features.json`` backbone entry). Otherwise
-the run folder around it is asked: ``<run>/config.yaml`` names the training data, whose
-``features.json`` (written by the extractor) names the backbone. Synthetic data (the toy world)
-has no backbone: then the caller must name one and the feature dimension is checked against the
-model's ``img_dim``.
+"""Which image backbone a checkpoint was trained on (its ``backbone.json``, else the ``features.json`` of the
+training data its run's ``config.yaml`` names), and the check that features fit it.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """Camera RAW files (CR2, NEF, ARW, DNG, ORF, RW2, RAF): told apart from TIFF, read through their JPEG preview.
 
-Most RAW formats are TIFF containers (CR2, NEF, ARW, DNG; ORF and RW2 with their own magic numbers), so a
-reader that trusts the magic number alone takes them for TIFFs and decodes the small thumbnail of their first
-IFD, or the undemosaiced sensor data. vlmatch does not demosaic: a RAW is read through the full-size JPEG
-that the camera embedded in it for its own screen (every camera writes one; Lightroom's DNGs do where
-"embed fast load data"/"JPEG preview: full size" was chosen). :func:`embedded_jpeg` finds the largest JPEG
-the file holds -- behind the ``JPEGInterchangeFormat`` / ``JPEGInterchangeFormatLength`` tags (0x0201 / 0x0202)
-of any IFD, or a JPEG-compressed strip (``Compression`` 6 or 7) of an IFD, following ``SubIFDs`` (0x014A) and the
-EXIF IFD; RAF keeps its offset and length in its own header. A RAW without one is not indexed: the reader
-raises :class:`NoPreview`, which the index build lists as skipped with that reason.
-
-A RAW beside a JPEG of the same shot (the same name, another suffix: what a camera set to RAW + JPEG writes)
-is one photo: the JPEG is indexed and the RAW is reported as its pair (:func:`pair_raws`).
+Most RAWs are TIFF containers, so the magic number alone would read a thumbnail or undemosaiced sensor data.
+vlmatch does not demosaic: :func:`embedded_jpeg` finds the largest JPEG the file embeds (IFD preview tags or a
+JPEG strip, SubIFDs and the EXIF IFD followed; RAF's header); without one the reader raises :class:`NoPreview`.
+A RAW beside a JPEG of the same shot is one photo (:func:`pair_raws`).
 """
 
 from __future__ import annotations

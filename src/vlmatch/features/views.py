@@ -38,7 +38,4 @@ def photo_features(backbone, paths: Sequence[Path], mirror: bool = False, batch_
                 px = load_image(Path(p), size)
                 batch.append(mirror_pixels(px) if mirror else px)
             out.append(backbone(backbone.preprocess(batch)).float().numpy())
-    if not out:
-        k = backbone.info.grid ** 2
-        return np.zeros((0, k, backbone.info.dim), np.float32)
-    return np.concatenate(out)
+    return np.concatenate(out) if out else np.zeros((0, backbone.info.grid ** 2, backbone.info.dim), np.float32)
