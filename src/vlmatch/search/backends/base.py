@@ -1,14 +1,8 @@
 """Where an index's collections live: the interface :class:`vlmatch.Index` searches through.
 
-An index is a manifest (models and their digests, backbone, dims, store dtype, counts, format) and
-one or two collections (images, captions). Every collection answers the same five questions,
-whatever holds it: how many items, stage 1's top candidates of query vectors, the stage-2 encodings
-of some candidates, the table rows (id, path or text) of some candidates, and which candidate an item
-id is. A candidate is named by a *key* the backend chooses: the folder index's row, Milvus's item id
-(:mod:`vlmatch.search.backends.milvus.collection`). Keys are ordered: results that tie on score keep key order.
-
-Two backends: the index folder (:class:`vlmatch.search.backends.folder.FolderCollection`, the default: FAISS +
-memory-mapped store) and a Milvus collection set (``--backend milvus``; :mod:`vlmatch.search.backends.milvus.build`).
+Every collection answers the same five questions, whatever holds it; a candidate is named by a *key* the
+backend chooses (the folder index's row, Milvus's item id). Keys are ordered: results that tie on score
+keep key order.
 """
 
 from __future__ import annotations

@@ -1,37 +1,11 @@
 """The index folder on disk: what belongs to it, one writer at a time, one consistent version of every
 part after a kill at any point, and its collections as search reads them (:class:`FolderCollection`).
 
-An index folder holds ``manifest.json`` and the parts it describes: ``model/`` and ``retriever/``
-(copies of the checkpoints), ``images/`` and ``captions/`` (collections); ``build/`` is the work
-area of an unfinished build or update, ``.vlmatch.lock`` the writers' lock, ``.vlmatch.read.lock``
-the lock readers share while opening and ``.vlmatch.swap.lock`` the one a writer waiting to swap holds
-(readers pass through it first: writer preference). Nothing else belongs
-to an index: ``index build`` refuses an ``--out`` that holds or lies inside the image folder, and
-one that holds anything more unless told ``--overwrite``, which then replaces only these entries.
-
-**Integrity.** The manifest records what was written: for a checkpoint the digest of its files
-(its ``config.json`` holds the weights' SHA-256, which ``load_model`` checks), for a collection
-the SHA-256 of ``items.json``, ``enc/fields.json`` (which carries a random id of the collection, so
-the encodings of another build never pass for these), ``stage1.npy`` and ``stage1.faiss``. The
-manifest is sealed with the SHA-256 of its own content. Opening checks them all: a part swapped or
-replaced, or a manifest edited, is an error naming the file. (The stage-2 arrays are too large to
-hash at every start; their shapes are checked on opening and every row read back must be finite.)
-
-**Crash safety.** A build or an update writes each part it changes with
-:func:`vlmatch.io.atomic_dir` keeping the old version as ``PART.prev``, then replaces
-``manifest.json`` (one atomic rename: the commit), then removes the ``.prev`` folders and
-``build/``. After a kill anywhere, the manifest on disk and, for each part, whichever of ``PART`` and
-``PART.prev`` matches it form one complete index: the old one before the commit, the new one after.
-Opening uses those versions; the next build or update first moves them back under their own names
-(:func:`recover`), then resumes its work from ``build/``.
-
-**Readers racing a writer.** A reader resolves the parts with the manifest, then loads them: a commit
-in between would let it load the new files under the old manifest's records (a mixed index, with no
-error). So readers share ``.vlmatch.read.lock`` (:func:`reading`) from reading the manifest to their
-last load, and a writer holds it alone (:func:`swapping`) from its first part swapped in (all encoding
-and the FAISS indexes done before) through the commit, and while :func:`recover` moves parts back. Crash points, for tests:
-:data:`vlmatch.io.crash_hook` is called with ``"commit:parts"`` (every part in place, the manifest
-not yet) and ``"commit:manifest"`` (the manifest replaced, the old versions not yet removed).
+The manifest records a digest of each part and is sealed with the hash of its own content; a build or
+update swaps parts in keeping ``PART.prev`` and commits by replacing ``manifest.json``; readers share
+``.vlmatch.read.lock`` while opening, a writer holds it alone to swap (writer preference through
+``.vlmatch.swap.lock``). The guarantees are listed in docs/search.md. Crash points, for tests:
+``"commit:parts"`` (every part in place, the manifest not yet) and ``"commit:manifest"``.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
-"""``vlmatch index build|update --backend milvus``: encode a collection into Milvus
-(layout: :mod:`vlmatch.search.backends.milvus.client`).
+"""``vlmatch index build|update --backend milvus``: encode a collection into Milvus, batch by batch,
+with :func:`vlmatch.search.build.build_index`'s options, models and manifest (:mod:`vlmatch.search.job`).
 
-The build is :func:`vlmatch.search.build.build_index`'s (the same options, models, inputs, stage-1 source and
-manifest: :mod:`vlmatch.search.job`); each batch is
-written straight to Milvus, so no machine holds the whole stage-2 store. **Crash safety.** Before
-its first write a build records in ``vlmatch.pending`` what it builds (a fingerprint of its inputs,
-models and options) and into which generation; after each batch it records how far it got. Re-run
-after a kill, the same build resumes after the last recorded batch: rows are upserted by primary key
-(item id, and item id x chunk), so a batch written twice leaves no duplicates. A different build drops
-the unfinished generation and starts a new one. Nothing of a build is visible to readers until
-``vlmatch.manifest`` -- written last -- names its generation; the previous generation is then dropped.
-An update changes the committed generation in place (copying a collection of 100M photos per update
-is not an option): it records its plan (files to encode, ids to drop) in ``vlmatch.pending`` first,
-then upserts and deletes, then rewrites the manifest; re-run after a kill it finishes the recorded
-plan. Readers see its photos appear one batch at a time, all encoded by the index's own models.
+A build records in ``vlmatch.pending`` what it builds and how far it got, resumes after a kill, and is
+visible only once ``vlmatch.manifest`` names its generation; an update records its plan first and
+changes the committed generation in place (docs/milvus.md, "Guarantees").
 """
 
 from __future__ import annotations

@@ -1,27 +1,9 @@
 """Talking to Milvus for an index: the connection, the collections' names and schemas, the
 state collection that holds the manifest, the pending work and the writers' lock.
 
-A vlmatch collection NAME on a Milvus server is a set of Milvus collections:
-
-    NAME                        the state collection: a row per key holds the index's state as JSON:
-                                ``vlmatch.manifest`` (the committed manifest, sealed as the folder's),
-                                ``vlmatch.pending`` (what an unfinished build or update has done),
-                                ``vlmatch.lock`` (the one writer). (Indexes written by earlier vlmatch
-                                versions on milvus-lite keep them in the collection's properties; they
-                                are still read and written there.)
-    NAME__g<G>_images           per image: ``id`` (primary key), ``item`` (its table row, JSON),
-                                ``s1`` (the stage-1 vector, FLOAT_VECTOR with an IP index)
-    NAME__g<G>_images_enc       per image and chunk of its stage-2 encoding: ``pk`` = id * 4096 + chunk,
-                                ``id``, ``chunk``, ``enc`` (FLOAT16_VECTOR where the server has it,
-                                else float16 pairs packed in FLOAT_VECTOR), ``extra`` (JSON: its
-                                small non-float fields)
-    NAME__g<G>_captions[_enc]   the same for an indexed caption file
-
-A build writes a new generation G and commits by writing ``vlmatch.manifest`` last (it names G);
-readers only ever open the generation the manifest names. Milvus's documented limits shape the
-layout: a vector field holds at most 32,768 dimensions (a 7 x 7 x 512 encoding, 25,088 values, is one
-row; a 14 x 14 x 512 one, 100,352, four FLOAT16_VECTOR rows or two packed ones), and one insert or
-query RPC carries at most 64 MB (writes and reads are cut into RPCs of at most :data:`RPC_BYTES`).
+A vlmatch collection NAME is the state collection ``NAME`` and, per generation G, ``NAME__g<G>_images``
+and ``NAME__g<G>_images_enc`` (likewise captions); the layout and Milvus's limits that shape it are
+in docs/milvus.md ("What is stored where"). A build commits by writing ``vlmatch.manifest`` last.
 """
 
 from __future__ import annotations

@@ -1,20 +1,8 @@
 """Opening a Milvus index for search: the committed manifest checked (format, seal, the models'
 digests, each Milvus collection's vector type and size), and each collection read through
-:class:`vlmatch.search.backends.base.CollectionBackend` with item ids as keys.
-
-The models are not stored in Milvus: the manifest records each checkpoint's folder and digest (the
-one :func:`vlmatch.checkpoints.digest.checkpoint_digest` computes, covering ``config.json`` and so the
-weights' SHA-256), and opening takes them from there, or from ``model=`` / ``retriever=``; a
-checkpoint whose digest differs is refused. Every machine that serves the index needs the checkpoints.
-
-**Consistency, chosen per call.** The state (manifest, pending work, lock) is read at Strong: a reader
-must see another process's commit, and it is a one-row read, polled. Searches and fetches read the
-generation the manifest names with the manifest's ``read_ts`` as guarantee timestamp (consistency level
-Customized): the server's time of a write made after every row of the commit, so a search right after a
-commit sees the committed generation whole, and it waits for nothing newer. Strong on every call costs a
-server a wait for its next time tick (200-500 ms on Milvus 2.3.5 here, against 2-4 ms); Bounded might
-miss a commit of the last 5 seconds. A manifest without ``read_ts`` (milvus-lite, which has no
-timestamps to wait for) is read at Strong.
+:class:`vlmatch.search.backends.base.CollectionBackend` with item ids as keys. The checkpoints are not
+in Milvus: the manifest records their folders and digests. Searches and fetches read at the manifest's
+``read_ts`` (Customized), the state at Strong (docs/milvus.md, "Consistency").
 """
 
 from __future__ import annotations

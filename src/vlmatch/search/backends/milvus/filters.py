@@ -1,18 +1,7 @@
 """A search filter (:class:`vlmatch.search.filters.Where`) on a Milvus index: scalar fields of the items
-collection and the boolean expression over them that stage 1's search takes (``filter=``).
-
-The items collection of an image index carries, beside the table row (JSON) and the stage-1 vector:
-``taken`` (INT64: :func:`vlmatch.search.filters.clock_seconds`, :data:`NO_DATE` when the photo has
-none), ``camera`` (its make and model, lower case), ``rel`` (the path inside the photo folder), ``lat``
-and ``lon`` (DOUBLE degrees, :data:`NO_GPS` when none).
-
-Dates are exact in the expression. ``camera`` and ``under`` are exact ``like`` patterns unless the text
-holds a character ``like`` or a string literal would read otherwise (``% _ \\ " '``: each becomes a
-one-character wildcard there); ``near`` is a latitude/longitude box around the circle. Where the
-expression is wider than the filter, the matching ids are found first (a query over the scalar fields,
-the exact test in Python) and the search runs on ``id in [...]``. Few matching items (at most the
-candidates asked for, or :data:`vlmatch.search.filters.EXACT_BELOW` for a box) are scored exactly.
-A collection written before these fields (no ``taken`` field) is filtered on its JSON rows the same way.
+collection (``taken``, ``camera``, ``rel``, ``lat``, ``lon``) and the boolean expression over them that
+stage 1's search takes (``filter=``). Where the expression is wider than the filter, the matching ids are
+found by a query and the exact test in Python (docs/milvus.md, "What is stored where").
 """
 
 from __future__ import annotations

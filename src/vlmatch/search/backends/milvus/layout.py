@@ -1,26 +1,10 @@
 """How a collection lies in Milvus: the schemas of its two Milvus collections and the layout of one
 item's stage-2 encoding over rows (a vector cut into chunks of at most 32,768 values).
 
-The float fields of a model's Encoding (``regions``, ``embedding``, ``words`` ...) are flattened, in
-field order, into one vector per item, kept in the index's dtype exactly as the folder's store keeps
-them (float16 by default), padded to a whole number of chunks and stored one chunk per row.
-
-Three ways to hold the vector (``Layout.vector``):
-
-- ``FLOAT16_VECTOR``: the server's float16 vectors, where a probe finds they round-trip and search
-  right (:mod:`vlmatch.search.backends.milvus.probe`; Milvus 2.3.5's do not search right).
-- ``FLOAT16_PACKED``: float16 values two to a FLOAT_VECTOR dimension, bit for bit (the first value's
-  16 bits high, the second's low), for servers without a working FLOAT16_VECTOR (milvus-lite, 2.3.5). A float32 made of
-  two finite float16 values is itself finite (its exponent is all ones only when the high half's is),
-  so the server stores and returns it unchanged, and the row costs what a float16 row costs: half a
-  float32 row's memory and transfer, and twice the values per 32,768-dimension field.
-- ``FLOAT_VECTOR``: float32 values: an index whose dtype is float32; an encoding with full-precision
-  fields (CAAN's) on a server without FLOAT16_VECTOR, which keeps them in the vector at 4 bytes a
-  value rather than as JSON at about 20; collections written before the packed form, whose float16
-  values were widened to float32.
-
-Fields that are not floats (masks, lengths), and full-precision fields on a FLOAT16_VECTOR server,
-travel as JSON on the item's first chunk.
+The float fields of an Encoding are flattened into one vector per item in the index's dtype and held as
+``FLOAT16_VECTOR`` (where a probe finds it right), ``FLOAT16_PACKED`` (two float16 values bit for bit in
+one FLOAT_VECTOR dimension: finite, so the server keeps them) or ``FLOAT_VECTOR`` (float32 values).
+Other fields travel as JSON on the item's first chunk. See docs/milvus.md ("What is stored where").
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""What a Milvus server does correctly, found by trying it, not guessed from its version.
-
-A build probes the server (:func:`probe`) and picks the layout from the answers; the manifest records
-them (``capabilities``). Opening an index checks again what its layout relies on (:func:`require`) and
-refuses, in one line, a server that lacks it -- an index copied to another server, or a server
-downgraded. Found so far: Milvus 2.3.5 (the embedded standalone server) creates FLOAT16_VECTOR fields
-and returns their bytes unchanged but its searches over them return garbage (distances ~1e24), and it
-takes one vector field per collection; milvus-lite refuses FLOAT16_VECTOR. A layout uses one vector
-field per Milvus collection and FLOAT16_VECTOR only where it round-trips *and* searches right.
+"""What a Milvus server does correctly, found by trying it, not guessed from its version: a build
+probes (:func:`probe`) and records the answers; opening checks again what the layout relies on
+(:func:`require`). What was found is in docs/milvus.md ("Capability checks").
 """
 
 from __future__ import annotations
