@@ -22,10 +22,8 @@ class CollectionBackend(Protocol):
     def __len__(self) -> int: ...
 
     def search(self, queries: np.ndarray, k: int, where=None) -> tuple[np.ndarray, np.ndarray]:
-        """Top ``k`` (scores, keys) per query row, best first; keys are -1 where fewer were found.
-        ``k >= len(self)``: every item, scored exactly. ``where``: only the items that pass this filter
-        (a :class:`vlmatch.search.filters.Where`, a dict of its fields, or None), applied in the search
-        itself, so the top ``k`` are the best matching items."""
+        """Top ``k`` (scores, keys) per query row, best first (keys -1 where fewer were found; ``k >= len(self)``:
+        every item, exactly), among the items that pass ``where`` (a :class:`vlmatch.search.filters.Where`)."""
 
     def take(self, keys: np.ndarray) -> Encoding:
         """The stage-2 encodings of ``keys`` (in that order), float32, in the model's Encoding class."""
@@ -37,13 +35,11 @@ class CollectionBackend(Protocol):
         """The key of the item with id ``item_id``; None when there is none."""
 
     def stage1_vectors(self, keys) -> np.ndarray:
-        """(len(keys), d) float32: the stored stage-1 vectors of ``keys``, in that order (the concept columns of
-        the open-vocabulary part are their last ones: the AND re-scoring and ``explain`` read them)."""
+        """(len(keys), d) float32: the stored stage-1 vectors of ``keys``, in that order."""
 
 
 class MilvusLocation(NamedTuple):
-    """A Milvus index: the server (a pymilvus URI: ``http://host:19530``, or a milvus-lite ``.db`` file)
-    and the vlmatch collection name. Its text names it in messages, never with a token."""
+    """A Milvus index: the server (``http://host:19530``, or a milvus-lite ``.db`` file) and the collection name."""
 
     uri: str
     collection: str

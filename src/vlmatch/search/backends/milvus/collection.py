@@ -11,7 +11,6 @@ import functools
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from ....checkpoints.digest import checkpoint_digest
 from ....errors import ConfigError, DataError, VlmatchError
@@ -30,15 +29,16 @@ from .client import (
     _short,
     check_name,
     connect,
+    field_of,
     load,
+    loaded,
     part_name,
     pymilvus,
     read_prop,
-    unloaded,
     unreachable,
 )
 from .filters import filtered_search, rows_of
-from .layout import Layout, field_of, search_params
+from .layout import Layout, search_params, template
 from .probe import require
 
 
@@ -51,23 +51,15 @@ def _unanswered() -> tuple[type[BaseException], ...]:
 
 
 def _answers(method):
-    """A read that the server does not answer (pymilvus's retries run out after READ_TIMEOUT_S) raises
-    :class:`Unavailable` naming the server (a service's 503), not pymilvus's exception, nor the raw gRPC error
-    pymilvus lets through when its connection recovery fails (DEADLINE_EXCEEDED while a server restarts).
-    A read the server answers with a refusal raises :class:`Refused` with its words (a service's 502); a
-    collection not loaded (a restarted server, or released by the process that wrote it) is loaded, once."""
+    """A read the server does not answer (after READ_TIMEOUT_S) raises :class:`Unavailable` (a service's 503),
+    one it refuses :class:`Refused` with its words (502), never pymilvus's or gRPC's own error; a collection not
+    loaded is loaded, once."""
 
     @functools.wraps(method)
     def wrapped(self, *args, **kwargs):
         try:
-            try:
-                return method(self, *args, **kwargs)
-            except pymilvus().MilvusException as e:
-                if not unloaded(e):
-                    raise
-                for name in (self.items_name, self.enc_name):
-                    load(self.client, name, READ_TIMEOUT_S)
-                return method(self, *args, **kwargs)
+            return loaded(lambda: method(self, *args, **kwargs), lambda: self.client, (self.items_name, self.enc_name),
+                          READ_TIMEOUT_S)
         except _unanswered() as e:  # evaluated only when a read raised: no import on the answered path
             if not unreachable(e):
                 raise Refused(f"{self.loc}: the Milvus server refused the request: {_short(e)[:200]}") from None
@@ -123,7 +115,6 @@ class MilvusCollection:
                 scores[i, j], keys[i, j] = h["distance"], h["id"]
         return scores, keys
 
-    @_answers
     def _exhaustive(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         rows = rows_of(self.client, self.items_name, ["id", "s1"], batch_size=1000)
         ids, vecs = [r["id"] for r in rows], [r["s1"] for r in rows]
@@ -147,11 +138,15 @@ class MilvusCollection:
 
     @_answers
     def items_of(self, keys) -> list[dict]:
+        return self._field_of(keys, "item")
+
+    def _field_of(self, keys, field: str) -> list:
+        """``field`` of the items ``keys``, in that order."""
         ids = [int(i) for i in np.asarray(keys).reshape(-1)]
         got = {}
         for a in range(0, len(ids), MAX_RESULTS):
-            got.update({int(r["id"]): r["item"] for r in self.client.get(self.items_name, ids=ids[a:a + MAX_RESULTS],
-                                                                         output_fields=["id", "item"], **self.read)})
+            got.update({int(r["id"]): r[field] for r in self.client.get(self.items_name, ids=ids[a:a + MAX_RESULTS],
+                                                                        output_fields=["id", field], **self.read)})
         missing = [i for i in ids if i not in got]
         if missing:
             raise DataError(self.items_name, f"no row for item(s) {missing[:5]}: the collection is incomplete")
@@ -166,15 +161,8 @@ class MilvusCollection:
 
     @_answers
     def stage1_vectors(self, keys) -> np.ndarray:
-        ids = [int(i) for i in np.asarray(keys).reshape(-1)]
-        got = {}
-        for a in range(0, len(ids), MAX_RESULTS):
-            got.update({int(r["id"]): r["s1"] for r in self.client.get(self.items_name, ids=ids[a:a + MAX_RESULTS],
-                                                                       output_fields=["id", "s1"], **self.read)})
-        missing = [i for i in ids if i not in got]
-        if missing:
-            raise DataError(self.items_name, f"no row for item(s) {missing[:5]}: the collection is incomplete")
-        return np.asarray([got[i] for i in ids], dtype=np.float32).reshape(len(ids), -1)
+        vecs = self._field_of(keys, "s1")
+        return np.asarray(vecs, dtype=np.float32).reshape(len(vecs), -1)
 
     @property
     def items(self) -> list[dict]:
@@ -264,6 +252,7 @@ def open_milvus(loc: MilvusLocation, model=None, retriever=None):
         for name in (items, enc):
             if not client.has_collection(name):
                 raise DataError(name, f"missing from {loc.uri} (dropped by hand?): build the index again")
+            load(client, name)
         layout = Layout.from_dict(info["layout"])
         got = field_of(client, enc, "enc")
         if got != (layout.field_type, layout.field_dim):
@@ -272,8 +261,6 @@ def open_milvus(loc: MilvusLocation, model=None, retriever=None):
         dim = manifest["dims"]["stage1"]
         if field_of(client, items, "s1") != ("FLOAT_VECTOR", dim):
             raise DataError(items, f"its s1 field is not FLOAT_VECTOR of {dim} values as the manifest records")
-        for name in (items, enc):
-            load(client, name)
         n = client.query(items, filter="", output_fields=["count(*)"], **read)[0]["count(*)"]
         if n != info["count"] and not updating:  # during an update, photos come and go one batch at a time
             raise DataError(items, f"holds {n} items but the manifest records {info['count']}: an update was "
@@ -282,11 +269,7 @@ def open_milvus(loc: MilvusLocation, model=None, retriever=None):
     def make(coll: str, model, n_regions: int):
         if coll not in manifest["collections"]:
             return None
-        with torch.no_grad():
-            if coll == "images":
-                tmpl = model.encode_images(torch.zeros(1, n_regions, model.cfg.img_dim))
-            else:
-                tmpl = model.encode_texts(*model.tokenize(["a"]))
-        return MilvusCollection(client, loc, gen, coll, manifest["collections"][coll], tmpl, read=read)
+        return MilvusCollection(client, loc, gen, coll, manifest["collections"][coll], template(model, coll, n_regions),
+                                read=read)
 
     return manifest, ckpts, make
