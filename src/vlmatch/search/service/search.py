@@ -24,11 +24,7 @@ async def search(req: SearchRequest, ctx: Ctx):
     """Images ranked by the model's score for a sentence (two-stage search); with ``like`` (an indexed id),
     the photos most like that one (and matching the text, if given). A multipart body (an uploaded
     ``image``, or ``like``, with the same fields) is served by ``POST /search/like``."""
-    if req.like is not None:
-        return await by_photo(ctx, req)
-    if req.text is None:
-        raise ApiError(422, "invalid_request", "text: Field required (or like: an indexed image id)")
-    return await by_text(ctx, req)
+    return await by_text_or_photo(ctx, req, "text")
 
 
 @router.get("/search", response_model=SearchResponse, responses=ERRORS)
@@ -47,11 +43,7 @@ async def search_get(ctx: Ctx, *,
     req = SearchRequest.model_construct(text=q, like=like, text_weight=text_weight, k=k, candidates=candidates,
                                         min_score=min_score, after=after, before=before, camera=camera, under=under,
                                         near=near)
-    if like is not None:
-        return await by_photo(ctx, req)
-    if q is None:
-        raise ApiError(422, "invalid_request", "q: Field required (or like: an indexed image id)")
-    return await by_text(ctx, req)
+    return await by_text_or_photo(ctx, req, "q")
 
 
 @router.post(LIKE_ROUTE, response_model=SearchResponse, responses=ERRORS)
@@ -97,6 +89,14 @@ async def search_image(ctx: Ctx,
         _check_size(ctx, image)
     results, timings = await ctx.run_model(_upload_job(ctx, image, lambda data: backend.search_image(data, id, k)))
     return {"k": k, "results": [{**r, "text": printable(str(r["text"]))} for r in results], "timings": timings}
+
+
+async def by_text_or_photo(ctx: Context, req: SearchRequest, text_field: str) -> dict:
+    if req.like is not None:
+        return await by_photo(ctx, req)
+    if req.text is None:
+        raise ApiError(422, "invalid_request", f"{text_field}: Field required (or like: an indexed image id)")
+    return await by_text(ctx, req)
 
 
 async def by_text(ctx: Context, req: SearchRequest) -> dict:
