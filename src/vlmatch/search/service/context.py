@@ -118,8 +118,7 @@ def query_bytes_problem(query_string: bytes) -> str | None:
 
 
 async def utf8_query(request: Request) -> None:
-    """Refuse (400 bad_text) a query string whose values are not UTF-8 (see :func:`query_bytes_problem`);
-    a dependency of every route."""
+    """Refuse (400 bad_text) a query string whose values are not UTF-8: a dependency of every route."""
     problem = query_bytes_problem(request.scope.get("query_string") or b"")
     if problem is not None:
         raise ApiError(400, "bad_text", problem)

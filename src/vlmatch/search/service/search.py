@@ -114,8 +114,7 @@ async def by_text(ctx: Context, req: SearchRequest) -> dict:
 
 
 async def by_photo(ctx: Context, req: SearchRequest, image: UploadFile | None = None) -> dict:
-    """Search by photo: an indexed id (``req.like``) or an uploaded ``image``, optionally with a text, among
-    the photos the filters keep."""
+    """Search by photo: an indexed id (``req.like``) or an uploaded ``image``, optionally with a text."""
     like, text_weight = req.like, req.text_weight
     if (image is None) == (like is None):
         raise ApiError(400, "bad_request", "send exactly one of an 'image' file or an indexed id 'like'")

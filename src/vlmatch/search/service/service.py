@@ -126,8 +126,7 @@ class Served:
         self.n_captions = len(index.captions) if index.captions is not None else 0
 
     def rows(self, ids) -> dict[int, dict]:
-        """Image id -> its table row, for the ids the index holds (looked up per request, not all held:
-        a Milvus index may hold more photos than one process should list)."""
+        """Image id -> its table row, for the ids the index holds (looked up per request, not all held)."""
         coll = self.index.images
         if coll is None:
             return {}
@@ -142,8 +141,7 @@ class Served:
         return None if row is None or not root.keep(row) else Path(root.current(row) if checked else row["path"])
 
     def shown(self, ids) -> dict[int, str]:
-        """What a result shows: the path inside the photo folder (the absolute one stays in CLI and Python
-        results)."""
+        """What a result shows: the path inside the photo folder."""
         return {i: r.get("rel") or Path(r["path"]).name for i, r in self.rows(ids).items()
                 if self.index.photo_root.keep(r)}
 

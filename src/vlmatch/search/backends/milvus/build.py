@@ -74,8 +74,7 @@ def _exif_dates(opts) -> None:
 
 
 def build_milvus(loc: MilvusLocation, model_ckpt, opts: BuildOptions) -> dict:
-    """Build (or resume building) a Milvus index; returns its manifest (:func:`vlmatch.search.build.build_index`
-    with a :class:`MilvusLocation`)."""
+    """Build (or resume building) a Milvus index; returns its manifest."""
     _exif_dates(opts)
     if opts.overwrite:
         raise ConfigError(f"--overwrite {FOLDER_ONLY}; a Milvus index is --collection NAME")
@@ -279,8 +278,7 @@ def write_rows(client, names: Names, layout: Layout, items: list[dict], *, vecto
 # --- update ------------------------------------------------------------------------------------------
 
 def update_milvus(loc: MilvusLocation, opts: UpdateOptions) -> dict:
-    """Re-scan the image folder of a Milvus index: encode new and changed files, drop deleted ones
-    (:func:`vlmatch.search.build.update_index` with a :class:`MilvusLocation`)."""
+    """Re-scan the image folder of a Milvus index: encode new and changed files, drop deleted ones."""
     _exif_dates(opts)
     if opts.concepts:
         raise ConfigError(f"--concepts {FOLDER_ONLY}: a Milvus index's concept columns are written once; build the "

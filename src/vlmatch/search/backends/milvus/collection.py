@@ -182,8 +182,7 @@ def client_for(uri: str):
 
 
 def committed_seal(loc: MilvusLocation) -> str | None:
-    """The seal of the committed manifest (None: none, or the server cannot be read now): a new one at
-    every build and update, so a server polls it to see a new version."""
+    """The seal of the committed manifest (None: none, or the server cannot be read now), polled by a server."""
     try:
         m = read_prop(client_for(loc.uri), loc.collection, MANIFEST)
     except Exception:  # noqa: BLE001 - a server briefly away: no new version seen, the served one stays
