@@ -13,8 +13,6 @@ import numpy as np
 
 from ...models.base import Encoding
 
-BACKENDS = ("folder", "milvus")
-
 
 class CollectionBackend(Protocol):
     """One indexed collection as search reads it."""
