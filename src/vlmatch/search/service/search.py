@@ -83,10 +83,7 @@ async def search_image(ctx: Ctx,
     if (image is None) == (id is None):
         raise ApiError(400, "bad_request", "send exactly one of an 'image' file or an indexed 'id'")
     ctx.check_k(k)
-    if image is None:
-        ctx.check_file(id)  # the photo is read again
-    else:
-        _check_size(ctx, image)
+    _check_image(ctx, image, id, ctx.check_file)  # an indexed photo is read again
     results, timings = await ctx.run_model(_upload_job(ctx, image, lambda data: backend.search_image(data, id, k)))
     return {"k": k, "results": [{**r, "text": printable(str(r["text"]))} for r in results], "timings": timings}
 
@@ -127,10 +124,7 @@ async def by_photo(ctx: Context, req: SearchRequest, image: UploadFile | None = 
         raise ApiError(400, "bad_text_weight", f"text_weight is {text_weight}; it must be between 0 and 1")
     if text_weight is not None and text is None:
         raise ApiError(400, "bad_text_weight", "text_weight weighs a text against the photo: send a text too")
-    if like is not None:
-        ctx.check_id(like)
-    else:
-        _check_size(ctx, image)
+    _check_image(ctx, image, like, ctx.check_id)
     kept = {} if where is None else {"where": where}  # a backend without filters is asked without them
 
     def like_search(data):
@@ -148,8 +142,11 @@ def _shown(results: list[dict], min_score: float | None) -> list[dict]:
     return [{**r, "path": printable(str(r["path"]))} for r in results if min_score is None or r["score"] >= min_score]
 
 
-def _check_size(ctx: Context, image: UploadFile) -> None:
-    if (getattr(image, "size", None) or 0) > ctx.limits.max_upload_bytes:
+def _check_image(ctx: Context, image: UploadFile | None, image_id: int | None, check) -> None:
+    """The indexed ``image_id`` by ``check``, or the upload's declared size (before anything is read)."""
+    if image is None:
+        check(image_id)
+    elif (getattr(image, "size", None) or 0) > ctx.limits.max_upload_bytes:
         raise ApiError(413, "upload_too_large", f"the upload is larger than {ctx.limits.max_upload_bytes} bytes")
 
 
