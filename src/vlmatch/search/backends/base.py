@@ -1,14 +1,8 @@
 """Where an index's collections live: the interface :class:`vlmatch.Index` searches through.
 
-An index is a manifest (models and their digests, backbone, dims, store dtype, counts, format) and
-one or two collections (images, captions). Every collection answers the same five questions,
-whatever holds it: how many items, stage 1's top candidates of query vectors, the stage-2 encodings
-of some candidates, the table rows (id, path or text) of some candidates, and which candidate an item
-id is. A candidate is named by a *key* the backend chooses: the folder index's row, Milvus's item id
-(:mod:`vlmatch.search.backends.milvus.collection`). Keys are ordered: results that tie on score keep key order.
-
-Two backends: the index folder (:class:`vlmatch.search.backends.folder.FolderCollection`, the default: FAISS +
-memory-mapped store) and a Milvus collection set (``--backend milvus``; :mod:`vlmatch.search.backends.milvus.build`).
+Every collection answers the same five questions, whatever holds it; a candidate is named by a *key* the
+backend chooses (the folder index's row, Milvus's item id). Keys are ordered: results that tie on score
+keep key order.
 """
 
 from __future__ import annotations
@@ -19,8 +13,6 @@ import numpy as np
 
 from ...models.base import Encoding
 
-BACKENDS = ("folder", "milvus")
-
 
 class CollectionBackend(Protocol):
     """One indexed collection as search reads it."""
@@ -28,10 +20,8 @@ class CollectionBackend(Protocol):
     def __len__(self) -> int: ...
 
     def search(self, queries: np.ndarray, k: int, where=None) -> tuple[np.ndarray, np.ndarray]:
-        """Top ``k`` (scores, keys) per query row, best first; keys are -1 where fewer were found.
-        ``k >= len(self)``: every item, scored exactly. ``where``: only the items that pass this filter
-        (a :class:`vlmatch.search.filters.Where`, a dict of its fields, or None), applied in the search
-        itself, so the top ``k`` are the best matching items."""
+        """Top ``k`` (scores, keys) per query row, best first (keys -1 where fewer were found; ``k >= len(self)``:
+        every item, exactly), among the items that pass ``where`` (a :class:`vlmatch.search.filters.Where`)."""
 
     def take(self, keys: np.ndarray) -> Encoding:
         """The stage-2 encodings of ``keys`` (in that order), float32, in the model's Encoding class."""
@@ -43,13 +33,11 @@ class CollectionBackend(Protocol):
         """The key of the item with id ``item_id``; None when there is none."""
 
     def stage1_vectors(self, keys) -> np.ndarray:
-        """(len(keys), d) float32: the stored stage-1 vectors of ``keys``, in that order (the concept columns of
-        the open-vocabulary part are their last ones: the AND re-scoring and ``explain`` read them)."""
+        """(len(keys), d) float32: the stored stage-1 vectors of ``keys``, in that order."""
 
 
 class MilvusLocation(NamedTuple):
-    """A Milvus index: the server (a pymilvus URI: ``http://host:19530``, or a milvus-lite ``.db`` file)
-    and the vlmatch collection name. Its text names it in messages, never with a token."""
+    """A Milvus index: the server (``http://host:19530``, or a milvus-lite ``.db`` file) and the collection name."""
 
     uri: str
     collection: str

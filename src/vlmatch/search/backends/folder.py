@@ -1,41 +1,16 @@
 """The index folder on disk: what belongs to it, one writer at a time, one consistent version of every
 part after a kill at any point, and its collections as search reads them (:class:`FolderCollection`).
 
-An index folder holds ``manifest.json`` and the parts it describes: ``model/`` and ``retriever/``
-(copies of the checkpoints), ``images/`` and ``captions/`` (collections); ``build/`` is the work
-area of an unfinished build or update, ``.vlmatch.lock`` the writers' lock, ``.vlmatch.read.lock``
-the lock readers share while opening and ``.vlmatch.swap.lock`` the one a writer waiting to swap holds
-(readers pass through it first: writer preference). Nothing else belongs
-to an index: ``index build`` refuses an ``--out`` that holds or lies inside the image folder, and
-one that holds anything more unless told ``--overwrite``, which then replaces only these entries.
-
-**Integrity.** The manifest records what was written: for a checkpoint the digest of its files
-(its ``config.json`` holds the weights' SHA-256, which ``load_model`` checks), for a collection
-the SHA-256 of ``items.json``, ``enc/fields.json`` (which carries a random id of the collection, so
-the encodings of another build never pass for these), ``stage1.npy`` and ``stage1.faiss``. The
-manifest is sealed with the SHA-256 of its own content. Opening checks them all: a part swapped or
-replaced, or a manifest edited, is an error naming the file. (The stage-2 arrays are too large to
-hash at every start; their shapes are checked on opening and every row read back must be finite.)
-
-**Crash safety.** A build or an update writes each part it changes with
-:func:`vlmatch.io.atomic_dir` keeping the old version as ``PART.prev``, then replaces
-``manifest.json`` (one atomic rename: the commit), then removes the ``.prev`` folders and
-``build/``. After a kill anywhere, the manifest on disk and, for each part, whichever of ``PART`` and
-``PART.prev`` matches it form one complete index: the old one before the commit, the new one after.
-Opening uses those versions; the next build or update first moves them back under their own names
-(:func:`recover`), then resumes its work from ``build/``.
-
-**Readers racing a writer.** A reader resolves the parts with the manifest, then loads them: a commit
-in between would let it load the new files under the old manifest's records (a mixed index, with no
-error). So readers share ``.vlmatch.read.lock`` (:func:`reading`) from reading the manifest to their
-last load, and a writer holds it alone (:func:`swapping`) from its first part swapped in (all encoding
-and the FAISS indexes done before) through the commit, and while :func:`recover` moves parts back. Crash points, for tests:
-:data:`vlmatch.io.crash_hook` is called with ``"commit:parts"`` (every part in place, the manifest
-not yet) and ``"commit:manifest"`` (the manifest replaced, the old versions not yet removed).
+The manifest records a digest of each part and is sealed with the hash of its own content; a build or
+update swaps parts in keeping ``PART.prev`` and commits by replacing ``manifest.json``; readers share
+``.vlmatch.read.lock`` while opening, a writer holds it alone to swap (writer preference through
+``.vlmatch.swap.lock``). The guarantees are listed in docs/search.md. Crash points, for tests:
+``"commit:parts"`` (every part in place, the manifest not yet) and ``"commit:manifest"``.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -99,9 +74,8 @@ def _owned(p: Path) -> bool:
 
 
 def check_out(out, images=None, overwrite: bool = False) -> None:
-    """Refuse, before anything is written, an ``--out`` whose files an index build would destroy or mix
-    with: one inside or above the image folder, one that holds anything but an index of its own
-    (unless ``overwrite``), and, even then, entries under an index's names that no index made."""
+    """Refuse, before anything is written, an ``--out`` inside or above the image folder, or holding anything
+    but an index (unless ``overwrite``; even then, entries under an index's names that no index made)."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise DataError(out, "is a file; --out must be a folder for the index")
@@ -129,8 +103,7 @@ def check_out(out, images=None, overwrite: bool = False) -> None:
 
 
 def writer_lock(out, what: str):
-    """Hold the index folder's lock (:func:`vlmatch.io.writer_lock`) while building or updating it;
-    another writer is refused at once, naming the process that holds it."""
+    """Hold the index folder's writer lock (:func:`vlmatch.io.writer_lock`); another writer is refused at once."""
     return io.writer_lock(out, what, "wait for it to finish (one build or update of an index at a time)")
 
 
@@ -139,13 +112,9 @@ SWAP_WAIT_S = 120.0  # the longest a writer waits for readers still opening the 
 
 @contextmanager
 def swapping(out):
-    """Held by a writer while it changes parts in place (:func:`recover`, the swaps of the new parts,
-    :func:`commit`): no reader is opening meanwhile, so none reads the manifest of one version and the
-    files of another. Writer preference: the writer first takes ``.vlmatch.swap.lock``, which every
-    reader passes through before it starts opening, so no new reader starts while it waits; the readers
-    already opening finish (a second or so each). The wait is said on stderr and bounded by
-    :data:`SWAP_WAIT_S`: past it the writer stops with an error, nothing swapped, and the same command
-    resumes from ``build/``."""
+    """Held by a writer while it changes parts in place (:func:`recover`, the swaps, :func:`commit`): no reader
+    is opening meanwhile. It first takes ``.vlmatch.swap.lock`` (no new reader starts), then waits, at most
+    :data:`SWAP_WAIT_S`, for the readers already opening."""
     out = Path(out)
     t0 = time.monotonic()
 
@@ -166,10 +135,8 @@ def swapping(out):
 
 @contextmanager
 def reading(out):
-    """Held by a reader from reading the manifest until every part is loaded (:func:`open_parts` and the
-    loads after it): waits while a writer swaps parts, which takes no encoding, only renames, and first
-    while a writer waits to swap (``.vlmatch.swap.lock``: a writer is never starved by readers that keep
-    opening the index)."""
+    """Held by a reader from reading the manifest until every part is loaded: waits while a writer swaps parts
+    or waits to swap (``.vlmatch.swap.lock``: a writer is never starved by readers)."""
     out = Path(out)  # the lock files are made only in an index folder (one with a manifest)
     create = (out / MANIFEST).is_file()
     with io.shared_lock(out / SWAP_LOCK, exclusive=False, waiting="open:wait", create=create):
@@ -197,8 +164,7 @@ def _records(manifest: dict) -> dict:
 
 
 def _mismatch(folder: Path, part: str, want, files=COLLECTION_FILES[:2]) -> DataError | None:
-    """Why ``folder`` is not the version of ``part`` the manifest recorded (None: it is). For a
-    collection only ``files`` are compared."""
+    """Why ``folder`` is not the version of ``part`` the manifest recorded (None: it is); a collection by ``files``."""
     if not folder.is_dir():
         return DataError(folder, "missing (an incomplete index)")
     if part in CHECKPOINTS:
@@ -217,10 +183,8 @@ def _mismatch(folder: Path, part: str, want, files=COLLECTION_FILES[:2]) -> Data
 
 
 def resolve(out, manifest: dict) -> dict[str, Path]:
-    """Part -> the folder holding the version the manifest recorded: ``PART``, else ``PART.prev`` (a
-    kill between the swap of the parts and the commit), told apart by the digest of a checkpoint or
-    the first two files of a collection; the chosen collection's large files and arrays are then
-    checked too. A part with no matching version is a DataError."""
+    """Part -> the folder holding the version the manifest recorded: ``PART``, else ``PART.prev`` (a kill
+    before the commit), told apart cheaply, then checked whole. A part with no matching version: DataError."""
     out = Path(out)
     found = {}
     for part, want in _records(manifest).items():
@@ -287,10 +251,8 @@ def manifest_stamp(out):
 # --- writing ---------------------------------------------------------------------------------------
 
 def recover(out) -> None:
-    """Before a build or update writes (under the lock): put back under its own name each part's
-    version that the manifest records and drop what a killed writer left (versions the manifest does
-    not record, temporaries). Without a readable manifest there is nothing to keep: the build replaces
-    every part. A part with no matching version is left as it is (opening reports it)."""
+    """Before a build or update writes (under the lock): put each part's version the manifest records back
+    under its own name and drop what a killed writer left (other versions, temporaries)."""
     out = Path(out)
     if not (out / MANIFEST).is_file():  # no index a reader could open: temporaries to clean at most
         return _recover(out)
@@ -320,10 +282,8 @@ def _recover(out: Path) -> None:
 
 
 def commit(out, manifest: dict, written=PARTS) -> dict:
-    """Record the ``written`` parts now in place in ``manifest`` (digests, file hashes), seal it,
-    replace ``manifest.json`` -- the commit -- and remove the old versions, the parts it does not
-    name, and ``build/``. Returns the manifest written. Call it holding :func:`swapping`, taken before
-    the first part was swapped in."""
+    """Record the ``written`` parts in ``manifest``, seal it, replace ``manifest.json`` (the commit), then remove
+    the old versions, the parts it does not name and ``build/``; returns the manifest. Call it in :func:`swapping`."""
     out = Path(out)
     for p in CHECKPOINTS:
         if p in written and manifest.get(p):
@@ -348,8 +308,7 @@ def commit(out, manifest: dict, written=PARTS) -> dict:
 # --- reading a collection -------------------------------------------------------------------------
 
 class FolderCollection:
-    """One collection of an index folder: ``items.json``, the FAISS stage 1, the stage-2 store.
-    Keys are rows."""
+    """One collection of an index folder: ``items.json``, the FAISS stage 1, the stage-2 store; keys are rows."""
 
     def __init__(self, folder: Path, info: dict, template):
         self.folder = folder
@@ -361,7 +320,8 @@ class FolderCollection:
                                     f"{len(self.store)} encodings")
         self.row_of = {it["id"]: r for r, it in enumerate(self.items)}
         self._columns = None
-        self._masks: dict = {}
+        # the latest few filters' rows (a page asks for the same filter again)
+        self._mask = functools.lru_cache(maxsize=8)(Where.mask)
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -374,12 +334,7 @@ class FolderCollection:
         with self._lock:  # the service searches from several threads
             if self._columns is None:  # the filterable columns of the table, built at the first filtered query
                 self._columns = Columns(self.items)
-            mask = self._masks.pop(where, None)
-            if mask is None:
-                mask = where.mask(self._columns)
-            self._masks[where] = mask  # the latest few filters' rows (a page asks for the same filter again)
-            while len(self._masks) > 8:
-                self._masks.pop(next(iter(self._masks)))
+            mask = self._mask(where, self._columns)
         return self.stage1.search_subset(queries, k, mask)
 
     def take(self, keys) -> Encoding:

@@ -1,11 +1,5 @@
-"""The HTTP service over an index (``vlmatch serve``): :func:`create_app` builds the FastAPI app.
-
-Its parts: the app factory (:mod:`.app`), one router per concern (:mod:`.search`, :mod:`.photos`,
-:mod:`.explain`, :mod:`.health`, :mod:`.page`) over what they share (:mod:`.context`), the error answers
-(:mod:`.errors`), the request and response models (:mod:`.schema`), the middleware that caps bodies
-(:mod:`.middleware`), uploaded images (:mod:`.uploads`), the thumbnail and full-view cache (:mod:`.thumbnails`),
-and the service layer the routes call -- the index behind a :class:`SearchBackend`, the service's
-:class:`Limits` and the bounded model pool (:mod:`.service`).
+"""The HTTP service over an index (``vlmatch serve``): :func:`create_app` builds the FastAPI app (:mod:`.app`);
+the routers, their shared context and checks, and the service layer (:mod:`.service`) are its modules.
 (The names below are imported on first use: the command line reads :mod:`.service` without FastAPI.)"""
 
 from __future__ import annotations

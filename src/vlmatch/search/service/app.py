@@ -1,10 +1,5 @@
 """The HTTP API and web page over a search index: :func:`create_app`; ``vlmatch serve INDEX`` runs it with uvicorn.
-
-One router per concern (:mod:`.search`, :mod:`.photos`, :mod:`.explain`, :mod:`.health`, :mod:`.page`), the
-error answers in one place (:mod:`.errors`). Model work (searches, explanations) runs on a fixed pool of worker
-threads with a bounded queue: a full queue answers 503 with ``Retry-After`` rather than piling requests up.
-Bodies are capped before they are read (:class:`.middleware.BodyLimit`); uploaded images are decoded only on
-the model workers, after the request found a free place."""
+Model work runs on a bounded pool (a full queue answers 503); bodies are capped before they are read."""
 
 from contextlib import asynccontextmanager
 

@@ -15,8 +15,7 @@ from fastapi import Depends, Request
 from ...errors import ConfigError
 from ..filters import Where
 from ..hits import shows_text
-from ..library.unchanged import PhotoChanged, PhotoMissing
-from .errors import ApiError, changed, file_missing
+from .errors import ApiError, photo_errors
 from .service import Busy, Limits, ModelPool, SearchBackend
 from .thumbnails import ThumbCache
 
@@ -69,28 +68,18 @@ class Context:
                                                   f"{self.limits.max_candidates}")
         return candidates
 
-    def check_id(self, image_id: int) -> Path:
-        path = self.backend.path_of(image_id) if image_id >= 0 else None
+    def check_id(self, image_id: int, lookup=None) -> Path:
+        """The file of ``image_id`` by ``lookup`` (default ``backend.path_of``); 404 unknown_id when none."""
+        with photo_errors(image_id):
+            path = (lookup or self.backend.path_of)(image_id) if image_id >= 0 else None
         if path is None:
             raise ApiError(404, "unknown_id", f"no image with id {image_id} in the index")
         return path
 
     def check_file(self, image_id: int) -> Path:
         """:meth:`check_id`, and the file checked against what its row recorded before anything reads it
-        (``backend.file_of``): 404 file_missing when gone, 409 photo_changed when it changed since indexing
-        or is no regular file (a FIFO: refused by its stat, never opened)."""
-        file_of = getattr(self.backend, "file_of", None)
-        if file_of is None:
-            return self.check_id(image_id)
-        try:
-            path = file_of(image_id) if image_id >= 0 else None
-        except PhotoMissing:
-            raise file_missing() from None
-        except PhotoChanged as e:
-            raise changed(image_id, e.problem) from None
-        if path is None:
-            raise ApiError(404, "unknown_id", f"no image with id {image_id} in the index")
-        return path
+        (``backend.file_of``, where the backend has it): 404 file_missing, 409 photo_changed (a FIFO too)."""
+        return self.check_id(image_id, getattr(self.backend, "file_of", None))
 
 
 def context(request: Request) -> Context:
@@ -114,9 +103,8 @@ def where_of(filters: dict):
 
 
 def query_bytes_problem(query_string: bytes) -> str | None:
-    """Why a raw query string's values are not UTF-8 text (None: they all are): starlette decodes them
-    with replacement, so ``?q=%FF%FE`` would otherwise search for U+FFFD where the same bytes in a JSON
-    body are refused."""
+    """Why a raw query string's values are not UTF-8 text (None: they all are; starlette would decode them with
+    replacement)."""
     for pair in query_string.split(b"&"):
         name, _, value = pair.partition(b"=")
         raw = unquote_to_bytes(value.replace(b"+", b" "))
@@ -130,8 +118,7 @@ def query_bytes_problem(query_string: bytes) -> str | None:
 
 
 async def utf8_query(request: Request) -> None:
-    """Refuse (400 bad_text) a query string whose values are not UTF-8 (see :func:`query_bytes_problem`);
-    a dependency of every route."""
+    """Refuse (400 bad_text) a query string whose values are not UTF-8: a dependency of every route."""
     problem = query_bytes_problem(request.scope.get("query_string") or b"")
     if problem is not None:
         raise ApiError(400, "bad_text", problem)

@@ -1,12 +1,10 @@
 """Every error the service answers, in one shape: JSON ``{"error": code, "detail": message}`` with a 4xx/5xx status.
-
-What a client can get wrong is answered in our own words: :class:`ApiError`, which the routes raise, and the
-framework's own refusals reworded. A failure of the server itself is a 500 whose detail says only that (the
-traceback goes to the server log, logger ``vlmatch.search``), never an exception's text. Messages name the
+A failure of the server itself is a 500 that says only that (the traceback goes to the log); messages name the
 index, never its folder (:func:`index_words`)."""
 
 import logging
 import re
+from contextlib import contextmanager
 from pathlib import Path
 
 from fastapi import Request
@@ -18,6 +16,7 @@ from starlette.routing import Match
 from ...errors import DataError, VlmatchError
 from ...io import printable
 from ..backends.milvus.client import RETRY_AFTER_S, Refused, Unavailable
+from ..library.unchanged import PhotoChanged, PhotoMissing
 
 log = logging.getLogger("vlmatch.search")
 INTERNAL = "the server failed to answer this request; the details are in the server's log"
@@ -36,9 +35,19 @@ def changed(image_id: int, problem: str) -> ApiError:
     return ApiError(409, "photo_changed", f"the indexed file of id {image_id} {problem}")
 
 
+@contextmanager
+def photo_errors(image_id: int):
+    """A photo found gone or changed since it was indexed, answered 404 file_missing or 409 photo_changed."""
+    try:
+        yield
+    except PhotoMissing:
+        raise file_missing() from None
+    except PhotoChanged as e:
+        raise changed(image_id, e.problem) from None
+
+
 def index_words(backend):
-    """``words(message)``: a message of ours as the client may see it, UTF-8 and naming "the index" where it
-    names the index's folder as a whole path (as given, or resolved; a Milvus index: its name and server URI)."""
+    """``words(message)``: a message as the client may see it: UTF-8, "the index" for the index's folder or URI."""
     root = getattr(backend, "root", None)
     names = set() if root is None else ({str(root), root.uri} if hasattr(root, "uri") else
                                         {str(Path(root)), str(Path(root).resolve())})
@@ -55,7 +64,7 @@ def error_answers(backend, routes: list) -> dict:
     def answer(status: int, code: str, detail: str, headers: dict | None = None) -> JSONResponse:
         return JSONResponse({"error": code, "detail": words(detail)}, status_code=status, headers=headers)
 
-    def internal(request: Request, e: BaseException) -> JSONResponse:
+    async def internal(request: Request, e: BaseException) -> JSONResponse:  # never the exception's text
         log.error("internal error (%s %s)", request.method, request.url.path, exc_info=(type(e), e, e.__traceback__))
         return JSONResponse({"error": "internal_error", "detail": INTERNAL}, status_code=500)
 
@@ -81,7 +90,7 @@ def error_answers(backend, routes: list) -> dict:
 
     async def vlmatch_error(request: Request, e: VlmatchError):
         if isinstance(e, DataError):  # a file of the index itself is unreadable: not the client's doing
-            return internal(request, e)
+            return await internal(request, e)
         return answer(400, "bad_request", str(e))
 
     async def api_error(request, e: ApiError):
@@ -93,11 +102,8 @@ def error_answers(backend, routes: list) -> dict:
     async def refused(request, e):  # the Milvus server answered and refused: its words, not a retry's matter
         return answer(502, "index_refused", str(e))
 
-    async def internal_error(request, e):  # never the exception's text: the traceback goes to the server log
-        return internal(request, e)
-
     return {ApiError: api_error, StarletteHTTPException: http_error, RequestValidationError: validation_error,
-            Unavailable: unavailable, Refused: refused, VlmatchError: vlmatch_error, Exception: internal_error}
+            Unavailable: unavailable, Refused: refused, VlmatchError: vlmatch_error, Exception: internal}
 
 
 async def _utf8_body(request: Request) -> bool:
@@ -121,8 +127,7 @@ def _allowed_methods(routes: list, request: Request) -> str:
 
 def not_json(request: Request, errors) -> str | None:
     """How a JSON route's body was sent ("as text/plain", "without a content type") when that is not JSON and
-    is why the body was refused (FastAPI then hands the model the raw bytes: "Input should be a valid
-    dictionary"); else None."""
+    is why the body was refused; else None."""
     kind = (request.headers.get("content-type") or "").split(";", 1)[0].strip().lower()
     if kind == "application/json" or (kind.startswith("application/") and kind.endswith("+json")):
         return None

@@ -11,9 +11,8 @@ from fastapi.responses import Response
 from ...errors import DataError
 from ...features.photo import PhotoTooLarge
 from ...viz.words import is_content
-from ..library.unchanged import PhotoChanged, PhotoMissing
 from .context import Context, Ctx
-from .errors import ApiError, changed, file_missing
+from .errors import ApiError, photo_errors
 from .photos import indexed_image
 from .schema import ERRORS, METHOD_HELP, ExplainResponse, Method
 
@@ -54,11 +53,8 @@ def _job(ctx: Context, fn, image_id: int, text: str, method):
     is answered as ``/images`` answers it."""
     def job():
         try:
-            return fn(image_id, text, method)
-        except PhotoMissing:
-            raise file_missing() from None
-        except PhotoChanged as e:  # changed after the route's check
-            raise changed(image_id, e.problem) from None
+            with photo_errors(image_id):  # changed after the route's check
+                return fn(image_id, text, method)
         except PhotoTooLarge as e:  # answered as /thumbs answers it
             raise ApiError(415, "image_too_large", f"the indexed file of id {image_id} {e.problem}") from None
         except DataError as e:

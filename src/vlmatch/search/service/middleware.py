@@ -10,11 +10,8 @@ LIKE_ROUTE = "/search/like"  # search by photo's multipart form; POST /search wi
 
 
 class BodyLimit:
-    """ASGI middleware: refuse a request body above its cap (413) before the app reads it.
-
-    A declared ``Content-Length`` over the cap is refused at once; a body without one (chunked) is
-    counted as it arrives and cut off at the cap. ``cap(scope)`` gives the cap of a request.
-    """
+    """ASGI middleware: refuse a request body above ``cap(scope)`` (413) before the app reads it: a declared
+    ``Content-Length`` at once, a chunked body when its count passes the cap."""
 
     def __init__(self, app, cap):
         self.app, self.cap = app, cap
@@ -56,8 +53,7 @@ class BodyLimit:
 
 class MultipartSearch:
     """ASGI middleware: ``POST /search`` with a ``multipart/form-data`` body (an uploaded photo) is served by
-    :data:`LIKE_ROUTE`; a JSON body stays with ``POST /search``. One path, two body types, each route with its
-    own validated schema."""
+    :data:`LIKE_ROUTE`; a JSON body stays with ``POST /search``."""
 
     def __init__(self, app):
         self.app = app

@@ -27,7 +27,7 @@ AS_IMAGE = {200: {"content": {"image/jpeg": {}}}, **ERRORS}
 async def image(id: int, request: Request, ctx: Ctx):  # noqa: A002
     """The indexed image file of ``id`` (its path comes from the index's table, never from the request)."""
     path = ctx.check_file(id)
-    st, etag = _identity(path)
+    key, etag = _identity(path, id)
     if (r := _not_modified(request, etag)) is not None:
         return r
     fmt = await _image_format(path, id)
@@ -35,7 +35,6 @@ async def image(id: int, request: Request, ctx: Ctx):  # noqa: A002
     if fmt in BROWSER_FORMATS:  # as it is: browsers apply a JPEG's EXIF orientation themselves
         # streamed from disk in chunks: a large file is never held in memory whole
         return FileResponse(path, media_type=IMAGE_TYPES[fmt], headers=headers)
-    key = (id, str(path), st.st_ino, st.st_mtime_ns, st.st_size)
     data = ctx.views.lookup(key)
     if data is None:
         async with ctx.decoding:  # HEIC, TIFF, AVIF, RAW: an upright JPEG (at most `workers` decoded at once)
@@ -47,11 +46,10 @@ async def image(id: int, request: Request, ctx: Ctx):  # noqa: A002
 async def thumb(id: int, request: Request, ctx: Ctx):  # noqa: A002
     """A JPEG thumbnail (at most thumb_size pixels a side) of the indexed image ``id``."""
     path = ctx.check_file(id)
-    st, etag = _identity(path)
+    key, etag = _identity(path, id)
     etag = etag[:-1] + f'-t{ctx.limits.thumb_size}"'
     if (r := _not_modified(request, etag)) is not None:
         return r
-    key = (id, str(path), st.st_ino, st.st_mtime_ns, st.st_size)
     data = ctx.thumbs.lookup(key)
     if data is None:
         async with ctx.decoding:  # at most `workers` thumbnails are decoded at once
@@ -67,18 +65,18 @@ async def thumb(id: int, request: Request, ctx: Ctx):  # noqa: A002
 async def indexed_image(ctx: Context, image_id: int) -> Path:
     """The file of ``image_id`` checked as ``/images`` checks it, before a model works on it."""
     path = ctx.check_file(image_id)
-    _identity(path)
+    _identity(path, image_id)
     await _image_format(path, image_id)
     return path
 
 
-def _identity(path: Path):
-    """The file's stat and ETag; 404 file_missing when it is gone."""
+def _identity(path: Path, image_id: int):
+    """The file's cache key and ETag; 404 file_missing when it is gone."""
     try:
         st = path.stat()
     except OSError:
         raise file_missing() from None
-    return st, f'"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"'
+    return (image_id, str(path), st.st_ino, st.st_mtime_ns, st.st_size), f'"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"'
 
 
 def _not_modified(request: Request, etag: str) -> Response | None:

@@ -24,11 +24,7 @@ async def search(req: SearchRequest, ctx: Ctx):
     """Images ranked by the model's score for a sentence (two-stage search); with ``like`` (an indexed id),
     the photos most like that one (and matching the text, if given). A multipart body (an uploaded
     ``image``, or ``like``, with the same fields) is served by ``POST /search/like``."""
-    if req.like is not None:
-        return await by_photo(ctx, req)
-    if req.text is None:
-        raise ApiError(422, "invalid_request", "text: Field required (or like: an indexed image id)")
-    return await by_text(ctx, req)
+    return await by_text_or_photo(ctx, req, "text")
 
 
 @router.get("/search", response_model=SearchResponse, responses=ERRORS)
@@ -47,11 +43,7 @@ async def search_get(ctx: Ctx, *,
     req = SearchRequest.model_construct(text=q, like=like, text_weight=text_weight, k=k, candidates=candidates,
                                         min_score=min_score, after=after, before=before, camera=camera, under=under,
                                         near=near)
-    if like is not None:
-        return await by_photo(ctx, req)
-    if q is None:
-        raise ApiError(422, "invalid_request", "q: Field required (or like: an indexed image id)")
-    return await by_text(ctx, req)
+    return await by_text_or_photo(ctx, req, "q")
 
 
 @router.post(LIKE_ROUTE, response_model=SearchResponse, responses=ERRORS)
@@ -91,12 +83,17 @@ async def search_image(ctx: Ctx,
     if (image is None) == (id is None):
         raise ApiError(400, "bad_request", "send exactly one of an 'image' file or an indexed 'id'")
     ctx.check_k(k)
-    if image is None:
-        ctx.check_file(id)  # the photo is read again
-    else:
-        _check_size(ctx, image)
+    _check_image(ctx, image, id, ctx.check_file)  # an indexed photo is read again
     results, timings = await ctx.run_model(_upload_job(ctx, image, lambda data: backend.search_image(data, id, k)))
     return {"k": k, "results": [{**r, "text": printable(str(r["text"]))} for r in results], "timings": timings}
+
+
+async def by_text_or_photo(ctx: Context, req: SearchRequest, text_field: str) -> dict:
+    if req.like is not None:
+        return await by_photo(ctx, req)
+    if req.text is None:
+        raise ApiError(422, "invalid_request", f"{text_field}: Field required (or like: an indexed image id)")
+    return await by_text(ctx, req)
 
 
 async def by_text(ctx: Context, req: SearchRequest) -> dict:
@@ -114,8 +111,7 @@ async def by_text(ctx: Context, req: SearchRequest) -> dict:
 
 
 async def by_photo(ctx: Context, req: SearchRequest, image: UploadFile | None = None) -> dict:
-    """Search by photo: an indexed id (``req.like``) or an uploaded ``image``, optionally with a text, among
-    the photos the filters keep."""
+    """Search by photo: an indexed id (``req.like``) or an uploaded ``image``, optionally with a text."""
     like, text_weight = req.like, req.text_weight
     if (image is None) == (like is None):
         raise ApiError(400, "bad_request", "send exactly one of an 'image' file or an indexed id 'like'")
@@ -128,10 +124,7 @@ async def by_photo(ctx: Context, req: SearchRequest, image: UploadFile | None = 
         raise ApiError(400, "bad_text_weight", f"text_weight is {text_weight}; it must be between 0 and 1")
     if text_weight is not None and text is None:
         raise ApiError(400, "bad_text_weight", "text_weight weighs a text against the photo: send a text too")
-    if like is not None:
-        ctx.check_id(like)
-    else:
-        _check_size(ctx, image)
+    _check_image(ctx, image, like, ctx.check_id)
     kept = {} if where is None else {"where": where}  # a backend without filters is asked without them
 
     def like_search(data):
@@ -149,8 +142,11 @@ def _shown(results: list[dict], min_score: float | None) -> list[dict]:
     return [{**r, "path": printable(str(r["path"]))} for r in results if min_score is None or r["score"] >= min_score]
 
 
-def _check_size(ctx: Context, image: UploadFile) -> None:
-    if (getattr(image, "size", None) or 0) > ctx.limits.max_upload_bytes:
+def _check_image(ctx: Context, image: UploadFile | None, image_id: int | None, check) -> None:
+    """The indexed ``image_id`` by ``check``, or the upload's declared size (before anything is read)."""
+    if image is None:
+        check(image_id)
+    elif (getattr(image, "size", None) or 0) > ctx.limits.max_upload_bytes:
         raise ApiError(413, "upload_too_large", f"the upload is larger than {ctx.limits.max_upload_bytes} bytes")
 
 

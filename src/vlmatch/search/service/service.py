@@ -1,9 +1,5 @@
-"""What the HTTP service needs from an index, and the bounded worker pool it runs model work on.
-
-The app (:mod:`vlmatch.search.service.app`) talks only to a :class:`SearchBackend`: open an index, search it
-by text, search its caption collection by image, map an id to the file the index's own table names,
-and explain one (id, text) pair as per-word weights or a heat-map PNG. :class:`IndexBackend` adapts
-``vlmatch.Index``; tests may pass any object with the same methods.
+"""What the HTTP service needs from an index (:class:`SearchBackend`; :class:`IndexBackend` adapts
+``vlmatch.Index``, tests may pass any object with the same methods), its limits, and the bounded worker pool.
 """
 
 from __future__ import annotations
@@ -28,32 +24,25 @@ class SearchBackend(Protocol):
     n_captions: int  # size of the indexed caption collection (0: none, image -> text search is off)
 
     def search(self, text: str, k: int, candidates: int, where=None) -> list[dict]:
-        """Ranked results ``{id, path, score, stage1_score}`` (and the photo's ``taken``, ``camera``, ``gps``,
-        ``size`` where known), best first; ``path`` relative to the photo folder the index was built from (a
-        page served to others never shows the server's own paths). ``where``: a filter
-        (:class:`vlmatch.search.filters.Where`), applied in stage 1."""
+        """Ranked results ``{id, path, score, stage1_score}`` (and ``taken``, ``camera``, ``gps``, ``size`` where
+        known), best first; ``path`` inside the photo folder. ``where``: a :class:`vlmatch.search.filters.Where`."""
 
     def search_image(self, image: bytes | None, image_id: int | None, k: int) -> list[dict]:
-        """Nearest captions ``{id, text, score}`` of the caption collection for an uploaded image
-        (encoded bytes) or an indexed image id."""
+        """Nearest captions ``{id, text, score}`` to an uploaded image (encoded bytes) or an indexed image id."""
 
     def search_like(self, image: bytes | None, image_id: int | None, *, k: int, candidates: int,
                     text: str | None = None, text_weight: float | None = None, where=None) -> list[dict]:
-        """Search by photo: results as :meth:`search` gives them, for an uploaded image (encoded bytes) or an
-        indexed image id, optionally with a text (``vlmatch.Index.search_like``), among the photos ``where``
-        keeps."""
+        """Results as :meth:`search` gives them for an uploaded image or an indexed image id, optionally with a
+        text (``vlmatch.Index.search_like``)."""
 
     def path_of(self, image_id: int) -> Path | None:
         """The file the index's table holds for ``image_id`` (None when there is no such id)."""
 
     def file_of(self, image_id: int) -> Path | None:
-        """:meth:`path_of`, checked to be the file indexed before it is read (optional: a backend without it is
-        not checked): :class:`vlmatch.search.library.unchanged.PhotoMissing` or ``PhotoChanged`` when not."""
+        """:meth:`path_of`, checked to be the file indexed (optional): ``PhotoMissing`` or ``PhotoChanged`` when not."""
 
     def explain(self, image_id: int, text: str, method: str | None = None) -> dict:
-        """``{method, model, words, weights (n_words lists of k), grid [h, w] | None, boxes | None, axis, score,
-        mirrored}`` (and where known ``maps_score``, ``parts`` ``{ranker, concepts}`` and ``shows``: score is the
-        one search shows, :mod:`vlmatch.search.explained`)."""
+        """The fields of :class:`.schema.ExplainResponse` but ``id``, ``text``, ``vmax`` and ``content``."""
 
     def explain_png(self, image_id: int, text: str, method: str | None = None) -> bytes:
         """The heat-map PNG of the ``explain`` command for this pair."""
@@ -61,14 +50,8 @@ class SearchBackend(Protocol):
 
 @dataclass(frozen=True)
 class Limits:
-    """Caps on every request; the defaults suit a laptop serving one person or a small team.
-
-    Request bodies are capped before they are read: ``max_body_bytes`` for every request but an
-    image upload, whose cap is ``max_upload_bytes`` plus ``max_body_bytes`` for the form around it.
-    Uploaded images are decoded only on the ``workers`` model threads, after the request was
-    admitted (a full pool answers 503 first), so at most ``workers`` decodes of at most
-    ``max_upload_pixels`` pixels each are in memory at once.
-    """
+    """Caps on every request; the defaults suit a laptop serving one person or a small team. An upload's body cap
+    is ``max_upload_bytes`` plus ``max_body_bytes``; uploads are decoded only on the ``workers`` model threads."""
 
     max_text_chars: int = 500
     max_k: int = 100
@@ -99,12 +82,8 @@ class Busy(Exception):
 
 
 class ModelPool:
-    """A fixed pool of ``workers`` threads for model work, with at most ``queue`` requests waiting.
-
-    ``run`` is called from the event loop only, so the in-flight counter needs no lock. A request
-    that finds ``workers + queue`` requests in flight is refused at once (the app answers 503)
-    instead of piling up.
-    """
+    """A fixed pool of ``workers`` threads for model work, with at most ``queue`` requests waiting: one more is
+    refused at once (:class:`Busy`). ``run`` is called from the event loop only: the counter needs no lock."""
 
     def __init__(self, workers: int, queue: int):
         self.workers, self.queue = workers, queue
@@ -147,8 +126,7 @@ class Served:
         self.n_captions = len(index.captions) if index.captions is not None else 0
 
     def rows(self, ids) -> dict[int, dict]:
-        """Image id -> its table row, for the ids the index holds (looked up per request, not all held:
-        a Milvus index may hold more photos than one process should list)."""
+        """Image id -> its table row, for the ids the index holds (looked up per request, not all held)."""
         coll = self.index.images
         if coll is None:
             return {}
@@ -156,27 +134,20 @@ class Served:
         found = [(i, k) for i, k in keys if k is not None]
         return dict(zip([i for i, _ in found], coll.items_of([k for _, k in found]), strict=True))
 
-    def path(self, image_id: int) -> Path | None:
-        """The file of image ``image_id``; None when there is none, or its row names a file outside the
-        indexed photo folder (vlmatch.search.library.trust: refused, never read)."""
-        row = self.rows([image_id]).get(int(image_id))
-        return None if row is None or not self.index.photo_root.keep(row) else Path(row["path"])
-
-    def file(self, image_id: int) -> Path | None:
-        """:meth:`path`, checked to be the file indexed (:meth:`vlmatch.search.library.trust.PhotoRoot.current`)."""
-        row = self.rows([image_id]).get(int(image_id))
-        return None if row is None or not self.index.photo_root.keep(row) else Path(self.index.photo_root.current(row))
+    def path(self, image_id: int, checked: bool = False) -> Path | None:
+        """The file of image ``image_id``; None when there is none, or its row names a file outside the indexed
+        photo folder (never read). ``checked``: checked to be the file indexed (``PhotoRoot.current``)."""
+        row, root = self.rows([image_id]).get(int(image_id)), self.index.photo_root
+        return None if row is None or not root.keep(row) else Path(root.current(row) if checked else row["path"])
 
     def shown(self, ids) -> dict[int, str]:
-        """What a result shows: the path inside the photo folder (the absolute one stays in CLI and Python
-        results)."""
+        """What a result shows: the path inside the photo folder."""
         return {i: r.get("rel") or Path(r["path"]).name for i, r in self.rows(ids).items()
                 if self.index.photo_root.keep(r)}
 
 
 def index_stamp(root):
-    """Changes whenever a new version of the index is committed: the folder's manifest file was replaced,
-    or a Milvus index's manifest property rewritten (:func:`vlmatch.search.backends.milvus.collection.committed_seal`)."""
+    """Changes whenever a new version of the index is committed (the manifest replaced or rewritten)."""
     from ..backends.base import MilvusLocation
     from ..backends.folder import manifest_stamp
 
@@ -188,17 +159,14 @@ def index_stamp(root):
 
 
 def index_version(manifest: dict) -> str:
-    """A short name of one committed version of an index: the start of its manifest's seal (a new one
-    at every build and update)."""
+    """A short name of one committed version of an index: the start of its manifest's seal."""
     return str(manifest.get("seal") or "")[:12]
 
 
 class IndexBackend:
-    """:class:`SearchBackend` over a ``vlmatch.Index`` (``Index.open(folder)``) that follows the folder:
-    :meth:`reload` (every ``watch`` seconds on a thread of its own, with :meth:`watch`) opens a version
-    committed since (a build, ``--overwrite`` rebuild or update: the manifest was replaced) beside the
-    one served and then swaps the whole opened index at once. Each request takes the version served when
-    it starts and finishes on it; the old version is freed when its last request ends."""
+    """:class:`SearchBackend` over a ``vlmatch.Index`` that follows it: :meth:`reload` (every ``watch`` seconds)
+    opens a version committed since beside the one served, then swaps it in whole; each request finishes on
+    the version it started with."""
 
     def __init__(self, index, opener=None):
         self.root = index.root  # error messages name it "the index", never by its path
@@ -229,9 +197,8 @@ class IndexBackend:
     relevance_note = property(lambda self: self._served.index.relevance_note)
 
     def reload(self) -> bool:
-        """Serve the version committed in the folder if it is not the one served; True if it swapped.
-        A version that cannot be opened is logged and the served one kept (tried again once the manifest
-        changes again)."""
+        """Serve the version committed if it is not the one served; True if it swapped. One that cannot be opened
+        is logged and the served one kept (tried again once the manifest changes again)."""
         from ..index import Index
 
         with self._reloading:
@@ -274,7 +241,7 @@ class IndexBackend:
         return self._served.path(image_id)
 
     def file_of(self, image_id: int) -> Path | None:
-        return self._served.file(image_id)
+        return self._served.path(image_id, checked=True)
 
     def search(self, text: str, k: int, candidates: int, where=None) -> list[dict]:
         s = self._served  # this request's version, whatever a reload does meanwhile
@@ -295,7 +262,7 @@ class IndexBackend:
 
     def search_image(self, image: bytes | None, image_id: int | None, k: int) -> list[dict]:
         s = self._served
-        found = s.index.search_image(image if image is not None else s.file(image_id), k=k)
+        found = s.index.search_image(image if image is not None else s.path(image_id, checked=True), k=k)
         return [{"id": r.id, "text": r.text, "score": r.score} for r in found]
 
     def explain(self, image_id: int, text: str, method: str | None = None) -> dict:

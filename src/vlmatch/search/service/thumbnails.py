@@ -20,14 +20,19 @@ def as_jpeg(path: Path, item_id: int, max_pixels: int, side: int = 4096) -> byte
     """An indexed photo in a format browsers do not show (HEIC, TIFF, AVIF, a RAW's preview) as an upright JPEG
     of at most ``side`` pixels a side (decoded once: the service keeps the last few, :class:`ThumbCache`)."""
     try:
-        im = open_photo(path, side, max_pixels=max_pixels)
+        return _jpeg(path, side, max_pixels, 90)
     except PhotoTooLarge as e:
         raise ApiError(415, "image_too_large", f"the indexed file of id {item_id} {e.problem}") from None
     except DataError:
         raise ApiError(415, "bad_image", f"the indexed file of id {item_id} cannot be decoded") from None
+
+
+def _jpeg(path: Path, side: int, max_pixels: int, quality: int) -> bytes:
+    """The photo decoded upright (a JPEG at a reduced scale), shrunk to ``side`` pixels a side, as JPEG bytes."""
+    im = open_photo(path, side, max_pixels=max_pixels)
     im.thumbnail((side, side))
     buf = io.BytesIO()
-    im.save(buf, "JPEG", quality=90)
+    im.save(buf, "JPEG", quality=quality)
     return buf.getvalue()
 
 
@@ -47,17 +52,12 @@ class ThumbCache:
         return None
 
     def make(self, path: Path, key, max_pixels: int) -> bytes:
-        """Decode (upright, as displayed; JPEG files at a reduced scale), shrink and keep the thumbnail of
-        ``path``: a JPEG, which keeps no EXIF orientation, so it is stored the right way up."""
+        """Make and keep the thumbnail of ``path`` (stored upright: a JPEG keeps no EXIF orientation)."""
         try:
-            im = open_photo(path, self.size, max_pixels=max_pixels)
+            return self.keep(key, _jpeg(path, self.size, max_pixels, 82))
         except PhotoTooLarge as e:
             raise ApiError(415, "image_too_large", f"the indexed file {e.problem}; thumbnails are made of images "
                                                    f"of up to {max_pixels} pixels") from None
-        im.thumbnail((self.size, self.size))
-        buf = io.BytesIO()
-        im.save(buf, "JPEG", quality=82)
-        return self.keep(key, buf.getvalue())
 
     def keep(self, key, data: bytes) -> bytes:
         with self._lock:

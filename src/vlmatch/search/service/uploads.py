@@ -14,20 +14,13 @@ IMAGE_TYPES = {"JPEG": "image/jpeg", "PNG": "image/png", "GIF": "image/gif", "BM
 UPLOAD_FORMATS = "a JPEG, PNG, GIF, BMP, WebP, TIFF, HEIC/HEIF or AVIF image"
 
 
-def sniff_type(head: bytes) -> str | None:
-    """The image content type from a file's first bytes (None: not an image type we take)."""
-    return IMAGE_TYPES.get(sniff(head))
-
-
 def check_upload(data: bytes, limits: Limits) -> None:
-    """Reject anything but a decodable image of sane size; the message says what is wrong.
-
-    It decodes the image: call it on a model worker only (see ``search_image``)."""
+    """Reject anything but a decodable image of sane size (it decodes it: call it on a model worker only)."""
     if not data:
         raise ApiError(400, "empty_upload", "the uploaded file is empty")
     if len(data) > limits.max_upload_bytes:
         raise ApiError(413, "upload_too_large", f"the upload is larger than {limits.max_upload_bytes} bytes")
-    if sniff_type(data[:32]) is None:
+    if sniff(data[:32]) not in IMAGE_TYPES:
         raise ApiError(415, "not_an_image", f"the upload is not {UPLOAD_FORMATS}")
     try:
         # decoded whole, as the model will read it (a truncated or corrupt body fails here, not in the model);

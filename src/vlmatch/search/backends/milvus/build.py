@@ -1,19 +1,9 @@
-"""``vlmatch index build|update --backend milvus``: encode a collection into Milvus
-(layout: :mod:`vlmatch.search.backends.milvus.client`).
+"""``vlmatch index build|update --backend milvus``: encode a collection into Milvus, batch by batch,
+with :func:`vlmatch.search.build.build_index`'s options, models and manifest (:mod:`vlmatch.search.job`).
 
-The build is :func:`vlmatch.search.build.build_index`'s (the same options, models, inputs, stage-1 source and
-manifest: :mod:`vlmatch.search.job`); each batch is
-written straight to Milvus, so no machine holds the whole stage-2 store. **Crash safety.** Before
-its first write a build records in ``vlmatch.pending`` what it builds (a fingerprint of its inputs,
-models and options) and into which generation; after each batch it records how far it got. Re-run
-after a kill, the same build resumes after the last recorded batch: rows are upserted by primary key
-(item id, and item id x chunk), so a batch written twice leaves no duplicates. A different build drops
-the unfinished generation and starts a new one. Nothing of a build is visible to readers until
-``vlmatch.manifest`` -- written last -- names its generation; the previous generation is then dropped.
-An update changes the committed generation in place (copying a collection of 100M photos per update
-is not an option): it records its plan (files to encode, ids to drop) in ``vlmatch.pending`` first,
-then upserts and deletes, then rewrites the manifest; re-run after a kill it finishes the recorded
-plan. Readers see its photos appear one batch at a time, all encoded by the index's own models.
+A build records in ``vlmatch.pending`` what it builds and how far it got, resumes after a kill, and is
+visible only once ``vlmatch.manifest`` names its generation; an update records its plan first and
+changes the committed generation in place (docs/milvus.md, "Guarantees").
 """
 
 from __future__ import annotations
@@ -72,17 +62,20 @@ from .client import (
 )
 from .collection import checkpoints, read_manifest
 from .filters import has_scalars, rows_of, scalars_of
-from .layout import Layout, create_encodings, create_items, stage1_index, vector_type
+from .layout import Layout, create_encodings, create_items, stage1_index, template, vector_type
 from .probe import probe
 
 FOLDER_ONLY = "is for the folder backend"
 
 
-def build_milvus(loc: MilvusLocation, model_ckpt, opts: BuildOptions) -> dict:
-    """Build (or resume building) a Milvus index; returns its manifest (:func:`vlmatch.search.build.build_index`
-    with a :class:`MilvusLocation`)."""
+def _exif_dates(opts) -> None:
     if opts.date_from_mtime:
         raise ConfigError(f"--date-from-mtime {FOLDER_ONLY} (a Milvus index dates photos by EXIF only)")
+
+
+def build_milvus(loc: MilvusLocation, model_ckpt, opts: BuildOptions) -> dict:
+    """Build (or resume building) a Milvus index; returns its manifest."""
+    _exif_dates(opts)
     if opts.overwrite:
         raise ConfigError(f"--overwrite {FOLDER_ONLY}; a Milvus index is --collection NAME")
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
@@ -145,8 +138,7 @@ class _Writer:
         return manifest
 
     def _start(self, fp: str) -> dict:
-        """The pending record of this build: the interrupted one with the same fingerprint, resumed, or a
-        new generation (what another unfinished build left is dropped)."""
+        """The pending record of this build: the interrupted one with the same fingerprint, or a new generation."""
         pending = read_prop(self.client, self.name, PENDING)
         if pending and pending.get("op") == "build" and pending.get("fingerprint") == fp:
             return pending
@@ -161,12 +153,9 @@ class _Writer:
 
     def _create(self, pending: dict, part: Part, job: Job, kind: str) -> None:
         """Create a part's two collections (drops what an earlier try left) and record their layout."""
-        state, model, opts = pending["collections"][part.name], job.model, job.options
-        with torch.no_grad():
-            template = (model.encode_images(torch.zeros(1, job.manifest["dims"]["regions"], model.cfg.img_dim))
-                        if part.name == "images" else model.encode_texts(*model.tokenize(["a"])))
+        state, opts = pending["collections"][part.name], job.options
         vector = vector_type(probe(self.client, self.name, self.loc.uri)["float16_vector"], opts.dtype)
-        layout = Layout.of(template, opts.dtype, vector, part.pad_to)
+        layout = Layout.of(template(job.model, part.name, job.manifest["dims"]["regions"]), opts.dtype, vector, part.pad_to)
         n = len(part.keys)
         if kind == "ivf":
             state["nlist"] = int(opts.nlist or max(1, min(n // 39, int(4 * math.sqrt(n)))))
@@ -215,8 +204,7 @@ class _Writer:
 
 
 class Names(NamedTuple):
-    """The two Milvus collections of one part of a generation: its items (table rows and stage-1 vectors) and
-    its encodings' chunks."""
+    """The two Milvus collections of one part of a generation: its items and its encodings' chunks."""
 
     items: str
     enc: str
@@ -230,10 +218,8 @@ INDEX_WAIT_S = 6 * 3600  # an index of 100M vectors takes hours to build
 
 
 def wait_indexed(client, items_name: str, field: str = "s1", timeout: float = INDEX_WAIT_S) -> None:
-    """Wait until the server has built the stage-1 index over every flushed row. Until then a server
-    searches segments without it through a temporary index of its own (Milvus 2.3: IVF, 16 of 128 lists
-    probed) whatever the search parameters say: committed before, a 100,000-photo index found 37 % of
-    the exact top ten instead of 100 %."""
+    """Wait until the server has built the stage-1 index over every flushed row (until then it searches through
+    a temporary index of its own, whatever the search parameters say)."""
     t0 = time.time()
     while True:
         info = client.describe_index(items_name, field) or {}
@@ -249,11 +235,8 @@ def wait_indexed(client, items_name: str, field: str = "s1", timeout: float = IN
 
 
 def compact(client, uri: str, names, items_name: str, timeout: float = INDEX_WAIT_S) -> float:
-    """On a server, merge the segments of ``names`` and purge the delete records each upsert leaves, then wait for
-    the stage-1 index of the merged segments; returns the seconds it took. A collection written in batches lies in
-    several segments, each searched on its own: 100,000 photos lay in 3 and a stage-1 search took 28.2 ms (p50),
-    18.3 ms once compacted into 2 (benchmarks/results/milvus.md). A server compacts on its own only when its
-    thresholds say so; this asks at once. milvus-lite (a ``.db``) has no segments to merge: nothing is done."""
+    """On a server, merge the segments of ``names`` (each is searched on its own: benchmarks/results/milvus.md) and
+    purge the upserts' delete records, then wait for the stage-1 index; returns the seconds. milvus-lite: nothing."""
     if is_lite(uri):
         return 0.0
     t0 = time.time()
@@ -278,8 +261,7 @@ def settle(client, uri: str, names: Names) -> None:
 
 
 def write_rows(client, names: Names, layout: Layout, items: list[dict], *, vectors: torch.Tensor, encodings) -> None:
-    """Upsert items (table row + stage-1 vector; keyed by their ``id``) and their encodings' chunks, in RPCs under
-    the size limit."""
+    """Upsert items (table row + stage-1 vector, keyed by ``id``) and their encodings' chunks, in RPCs under the limit."""
     v = vectors.float().cpu().numpy()
     scalars = has_scalars(client, names.items)  # not in collections written before the filters' fields
     rows = [{"id": it["id"], "item": it, "s1": v[j], **(scalars_of(it) if scalars else {})}
@@ -296,10 +278,8 @@ def write_rows(client, names: Names, layout: Layout, items: list[dict], *, vecto
 # --- update ------------------------------------------------------------------------------------------
 
 def update_milvus(loc: MilvusLocation, opts: UpdateOptions) -> dict:
-    """Re-scan the image folder of a Milvus index: encode new and changed files, drop deleted ones
-    (:func:`vlmatch.search.build.update_index` with a :class:`MilvusLocation`)."""
-    if opts.date_from_mtime:
-        raise ConfigError(f"--date-from-mtime {FOLDER_ONLY} (a Milvus index dates photos by EXIF only)")
+    """Re-scan the image folder of a Milvus index: encode new and changed files, drop deleted ones."""
+    _exif_dates(opts)
     if opts.concepts:
         raise ConfigError(f"--concepts {FOLDER_ONLY}: a Milvus index's concept columns are written once; build the "
                           "collection again")
@@ -316,8 +296,7 @@ def update_milvus(loc: MilvusLocation, opts: UpdateOptions) -> dict:
 
 
 def _plan(client, items_name: str, root: Path, manifest: dict) -> dict:
-    """An update's plan, recorded before its first write: the files to encode, the ids of the changed ones (they
-    keep them) and of the removed ones."""
+    """An update's plan, recorded before its first write: the files to encode, the ids of the changed and removed."""
     old = [r["item"] for r in rows_of(client, items_name, ["item"], batch_size=1000)]
     rels = scan_folder(root)
     _, _, todo, report = plan_changes(root, rels, old, manifest.get("reader", 1) < READER_VERSION)
@@ -329,8 +308,7 @@ def _plan(client, items_name: str, root: Path, manifest: dict) -> dict:
 
 
 def _update(writer: _Writer, manifest: dict, opts: UpdateOptions) -> dict:
-    """Encode the folder's new and changed photos into the committed generation and drop the deleted ones, after
-    recording the plan (a rerun after a kill finishes it)."""
+    """Encode the new and changed photos into the committed generation and drop the deleted ones, by a recorded plan."""
     client, name, gen = writer.client, writer.name, int(manifest["generation"])
     names = Names.of(name, gen, "images")
     root = Path(manifest["source"]["root"])

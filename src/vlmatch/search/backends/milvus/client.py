@@ -1,36 +1,20 @@
 """Talking to Milvus for an index: the connection, the collections' names and schemas, the
 state collection that holds the manifest, the pending work and the writers' lock.
 
-A vlmatch collection NAME on a Milvus server is a set of Milvus collections:
-
-    NAME                        the state collection: a row per key holds the index's state as JSON:
-                                ``vlmatch.manifest`` (the committed manifest, sealed as the folder's),
-                                ``vlmatch.pending`` (what an unfinished build or update has done),
-                                ``vlmatch.lock`` (the one writer). (Indexes written by earlier vlmatch
-                                versions on milvus-lite keep them in the collection's properties; they
-                                are still read and written there.)
-    NAME__g<G>_images           per image: ``id`` (primary key), ``item`` (its table row, JSON),
-                                ``s1`` (the stage-1 vector, FLOAT_VECTOR with an IP index)
-    NAME__g<G>_images_enc       per image and chunk of its stage-2 encoding: ``pk`` = id * 4096 + chunk,
-                                ``id``, ``chunk``, ``enc`` (FLOAT16_VECTOR where the server has it,
-                                else float16 pairs packed in FLOAT_VECTOR), ``extra`` (JSON: its
-                                small non-float fields)
-    NAME__g<G>_captions[_enc]   the same for an indexed caption file
-
-A build writes a new generation G and commits by writing ``vlmatch.manifest`` last (it names G);
-readers only ever open the generation the manifest names. Milvus's documented limits shape the
-layout: a vector field holds at most 32,768 dimensions (a 7 x 7 x 512 encoding, 25,088 values, is one
-row; a 14 x 14 x 512 one, 100,352, four FLOAT16_VECTOR rows or two packed ones), and one insert or
-query RPC carries at most 64 MB (writes and reads are cut into RPCs of at most :data:`RPC_BYTES`).
+A vlmatch collection NAME is the state collection ``NAME`` and, per generation G, ``NAME__g<G>_images``
+and ``NAME__g<G>_images_enc`` (likewise captions); the layout and Milvus's limits that shape it are
+in docs/milvus.md ("What is stored where"). A build commits by writing ``vlmatch.manifest`` last.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import socket
 import time
+from contextlib import contextmanager
 
 from ....errors import ConfigError, DataError, VlmatchError
 
@@ -65,9 +49,22 @@ _AWAY = ("unavailable", "deadline", "timeout", "timed out", "connect", "not read
 
 
 def unloaded(e: BaseException) -> bool:
-    """Whether a Milvus error says the collection is not loaded: a server restarted, or a collection
-    another process wrote and released (milvus-lite: 'in state released; call load()'): load it, retry."""
+    """Whether a Milvus error says the collection is not loaded (a server restarted, or another process
+    wrote and released it)."""
     return any(w in str(e) for w in _UNLOADED)
+
+
+def loaded(call, client_of, names, timeout: float | None = None):
+    """``call()``; when it finds a collection not loaded, ``names`` are loaded (on ``client_of()``) and it is
+    tried once more."""
+    try:
+        return call()
+    except pymilvus().MilvusException as e:
+        if not unloaded(e):
+            raise
+        for name in names:
+            load(client_of(), name, timeout)
+        return call()
 
 
 def unreachable(e: BaseException) -> bool:
@@ -81,10 +78,8 @@ def unreachable(e: BaseException) -> bool:
 
 
 def load(client, name: str, timeout: float | None = None) -> None:
-    """Load collection ``name`` for reads (idempotent): every process that reads one must, since the
-    process that wrote it may have released it (milvus-lite does when its writer exits). A user whom the
-    server grants reads but not loads (role-based access: the owner loads) reads what the owner loaded: a refused
-    load is left to the read, whose own error says what is wrong."""
+    """Load collection ``name`` for reads (idempotent: the process that wrote it may have released it). A load
+    the server refuses (a user granted reads only) is left to the read, whose own error says what is wrong."""
     try:
         client.load_collection(name, timeout=timeout)
     except Exception as e:  # noqa: BLE001 -- pymilvus raises MilvusException, gRPC its own RpcError
@@ -114,9 +109,8 @@ def is_lite(uri: str) -> bool:
 
 
 def connect(uri: str, create: bool = True):
-    """A MilvusClient for ``uri`` (a milvus-lite ``.db`` path or a server URL); the token, if any, from
-    ``$VLMATCH_MILVUS_TOKEN`` (never from the command line). ``create=False`` (a search, an open): a
-    milvus-lite database that does not exist is an error, never made."""
+    """A MilvusClient for ``uri`` (a milvus-lite ``.db`` path or a server URL), the token from
+    ``$VLMATCH_MILVUS_TOKEN``; ``create=False``: a milvus-lite database that does not exist is an error."""
     pm = pymilvus()
     if not uri:
         raise ConfigError("--milvus-uri is empty: give a milvus-lite .db file or a server URL (http://host:19530)")
@@ -125,7 +119,7 @@ def connect(uri: str, create: bool = True):
         check_lite(uri, create)
     token = os.environ.get(TOKEN_ENV, "")
     try:
-        with _quiet_lite():
+        with quiet("milvus_lite", "milvus_lite.server_manager"):  # its traceback: said in one line below
             return pm.MilvusClient(uri=uri, token=token)
     except Exception as e:  # noqa: BLE001 - pymilvus raises several kinds; one line names the server
         holder = lite_holder(uri) if lite else None
@@ -146,9 +140,7 @@ LITE_LOCK = "LOCK"
 
 
 def check_lite(uri: str, create: bool) -> None:
-    """Refuse, in one line, a milvus-lite path that is not (and cannot become) a milvus-lite database: a
-    missing folder above it, a file (milvus-lite keeps a .db as a folder), a folder of other files, or,
-    with ``create=False``, nothing there at all."""
+    """Refuse, in one line, a milvus-lite path that is not (and cannot become) a milvus-lite database."""
     path = os.path.abspath(uri)
     parent = os.path.dirname(path)
     if not os.path.isdir(parent):
@@ -166,8 +158,8 @@ def check_lite(uri: str, create: bool) -> None:
 
 
 def lite_holder(uri: str) -> str | None:
-    """``process PID (its command)`` of another process that holds the milvus-lite database ``uri`` open
-    (its LOCK file flocked), "another process" where the system does not say which; None when it is free."""
+    """``process PID (its command)`` of another process that holds the milvus-lite database ``uri`` open (its
+    LOCK file flocked), "another process" where the system does not say which; None when it is free."""
     import fcntl
 
     lock = os.path.join(os.path.abspath(uri), LITE_LOCK)
@@ -211,21 +203,23 @@ def _flock_pid(inode: int) -> int | None:
     return None
 
 
-class _quiet_lite:
-    """milvus-lite logs a full traceback when it cannot open a .db (another process holds it): the error
-    is said in one line instead, so its logger is silenced while connecting."""
-
-    def __enter__(self):
-        import logging
-
-        self.loggers = [logging.getLogger(n) for n in ("milvus_lite", "milvus_lite.server_manager")]
-        self.was = [g.disabled for g in self.loggers]
-        for g in self.loggers:
-            g.disabled = True
-
-    def __exit__(self, *exc):
-        for g, was in zip(self.loggers, self.was, strict=True):
-            g.disabled = was
+@contextmanager
+def quiet(*names: str, level: int = logging.CRITICAL):
+    """Loggers ``names`` (none: every logger) silent at ``level`` and below meanwhile: a refusal that is an
+    answer (a probe), a warning that does not apply, a traceback said in one line instead."""
+    logs = [logging.getLogger(n) for n in names]
+    was = [g.level for g in logs]
+    for g in logs:
+        g.setLevel(level + 1)
+    if not names:
+        logging.disable(level)
+    try:
+        yield
+    finally:
+        if not names:
+            logging.disable(logging.NOTSET)
+        for g, w in zip(logs, was, strict=True):
+            g.setLevel(w)
 
 
 def _listening(uri: str) -> bool:
@@ -252,6 +246,30 @@ def part_name(name: str, gen: int, coll: str, enc: bool = False) -> str:
     return f"{name}__g{gen}_{coll}" + ("_enc" if enc else "")
 
 
+def field_of(client, name: str, field: str) -> tuple[str, int | None]:
+    """(Milvus type name, dim) of a field of a Milvus collection ("missing", None: no such field)."""
+    for f in client.describe_collection(name).get("fields", []):
+        if f.get("name") == field:
+            t, dim = f.get("type"), (f.get("params") or {}).get("dim")
+            return getattr(t, "name", str(t)), None if dim is None else int(dim)
+    return "missing", None
+
+
+def create_collection(client, name: str, fields, index=None, key: str = "pk", **kw) -> None:
+    """Create ``name``: the INT64 primary key ``key``, ``fields`` (name, DataType name, add_field's keywords)
+    and ``index`` (vector field, index type, metric, params) if any."""
+    pm = pymilvus()
+    schema = pm.MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field(key, pm.DataType.INT64, is_primary=True)
+    for field, kind, opts in fields:
+        schema.add_field(field, getattr(pm.DataType, kind), **opts)
+    ip = None
+    if index is not None:
+        ip = client.prepare_index_params()
+        ip.add_index(index[0], index_type=index[1], metric_type=index[2], params=index[3])
+    client.create_collection(name, schema=schema, index_params=ip, **kw)
+
+
 def generations(client, name: str) -> set[int]:
     """Generations with a Milvus collection on the server (committed, pending or left over)."""
     pat = re.compile(re.escape(name) + r"__g(\d+)_")
@@ -272,21 +290,14 @@ _BANK = 10**8  # a long value's rows: slot * 10 * _BANK + bank * _BANK + part
 
 
 def ensure_anchor(client, name: str) -> None:
-    """The state collection ``name``: one row per key (``pk`` its slot, ``value`` its JSON), written with
-    the server's own guarantees (a row is upserted in one RPC and read back at Strong consistency), since a
-    Milvus server may refuse to alter collection properties (2.3 does on a collection created without any)."""
-    pm = pymilvus()
+    """The state collection ``name``: one row per key (``pk`` its slot, ``value`` its JSON), in rows rather
+    than properties (a 2.3 server may refuse to alter those); ``v``: a collection needs a vector field."""
     if client.has_collection(name):
         if not _legacy(client, name):
             load(client, name)  # released by the process that wrote it last (milvus-lite)
         return
-    schema = pm.MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
-    schema.add_field("pk", pm.DataType.INT64, is_primary=True)
-    schema.add_field("value", pm.DataType.VARCHAR, max_length=65_535)
-    schema.add_field("v", pm.DataType.FLOAT_VECTOR, dim=2)  # a collection needs a vector field; never searched
-    ip = client.prepare_index_params()
-    ip.add_index("v", index_type="FLAT", metric_type="IP")
-    client.create_collection(name, schema=schema, index_params=ip, consistency_level="Strong")
+    create_collection(client, name, [("value", "VARCHAR", {"max_length": 65_535}), ("v", "FLOAT_VECTOR", {"dim": 2})],
+                      ("v", "FLAT", "IP", {}), consistency_level="Strong")
 
 
 def _legacy(client, name: str, timeout: float | None = None) -> bool:
@@ -302,20 +313,13 @@ def read_props(client, name: str) -> dict:
 
 
 def _get(client, name: str, pks: list[int], consistency: str, timeout: float | None = None) -> dict[int, str]:
-    kw = dict(ids=pks, output_fields=["pk", "value"], consistency_level=consistency, timeout=timeout)
-    try:
-        rows = client.get(name, **kw)
-    except pymilvus().MilvusException as e:
-        if not unloaded(e):
-            raise
-        load(client, name, timeout)  # a restarted server, or released by the process that wrote it
-        rows = client.get(name, **kw)
+    rows = loaded(lambda: client.get(name, ids=pks, output_fields=["pk", "value"], consistency_level=consistency,
+                                     timeout=timeout), lambda: client, [name], timeout)
     return {int(r["pk"]): r["value"] for r in rows}
 
 
 def read_prop(client, name: str, key: str, consistency: str = "Strong", timeout: float | None = None):
-    """The value of ``key`` (None when unset). Strong by default: it sees every other process's writes.
-    ``timeout``: seconds before giving up on a server that does not answer (None: pymilvus's retries)."""
+    """The value of ``key`` (None when unset); Strong by default: it sees every other process's writes."""
     if not client.has_collection(name, timeout=timeout):
         return None
     if _legacy(client, name, timeout):
@@ -342,9 +346,8 @@ def read_prop(client, name: str, key: str, consistency: str = "Strong", timeout:
 
 
 def write_prop(client, name: str, key: str, value) -> None:
-    """Set ``key``: a short value is its head row, one upsert; a long one is first written whole to the
-    bank of rows the head does not name, then the head is switched to it (one row: a reader sees the old
-    value or the new one, never a mix)."""
+    """Set ``key``: a short value is its head row; a long one is written whole to the bank of rows the head
+    does not name, then the head is switched to it (a reader sees the old value or the new one)."""
     raw = json.dumps(value, sort_keys=True)
     if _legacy(client, name):
         client.alter_collection_properties(name, properties={key: raw})
@@ -373,9 +376,8 @@ def drop_prop(client, name: str, key: str, timeout: float | None = None) -> None
 
 
 def last_write_ts(client, names) -> int:
-    """The server's timestamp of this process's last write to any of ``names`` (0: unknown, e.g. milvus-lite):
-    a reader that searches with it as guarantee sees at least those writes (pymilvus keeps it per collection
-    for session consistency)."""
+    """The server's timestamp of this process's last write to any of ``names`` (0: unknown, e.g. milvus-lite),
+    from pymilvus's session-consistency record."""
     try:
         from pymilvus.client import ts_utils
 
@@ -398,11 +400,9 @@ def _alive(pid: int) -> bool:
 
 
 class WriterLock:
-    """The ``vlmatch.lock`` row: taken before a build or update writes, refreshed as it goes,
-    dropped at its end. Another live writer is refused at once; the lock of a dead process on this
-    host, or of a writer silent for :data:`LOCK_STALE_S`, is taken over. (Milvus has no compare-and-
-    set: the lock is written, then read back, so two writers starting in the same instant are told
-    apart by its token.)"""
+    """The ``vlmatch.lock`` row, held by a build or update: another live writer is refused; the lock of a dead
+    process on this host, or of a writer silent for :data:`LOCK_STALE_S`, is taken over. No compare-and-set
+    in Milvus: it is written, then read back (its token tells two writers apart)."""
 
     def __init__(self, client, name: str, what: str):
         self.client, self.name, self.what = client, name, what

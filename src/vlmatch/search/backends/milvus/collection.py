@@ -1,20 +1,8 @@
 """Opening a Milvus index for search: the committed manifest checked (format, seal, the models'
 digests, each Milvus collection's vector type and size), and each collection read through
-:class:`vlmatch.search.backends.base.CollectionBackend` with item ids as keys.
-
-The models are not stored in Milvus: the manifest records each checkpoint's folder and digest (the
-one :func:`vlmatch.checkpoints.digest.checkpoint_digest` computes, covering ``config.json`` and so the
-weights' SHA-256), and opening takes them from there, or from ``model=`` / ``retriever=``; a
-checkpoint whose digest differs is refused. Every machine that serves the index needs the checkpoints.
-
-**Consistency, chosen per call.** The state (manifest, pending work, lock) is read at Strong: a reader
-must see another process's commit, and it is a one-row read, polled. Searches and fetches read the
-generation the manifest names with the manifest's ``read_ts`` as guarantee timestamp (consistency level
-Customized): the server's time of a write made after every row of the commit, so a search right after a
-commit sees the committed generation whole, and it waits for nothing newer. Strong on every call costs a
-server a wait for its next time tick (200-500 ms on Milvus 2.3.5 here, against 2-4 ms); Bounded might
-miss a commit of the last 5 seconds. A manifest without ``read_ts`` (milvus-lite, which has no
-timestamps to wait for) is read at Strong.
+:class:`vlmatch.search.backends.base.CollectionBackend` with item ids as keys. The checkpoints are not
+in Milvus: the manifest records their folders and digests. Searches and fetches read at the manifest's
+``read_ts`` (Customized), the state at Strong (docs/milvus.md, "Consistency").
 """
 
 from __future__ import annotations
@@ -23,7 +11,6 @@ import functools
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from ....checkpoints.digest import checkpoint_digest
 from ....errors import ConfigError, DataError, VlmatchError
@@ -42,15 +29,16 @@ from .client import (
     _short,
     check_name,
     connect,
+    field_of,
     load,
+    loaded,
     part_name,
     pymilvus,
     read_prop,
-    unloaded,
     unreachable,
 )
 from .filters import filtered_search, rows_of
-from .layout import Layout, field_of, search_params
+from .layout import Layout, search_params, template
 from .probe import require
 
 
@@ -63,23 +51,15 @@ def _unanswered() -> tuple[type[BaseException], ...]:
 
 
 def _answers(method):
-    """A read that the server does not answer (pymilvus's retries run out after READ_TIMEOUT_S) raises
-    :class:`Unavailable` naming the server (a service's 503), not pymilvus's exception, nor the raw gRPC error
-    pymilvus lets through when its connection recovery fails (DEADLINE_EXCEEDED while a server restarts).
-    A read the server answers with a refusal raises :class:`Refused` with its words (a service's 502); a
-    collection not loaded (a restarted server, or released by the process that wrote it) is loaded, once."""
+    """A read the server does not answer (after READ_TIMEOUT_S) raises :class:`Unavailable` (a service's 503),
+    one it refuses :class:`Refused` with its words (502), never pymilvus's or gRPC's own error; a collection not
+    loaded is loaded, once."""
 
     @functools.wraps(method)
     def wrapped(self, *args, **kwargs):
         try:
-            try:
-                return method(self, *args, **kwargs)
-            except pymilvus().MilvusException as e:
-                if not unloaded(e):
-                    raise
-                for name in (self.items_name, self.enc_name):
-                    load(self.client, name, READ_TIMEOUT_S)
-                return method(self, *args, **kwargs)
+            return loaded(lambda: method(self, *args, **kwargs), lambda: self.client, (self.items_name, self.enc_name),
+                          READ_TIMEOUT_S)
         except _unanswered() as e:  # evaluated only when a read raised: no import on the answered path
             if not unreachable(e):
                 raise Refused(f"{self.loc}: the Milvus server refused the request: {_short(e)[:200]}") from None
@@ -135,7 +115,6 @@ class MilvusCollection:
                 scores[i, j], keys[i, j] = h["distance"], h["id"]
         return scores, keys
 
-    @_answers
     def _exhaustive(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         rows = rows_of(self.client, self.items_name, ["id", "s1"], batch_size=1000)
         ids, vecs = [r["id"] for r in rows], [r["s1"] for r in rows]
@@ -159,11 +138,15 @@ class MilvusCollection:
 
     @_answers
     def items_of(self, keys) -> list[dict]:
+        return self._field_of(keys, "item")
+
+    def _field_of(self, keys, field: str) -> list:
+        """``field`` of the items ``keys``, in that order."""
         ids = [int(i) for i in np.asarray(keys).reshape(-1)]
         got = {}
         for a in range(0, len(ids), MAX_RESULTS):
-            got.update({int(r["id"]): r["item"] for r in self.client.get(self.items_name, ids=ids[a:a + MAX_RESULTS],
-                                                                         output_fields=["id", "item"], **self.read)})
+            got.update({int(r["id"]): r[field] for r in self.client.get(self.items_name, ids=ids[a:a + MAX_RESULTS],
+                                                                        output_fields=["id", field], **self.read)})
         missing = [i for i in ids if i not in got]
         if missing:
             raise DataError(self.items_name, f"no row for item(s) {missing[:5]}: the collection is incomplete")
@@ -178,15 +161,8 @@ class MilvusCollection:
 
     @_answers
     def stage1_vectors(self, keys) -> np.ndarray:
-        ids = [int(i) for i in np.asarray(keys).reshape(-1)]
-        got = {}
-        for a in range(0, len(ids), MAX_RESULTS):
-            got.update({int(r["id"]): r["s1"] for r in self.client.get(self.items_name, ids=ids[a:a + MAX_RESULTS],
-                                                                       output_fields=["id", "s1"], **self.read)})
-        missing = [i for i in ids if i not in got]
-        if missing:
-            raise DataError(self.items_name, f"no row for item(s) {missing[:5]}: the collection is incomplete")
-        return np.asarray([got[i] for i in ids], dtype=np.float32).reshape(len(ids), -1)
+        vecs = self._field_of(keys, "s1")
+        return np.asarray(vecs, dtype=np.float32).reshape(len(vecs), -1)
 
     @property
     def items(self) -> list[dict]:
@@ -206,8 +182,7 @@ def client_for(uri: str):
 
 
 def committed_seal(loc: MilvusLocation) -> str | None:
-    """The seal of the committed manifest (None: none, or the server cannot be read now): a new one at
-    every build and update, so a server polls it to see a new version."""
+    """The seal of the committed manifest (None: none, or the server cannot be read now), polled by a server."""
     try:
         m = read_prop(client_for(loc.uri), loc.collection, MANIFEST)
     except Exception:  # noqa: BLE001 - a server briefly away: no new version seen, the served one stays
@@ -276,6 +251,7 @@ def open_milvus(loc: MilvusLocation, model=None, retriever=None):
         for name in (items, enc):
             if not client.has_collection(name):
                 raise DataError(name, f"missing from {loc.uri} (dropped by hand?): build the index again")
+            load(client, name)
         layout = Layout.from_dict(info["layout"])
         got = field_of(client, enc, "enc")
         if got != (layout.field_type, layout.field_dim):
@@ -284,8 +260,6 @@ def open_milvus(loc: MilvusLocation, model=None, retriever=None):
         dim = manifest["dims"]["stage1"]
         if field_of(client, items, "s1") != ("FLOAT_VECTOR", dim):
             raise DataError(items, f"its s1 field is not FLOAT_VECTOR of {dim} values as the manifest records")
-        for name in (items, enc):
-            load(client, name)
         n = client.query(items, filter="", output_fields=["count(*)"], **read)[0]["count(*)"]
         if n != info["count"] and not updating:  # during an update, photos come and go one batch at a time
             raise DataError(items, f"holds {n} items but the manifest records {info['count']}: an update was "
@@ -294,11 +268,7 @@ def open_milvus(loc: MilvusLocation, model=None, retriever=None):
     def make(coll: str, model, n_regions: int):
         if coll not in manifest["collections"]:
             return None
-        with torch.no_grad():
-            if coll == "images":
-                tmpl = model.encode_images(torch.zeros(1, n_regions, model.cfg.img_dim))
-            else:
-                tmpl = model.encode_texts(*model.tokenize(["a"]))
-        return MilvusCollection(client, loc, gen, coll, manifest["collections"][coll], tmpl, read=read)
+        return MilvusCollection(client, loc, gen, coll, manifest["collections"][coll], template(model, coll, n_regions),
+                                read=read)
 
     return manifest, ckpts, make

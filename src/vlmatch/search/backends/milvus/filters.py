@@ -1,40 +1,27 @@
 """A search filter (:class:`vlmatch.search.filters.Where`) on a Milvus index: scalar fields of the items
-collection and the boolean expression over them that stage 1's search takes (``filter=``).
-
-The items collection of an image index carries, beside the table row (JSON) and the stage-1 vector:
-``taken`` (INT64: :func:`vlmatch.search.filters.clock_seconds`, :data:`NO_DATE` when the photo has
-none), ``camera`` (its make and model, lower case), ``rel`` (the path inside the photo folder), ``lat``
-and ``lon`` (DOUBLE degrees, :data:`NO_GPS` when none).
-
-Dates are exact in the expression. ``camera`` and ``under`` are exact ``like`` patterns unless the text
-holds a character ``like`` or a string literal would read otherwise (``% _ \\ " '``: each becomes a
-one-character wildcard there); ``near`` is a latitude/longitude box around the circle. Where the
-expression is wider than the filter, the matching ids are found first (a query over the scalar fields,
-the exact test in Python) and the search runs on ``id in [...]``. Few matching items (at most the
-candidates asked for, or :data:`vlmatch.search.filters.EXACT_BELOW` for a box) are scored exactly.
-A collection written before these fields (no ``taken`` field) is filtered on its JSON rows the same way.
+collection (``taken``, ``camera``, ``rel``, ``lat``, ``lon``) and the boolean expression over them that
+stage 1's search takes (``filter=``). Where the expression is wider than the filter, the matching ids are
+found by a query and the exact test in Python (docs/milvus.md, "What is stored where").
 """
 
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
 
 from ...filters import EARTH_KM, Columns, Where, taken_seconds, top_k_of
+from .client import field_of, quiet
 
 NO_DATE = -(2 ** 62)
 NO_GPS = 999.0
 MAX_TEXT = 4096
 
 
-def add_scalar_fields(schema, pm) -> None:
-    """The filterable fields of an items collection (see the module's text)."""
-    schema.add_field("taken", pm.DataType.INT64)
-    schema.add_field("camera", pm.DataType.VARCHAR, max_length=MAX_TEXT)
-    schema.add_field("rel", pm.DataType.VARCHAR, max_length=MAX_TEXT)
-    schema.add_field("lat", pm.DataType.DOUBLE)
-    schema.add_field("lon", pm.DataType.DOUBLE)
+# the filterable fields of an items collection: taken (NO_DATE: none), lat and lon (NO_GPS: none)
+SCALAR_FIELDS = [("taken", "INT64", {}), ("camera", "VARCHAR", {"max_length": MAX_TEXT}),
+                 ("rel", "VARCHAR", {"max_length": MAX_TEXT}), ("lat", "DOUBLE", {}), ("lon", "DOUBLE", {})]
 
 
 def scalars_of(item: dict) -> dict:
@@ -89,7 +76,9 @@ def expression(where: Where, infix: bool = True) -> tuple[str, bool]:
 def rows_of(client, name: str, fields: list[str], expr: str = "", batch_size: int = 4096) -> list[dict]:
     """Every row of collection ``name`` that passes ``expr`` (a query iterator: no 16,384-row cap)."""
     out = []
-    with quiet_iterator():
+    # pymilvus warns 'failed to get mvccTs' where the server gives no session timestamp (milvus-lite never does);
+    # it then reads at the client's latest write, which is what these reads need
+    with quiet("pymilvus.client.iterator.query_iterator", level=logging.WARNING):
         it = client.query_iterator(name, batch_size=batch_size, filter=expr, output_fields=fields)
         while batch := it.next():
             out += batch
@@ -97,43 +86,9 @@ def rows_of(client, name: str, fields: list[str], expr: str = "", batch_size: in
     return out
 
 
-def _rows(client, name: str, expr: str, fields: list[str]) -> list[dict]:
-    return rows_of(client, name, fields, expr)
-
-
-class quiet_iterator:
-    """pymilvus's query iterator warns 'failed to get mvccTs from milvus server' on every iterator where the
-    server gives it no session timestamp (milvus-lite never does); it then reads at the client's latest
-    write's time, which is what these reads need: the warning is silenced while one runs."""
-
-    NAME = "pymilvus.client.iterator.query_iterator"
-
-    def __enter__(self):
-        import logging
-
-        self.log = logging.getLogger(self.NAME)
-        self.was = self.log.level
-        self.log.setLevel(logging.ERROR)
-
-    def __exit__(self, *exc):
-        self.log.setLevel(self.was)
-
-
-def _vectors(client, name: str, ids: list[int], read: dict) -> np.ndarray:
-    got = {}
-    for a in range(0, len(ids), 4096):
-        for r in client.query(name, filter=f"id in {ids[a:a + 4096]}", output_fields=["id", "s1"], **read):
-            got[int(r["id"])] = r["s1"]
-    return np.asarray([got[i] for i in ids], dtype=np.float32)
-
-
 def has_scalars(client, name: str) -> bool:
-    """Whether the items collection ``name`` has the filter fields (written since they exist): its
-    ``taken`` field is an INT64 (this module sits below the layout module, so it reads the schema itself)."""
-    for f in client.describe_collection(name).get("fields", []):
-        if f.get("name") == "taken":
-            return getattr(f.get("type"), "name", str(f.get("type"))) == "INT64"
-    return False
+    """Whether the items collection ``name`` has the filter fields (written since they exist)."""
+    return field_of(client, name, "taken")[0] == "INT64"
 
 
 def filtered_search(coll, q: np.ndarray, k: int, where: Where) -> tuple[np.ndarray, np.ndarray]:
@@ -179,27 +134,24 @@ def _filtered(coll, q: np.ndarray, k: int, where: Where) -> tuple[np.ndarray, np
         if n > k:
             return coll.ann_search(q, k, expr)
     if coll.scalars:
-        rows = _rows(client, name, expr, ["id", "taken", "camera", "rel", "lat", "lon"])
-        table = [{"taken": r["taken"], "camera": r["camera"], "rel": r["rel"],
-                  "gps": None if r["lat"] == NO_GPS else [r["lat"], r["lon"]]} for r in rows]
-        cols = _columns_of_scalars(table)
+        rows = rows_of(client, name, ["id", "taken", "camera", "rel", "lat", "lon"], expr)
+        cols = _columns_of_scalars(rows)
     else:
-        rows = _rows(client, name, "", ["id", "item"])
+        rows = rows_of(client, name, ["id", "item"])
         cols = Columns([r["item"] for r in rows])
     ids = np.asarray([int(r["id"]) for r in rows], dtype=np.int64)
     ids = np.sort(ids[where.mask(cols)])
     if not len(ids):
         return top_k_of(q, np.zeros((0, q.shape[1]), dtype=np.float32), ids, k)
-    vecs = _vectors(client, name, ids.tolist(), coll.read)
+    vecs = coll.stage1_vectors(ids)
     scores, pos = top_k_of(q, vecs, np.arange(len(ids)), k)
     return scores, np.where(pos >= 0, ids[np.maximum(pos, 0)], -1)
 
 
-def _columns_of_scalars(table: list[dict]) -> Columns:
-    cols = Columns([{} for _ in table])
-    cols.taken = np.array([math.nan if t["taken"] == NO_DATE else float(t["taken"]) for t in table], dtype=np.float64)
-    cols.camera = [t["camera"] for t in table]
-    cols.rel = [t["rel"] for t in table]
-    cols.lat = np.array([t["gps"][0] if t["gps"] else math.nan for t in table], dtype=np.float64)
-    cols.lon = np.array([t["gps"][1] if t["gps"] else math.nan for t in table], dtype=np.float64)
+def _columns_of_scalars(rows: list[dict]) -> Columns:
+    cols = Columns([{} for _ in rows])
+    cols.taken = np.array([math.nan if r["taken"] == NO_DATE else float(r["taken"]) for r in rows], dtype=np.float64)
+    cols.camera, cols.rel = [r["camera"] for r in rows], [r["rel"] for r in rows]
+    for f in ("lat", "lon"):
+        setattr(cols, f, np.array([math.nan if r["lat"] == NO_GPS else r[f] for r in rows], dtype=np.float64))
     return cols

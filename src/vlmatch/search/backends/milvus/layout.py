@@ -1,26 +1,10 @@
 """How a collection lies in Milvus: the schemas of its two Milvus collections and the layout of one
 item's stage-2 encoding over rows (a vector cut into chunks of at most 32,768 values).
 
-The float fields of a model's Encoding (``regions``, ``embedding``, ``words`` ...) are flattened, in
-field order, into one vector per item, kept in the index's dtype exactly as the folder's store keeps
-them (float16 by default), padded to a whole number of chunks and stored one chunk per row.
-
-Three ways to hold the vector (``Layout.vector``):
-
-- ``FLOAT16_VECTOR``: the server's float16 vectors, where a probe finds they round-trip and search
-  right (:mod:`vlmatch.search.backends.milvus.probe`; Milvus 2.3.5's do not search right).
-- ``FLOAT16_PACKED``: float16 values two to a FLOAT_VECTOR dimension, bit for bit (the first value's
-  16 bits high, the second's low), for servers without a working FLOAT16_VECTOR (milvus-lite, 2.3.5). A float32 made of
-  two finite float16 values is itself finite (its exponent is all ones only when the high half's is),
-  so the server stores and returns it unchanged, and the row costs what a float16 row costs: half a
-  float32 row's memory and transfer, and twice the values per 32,768-dimension field.
-- ``FLOAT_VECTOR``: float32 values: an index whose dtype is float32; an encoding with full-precision
-  fields (CAAN's) on a server without FLOAT16_VECTOR, which keeps them in the vector at 4 bytes a
-  value rather than as JSON at about 20; collections written before the packed form, whose float16
-  values were widened to float32.
-
-Fields that are not floats (masks, lengths), and full-precision fields on a FLOAT16_VECTOR server,
-travel as JSON on the item's first chunk.
+The float fields of an Encoding are flattened into one vector per item in the index's dtype and held as
+``FLOAT16_VECTOR`` (where a probe finds it right), ``FLOAT16_PACKED`` (two float16 values bit for bit in
+one FLOAT_VECTOR dimension: finite, so the server keeps them) or ``FLOAT_VECTOR`` (float32 values).
+Other fields travel as JSON on the item's first chunk. See docs/milvus.md ("What is stored where").
 """
 
 from __future__ import annotations
@@ -34,8 +18,8 @@ import torch
 
 from ....errors import DataError
 from ....models.base import Encoding
-from .client import CHUNK_SLOTS, MAX_DIM, RPC_BYTES, pymilvus
-from .filters import add_scalar_fields
+from .client import CHUNK_SLOTS, MAX_DIM, RPC_BYTES, create_collection
+from .filters import SCALAR_FIELDS
 
 VECTOR_TYPES = ("FLOAT16_VECTOR", "FLOAT16_PACKED", "FLOAT_VECTOR")
 PACKED = "FLOAT16_PACKED"
@@ -151,7 +135,7 @@ class Layout:
                 if row is None:
                     raise DataError(where, f"item {int(i)} lacks chunk {c} of its encoding: the collection is "
                                            "incomplete; build it again")
-                vec[j, c * self.chunk_dim:(c + 1) * self.chunk_dim] = self._values(row["enc"])
+                vec[j, c * self.chunk_dim:(c + 1) * self.chunk_dim] = values_of(row["enc"], self.vector)
             firsts.append(got[int(i) * CHUNK_SLOTS]["extra"] or {})
         if not np.isfinite(vec).all():
             raise DataError(where, "NaN or inf in stored encodings: the collection is corrupt; build it again")
@@ -170,18 +154,18 @@ class Layout:
         return enc_cls(**out)
 
 
-    def _values(self, v) -> np.ndarray:
-        """One fetched ``enc`` field as float32 values: float16 bytes (FLOAT16_VECTOR), packed float32s or
-        float32s."""
-        if isinstance(v, list) and len(v) == 1 and isinstance(v[0], (bytes, bytearray)):
-            v = v[0]
-        if isinstance(v, (bytes, bytearray)):
-            if self.vector == PACKED:  # a FLOAT_VECTOR as little-endian float32 bytes
-                return unpack_float16(np.frombuffer(v, dtype="<f4")).astype(np.float32)
-            return np.frombuffer(v, dtype=self.np_dtype).astype(np.float32)
-        if self.vector == PACKED:
-            return unpack_float16(np.asarray(v, dtype=np.float32)).astype(np.float32)
-        return np.asarray(v, dtype=np.float32)
+def values_of(v, vector: str) -> np.ndarray:
+    """One fetched vector field held as ``vector`` (one of :data:`VECTOR_TYPES`) as float32 values: float16
+    bytes, packed float32s or float32s."""
+    if isinstance(v, list) and len(v) == 1 and isinstance(v[0], (bytes, bytearray)):
+        v = v[0]
+    if isinstance(v, (bytes, bytearray)):
+        if vector == PACKED:  # a FLOAT_VECTOR as little-endian float32 bytes
+            return unpack_float16(np.frombuffer(v, dtype="<f4")).astype(np.float32)
+        return np.frombuffer(v, dtype=np.float32 if vector == "FLOAT_VECTOR" else np.float16).astype(np.float32)
+    if vector == PACKED:
+        return unpack_float16(np.asarray(v, dtype=np.float32)).astype(np.float32)
+    return np.asarray(v, dtype=np.float32)
 
 
 def pack_float16(a: np.ndarray) -> np.ndarray:
@@ -219,47 +203,32 @@ def search_params(info: dict, k: int) -> dict:
 
 
 def create_items(client, name: str, dim: int, kind: str, nlist: int | None, hnsw_m: int) -> None:
-    pm = pymilvus()
-    schema = pm.MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
-    schema.add_field("id", pm.DataType.INT64, is_primary=True)
-    schema.add_field("item", pm.DataType.JSON)
-    schema.add_field("s1", pm.DataType.FLOAT_VECTOR, dim=dim)
-    add_scalar_fields(schema, pm)  # what a search filter reads (vlmatch.search.backends.milvus.filters)
-    ip = client.prepare_index_params()
+    """The table rows, stage-1 vectors and the fields a search filter reads (:mod:`.filters`)."""
     itype, params = stage1_index(kind, nlist, hnsw_m)
-    ip.add_index("s1", index_type=itype, metric_type="IP", params=params)
-    client.create_collection(name, schema=schema, index_params=ip, consistency_level="Strong")
+    create_collection(client, name, [("item", "JSON", {}), ("s1", "FLOAT_VECTOR", {"dim": dim}), *SCALAR_FIELDS],
+                      ("s1", itype, "IP", params), key="id", consistency_level="Strong")
 
 
 def create_encodings(client, name: str, layout: Layout) -> None:
-    pm = pymilvus()
-    schema = pm.MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
-    schema.add_field("pk", pm.DataType.INT64, is_primary=True)
-    schema.add_field("id", pm.DataType.INT64)
-    schema.add_field("chunk", pm.DataType.INT64)
-    schema.add_field("enc", getattr(pm.DataType, layout.field_type), dim=layout.field_dim)
-    schema.add_field("extra", pm.DataType.JSON)
-    ip = client.prepare_index_params()
-    ip.add_index("enc", index_type="FLAT", metric_type="IP")  # never searched: Milvus loads only indexed vectors
-    # fetched by key, never searched: query nodes map it from their local disk instead of holding it in memory
-    client.create_collection(name, schema=schema, index_params=ip, consistency_level="Strong",
-                             properties={"mmap.enabled": True})
+    """The encodings' chunks: fetched by key, never searched, so mapped from the query nodes' disk (mmap); the
+    FLAT index is there because Milvus loads only indexed vectors."""
+    fields = [("id", "INT64", {}), ("chunk", "INT64", {}), ("enc", layout.field_type, {"dim": layout.field_dim}),
+              ("extra", "JSON", {})]
+    create_collection(client, name, fields, ("enc", "FLAT", "IP", {}), consistency_level="Strong",
+                      properties={"mmap.enabled": True})
 
 
 def vector_type(float16_ok: bool, dtype: str) -> str:
-    """How the stage-2 values are held: FLOAT16_VECTOR when the index stores float16 and the server's
-    FLOAT16_VECTOR fields round-trip and search right (:func:`vlmatch.search.backends.milvus.probe.float16_vector`),
-    FLOAT16_PACKED for float16 on a server without them, FLOAT_VECTOR for a float32 index."""
+    """How the stage-2 values are held: FLOAT16_VECTOR where the index is float16 and the probe found the
+    server's right, else FLOAT16_PACKED; FLOAT_VECTOR for a float32 index."""
     if dtype != "float16":
         return "FLOAT_VECTOR"
     return "FLOAT16_VECTOR" if float16_ok else PACKED
 
 
-def field_of(client, name: str, field: str) -> tuple[str, int | None]:
-    """(Milvus type name, dim) of a field of a Milvus collection."""
-    for f in client.describe_collection(name).get("fields", []):
-        if f.get("name") == field:
-            t = f.get("type")
-            dim = (f.get("params") or {}).get("dim")
-            return getattr(t, "name", str(t)), None if dim is None else int(dim)
-    return "missing", None
+def template(model, coll: str, n_regions: int) -> Encoding:
+    """One encoding of collection ``coll`` ("images" or "captions") as ``model`` makes it: its fields and shapes."""
+    with torch.no_grad():
+        if coll == "images":
+            return model.encode_images(torch.zeros(1, n_regions, model.cfg.img_dim))
+        return model.encode_texts(*model.tokenize(["a"]))

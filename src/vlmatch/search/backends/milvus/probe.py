@@ -1,12 +1,6 @@
-"""What a Milvus server does correctly, found by trying it, not guessed from its version.
-
-A build probes the server (:func:`probe`) and picks the layout from the answers; the manifest records
-them (``capabilities``). Opening an index checks again what its layout relies on (:func:`require`) and
-refuses, in one line, a server that lacks it -- an index copied to another server, or a server
-downgraded. Found so far: Milvus 2.3.5 (the embedded standalone server) creates FLOAT16_VECTOR fields
-and returns their bytes unchanged but its searches over them return garbage (distances ~1e24), and it
-takes one vector field per collection; milvus-lite refuses FLOAT16_VECTOR. A layout uses one vector
-field per Milvus collection and FLOAT16_VECTOR only where it round-trips *and* searches right.
+"""What a Milvus server does correctly, found by trying it, not guessed from its version: a build
+probes (:func:`probe`) and records the answers; opening checks again what the layout relies on
+(:func:`require`). What was found is in docs/milvus.md ("Capability checks").
 """
 
 from __future__ import annotations
@@ -17,7 +11,8 @@ import os
 import numpy as np
 
 from ....errors import VlmatchError
-from .client import pymilvus
+from .client import create_collection, pymilvus, quiet
+from .layout import values_of
 
 INDEX_TYPES = {  # type -> build params tried on an empty FLOAT_VECTOR field of 16 dimensions
     "FLAT": {}, "IVF_FLAT": {"nlist": 4}, "HNSW": {"M": 8, "efConstruction": 16},
@@ -27,50 +22,27 @@ PROBE_DIMS = (8, 12, 100)  # a float16 probe's dimensions (the wrong ones found 
 _CACHE: dict[tuple, dict] = {}
 
 
-class _Quiet:
-    """pymilvus logs every refusal with a traceback: in a probe a refusal is an answer."""
-
-    def __enter__(self):
-        logging.disable(logging.ERROR)
-
-    def __exit__(self, *exc):
-        logging.disable(logging.NOTSET)
-
-
-def _schema(*vectors: tuple[str, str, int]):
-    pm = pymilvus()
-    schema = pm.MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
-    schema.add_field("pk", pm.DataType.INT64, is_primary=True)
-    for field, kind, dim in vectors:
-        schema.add_field(field, getattr(pm.DataType, kind), dim=dim)
-    return schema
-
-
 def _drop(client, name: str) -> None:
-    if client.has_collection(name):
-        client.drop_collection(name)
+    with quiet(level=logging.ERROR):  # pymilvus logs every refusal with a traceback: in a probe it is an answer
+        if client.has_collection(name):
+            client.drop_collection(name)
 
 
 def float16_vector(client, name: str) -> bool:
     """A FLOAT16_VECTOR field takes rows, gives back their bytes unchanged, and a search finds each row
-    nearest to itself at distance ~0 (L2) -- at a few dimensions and numbers of queries: 2.3.5's searches
-    of 8 dimensions are right for 16 queries at once and wrong for 3."""
+    nearest to itself at distance ~0 (L2), at each of :data:`PROBE_DIMS` and 1, 3 and 16 queries at once."""
     return all(_float16_at(client, name, dim) for dim in PROBE_DIMS)
 
 
 def _float16_at(client, name: str, dim: int) -> bool:
-    pm = pymilvus()
-    rng = np.random.default_rng(0)
-    vecs = rng.standard_normal((16, dim)).astype(np.float16)
+    vecs = np.random.default_rng(0).standard_normal((16, dim)).astype(np.float16)
     _drop(client, name)
     try:
-        with _Quiet():
-            ip = client.prepare_index_params()
-            ip.add_index("v", index_type="FLAT", metric_type="L2")
-            client.create_collection(name, schema=_schema(("v", "FLOAT16_VECTOR", dim)), index_params=ip)
+        with quiet(level=logging.ERROR):
+            create_collection(client, name, [("v", "FLOAT16_VECTOR", {"dim": dim})], ("v", "FLAT", "L2", {}))
             client.insert(name, [{"pk": i, "v": vecs[i]} for i in range(len(vecs))])
             got = client.query(name, filter="pk >= 0", output_fields=["pk", "v"], consistency_level="Strong")
-            back = {int(r["pk"]): _f16(r["v"]) for r in got}
+            back = {int(r["pk"]): values_of(r["v"], "FLOAT16_VECTOR").astype(np.float16) for r in got}
             if len(back) != len(vecs) or any(not np.array_equal(back[i], vecs[i]) for i in range(len(vecs))):
                 return False
             for nq in (1, 3, len(vecs)):  # 2.3.5 answers 16 queries of 8 dimensions right, and 3 wrong
@@ -80,57 +52,44 @@ def _float16_at(client, name: str, dim: int) -> bool:
                                               for i, h in enumerate(hits)):
                     return False
             return True
-    except pm.MilvusException:
+    except pymilvus().MilvusException:
         return False
     finally:
-        with _Quiet():
-            _drop(client, name)
-
-
-def _f16(v) -> np.ndarray:
-    if isinstance(v, list) and len(v) == 1 and isinstance(v[0], (bytes, bytearray)):
-        v = v[0]
-    if isinstance(v, (bytes, bytearray)):
-        return np.frombuffer(v, dtype=np.float16)
-    return np.asarray(v, dtype=np.float32).astype(np.float16)
+        _drop(client, name)
 
 
 def vector_fields(client, name: str) -> int:
     """1 or 2: whether a collection takes a second vector field (2.3 servers do not, 2.4+ and lite do)."""
-    pm = pymilvus()
     _drop(client, name)
     try:
-        with _Quiet():
-            client.create_collection(name, schema=_schema(("a", "FLOAT_VECTOR", 8), ("b", "FLOAT_VECTOR", 8)))
+        with quiet(level=logging.ERROR):
+            create_collection(client, name, [("a", "FLOAT_VECTOR", {"dim": 8}), ("b", "FLOAT_VECTOR", {"dim": 8})])
         return 2
-    except pm.MilvusException:
+    except pymilvus().MilvusException:
         return 1
     finally:
-        with _Quiet():
-            _drop(client, name)
+        _drop(client, name)
 
 
 def index_types(client, name: str) -> list[str]:
     """The index types of :data:`INDEX_TYPES` the server builds on a FLOAT_VECTOR field (IP metric)."""
-    pm = pymilvus()
     _drop(client, name)
     out = []
     try:
-        client.create_collection(name, schema=_schema(("v", "FLOAT_VECTOR", 16)))
+        create_collection(client, name, [("v", "FLOAT_VECTOR", {"dim": 16})])
         for kind, params in INDEX_TYPES.items():
             ip = client.prepare_index_params()
             ip.add_index("v", index_type=kind, metric_type="IP", params=params)
             try:
-                with _Quiet():
+                with quiet(level=logging.ERROR):
                     client.create_index(name, ip)
                     client.release_collection(name)  # milvus-lite loads it: an index is dropped unloaded
                     client.drop_index(name, "v")
                 out.append(kind)
-            except pm.MilvusException:
+            except pymilvus().MilvusException:
                 continue
     finally:
-        with _Quiet():
-            _drop(client, name)
+        _drop(client, name)
     return out
 
 
