@@ -1,49 +1,13 @@
-"""CAAN: Context-Aware Attention Network (Zhang, Lei, Zhang, Li; CVPR 2020). No public code: the
-paper's equations are the specification.
+"""CAAN: Context-Aware Attention Network (Zhang, Lei, Zhang, Li; CVPR 2020), built from the paper's equations
+(there is no public code); docs/models/caan.md states them and the reading of eq. 8-11 taken here.
 
-Notation: regions v_i (i = 1..k) and words u_j (j = 1..n), both D-dimensional (eq. 1-4, SCAN's
-encoders). Per pair:
-    H      = tanh(Vᵀ K U)                                   (k x n, eq. 7)
-    H^uv_ij = [H_ij]_+ / ||[H_:j]_+||   (over regions)     (eq. 12)
-    H^vu_ij = [H_ij]_+ / ||[H_i:]_+||   (over words)       (eq. 13)
-Intra-modal context (eq. 14-17):
-    FA: H^v = Vᵀ M1 V (k x k),  H^u = Uᵀ M2 U (n x n)
-    SA: H^v_ii' = cos(H^uv_i:, H^uv_i':)  (each region's response over the words)
-        H^u_jj' = cos(H^vu_:j, H^vu_:j')  (each word's response over the regions)
-Attention (eq. 8-11), **the reading taken here**: the paper writes f = softmax(W^v f̃) with
-f̃ = tanh(H^v Vᵀ Q1 + H^uv Uᵀ Q2); for this to give one weight per region the products must be
-read row-wise, i.e. for region i
-    f̃_i = tanh( Σ_i' H^v_ii' Q1ᵀ v_i'  +  Σ_j H^uv_ij Q2ᵀ u_j )   (m-dim),   f = softmax_i(w_vᵀ f̃_i)
-and for word j (H^vu enters transposed, the only way its shape fits)
-    g̃_j = tanh( Σ_j' H^u_jj' Q3ᵀ u_j'  +  Σ_i H^vu_ij Q4ᵀ v_i ),               g = softmax_j(w_uᵀ g̃_j).
-Q1..Q4 are D x m, w_v, w_u are m-vectors (the paper's W^v, W^u). Then v̂ = V f, û = U g and
-S = <v̂, û> (eq. 5-6, §3.4); with ``norm_output`` (default) v̂ and û are l2-normalised first,
-i.e. S is their cosine, which keeps the hinge margin of 0.2 meaningful.
-**The score, decided by measurement: the cosine, in the paper configs too.** The paper says S is "defined
-as the inner product in our experiments" (``norm_output=False``). With unit regions and words, ‖v̂‖ and
-‖û‖ are at most 1 and reach it only as the attention concentrates, so the inner product rewards peaked
-attention and starts with scores far below the margin; the cosine does neither. On Flickr8k
-(caan_minilm_f8k, 4 epochs at lr 1e-3 each, best val rsum within them) the cosine reads 265.2 and the inner
-product 250.1 (188.0 after one epoch against 242.9): -15.1 against the study's run-to-run noise of 2.5
-(experiments/results/flickr8k.md, "Ablation claims"; runs c22_caan, c23_caan_inner). A measurement at
-this setting, not at the paper's (Faster R-CNN regions, D 1024, 30 epochs), so ``norm_output: false``
-stays one option away.
-Variants (Table 4): baseline (mean pooling), IA (inter only), FA / SA (intra only), IA+FA, and
-CAAN = IA+SA. Absent regions and padded words are masked everywhere.
+Per-image (V K, V Q1, V Q4, V Vᵀ, FA's H^v V Q1) and per-caption terms (U Q2, U Q3, FA's H^u U Q3) are computed
+once in ``encode_*``. ``score`` runs the pair part in cache-sized sub-blocks without autograd
+(:mod:`vlmatch.models.caan_block`) and through ``_weights`` with it (training); both are checked against the
+loop-by-loop equations (tests/models/test_caan*.py).
 
 Bundled configs (each ``caan*`` config in configs/ resolves to these options; tests/training/test_config.py checks it):
     caan*_f30k, caan*_coco, caan*_f8k, quickstart_caan    norm_output: true
-
-Fast form: per-image (V K, V Q1, V Q4, FA's H^v V Q1) and per-caption terms (U Q2, U Q3, FA's H^u U Q3)
-are computed once in ``encode_*``; the pair part is the region-word GEMM V K Uᵀ, small per-pair
-normalisations, batched products for the attention terms and v̂ = V f, û = U g (one GEMM per image and
-per caption). Without autograd (evaluation, search) ``score`` runs it in cache-sized sub-blocks with
-reused buffers (:mod:`vlmatch.models.caan_block`); with autograd (training) through ``_weights``. Both
-are checked against the loop-by-loop equations (tests/models/test_caan*.py).
-
-``text_encoder`` (see :mod:`vlmatch.models.text_side`): with a pretrained transformer the words u_j are
-its token vectors through a learned affine layer (H -> D) instead of the bi-GRU's states ("SCAN's
-encoders" above); every equation is unchanged.
 """
 
 from __future__ import annotations
@@ -256,28 +220,27 @@ class CAAN(TextSide, MatchingModel):
         img_step = min(ni, max(1, caan_block.SUB_PAIRS // cap_step))
         out = img.regions.new_empty(ni, nt)
         c = self.cfg
+        sem, fa = c.intra == "semantic", c.intra == "feature"
+        twice = {f: torch.mul(getattr(img, f), 2, out=caan_block.buffer(f, getattr(img, f).shape, img.regions))
+                 for f, on in (("p1", sem or fa), ("p4", c.inter)) if on}  # once per block
         for t0 in range(0, nt, cap_step):
             tx = txt.select(slice(t0, t0 + cap_step))
             pp = (caan_block.per_pair(2 * tx.p2, img_step, "p2") if c.inter else None,
-                  caan_block.per_pair(2 * tx.p3, img_step, "p3") if c.intra == "semantic" else None)
+                  caan_block.per_pair(2 * tx.p3, img_step, "p3") if sem else None)
+            wmask = None if bool((tx.lengths == tx.words.shape[1]).all()) else length_mask(tx.lengths, tx.words.shape[1])
             for a0 in range(0, ni, img_step):
                 im = img.select(slice(a0, a0 + img_step))
-                f, g = self._fast_weights(im, tx, pp)
-                out[a0:a0 + img_step, t0:t0 + cap_step] = self._cosine(im, tx, f, g)
+                rmask = None if im.mask is None or bool(im.mask.all()) else im.mask
+                p1, p4 = (twice[f][a0:a0 + img_step] if f in twice else None for f in ("p1", "p4"))
+                op = caan_block.Operands(vk=im.vk, words=tx.words, p1=p1 if sem else None, p4=p4, p2=None, p3=None,
+                                         fa_v=p1 if fa else None, fa_u=2 * tx.p3 if fa else None, rmask=rmask,
+                                         wmask=wmask)
+                lv, lu = caan_block.logits(op, c.inter, sem, self.w_v, self.w_u, gemm_dtype=_dtype(c), per_pair=pp)
+                f = masked_softmax(lv, None if rmask is None else rmask[:, None, :], dim=2)
+                g = masked_softmax(lu, None if wmask is None else wmask[None], dim=2)
+                out[a0:a0 + img_step, t0:t0 + cap_step] = caan_block.cosine(f, g, im.regions, tx.words,
+                                                                            im.gram if c.norm_output else None)
         return out
-
-    def _fast_weights(self, img: CAANImages, txt: CAANTexts, per_pair) -> tuple[Tensor, Tensor]:
-        c, n = self.cfg, txt.words.shape[1]
-        rmask = None if img.mask is None or bool(img.mask.all()) else img.mask
-        wmask = None if bool((txt.lengths == n).all()) else length_mask(txt.lengths, n)
-        sem, fa = c.intra == "semantic", c.intra == "feature"
-        op = caan_block.Operands(
-            vk=img.vk, words=txt.words, p1=2 * img.p1 if sem else None, p4=2 * img.p4 if c.inter else None,
-            p2=None, p3=None, fa_v=2 * img.p1 if fa else None, fa_u=2 * txt.p3 if fa else None,
-            rmask=rmask, wmask=wmask)
-        lv, lu = caan_block.logits(op, c.inter, sem, self.w_v, self.w_u, gemm_dtype=_dtype(c), per_pair=per_pair)
-        return (masked_softmax(lv, None if rmask is None else rmask[:, None, :], dim=2),
-                masked_softmax(lu, None if wmask is None else wmask[None], dim=2))
 
     def _cosine(self, img: CAANImages, txt: CAANTexts, f: Tensor, g: Tensor) -> Tensor:
         """S = <v̂, û> (or their cosine) from the weights: v̂ = V f one GEMM per image, û = U g one per caption."""

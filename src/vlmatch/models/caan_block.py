@@ -1,22 +1,10 @@
-"""CAAN's pair-dependent work for a block of (image, caption) pairs: the attention weights f, g (eq. 7-17)
-organised so that every product with m columns is one batched GEMM and nothing is copied in m.
+"""CAAN's pair-dependent work without autograd (evaluation, search): the attention logits of a block of pairs and
+their cosine, organised so that every product with m columns is one batched GEMM and nothing is copied in m.
 
-Layout. The region-word GEMM gives [H]_+ as (Ni, k, Nt, n). Its normalisations (eq. 12-13 and SA's
-cosines, eq. 16-17) are per pair and cheap (k n values a pair), computed once from the squared entries.
-Products with a per-image operand (Σ_i H^vu_ij Q4ᵀv_i and SA's Rᵀ (V Q1)) read that layout in place, one
-GEMM per image (contraction over the k regions); the per-pair products (R X, H^uv (U Q2), H^u (U Q3))
-use the pair-major (Ni·Nt, k, n) copy of the small matrices; the per-caption operands U Q2, U Q3 are
-laid out per pair once per caption chunk and reused by every image sub-block.
-
-Cache and memory. Used under ``torch.no_grad`` only (evaluation, search; training keeps
-``CAAN._weights``' autograd-safe form): the model cuts a block into sub-blocks of at most ``SUB_PAIRS``
-pairs whose (pairs x (k + n) x m) attention tensors stay in the last-level cache, and they are written
-into buffers reused from call to call (one set per thread): glibc maps every fresh block above its mmap
-threshold anew, so fresh tensors of several MB fault in (and zero) every page on every call.
-
-w · tanh(t) is evaluated as (2w) · σ(2t) - Σw (aten's sigmoid is about 10x faster than its tanh on CPU,
-``benchmarks/roofline.py``); the factor 2 is folded into the small per-item operands (2 V Q1 ...), so
-the big tensors see one GEMM write, one in-place sigmoid and one matrix-vector product.
+The model cuts a block into sub-blocks of at most ``SUB_PAIRS`` pairs, whose (pairs x (k + n) x m) tensors stay
+in the last-level cache, written into buffers reused across calls (one set per thread): fresh multi-MB tensors
+fault in every page on every call. w · tanh(t) is evaluated as (2w) · σ(2t) - Σw (aten's sigmoid is ~10x faster
+than its tanh on CPU, ``benchmarks/roofline.py``), the 2 folded into the small per-item operands.
 """
 
 from __future__ import annotations
@@ -28,14 +16,14 @@ import torch
 from torch import Tensor
 
 from .attention import cross_sim
-from .base import EPS
+from .base import EPS, safe_sqrt
 
 SUB_PAIRS = 128  # pairs of one sub-block: (k + n) m floats each, 6 MB at k=36, n=12, m=256 in float32
 
 _LOCAL = threading.local()
 
 
-def _buffer(name: str, shape: tuple[int, ...], like: Tensor) -> Tensor:
+def buffer(name: str, shape: tuple[int, ...], like: Tensor) -> Tensor:
     """A scratch tensor of this thread, reused across calls (its contents are overwritten)."""
     pool = getattr(_LOCAL, "pool", None)
     if pool is None:
@@ -77,7 +65,7 @@ def logits(op: Operands, inter: bool, semantic: bool, w_v: Tensor, w_u: Tensor, 
     like = op.vk
     if gemm_dtype is None and like.dtype == op.words.dtype:
         s = torch.mm(op.vk.reshape(ni * k, d), op.words.reshape(nt * n, d).T,
-                     out=_buffer("s", (ni * k, nt * n), like)).view(ni, k, nt, n)
+                     out=buffer("s", (ni * k, nt * n), like)).view(ni, k, nt, n)
     else:
         s = cross_sim(op.vk, op.words, gemm_dtype)
     hp = s.relu_().tanh_()  # [H]_+ = tanh([V K Uᵀ]_+)
@@ -92,18 +80,18 @@ def logits(op: Operands, inter: bool, semantic: bool, w_v: Tensor, w_u: Tensor, 
     m = w_v.shape[0]
     tv = tu = None
     if inter:  # Σ_i H^vu_ij 2Q4ᵀv_i: one GEMM per image, reading H^vu in place
-        tu = torch.bmm(h_vu.view(ni, k, nt * n).mT, op.p4, out=_buffer("tu", (ni, nt * n, m), like)).view(pairs, n, m)
+        tu = torch.bmm(h_vu.view(ni, k, nt * n).mT, op.p4, out=buffer("tu", (ni, nt * n, m), like)).view(pairs, n, m)
     if semantic:  # rows of H^uv and columns of H^vu as unit vectors (eq. 16-17), from the same squares
         r = h_uv * _inv_norm((sq * col_inv.square()).sum(dim=3, keepdim=True))
         c = h_vu * _inv_norm((sq * row_inv.square()).sum(dim=1, keepdim=True))
-        x = torch.bmm(r.view(ni, k, nt * n).mT, op.p1, out=_buffer("x", (ni, nt * n, m), like))  # Rᵀ 2VQ1
-        tv = torch.bmm(_pairs(r), x.view(pairs, n, m), out=_buffer("tv", (pairs, k, m), like))  # H^v 2VQ1
+        x = torch.bmm(r.view(ni, k, nt * n).mT, op.p1, out=buffer("x", (ni, nt * n, m), like))  # Rᵀ 2VQ1
+        tv = torch.bmm(_pairs(r), x.view(pairs, n, m), out=buffer("tv", (pairs, k, m), like))  # H^v 2VQ1
         cp = _pairs(c)
         hu, p3 = torch.bmm(cp.mT, cp), per_pair[1][:ni].reshape(pairs, n, m)  # H^u = Cᵀ C, (pairs, n, n)
-        tu = torch.bmm(hu, p3, out=_buffer("tu", (pairs, n, m), like)) if tu is None else tu.baddbmm_(hu, p3)
+        tu = torch.bmm(hu, p3, out=buffer("tu", (pairs, n, m), like)) if tu is None else tu.baddbmm_(hu, p3)
     if inter:
         p2, hv = per_pair[0][:ni].reshape(pairs, n, m), _pairs(h_uv)
-        tv = torch.bmm(hv, p2, out=_buffer("tv", (pairs, k, m), like)) if tv is None else tv.baddbmm_(hv, p2)
+        tv = torch.bmm(hv, p2, out=buffer("tv", (pairs, k, m), like)) if tv is None else tv.baddbmm_(hv, p2)
     if op.fa_v is not None:  # FA's pair-independent terms
         tv = tv.view(ni, nt, k, m).add_(op.fa_v[:, None]).view(pairs, k, m)
         tu = tu.view(ni, nt, n, m).add_(op.fa_u[None]).view(pairs, n, m)
@@ -112,10 +100,24 @@ def logits(op: Operands, inter: bool, semantic: bool, w_v: Tensor, w_u: Tensor, 
     return lv, lu
 
 
+def cosine(f: Tensor, g: Tensor, regions: Tensor, words: Tensor, gram_v: Tensor | None) -> Tensor:
+    """<v̂, û> of every pair, v̂ = V f (one GEMM per image), û = U g (one per caption), in this thread's buffers;
+    with ``gram_v`` (V Vᵀ per image) divided by ‖v̂‖ ‖û‖, ‖v̂‖² as fᵀ V Vᵀ f (k² a pair, not D)."""
+    (ni, nt, _), d = f.shape, regions.shape[-1]
+    v_hat = torch.bmm(f, regions, out=buffer("v_hat", (ni, nt, d), regions))
+    u_hat = torch.bmm(g.transpose(0, 1), words, out=buffer("u_hat", (nt, ni, d), words))
+    prod = buffer("prod", (ni, nt, d), words)
+    dot = torch.mul(v_hat, u_hat.transpose(0, 1), out=prod).sum(dim=2)
+    if gram_v is None:
+        return dot
+    v_sq, u_sq = (torch.bmm(f, gram_v) * f).sum(dim=2), torch.mul(u_hat, u_hat, out=prod.view(nt, ni, d)).sum(dim=2).T
+    return dot / (safe_sqrt(v_sq) * safe_sqrt(u_sq)).clamp(min=EPS)
+
+
 def per_pair(p: Tensor, n_images: int, name: str) -> Tensor:
     """A per-caption operand (Nt, n, m) laid out per pair, (n_images, Nt, n, m), in this thread's buffer
     ``name``: written once per caption chunk, read by every image sub-block."""
-    out = _buffer(name, (n_images, *p.shape), p)
+    out = buffer(name, (n_images, *p.shape), p)
     return out.copy_(p[None].expand_as(out))
 
 
