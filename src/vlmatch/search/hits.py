@@ -60,9 +60,8 @@ def sizes(k: int, candidates: int | None, n: int) -> tuple[int, int]:
 
 def ranked(coll: CollectionBackend, rows: np.ndarray, scores: np.ndarray, stage1_scores: np.ndarray, k: int, field: str, *,
            keep=None):
-    """The best ``k`` of re-scored candidates as hits: by stage-2 score, descending; equal scores keep key
-    order (stable). ``keep(row)`` False leaves a row out (a photo row naming a file outside the indexed
-    folder, :mod:`vlmatch.search.library.trust`) and the next candidate takes its place."""
+    """The best ``k`` of re-scored candidates as hits, by score descending (ties by key). ``keep(row)`` False leaves
+    a row out (:mod:`vlmatch.search.library.trust`) and the next candidate takes its place."""
     order = np.lexsort((rows, -scores.astype(np.float64)))
     out = []
     for a in range(0, len(order), max(k, 1)):

@@ -146,9 +146,8 @@ class Index:
         return txt, q.float().cpu().numpy()
 
     def search(self, text: str, k: int = 10, candidates: int | None = None, where=None) -> list[SearchHit]:
-        """The ``k`` best images for ``text``: top ``candidates`` by stage 1, re-ranked by the model.
-        ``where``: only photos that pass this filter (a :class:`vlmatch.search.filters.Where` or a dict of
-        its fields: ``after``, ``before``, ``camera``, ``under``, ``near``), applied in stage 1."""
+        """The ``k`` best images for ``text``: top ``candidates`` by stage 1, re-ranked by the model. ``where``: a
+        filter applied in stage 1 (a :class:`vlmatch.search.filters.Where` or a dict of its fields)."""
         return self.search_many([text], k, candidates, where)[0]
 
     @torch.no_grad()
@@ -169,9 +168,8 @@ class Index:
     @torch.no_grad()
     def rank_images(self, txt: TextEncoding, q: np.ndarray, k: int = 10, candidates: int | None = None,
                     where=None, texts: list[str] | None = None) -> list[list[SearchHit]]:
-        """Two-stage ranking of encoded queries: ``txt`` (the model's text encodings, one row per
-        query) and ``q`` (their stage-1 vectors, (n, d)); ``where``: a filter (see :meth:`search`); ``texts``: the
-        queries' words, for the AND re-scoring of the open-vocabulary part (:mod:`vlmatch.search.compose`)."""
+        """Two-stage ranking of encoded queries (``txt``: text encodings, ``q``: (n, d) stage-1 vectors); ``texts``:
+        their words, for the AND re-scoring (:mod:`vlmatch.search.compose`); ``where`` as in :meth:`search`."""
         coll = self._need("images")
         n_hits, cand = _sizes(k, candidates, len(coll))
         where = Where.of(where)
@@ -297,9 +295,8 @@ class Index:
         return res
 
     def image_features(self, image, backbone=None, mirror: bool = False) -> torch.Tensor:
-        """Grid features (1, k, dim) of an image (path, bytes, PIL image or uint8 array) with the
-        backbone the index was built with (or ``backbone``); with ``mirror``, (2, k, dim): the image's and its
-        mirror image's (one backbone pass)."""
+        """Grid features (1, k, dim) of an image (path, bytes, PIL image or uint8 array) with the index's backbone (or
+        ``backbone``); with ``mirror``, (2, k, dim): the image's and its mirror image's (one backbone pass)."""
         from ..features.backbones import backbone_for
         from ..features.views import mirror_pixels
 

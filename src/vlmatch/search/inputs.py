@@ -83,9 +83,8 @@ def image_row(root: Path, rel: str, item_id: int, meta: dict) -> dict:
 
 
 def image_batches(root: Path, backbone, *, batch_size: int, skip_bad: bool, date_from_mtime: bool = False):
-    """``batches(rels, done)``: the photos ``rels[done:]`` as backbone features, a batch at a time. The next
-    batch's files are read and decoded (in worker processes, :mod:`vlmatch.search.decoding`, or in a thread: the
-    decoders release the GIL) while the backbone encodes this one; a batch's problems surface in batch order."""
+    """``batches(rels, done)``: the photos ``rels[done:]`` as backbone features, a batch at a time; the next batch is
+    read and decoded (:mod:`vlmatch.search.decoding`, or a thread) while the backbone encodes this one."""
     from .decoding import decoder_pool, read_one
 
     size = backbone.info.input_size

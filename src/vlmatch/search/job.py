@@ -143,9 +143,9 @@ def now() -> str:
 
 @dataclass
 class Part:
-    """One collection to encode: its inputs (``keys``, in row order), how they are read (``batches(keys, done)``)
-    and encoded (``encode(batch) -> (encoding, stage-1 vectors)``), each kept input's table row
-    (``row_of(key, id, meta)``), its store rows' word width (captions) and what identifies the inputs."""
+    """One collection to encode: its inputs (``keys``), how they are read (``batches(keys, done)``), encoded
+    (``encode(batch) -> (encoding, stage-1 vectors)``) and tabled (``row_of(key, id, meta)``), what identifies
+    them, and a caption store's word width (``pad_to``)."""
 
     name: str
     keys: list

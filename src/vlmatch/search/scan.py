@@ -19,13 +19,17 @@ def scan_folder(root: Path, pairs: list | None = None) -> list[str]:
         raise DataError(root, "image folder not found")
     files = sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
                    if not p.name.startswith(".") and p.is_file() and (p.suffix.lower() in PHOTO_SUFFIXES
-                                                                     or sniff(file_head(p) or b"") is not None))
+                                                                     or _image_content(p)))
     if not files:
         raise DataError(root, f"no images ({', '.join(sorted(PHOTO_SUFFIXES))})")
     files, paired = pair_raws(files)
     if pairs is not None:
         pairs.extend(paired)
     return files
+
+
+def _image_content(path: Path) -> bool:
+    return sniff(file_head(path) or b"") is not None
 
 
 def file_stat(root: Path, rel: str) -> dict:

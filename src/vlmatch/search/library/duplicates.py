@@ -132,9 +132,8 @@ def copy_filter(pairs, rows: list[dict], threshold: float, copy_bits: int, stron
 
 
 def model_threshold(index) -> tuple[float, dict | None]:
-    """The threshold of the model that made an index's stage-1 vectors (its retriever, else its model): the one
-    its shipped registry record stores (:func:`vlmatch.pretrained.duplicates_record`, with that record), else
-    :data:`DEFAULT_THRESHOLD` (and None) for a model that records none."""
+    """(threshold, record) of the model that made an index's stage-1 vectors: its shipped registry record's
+    (:func:`vlmatch.pretrained.duplicates_record`), else (:data:`DEFAULT_THRESHOLD`, None)."""
     from ...pretrained import duplicates_record
 
     m = index.manifest

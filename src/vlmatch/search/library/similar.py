@@ -38,9 +38,8 @@ class LikeQuery:
 
 
 def embedding_width(index) -> int | None:
-    """How many leading columns of a stage-1 image vector are the stage-1 model's image embedding (the
-    rest are per-item extras, e.g. a calibrated model's offset columns); None when the vector is not
-    laid out that way (it is then used whole)."""
+    """How many leading columns of a stage-1 image vector are the image embedding (the rest: per-item extras such as
+    a calibrated model's offsets); None when the vector is not laid out that way (it is used whole)."""
     if index in _WIDTHS:
         return _WIDTHS[index]
     source = index.stage1_source
