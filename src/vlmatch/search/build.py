@@ -4,7 +4,7 @@ Layout of an index folder::
 
     manifest.json            model (name, sha256), retriever, backbone, dims, counts, versions, source
     model/, retriever/       copies of the checkpoints (the index is self-contained)
-    images/                  items.json (id, path, size, mtime_ns, sha1 per row), stage1.npy,
+    images/                  items.json (id, path, size, mtime_ns, sha256 per row), stage1.npy,
                              stage1.faiss, enc/ (stage-2 encodings, memory-mapped)
     captions/                the same for an indexed caption collection (items hold the text)
     build/                   work area of an interrupted build (resumed by re-running the command)
@@ -12,13 +12,9 @@ Layout of an index folder::
     .vlmatch.read.lock       shared by readers while they open the index, held alone by a writer while
                              it swaps its parts in and commits (every encoding and FAISS index done first)
 
-What belongs to an index, what the manifest records of each part, and how a build or an update
-replaces parts so that a kill at any point leaves one complete index: :mod:`vlmatch.search.backends.folder`.
-
-Under ``torchrun`` every rank encodes one contiguous shard of the inputs into
-``build/<what>/part-<rank>-of-<world>`` and rank 0 merges the parts (one process: one part). The
-collections take their files from the parts as hard links, so ``build/`` stays whole, and a build
-killed in its final phase resumes, until the commit.
+How parts are recorded and replaced so that a kill leaves one whole index: :mod:`vlmatch.search.backends.folder`.
+Under ``torchrun`` each rank encodes a contiguous shard into ``build/<what>/part-<rank>-of-<world>`` and rank 0
+merges them; collections take the parts' files as hard links, so ``build/`` stays whole until the commit.
 """
 
 from __future__ import annotations
@@ -52,20 +48,8 @@ from .backends.folder import (
 from .checks import read_items
 from .encode import encode_part, fingerprint, read_meta
 from .inputs import image_row, plan_changes
-from .job import (
-    BuildOptions,
-    Job,
-    Part,
-    UpdateOptions,
-    image_encoder,
-    index_models,
-    now,
-    prepare,
-    stage1_source,
-    update_part,
-    with_settings,
-)
-from .open_vocab import OpenVocab, check_pins, concepts_fix
+from .job import BuildOptions, Job, Part, UpdateOptions, now, prepare, update_encoder, update_part, with_settings
+from .open_vocab import OpenVocab
 from .scan import scan_folder
 from .stage1 import build_faiss, write_faiss
 from .store import allocate_npy, open_arrays
@@ -75,11 +59,7 @@ def build_index(target, model_ckpt, options: BuildOptions | None = None, **setti
     """Build (or resume building) an index of the checkpoint folder ``model_ckpt``; returns the manifest (None
     on ranks > 0 under torchrun). ``target``: an index folder, or a Milvus collection
     (:class:`vlmatch.search.backends.base.MilvusLocation`). ``options``: a :class:`vlmatch.search.job.BuildOptions`,
-    or its fields as keyword arguments (``build_index(out, ckpt, images="photos")``).
-
-    A folder must be new, empty or an index (or an interrupted build) of its own, and lie outside the image
-    folder; one build or update writes it at a time, and a build killed at any point leaves the previous index
-    whole. Milvus: :mod:`vlmatch.search.backends.milvus.build`."""
+    or its fields as keyword arguments (``build_index(out, ckpt, images="photos")``)."""
     opts = with_settings(BuildOptions, options, settings).check()
     if isinstance(target, MilvusLocation):
         from .backends.milvus.build import build_milvus
@@ -136,9 +116,8 @@ def _write(out: Path, job: Job, rank: int, world: int) -> dict | None:
 
 def encode_sharded(work: Path, part: Part, fp: str, dtype: str, *, rank: int = 0, world: int = 1,
                    progress: bool = True, desc: str = "encode") -> dict | None:
-    """Each rank encodes its contiguous shard of ``part``; rank 0 merges and returns the merged record
-    (``keys``: kept inputs in row order, ``meta``: their Batch.meta, ``bad``, ``folder`` with
-    stage1.npy and enc/, None when every input was skipped); others None."""
+    """Each rank encodes its shard of ``part``; rank 0 returns the merged record (``keys``: kept inputs in row
+    order, ``meta``, ``bad``, ``folder`` with stage1.npy and enc/, None when every input was skipped)."""
     keys = part.keys
     a, b = len(keys) * rank // world, len(keys) * (rank + 1) // world
     encode_part(work / f"part-{rank}-of-{world}", fingerprint(fp, a, b), b - a,
@@ -155,12 +134,20 @@ def encode_sharded(work: Path, part: Part, fp: str, dtype: str, *, rank: int = 0
     parts = [p for p, r in zip(parts, records, strict=True) if r["written"]]
     if len(parts) <= 1:
         return {**rec, "folder": parts[0] if parts else None}
-    merged = work / "merged"
+    return {**rec, "folder": merge_parts(parts, work / "merged", dtype)}
+
+
+def merge_parts(folders: list[Path], merged: Path, dtype: str, rows: list | None = None) -> Path:
+    """The encoded rows of ``folders`` (``rows[i]``: those of folder i to keep, None = all) as one folder ``merged``;
+    a folder none of whose rows is kept adds no stage-1 vectors (an older index's may be narrower)."""
     if merged.exists():
         shutil.rmtree(merged)
-    concat_stores([p / "enc" for p in parts], merged / "enc", dtype)
-    save_npy(merged / "stage1.npy", np.concatenate([np.load(p / "stage1.npy", mmap_mode="r") for p in parts]))
-    return {**rec, "folder": merged}
+    rows = rows or [None] * len(folders)
+    concat_stores([f / "enc" for f in folders], merged / "enc", dtype, rows)
+    vectors = [np.load(f / "stage1.npy", mmap_mode="r") for f in folders]
+    save_npy(merged / "stage1.npy", np.concatenate([v if r is None else v[r]
+                                                    for v, r in zip(vectors, rows, strict=True) if r is None or r]))
+    return merged
 
 
 def concat_stores(folders: list[Path], out: Path, dtype: str, rows: list | None = None) -> None:
@@ -209,10 +196,9 @@ def stage1_of(folder: Path, ann: str, nlist: int | None, hnsw_m: int):
 
 
 def write_collection(dest: Path, folder: Path, items: list[dict], stage1) -> dict:
-    """Make the collection folder ``dest`` of the encoded rows in ``folder`` (hard links: ``folder``
-    stays whole), ``items`` and ``stage1`` (:func:`stage1_of`); the old version stays as ``dest.prev``
-    until the commit (:func:`vlmatch.search.backends.folder.commit`). Returns the collection's entry of the
-    manifest. Call it holding :func:`vlmatch.search.backends.folder.swapping`."""
+    """Make the collection folder ``dest`` (the old one kept as ``dest.prev`` until the commit) of the encoded rows
+    in ``folder`` (hard links), ``items`` and ``stage1`` (:func:`stage1_of`), holding
+    :func:`vlmatch.search.backends.folder.swapping`; returns the collection's entry of the manifest."""
     index, info = stage1
     with atomic_dir(dest, keep_prev=True) as tmp:
         link_tree(folder / "enc", tmp / "enc")
@@ -263,10 +249,8 @@ def _update(out: Path, manifest: dict, parts: dict, opts: UpdateOptions) -> dict
     # are encoded again, as displayed (vlmatch.features.photo.READER_VERSION)
     stale_reader = manifest.get("reader", 1) < READER_VERSION
     open_vocab, add_concepts = OpenVocab.for_update(manifest, opts.concepts)
-    model, retriever = index_models(parts)  # sealed by the index's manifest
-    source = stage1_source(model, retriever, open_vocab)
-    if not add_concepts:  # new photos' concept columns must pair with the kept ones (and an index that would not
-        check_pins(open_vocab, manifest.get("open_vocab"), out, concepts_fix(out))  # search is not left as if up to date)
+    # an index whose columns are to be encoded again is not pinned (nor left, unsearchable, as if up to date)
+    source, encode = update_encoder(parts, manifest, open_vocab, out, pinned=not add_concepts)
     keep_rows, keep_items, todo, report = plan_changes(root, rels, old_items, stale_reader, add_concepts)
     if not todo and len(keep_rows) == len(old_items) and not add_concepts:
         shutil.rmtree(out / "build", ignore_errors=True)  # what an update killed before its commit left
@@ -279,7 +263,7 @@ def _update(out: Path, manifest: dict, parts: dict, opts: UpdateOptions) -> dict
     if todo:
         if opts.date_from_mtime:
             manifest["source"]["date_from_mtime"] = True
-        part = update_part(manifest, todo, image_encoder(model, source), opts)
+        part = update_part(manifest, todo, encode, opts)
         rec = encode_sharded(out / "build" / "update", part, fingerprint("update", todo, manifest["model"]["sha256"],
                                                                          manifest["created"]),
                              dtype, progress=opts.progress, desc="index new images")
@@ -296,19 +280,8 @@ def _update(out: Path, manifest: dict, parts: dict, opts: UpdateOptions) -> dict
         raise DataError(root, "nothing left to index: every image was deleted or skipped")
     written = ()
     if new_items or len(keep_rows) < len(old_items):  # else only unreadable new files: the collection stands
-        merged = out / "build" / "merged"
-        if merged.exists():
-            shutil.rmtree(merged)
-        coll = parts["images"]
-        folders, rows = [coll / "enc"], [keep_rows]
-        # (none kept when every photo is encoded again: an old index getting its concept vectors is wider now)
-        s1_parts = [np.load(coll / "stage1.npy", mmap_mode="r")[keep_rows]] if keep_rows else []
-        if new_items:
-            folders.append(rec["folder"] / "enc")
-            rows.append(None)
-            s1_parts.append(np.load(rec["folder"] / "stage1.npy"))
-        concat_stores(folders, merged / "enc", dtype, rows)
-        save_npy(merged / "stage1.npy", np.concatenate(s1_parts))
+        merged = merge_parts([parts["images"], *([rec["folder"]] if new_items else [])], out / "build" / "merged", dtype,
+                             [keep_rows, *([None] if new_items else [])])
         info = manifest["collections"]["images"]["stage1"]
         stage1 = stage1_of(merged, info.get("requested", "auto"), info.get("nlist") if info["kind"] == "ivf" else None,
                            info.get("M", 32))

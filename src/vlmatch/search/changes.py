@@ -12,10 +12,9 @@ from .scan import scan_folder
 
 
 def same_index_plan(out, images, model_ckpt, retriever_ckpt) -> dict | None:
-    """When ``out`` already holds a folder index of the photo folder ``images`` built with the same model
-    (and retriever), what ``index update`` would do there (:func:`plan_changes`' report, plus ``photos``: the
-    files a rebuild would encode); None otherwise (no index, another folder or model, an interrupted build
-    to resume, or an index that cannot be read: the build says what is wrong with it)."""
+    """When ``out`` already holds a folder index of the photo folder ``images`` with the same model (and retriever),
+    what ``index update`` would do there (:func:`plan_changes`' report, plus ``photos``: the files a rebuild would
+    encode); None otherwise, or where the index cannot be read (the build then says what is wrong)."""
     from ..checkpoints.digest import checkpoint_fingerprint
     from .backends.folder import open_parts
     from .checks import read_items

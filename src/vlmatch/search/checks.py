@@ -1,13 +1,6 @@
-"""Checks of what an index folder holds and of what goes into one, so that a damaged, hand-edited or
-unsuitable input fails with one line naming the file and the problem (never a KeyError or a
-library's message).
-
-* :func:`check_manifest`: ``manifest.json`` is an object with the fields opening an index reads.
-* :func:`read_items`: ``items.json`` is a list of objects with a unique integer ``id`` and the
-  collection's ``path`` (images) or ``text`` (captions).
-* :func:`read_captions`: a caption file for ``index build --captions``: its lines, refused when one
-  has more than :data:`MAX_CAPTION_TOKENS` tokens (every row of the caption store is as wide as the
-  longest caption), or when ``--nlist`` asks for more IVF lists than there are captions.
+"""Checks of what an index folder holds and of what goes into one (``manifest.json``, ``items.json``, a caption
+file, ``--nlist``), so that a damaged, hand-edited or unsuitable input fails with one line naming the file and the
+problem, never a KeyError or a library's message.
 """
 
 from __future__ import annotations
@@ -22,6 +15,7 @@ from ..io import read_json
 MAX_CAPTION_TOKENS = 128
 STAGE1_KINDS = ("flat", "ivf", "hnsw")
 COLLECTIONS = {"images": "path", "captions": "text"}  # collection -> the field its items carry
+REBUILD = "; build the index again"
 
 
 def _what(value) -> str:
@@ -31,30 +25,29 @@ def _what(value) -> str:
 def check_manifest(path, manifest) -> dict:
     """``manifest`` (read from ``path``) if it has the shape opening and updating an index rely on."""
     path = Path(path)
-    rebuild = "; build the index again"
     if not isinstance(manifest, dict):
-        raise DataError(path, f"an index manifest is a JSON object, this one is {_what(manifest)}{rebuild}")
+        raise DataError(path, f"an index manifest is a JSON object, this one is {_what(manifest)}{REBUILD}")
     model = manifest.get("model")
     if not isinstance(model, dict) or not isinstance(model.get("name"), str):
-        raise DataError(path, f"'model' must be an object with the model's 'name'{rebuild}")
+        raise DataError(path, f"'model' must be an object with the model's 'name'{REBUILD}")
     colls = manifest.get("collections")
     if not isinstance(colls, dict):
-        raise DataError(path, f"'collections' must be an object (images, captions), found {_what(colls)}{rebuild}")
+        raise DataError(path, f"'collections' must be an object (images, captions), found {_what(colls)}{REBUILD}")
     for name, coll in colls.items():
         if name not in COLLECTIONS:
-            raise DataError(path, f"unknown collection {name!r} (an index holds {' and '.join(COLLECTIONS)}){rebuild}")
+            raise DataError(path, f"unknown collection {name!r} (an index holds {' and '.join(COLLECTIONS)}){REBUILD}")
         info = coll.get("stage1") if isinstance(coll, dict) else None
         if not isinstance(info, dict):
-            raise DataError(path, f"collection {name!r} lacks its 'stage1' description{rebuild}")
+            raise DataError(path, f"collection {name!r} lacks its 'stage1' description{REBUILD}")
         if info.get("kind") not in STAGE1_KINDS:
             raise DataError(path, f"collection {name!r}: stage-1 kind {info.get('kind')!r} is not one of "
-                                  f"{', '.join(STAGE1_KINDS)}{rebuild}")
+                                  f"{', '.join(STAGE1_KINDS)}{REBUILD}")
     for key in ("dims", "backbone", "source"):
         if manifest.get(key) is not None and not isinstance(manifest[key], dict):
-            raise DataError(path, f"'{key}' must be an object, found {_what(manifest[key])}{rebuild}")
+            raise DataError(path, f"'{key}' must be an object, found {_what(manifest[key])}{REBUILD}")
     regions = (manifest.get("dims") or {}).get("regions")
     if regions is not None and (isinstance(regions, bool) or not isinstance(regions, int) or regions < 1):
-        raise DataError(path, f"dims.regions must be a positive integer, found {regions!r}{rebuild}")
+        raise DataError(path, f"dims.regions must be a positive integer, found {regions!r}{REBUILD}")
     return manifest
 
 
@@ -62,21 +55,20 @@ def read_items(path, field: str) -> list[dict]:
     """The table ``items.json``: objects with a unique integer ``id`` and a string ``field``."""
     path = Path(path)
     items = read_json(path, "missing (incomplete index?)")
-    rebuild = "; build the index again"
     if not isinstance(items, list):
-        raise DataError(path, f"the item table is a JSON list, this one is {_what(items)}{rebuild}")
+        raise DataError(path, f"the item table is a JSON list, this one is {_what(items)}{REBUILD}")
     seen = set()
     for row, it in enumerate(items):
         if not isinstance(it, dict):
-            raise DataError(path, f"row {row} is {_what(it)}, not an object{rebuild}")
+            raise DataError(path, f"row {row} is {_what(it)}, not an object{REBUILD}")
         i = it.get("id")
         if isinstance(i, bool) or not isinstance(i, int):
-            raise DataError(path, f"row {row} has no integer 'id' (found {i!r}){rebuild}")
+            raise DataError(path, f"row {row} has no integer 'id' (found {i!r}){REBUILD}")
         if i in seen:
-            raise DataError(path, f"id {i} appears twice (row {row}){rebuild}")
+            raise DataError(path, f"id {i} appears twice (row {row}){REBUILD}")
         seen.add(i)
         if not isinstance(it.get(field), str):
-            raise DataError(path, f"row {row} (id {i}) has no '{field}' string{rebuild}")
+            raise DataError(path, f"row {row} (id {i}) has no '{field}' string{REBUILD}")
     return items
 
 
@@ -104,13 +96,9 @@ def read_captions(model, path, ann: str = "auto", nlist: int | None = None, chun
     for a in range(0, len(caps), chunk):
         part = caps[a:a + chunk]
         # a line that could be far over the cap is tokenised alone: its padding is not paid chunk-wide
-        alone = [j for j, c in enumerate(part) if len(c) > 8 * MAX_CAPTION_TOKENS]
-        together = [j for j in range(len(part)) if len(part[j]) <= 8 * MAX_CAPTION_TOKENS]
-        lengths = {}
-        if together:
-            lengths.update(zip(together, model.tokenize([part[j] for j in together])[1].tolist(), strict=True))
-        for j in alone:
-            lengths[j] = int(model.tokenize([part[j]])[1][0])
+        together = [j for j, c in enumerate(part) if len(c) <= 8 * MAX_CAPTION_TOKENS]
+        lengths = dict(zip(together, model.tokenize([part[j] for j in together])[1].tolist(), strict=True)) if together else {}
+        lengths.update((j, int(model.tokenize([c])[1][0])) for j, c in enumerate(part) if j not in lengths)
         for j in range(len(part)):
             if lengths[j] > MAX_CAPTION_TOKENS:
                 raise DataError(path, f"line {a + j + 1} has {lengths[j]} tokens; captions of at most "

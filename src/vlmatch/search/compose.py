@@ -1,15 +1,10 @@
 """Queries that name two things ("a dog running on the beach"): the top candidates re-scored by how well *each*
 content word of the query is found in the photo.
 
-A single global vector per photo and per query (the default ranker) blurs a query into one point: an empty beach
-and a dog on grass both sit near "a dog on the beach". Each content word scored on its own says what the photo
-holds: the *AND evidence* of a candidate is its weakest word's score, standardised over the candidates
-(a photo that holds every named thing is not weak on any). A word's score is its sentence vector against the
-photo's concept vector (:mod:`vlmatch.models.concepts`; the ranker's own score of the word alone was tried too and
-helped less). The final score of the top candidates is the fused score, standardised over them, plus ``beta`` times
-that evidence; the order below them is untouched. On Flickr8k val's two-thing queries the gain is small
-(experiments/results/open_vocab/two_things_*.json) and costs one more text forward per query, so the shipped
-default's ``beta`` is 0 (off); an index's fusion record can turn it on.
+A candidate's *AND evidence* is its weakest word's score (the word's sentence vector against the photo's concept
+vector), each word standardised over the candidates; the final score is the fused score, standardised likewise,
+plus ``beta`` times that evidence. On Flickr8k val's two-thing queries the gain is small
+(experiments/results/open_vocab/two_things_*.json), so the shipped default's ``beta`` is 0 (off).
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
-"""Decoding photos in worker processes beside the backbone.
+"""Decoding photos in worker processes beside the backbone (a 12-megapixel HEIC takes about half a second of one
+core to decode): the build's reader thread hands each batch's files to a forked pool, which returns only the shrunk
+pixels (:func:`vlmatch.search.inputs.read_image`) while the backbone encodes the previous batch; a file's problem
+travels back as its one-line message.
 
-A 12-megapixel HEIC takes about half a second of one core to decode (HEVC has no reduced decode, where a JPEG
-decodes at 1/8 scale), so an index build of a phone library spends most of its time there. The build's
-reader thread hands each batch's files to a pool of processes, which read, decode and shrink each photo to
-the model's input size (:func:`vlmatch.search.inputs.read_image`) and send back only those pixels, while the
-backbone encodes the previous batch in the main process.
-
-The pool is forked (the children share the parent's loaded modules, and start in milliseconds), where the
-platform has ``fork``; it is used for builds and updates of at least :data:`MIN_FILES` photos, with
-``VLMATCH_DECODE_WORKERS`` processes (default: the machine's cores; 0 or 1: decode in the reader thread, as
-before). A problem with a file travels back as its one-line message, never as a traceback.
-
-A worker never outlives its build: a forked child inherits the parent's open files, ``flock``s included, so
-workers left behind by a ``kill -9`` of the build kept its ``.vlmatch.lock`` (and every rerun was refused,
-naming the dead build). Each worker therefore starts (:func:`_worker_start`) by dropping its copies of the
-lock files it inherited (the parent's own stay held: a flock lives until every copy is closed), and watches
-its parent, ending itself within :data:`WATCH_S` of the parent's death.
+A forked worker inherits the parent's open files, ``flock`` s included: left behind by a ``kill -9`` of the build,
+it would keep ``.vlmatch.lock`` held. So each worker first drops its copies of the lock files and ends itself within
+:data:`WATCH_S` of its parent's death (:func:`_worker_start`).
 """
 
 from __future__ import annotations
@@ -76,10 +66,9 @@ def _worker_start(parent: int) -> None:
 
 
 def _drop_inherited_locks() -> None:
-    """Point each inherited descriptor of a lock file (``.vlmatch.lock``, ``.vlmatch.read.lock``, a Milvus-lite
-    ``LOCK``...) at /dev/null: the lock is then the parent's alone and goes when it dies. The descriptor's
-    number stays valid (an object that owns it may still close it). Where the system lists no open files
-    (no /proc), nothing is dropped and the parent watch alone ends the worker."""
+    """Point each inherited descriptor of a lock file (``.vlmatch.lock``, a Milvus-lite ``LOCK``...) at /dev/null,
+    so that the lock is the parent's alone; its number stays valid for whatever owns it. Without /proc, nothing is
+    dropped and the parent watch alone ends the worker."""
     fds = Path("/proc/self/fd")
     try:
         entries = list(fds.iterdir())

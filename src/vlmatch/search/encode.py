@@ -1,9 +1,7 @@
 """Turning inputs into index rows: stage-1 vectors and stage-2 encodings, resumably.
 
-The stage-1 vector of an item comes from ``global_embeddings`` of the model itself or of a
-companion retriever -- never from an implicit mean of the cross-attention model's regions. As the
-protocol method takes an image and a text side together, the side not being indexed is a fixed
-placeholder whose output is discarded.
+The stage-1 vector comes from ``global_embeddings`` of the model or of a companion retriever, never from an implicit
+mean of a cross-attention model's regions; the side not being indexed is a fixed placeholder whose output is dropped.
 """
 
 from __future__ import annotations
@@ -24,15 +22,6 @@ from ..errors import DataError, VlmatchError
 from ..io import read_json, save_npy, write_bytes, write_json
 from ..models.base import ImageEncoding, MatchingModel, TextEncoding
 from .store import EncodingWriter, allocate_npy, reserve
-
-
-def _placeholder_text(m: MatchingModel) -> TextEncoding:
-    tokens, lengths = m.tokenize(["a"])
-    return m.encode_texts(tokens, lengths)
-
-
-def _placeholder_image(m: MatchingModel, n_regions: int) -> ImageEncoding:
-    return m.encode_images(torch.zeros(1, n_regions, m.cfg.img_dim))
 
 
 def _global(m: MatchingModel, img, txt):
@@ -58,8 +47,8 @@ class Stage1Source:
     def _placeholder(self, net: MatchingModel, side: str, n_regions: int = 0):
         key = (id(net), side, n_regions, net.training)
         if key not in self._placeholders:
-            self._placeholders[key] = (_placeholder_text(net) if side == "text"
-                                       else _placeholder_image(net, n_regions))
+            self._placeholders[key] = (net.encode_texts(*net.tokenize(["a"])) if side == "text"
+                                       else net.encode_images(torch.zeros(1, n_regions, net.cfg.img_dim)))
         return self._placeholders[key]
 
     def __post_init__(self):
@@ -126,15 +115,10 @@ def fingerprint(*parts) -> str:
 
 def encode_part(folder, fp: str, n: int, batches: Callable[[int], Iterator[Batch]], encode, dtype: str, *,
                 pad_to: int | None = None, desc: str = "encode", progress: bool = True) -> dict:
-    """Encode ``n`` inputs into ``folder`` (stage1.npy + enc/), resuming a run with the same ``fp``.
-
-    ``batches(done)`` yields :class:`Batch` es starting after the first ``done`` inputs;
-    ``encode(batch) -> (Encoding, stage-1 (B, d))``. Returns the progress record: rows ``written``
-    and the ``bad`` inputs skipped (each ``{"key", "error"}``); the rows are the inputs in order minus
-    the bad ones (kept implicit so the record stays small). Each row's ``Batch.meta`` is a line of
-    ``meta.jsonl`` (:func:`read_meta`). A part whose every input was skipped has no rows and no
-    files; the caller says whether that is an error.
-    """
+    """Encode ``n`` inputs into ``folder`` (stage1.npy, enc/, each row's ``Batch.meta`` a line of ``meta.jsonl``),
+    resuming a run with the same ``fp``. ``batches(done)`` yields the :class:`Batch` es after the first ``done``
+    inputs; ``encode(batch) -> (Encoding, stage-1 (B, d))``. Returns the progress record: rows ``written`` (the inputs
+    in order minus the ``bad`` ones, each ``{"key", "error"}``); a part whose every input was skipped has no files."""
     folder = Path(folder)
     prog_path = folder / "progress.json"
     meta_path = folder / "meta.jsonl"

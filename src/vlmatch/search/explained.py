@@ -1,20 +1,12 @@
-"""What an explanation's numbers are: the score ``search`` shows for a photo and a text, split into the part the
-heat maps draw and the part they cannot.
-
-With the open-vocabulary part (:mod:`vlmatch.search.open_vocab`) the score a search shows is the fused stage-1 score,
-``ranker + lam(q) x concept``. The ranking model's part is what the maps split (``contribution`` maps sum to it).
-The concept part is not linear over the photo's cells (the head's logits are pooled, then a softmax, a top-k and a
-unit length make the concept vector), so no map can split it: ``explain`` gives it as a number beside the ranking
-model's, the two adding up to the score shown. :func:`score_parts` reads an indexed photo's stored stage-1 vector
-(both backends), :func:`photo_parts` makes it from a photo's features as an index build would.
+"""What an explanation's numbers are: the score ``search`` shows for a photo and a text, split into the ranking
+model's part, which the heat maps split, and the open-vocabulary concept part, which no map can split (the concept
+vector pools the photo's cells before a softmax): ``explain`` gives it as a number beside the maps.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
-
-from ..errors import VlmatchError
 
 # the maps' own score and the ranking model's part of the shown score agree to this (the stored float16 encodings,
 # a batch of one against the build's batches); beyond it the maps split some other score and say so
@@ -29,10 +21,7 @@ def score_parts(index, item_id: int, text: str) -> dict:
     """``{"score", "ranker", "concepts"}`` of indexed photo ``item_id`` and ``text``: the score
     :meth:`vlmatch.Index.search` shows for that photo, its concept part (None without the open-vocabulary part, or
     where the score shown is the re-scorer's alone) and the rest (the ranking models')."""
-    coll = index._need("images")
-    key = coll.key_of(item_id)
-    if key is None:
-        raise VlmatchError(f"no image with id {item_id} in {index.root}")
+    coll, key = index._key(item_id)
     txt, q = index.encode_queries([text])
     v = coll.stage1_vectors([key])[0]
     s1 = float(q[0] @ v)

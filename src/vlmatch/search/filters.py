@@ -1,22 +1,9 @@
-"""Filters of a photo search: which photos a query may return (``--after``, ``--before``, ``--camera``,
-``--under``, ``--near``), applied in stage 1 so that a filtered query returns its true top k among the
-matching photos (not the survivors of an unfiltered top 100).
+"""Filters of a photo search (``--after``, ``--before``, ``--camera``, ``--under``, ``--near``), applied in stage 1
+so that a filtered query returns its true top k among the matching photos.
 
-:class:`Where` is the one description every interface passes (CLI flags, HTTP query parameters,
-``Index.search(..., where=...)``, a dict with the same keys). Each backend applies it in stage 1: the
-folder backend as a FAISS id selector over the rows that match (:meth:`Where.mask` on the table's
-columns), or, when few rows match (at most :data:`EXACT_BELOW`, or the candidates asked for), by scoring
-exactly those rows (no graph search); Milvus as a boolean expression over the items' scalar fields
-(:mod:`vlmatch.search.backends.milvus.filters`).
-
-- ``after`` / ``before``: inclusive bounds, ``YYYY-MM-DD`` (a whole day) or a full ISO 8601 time. Times
-  compare as the photo's own clock shows them (the EXIF time, its offset aside; a bound's offset is
-  dropped too): a photo taken at 23:30 on 1 June in Tokyo was taken on 1 June. A photo without a capture
-  time never passes a date filter.
-- ``camera``: a case-insensitive substring of the camera's make and model.
-- ``under``: a subfolder of the indexed photo folder (``2023/summer``): photos in it, at any depth.
-- ``near``: ``(lat, lon, km)``: photos whose GPS position is within ``km`` kilometres (great-circle
-  distance); photos without GPS never pass.
+:class:`Where` is the one description every interface passes; the folder backend applies it as a FAISS id selector
+over :meth:`Where.mask`'s rows (or scores those rows exactly when at most :data:`EXACT_BELOW` match), Milvus as a
+boolean expression (:mod:`vlmatch.search.backends.milvus.filters`). What each filter keeps: docs/search.md.
 """
 
 from __future__ import annotations
@@ -54,12 +41,10 @@ def _bound(value, name: str, end: bool) -> int | None:
         return None
     if isinstance(value, datetime):
         return clock_seconds(value)
-    if isinstance(value, date):
-        return clock_seconds(datetime.combine(value, time.max if end else time.min))
     text = str(value).strip()
     try:
-        if len(text) == 10:  # a whole day: from its first second to its last
-            d = date.fromisoformat(text)
+        if isinstance(value, date) or len(text) == 10:  # a whole day: from its first second to its last
+            d = value if isinstance(value, date) else date.fromisoformat(text)
             return clock_seconds(datetime.combine(d, time.max if end else time.min))
         return clock_seconds(datetime.fromisoformat(text.replace("Z", "+00:00")))
     except ValueError:

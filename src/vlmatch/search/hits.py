@@ -3,6 +3,7 @@ text search, :mod:`vlmatch.search.index`, and search by photo, :mod:`vlmatch.sea
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -47,7 +48,6 @@ def with_relevance(hits: list[SearchHit], relevance) -> list[SearchHit]:
     return hits
 
 
-
 def sizes(k: int, candidates: int | None, n: int) -> tuple[int, int]:
     if k < 1:
         raise ConfigError(f"k must be at least 1, not {k}")
@@ -60,9 +60,8 @@ def sizes(k: int, candidates: int | None, n: int) -> tuple[int, int]:
 
 def ranked(coll: CollectionBackend, rows: np.ndarray, scores: np.ndarray, stage1_scores: np.ndarray, k: int, field: str, *,
            keep=None):
-    """The best ``k`` of re-scored candidates as hits: by stage-2 score, descending; equal scores keep key
-    order (stable). ``keep(row)`` False leaves a row out (a photo row naming a file outside the indexed
-    folder, :mod:`vlmatch.search.library.trust`) and the next candidate takes its place."""
+    """The best ``k`` of re-scored candidates as hits, by score descending (ties by key). ``keep(row)`` False leaves
+    a row out (:mod:`vlmatch.search.library.trust`) and the next candidate takes its place."""
     order = np.lexsort((rows, -scores.astype(np.float64)))
     out = []
     for a in range(0, len(order), max(k, 1)):
@@ -84,7 +83,5 @@ def photo_fields(row: dict) -> dict:
 def shows_text(text) -> bool:
     """A query that shows something: a string with a character that is not white space (NBSP included), a control
     or a format character such as ZERO WIDTH SPACE (a text of only those reads as an empty one)."""
-    import unicodedata
-
     return isinstance(text, str) and any(not ch.isspace() and unicodedata.category(ch) not in ("Cf", "Cc")
                                          for ch in text)

@@ -1,14 +1,9 @@
-"""``vlmatch.Index``: open an index folder and search it in two stages.
+"""``vlmatch.Index``: open an index and search it in two stages.
 
-Stage 1 ranks the whole collection by the inner product of global vectors (FAISS); stage 2
-re-scores each query's top K candidates (default 100) with the model's own ``score`` through the
-scoring engine's block code (:func:`vlmatch.evaluation.scoring.score_blocks`), the function evaluation uses.
-The final ranking is by the stage-2 score (ties broken by row, stably) -- for an index built with
-``score="mean"`` the mean of the model's score and the retriever's (stage 1's) -- and each result carries
-its stage-1 score beside it. With ``candidates >= len(index)`` every item is re-scored: the exact,
-exhaustive ranking. A model whose score *is* the inner product of its stage-1 vectors (VSE++, the shipped
-default: ``MatchingModel.score_is_global``) needs no stage 2: its candidates are ranked by stage 1's exact
-float32 scores, and no encoding is fetched (on Milvus, one round trip fewer per query).
+Stage 1 ranks the whole collection by the inner product of global vectors (FAISS or Milvus); stage 2 re-scores each
+query's top ``candidates`` with the model's own ``score`` (:func:`vlmatch.evaluation.scoring.score_blocks`, as
+evaluation does), or, for a model whose score is that inner product (``MatchingModel.score_is_global``), keeps stage
+1's exact scores. ``candidates >= len(index)`` is the exhaustive ranking.
 
     idx = vlmatch.Index.open("my_index")
     for r in idx.search("a dog runs on the beach", k=10):
@@ -36,7 +31,7 @@ from .hits import DEFAULT_CANDIDATES, SearchHit, shows_text, with_relevance  # n
 from .hits import ranked as _ranked
 from .hits import sizes as _sizes
 from .library.trust import PhotoRoot
-from .open_vocab import OpenVocab, check_pins, concepts_fix
+from .open_vocab import OpenVocab, check_pins
 
 SearchResult = SearchHit  # its name before 0.2, kept for one release
 
@@ -52,18 +47,13 @@ class Index:
         self.retriever = None if retriever is None else retriever.eval()
         self.device = torch.device(device)
         self.stage1_source = Stage1Source(self.model, self.retriever, OpenVocab.from_manifest(manifest))
-        # the photos' concept columns and this process's query columns must come from the same lexicon, text
-        # encoder, options and basis: else they pair silently (vlmatch.search.open_vocab.check_pins)
-        check_pins(self.stage1_source.open_vocab, manifest.get("open_vocab"), self.root, concepts_fix(self.root))
-        dims = manifest.get("dims") or {}
-        self.n_regions = dims.get("regions") or 1
+        check_pins(self.stage1_source.open_vocab, manifest, self.root)  # else old photo columns pair with new queries
+        self.n_regions = (manifest.get("dims") or {}).get("regions") or 1
         colls = manifest.get("collections", {})
-        parts = parts or {}  # the folder of each part (opening resolves them: see vlmatch.search.backends.folder)
-        self.parts = parts
-        self.images = None
-        self.captions = None
-        if collections is not None:  # opened by another backend (vlmatch.search.backends.milvus.collection)
-            self.images, self.captions = collections.get("images"), collections.get("captions")
+        # the folder of each part (opening resolves them: see vlmatch.search.backends.folder)
+        self.parts = parts = parts or {}
+        # collections opened by another backend (vlmatch.search.backends.milvus.collection), else the folder's
+        self.images, self.captions = (collections or {}).get("images"), (collections or {}).get("captions")
         if "images" in colls and collections is None:
             tmpl = self.model.encode_images(torch.zeros(1, self.n_regions, self.model.cfg.img_dim))
             self.images = FolderCollection(parts.get("images", self.root / "images"), colls["images"], tmpl)
@@ -86,18 +76,10 @@ class Index:
     @classmethod
     def open(cls, path=None, device="cpu", lean_queries: bool = True, *, milvus_uri: str | None = None,
              collection: str | None = None, model=None, retriever=None) -> Index:
-        """Open an index folder written by ``vlmatch index build`` (models come from inside it), every
-        part checked against the manifest's records (:mod:`vlmatch.search.backends.folder`). ``lean_queries``:
-        prepare the lean transformer forward for text queries (:func:`vlmatch.encoders.hf.for_queries`:
-        about half a second here, half the text time of every query after); ``False`` for one query.
-
-        A Milvus index instead: ``Index.open(milvus_uri=URI, collection=NAME)`` (a token, if the server
-        needs one, from ``$VLMATCH_MILVUS_TOKEN``); its models are the checkpoints the collection
-        records, or ``model`` / ``retriever`` (folders), each checked against the recorded digest
-        (:mod:`vlmatch.search.backends.milvus.collection`)."""
-        from ..encoders.hf import for_queries
-        from ..models.registry import load_model
-
+        """Open an index folder written by ``vlmatch index build``, every part checked against the manifest
+        (:mod:`vlmatch.search.backends.folder`), or a Milvus index, ``Index.open(milvus_uri=URI, collection=NAME)``
+        (its models: the checkpoints it records, or ``model`` / ``retriever`` folders, checked against the digests).
+        ``lean_queries``: prepare the lean text forward (:func:`vlmatch.encoders.hf.for_queries`); False for one query."""
         if milvus_uri is not None or collection is not None:
             if path is not None:
                 raise ConfigError("open an index folder or a Milvus collection, not both")
@@ -106,12 +88,7 @@ class Index:
             loc = MilvusLocation(milvus_uri or "", collection or "")
             manifest, ckpts, colls = open_milvus(loc, model, retriever)
             with torch.no_grad():
-                # the copies an index holds are sealed by its manifest (an older index's have no checksums.json)
-                m = load_model(ckpts["model"], map_location=device, note_unsealed=False)
-                r = (load_model(ckpts["retriever"], map_location=device, note_unsealed=False) if "retriever" in ckpts
-                     else None)
-                for_queries(m, r, lean=lean_queries)
-                idx = cls(loc, manifest, m, r, device=device, parts=ckpts, collections={})
+                idx = cls(loc, manifest, *_models(ckpts, device, lean_queries), device=device, parts=ckpts, collections={})
                 idx.images, idx.captions = (colls(name, idx.model, idx.n_regions) for name in ("images", "captions"))
                 return idx
         if path is None:
@@ -125,12 +102,7 @@ class Index:
                 # one version, whole: a writer swaps parts in place only while no reader is opening
                 with reading(path), torch.no_grad():
                     manifest, parts = open_parts(path)
-                    # the copies an index holds are sealed by its manifest (an older index's have no checksums.json)
-                    model = load_model(parts["model"], map_location=device, note_unsealed=False)
-                    retriever = (load_model(parts["retriever"], map_location=device, note_unsealed=False)
-                                 if "retriever" in parts else None)
-                    for_queries(model, retriever, lean=lean_queries)
-                    return cls(path, manifest, model, retriever, device=device, parts=parts)
+                    return cls(path, manifest, *_models(parts, device, lean_queries), device=device, parts=parts)
             except (DataError, OSError):
                 if not tries or manifest_stamp(path) == stamp:
                     raise
@@ -147,11 +119,16 @@ class Index:
 
     def path_of(self, item_id: int) -> str:
         """The file path of the image with id ``item_id``."""
+        coll, key = self._key(item_id)
+        return self.photo_root.path(coll.items_of([key])[0])
+
+    def _key(self, item_id: int) -> tuple[CollectionBackend, object]:
+        """The image collection and its key of the image with id ``item_id``."""
         coll = self._need("images")
         key = coll.key_of(item_id)
         if key is None:
             raise VlmatchError(f"no image with id {item_id} in {self.root}")
-        return self.photo_root.path(coll.items_of([key])[0])
+        return coll, key
 
     def _need(self, which: str) -> CollectionBackend:
         coll = getattr(self, which)
@@ -169,9 +146,8 @@ class Index:
         return txt, q.float().cpu().numpy()
 
     def search(self, text: str, k: int = 10, candidates: int | None = None, where=None) -> list[SearchHit]:
-        """The ``k`` best images for ``text``: top ``candidates`` by stage 1, re-ranked by the model.
-        ``where``: only photos that pass this filter (a :class:`vlmatch.search.filters.Where` or a dict of
-        its fields: ``after``, ``before``, ``camera``, ``under``, ``near``), applied in stage 1."""
+        """The ``k`` best images for ``text``: top ``candidates`` by stage 1, re-ranked by the model. ``where``: a
+        filter applied in stage 1 (a :class:`vlmatch.search.filters.Where` or a dict of its fields)."""
         return self.search_many([text], k, candidates, where)[0]
 
     @torch.no_grad()
@@ -192,9 +168,8 @@ class Index:
     @torch.no_grad()
     def rank_images(self, txt: TextEncoding, q: np.ndarray, k: int = 10, candidates: int | None = None,
                     where=None, texts: list[str] | None = None) -> list[list[SearchHit]]:
-        """Two-stage ranking of encoded queries: ``txt`` (the model's text encodings, one row per
-        query) and ``q`` (their stage-1 vectors, (n, d)); ``where``: a filter (see :meth:`search`); ``texts``: the
-        queries' words, for the AND re-scoring of the open-vocabulary part (:mod:`vlmatch.search.compose`)."""
+        """Two-stage ranking of encoded queries (``txt``: text encodings, ``q``: (n, d) stage-1 vectors); ``texts``:
+        their words, for the AND re-scoring (:mod:`vlmatch.search.compose`); ``where`` as in :meth:`search`."""
         coll = self._need("images")
         n_hits, cand = _sizes(k, candidates, len(coll))
         where = Where.of(where)
@@ -217,12 +192,11 @@ class Index:
         rows, stage1_scores = rows[ok], stage1_scores[ok]
         if self.stage1_is_score:
             order = self._and_order(coll, text, rows, stage1_scores)
-            if order is not None:  # ranked by the AND re-scoring; each hit still shows its fused score
-                hits = _ranked(coll, rows, order, stage1_scores, k, "path", keep=self.photo_root.keep)
-                for h in hits:
-                    h.score = h.stage1_score
-                return hits
-            return _ranked(coll, rows, stage1_scores, stage1_scores, k, "path", keep=self.photo_root.keep)
+            hits = _ranked(coll, rows, stage1_scores if order is None else order, stage1_scores, k, "path",
+                           keep=self.photo_root.keep)
+            for h in hits:  # ranked by the AND re-scoring or not, each hit shows its fused score
+                h.score = h.stage1_score
+            return hits
         order = np.argsort(rows, kind="stable")  # read the memory map in file order
         rows, stage1_scores = rows[order], stage1_scores[order]
         img = coll.take(rows).to(self.device)
@@ -271,9 +245,8 @@ class Index:
     # --- photo -> photos (search by photo: vlmatch.search.library.similar) ---------------------------
     def search_like(self, image_or_id, k: int = 10, text: str | None = None, where=None,
                     candidates: int | None = None, text_weight: float | None = None) -> list[SearchHit]:
-        """The ``k`` indexed photos most like a photo (an indexed id, or a file path, bytes, PIL image or
-        array), optionally also matching ``text`` ("like this one, but at night"); ``where`` filters as in
-        :meth:`search`. How the scores are made and combined: :mod:`vlmatch.search.library.similar`."""
+        """The ``k`` indexed photos most like a photo (an indexed id, or a file path, bytes, PIL image or array),
+        optionally also matching ``text`` ("like this one, but at night"): :mod:`vlmatch.search.library.similar`."""
         from .library.similar import DEFAULT_TEXT_WEIGHT, search_like
 
         return search_like(self, image_or_id, k, text=text, where=where, candidates=candidates,
@@ -322,9 +295,8 @@ class Index:
         return res
 
     def image_features(self, image, backbone=None, mirror: bool = False) -> torch.Tensor:
-        """Grid features (1, k, dim) of an image (path, bytes, PIL image or uint8 array) with the
-        backbone the index was built with (or ``backbone``); with ``mirror``, (2, k, dim): the image's and its
-        mirror image's (one backbone pass)."""
+        """Grid features (1, k, dim) of an image (path, bytes, PIL image or uint8 array) with the index's backbone (or
+        ``backbone``); with ``mirror``, (2, k, dim): the image's and its mirror image's (one backbone pass)."""
         from ..features.backbones import backbone_for
         from ..features.views import mirror_pixels
 
@@ -345,14 +317,10 @@ class Index:
         return model, method
 
     def _explainer(self, method: str | None = None) -> tuple[MatchingModel, str, bool]:
-        """(model, method, mirror) whose maps explain a result; ``mirror``: the explaining model's shipped record
-        says its maps are averaged with the photo's mirror image's. With no ``method``: of the index's two models and the
-        shipped default explainer (``vlmatch explain``'s, which reads the photo file again with its own
-        backbone), the one whose registry entry records the best pointing figure on Flickr8k val (``vlmatch
-        pretrained``), with its method; for models that do not ship, the stage-2 model with its best method (an
-        index built from features, with no backbone to extract the photos' features again: its stored
-        attention). With a ``method``: the index's model that records the better pointing if it has the method,
-        else the other one that has it (the shipped explainer only explains by default)."""
+        """(model, method, mirror) whose maps explain a result (``mirror``: its shipped record averages the maps with
+        the mirror image's). No ``method``: of the index's models and the shipped default explainer, the one whose
+        registry entry records the best pointing (an index built from features: its stored attention); a
+        ``method``: the index's model with the better pointing that has it."""
         from ..evaluation.explainers import check_method, default_method, supports
         from ..pretrained import explainer_record
 
@@ -377,9 +345,8 @@ class Index:
         raise ConfigError(f"--method {method}: neither model of {self.root} has such maps")
 
     def _shipped_explainer_if_better(self, pointing: float) -> _ShippedExplainer | None:
-        """The shipped default explainer (its backbone None when it is the index's) when its
-        registry entry records a better pointing figure than ``pointing`` and its backbone is installed; else
-        None. Loaded once, on first use."""
+        """The shipped default explainer (loaded once) when its registry entry records a better pointing figure than
+        ``pointing`` and its backbone is installed (None when it is the index's); else None."""
         from ..features.backbones import backbone_for
         from ..models.registry import load_model
         from ..pretrained import default_explainer, get
@@ -400,18 +367,12 @@ class Index:
         return self._shipped_explainer or None
 
     def explain(self, item_id: int, text: str, method: str | None = None, phrases=(), mirror: bool | None = None):
-        """Heat maps of image ``item_id`` and ``text`` (a :class:`vlmatch.viz.attention.PairAttention`) by
-        ``method``, from the model :meth:`explainer` picks (default: the better-grounding model and method).
-        The stage-2 model's ``attention`` reads the stored encoding; everything else needs the raw grid
-        features, extracted again from the indexed photo file. ``mirror``: average each map with the photo's
-        mirror image's (:mod:`vlmatch.evaluation.mirror`); default: as the explaining model's shipped record
-        says."""
+        """Heat maps of image ``item_id`` and ``text`` (a :class:`vlmatch.viz.attention.PairAttention`) by ``method``,
+        from the model :meth:`explainer` picks; all but the stage-2 model's ``attention`` (the stored encoding) read
+        the photo file again. ``mirror``: average each map with the mirror image's (default: as the model's record)."""
         from ..viz.attention import attention_of_encodings, explain_pair
 
-        coll = self._need("images")
-        key = coll.key_of(item_id)
-        if key is None:
-            raise VlmatchError(f"no image with id {item_id} in {self.root}")
+        coll, key = self._key(item_id)
         model, method, recorded_mirror = self._explainer(method)
         path = self.photo_root.current(coll.items_of([key])[0])  # the file as indexed, else one line saying not
         shipped = self._shipped_explainer if self._shipped_explainer and self._shipped_explainer.model is model else None
@@ -458,6 +419,18 @@ class _ShippedExplainer:
     backbone: object | None  # a Backbone when it is not the index's own
     name: str  # its registry name
     mirror: bool = False  # its record explains with the photo's mirror view too
+
+
+def _models(parts: dict, device, lean: bool) -> tuple[MatchingModel, MatchingModel | None]:
+    """An index's model and retriever (``parts``: their folders), ready for queries. The copies an index holds are
+    sealed by its manifest (an older index's have no checksums.json)."""
+    from ..encoders.hf import for_queries
+    from ..models.registry import load_model
+
+    model, retriever = (load_model(parts[k], map_location=device, note_unsealed=False) if k in parts else None
+                        for k in ("model", "retriever"))
+    for_queries(model, retriever, lean=lean)
+    return model, retriever
 
 
 def _pixels(image, size: int) -> np.ndarray:

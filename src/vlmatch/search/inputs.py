@@ -58,11 +58,9 @@ def read_image(root: Path, rel: str, size: int, date_from_mtime: bool = False) -
 
 
 def photo_row(data: bytes, path: Path, mtime_ns: int | None = None) -> dict:
-    """What a table row records of a photo's EXIF (:func:`vlmatch.features.photometa.photo_meta`): ``taken``
-    (ISO 8601), ``camera``, ``gps`` [lat, lon], ``pixels`` [w, h] as displayed (``size`` is the file's bytes),
-    ``notes`` on tags that were there but unusable. ``mtime_ns``: ``--date-from-mtime``, the file's mtime
-    is the capture time of a photo without one (``taken_from``: ``"mtime"``). Never raises: the pixels
-    were read already, and a photo whose EXIF cannot be read is indexed without it."""
+    """What a table row records of a photo's EXIF (:func:`vlmatch.features.photometa.photo_meta`; ``pixels`` as
+    displayed), never raising: a photo whose EXIF cannot be read is indexed without it. ``mtime_ns``: the capture
+    time of a photo without one (``--date-from-mtime``; ``taken_from``: ``"mtime"``)."""
     from ..features.photo import open_image
 
     try:
@@ -85,9 +83,8 @@ def image_row(root: Path, rel: str, item_id: int, meta: dict) -> dict:
 
 
 def image_batches(root: Path, backbone, *, batch_size: int, skip_bad: bool, date_from_mtime: bool = False):
-    """``batches(rels, done)``: the photos ``rels[done:]`` as backbone features, a batch at a time. The next
-    batch's files are read and decoded (in worker processes, :mod:`vlmatch.search.decoding`, or in a thread: the
-    decoders release the GIL) while the backbone encodes this one; a batch's problems surface in batch order."""
+    """``batches(rels, done)``: the photos ``rels[done:]`` as backbone features, a batch at a time; the next batch is
+    read and decoded (:mod:`vlmatch.search.decoding`, or a thread) while the backbone encodes this one."""
     from .decoding import decoder_pool, read_one
 
     size = backbone.info.input_size
@@ -171,7 +168,8 @@ def precomp_features(features, split: str, model, manifest: dict):
     froot = resolve_data(features).resolve()
     feats = open_features(froot / f"{split}_ims.npy")
     fj = froot / "features.json"
-    used = read_json(fj).get("backbone") if fj.is_file() else None
+    info = read_json(fj) if fj.is_file() else {}
+    used = info.get("backbone")
     if used is not None:
         check_backbone(manifest["backbone"], used, model.cfg.img_dim, fj)
         manifest["backbone"] = used
@@ -184,17 +182,15 @@ def precomp_features(features, split: str, model, manifest: dict):
         names = names[:: len(names) // len(feats)] if len(names) % len(feats) == 0 else names
     if len(names) != len(feats):
         raise DataError(ids_path, f"{len(names)} ids for {len(feats)} images")
-    img_dir = read_json(fj).get("images_dir") if fj.is_file() else None
+    img_dir = info.get("images_dir")
     manifest["source"] = {"kind": "features", "root": str(froot), "split": split, "images_dir": img_dir}
     return feats.shape[1], names, img_dir, feats
 
 
 def plan_changes(root: Path, rels: list[str], old_items: list[dict], stale_reader: bool, add_concepts: bool = False):
-    """(rows kept, their items, the files to encode, report) for the photo folder's current files ``rels``
-    against the index's rows ``old_items``. A file is kept when its size and mtime are the row's, or its
-    bytes' SHA-256 is; ``stale_reader``: the index was encoded by an older photo reader, so a photo with an
-    EXIF orientation is encoded again (counted as ``reoriented``); ``add_concepts``: the index has no concept
-    vectors yet, so every unchanged photo is encoded again too (counted as ``concepts_added``)."""
+    """(rows kept, their items, the files to encode, report) for the folder's files ``rels`` against the index's
+    rows ``old_items``: a file is kept when its size and mtime, or its SHA-256, are the row's. Also encoded again:
+    with ``stale_reader`` a photo with an EXIF orientation (``reoriented``), with ``add_concepts`` every photo."""
     by_rel = {it["rel"]: (row, it) for row, it in enumerate(old_items)}
     keep_rows, keep_items, todo, reoriented, concept_only = [], [], [], 0, 0
     for rel in rels:

@@ -1,9 +1,6 @@
-"""What an index build is asked for and what it encodes, whatever the backend that stores it.
-
-:class:`BuildOptions` and :class:`UpdateOptions` hold a build's and an update's settings as one value (the CLI
-makes them from its flags). :func:`prepare` loads the models, reads the inputs' sources and writes the one
-manifest every backend commits; the backend (:mod:`vlmatch.search.build` for a folder,
-:mod:`vlmatch.search.backends.milvus.build` for Milvus) encodes the :class:`Part` s and adds where it put them."""
+"""What an index build is asked for and what it encodes, whatever the backend that stores it: :func:`prepare` loads
+the models, reads the sources and starts the one manifest every backend commits; the backend
+(:mod:`vlmatch.search.build`, :mod:`vlmatch.search.backends.milvus.build`) encodes the :class:`Part` s."""
 
 from __future__ import annotations
 
@@ -24,7 +21,7 @@ from ..weights import sha256_file
 from .checks import read_captions
 from .encode import Batch, Stage1Source, fingerprint
 from .inputs import caption_batches, feature_batches, image_batches, image_row, photo_folder, precomp_features
-from .open_vocab import OpenVocab
+from .open_vocab import OpenVocab, check_pins
 from .scan import file_stat
 
 SCORES = ("model", "mean")  # stage 2's ranking score (see BuildOptions.score)
@@ -34,15 +31,11 @@ SCORES = ("model", "mean")  # stage 2's ranking score (see BuildOptions.score)
 class BuildOptions:
     """What an index build reads and how it encodes and stores it (``vlmatch index build``'s flags).
 
-    One source of photos: ``images`` (a folder, searched recursively) or ``features`` (a precomp folder, its
-    ``split``); ``captions``: a caption file indexed for image -> text search. ``retriever_ckpt``: the stage-1
-    model where the model has no global part. ``score``: how stage 2 ranks the candidates, ``"model"`` (its own
-    score) or ``"mean"`` (the mean of the model's and the retriever's: the ensemble ``vlmatch evaluate
-    --checkpoint A B`` measures). ``open_vocab``: fuse the ranker's score with the zero-shot concept score
-    (:mod:`vlmatch.search.open_vocab`); None: where the model ships with a fusion, True: required, False: never.
-    ``date_from_mtime``: a photo without an EXIF capture time is dated by its file's mtime (kept by updates).
-    ``overwrite``: an index folder may hold other files too, which are kept
-    (:func:`vlmatch.search.backends.folder.check_out`)."""
+    One source of photos, ``images`` (a folder) or ``features`` (a precomp folder's ``split``), and/or ``captions``.
+    ``retriever_ckpt``: the stage-1 model where the model has no global part. ``score``: stage 2 ranks by the
+    model's own score (``"model"``) or its mean with the retriever's (``"mean"``). ``open_vocab``: None where the
+    model ships with a fusion (:mod:`vlmatch.search.open_vocab`), True required, False never. ``date_from_mtime``:
+    a photo without an EXIF capture time is dated by its mtime. ``overwrite``: the folder may hold other files."""
 
     images: str | Path | None = None
     features: str | Path | None = None
@@ -79,9 +72,8 @@ class BuildOptions:
 @dataclass(frozen=True)
 class UpdateOptions:
     """How an update encodes the new and changed photos of an image-folder index (``vlmatch index update``'s
-    flags). ``date_from_mtime`` (or a build that asked for it): photos without an EXIF capture time are dated by
-    their file's mtime. ``concepts``: also encode every photo's concept columns again, with this vlmatch's lexicon,
-    text encoder and basis (an index whose pins differ from them is refused until then)."""
+    flags). ``concepts``: also encode every photo's concept columns again, with this vlmatch's lexicon, text encoder
+    and basis (an index whose pins differ is refused until then)."""
 
     skip_bad: bool = False
     weights: str | Path | None = None
@@ -151,9 +143,9 @@ def now() -> str:
 
 @dataclass
 class Part:
-    """One collection to encode: its inputs (``keys``, in row order), how they are read (``batches(keys, done)``)
-    and encoded (``encode(batch) -> (encoding, stage-1 vectors)``), each kept input's table row
-    (``row_of(key, id, meta)``), its store rows' word width (captions) and what identifies the inputs."""
+    """One collection to encode: its inputs (``keys``), how they are read (``batches(keys, done)``), encoded
+    (``encode(batch) -> (encoding, stage-1 vectors)``) and tabled (``row_of(key, id, meta)``), what identifies
+    them, and a caption store's word width (``pad_to``)."""
 
     name: str
     keys: list
@@ -246,6 +238,16 @@ def index_models(checkpoints: dict) -> tuple[MatchingModel, MatchingModel | None
 
     model = load_model(checkpoints["model"], note_unsealed=False).eval()
     return model, load_model(checkpoints["retriever"], note_unsealed=False).eval() if "retriever" in checkpoints else None
+
+
+def update_encoder(checkpoints: dict, manifest: dict, open_vocab, where, *, pinned: bool = True):
+    """(stage-1 source, encode) of an update: the index's own models (``checkpoints``, checked against the manifest)
+    with ``open_vocab``, whose concept columns must pair with the kept photos' (``pinned``: refused before any write)."""
+    model, retriever = index_models(checkpoints)
+    source = stage1_source(model, retriever, open_vocab)
+    if pinned:
+        check_pins(open_vocab, manifest, where)
+    return source, image_encoder(model, source)
 
 
 def update_part(manifest: dict, rels: list[str], encode, opts: UpdateOptions) -> Part:

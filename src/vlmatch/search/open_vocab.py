@@ -1,43 +1,20 @@
 """Open-vocabulary search: the ranker's score fused with the zero-shot concept score, in one inner product.
 
-Every stage-1 photo vector of an index built with the open-vocabulary part ends in the photo's *concept vector*
-(:mod:`vlmatch.models.concepts`: what the backbone's ImageNet head sees, in the packaged MiniLM's base sentence
-space; 384 columns, from the same backbone pass as the ranker's features). A query's stage-1 vector ends in its
-own sentence vector times a weight ``lam(q)``, so stage 1 ranks by
-
-    fused(q, I) = s(q, I) + lam(q) * c(q, I)
-
-exactly, on every backend (FAISS or Milvus), with no second search. ``s`` is the ranker's score (calibrated where
-the ranker is) and ``c`` the cosine of the query's and the photo's concept vectors. The weight is the fusion
-chosen on the concept-held-out protocol (experiments/results/open_vocab.md):
-
-    lam(q) = (w0 + slope * rare(q)) * ratio
-
-``rare(q)``: the share of the query's content words that the ranker's training captions never use (a word the
-ranker never learned leans on the zero-shot scorer); ``ratio``: the ranker's score spread over the concept score's
-spread on the protocol's photos, so that ``w0`` weighs standardised scores.
-
-``dims`` (where a fusion sets it): the concept vectors of photos and queries alike are projected on the leading
-``dims`` principal directions of the concept names' vectors (a fixed basis, computed from the lexicon and the
-text space, nothing learned from photos). A photo's concept vector is a mixture of those name vectors, so the
-projection keeps nearly all of the score (correlation 0.998 at 128 of 384 on Flickr8k val) in a third of the
-columns: stage 1 reads fewer columns per photo (benchmarks/results/open_vocab_cost.md). The basis is computed again
-in each process from the name vectors (themselves computed per host); it is stable where it matters: for the
-shipped default, the 128th and 129th singular values stand 0.5 % apart, and name vectors perturbed by 1e-5 (more
-than two hosts' float paths differ) move the basis by at most 0.0012 per entry, the subspace by a cosine of
-0.999998. An index pins it (:meth:`OpenVocab.pins`: with the lexicon's digest, the sentence encoder's hash and the
-concept options) and is refused where this process computes otherwise (:func:`check_pins`).
-
-Search by photo reads only the model's embedding columns (:mod:`vlmatch.search.library.similar`): the concept columns
-of a photo query are zero.
+A photo's stage-1 vector ends in its concept vector (:mod:`vlmatch.models.concepts`), a query's in its sentence
+vector times ``lam(q) = (w0 + slope * rare(q)) * ratio``, so stage 1 ranks by ``s(q, I) + lam(q) * c(q, I)`` exactly
+on every backend; ``dims`` projects both on the leading principal directions of the concept names' vectors, and an
+index pins what its concept columns depend on (:meth:`OpenVocab.pins`, :func:`check_pins`). The fusion, the pins and
+the measurements: docs/open-vocabulary.md.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from importlib import resources
 
+import numpy as np
 import torch
 
 from ..errors import ConfigError
@@ -86,9 +63,7 @@ class Fusion:
     dims: int | None = None  # the concept columns: the leading principal directions of the names (None: all)
 
     def describe(self) -> dict:
-        return {"w0": self.w0, "slope": self.slope, "ratio": self.ratio, "words": self.words,
-                "concepts": dict(self.concepts), "relevance": dict(self.relevance), "and_beta": self.and_beta,
-                "text": self.text, "dims": self.dims}
+        return asdict(self)
 
     @classmethod
     def of(cls, record: dict) -> Fusion:
@@ -109,19 +84,15 @@ class Fusion:
 
 @dataclass(frozen=True)
 class Relevance:
-    """A score a person can read: the probability that a person calls the photo a match for the query, an increasing
-    map of the fused score fitted on judged Flickr8k val pairs (``scores`` -> ``probabilities`` knots, read by linear
-    interpolation; experiments/relevance_fit.py, experiments/results/open_vocab/relevance.json with its reliability
-    curve); ``threshold``: the relevance under which the best photo is unlikely to match ("no photo matches this
-    well")."""
+    """The probability that a person calls the photo a match: an increasing map of the fused score (``scores`` ->
+    ``probabilities`` knots, interpolated; experiments/relevance_fit.py); under ``threshold`` the best photo is
+    unlikely to match ("no photo matches this well")."""
 
     scores: tuple[float, ...]
     probabilities: tuple[float, ...]
     threshold: float
 
     def __call__(self, scores):
-        import numpy as np
-
         return np.interp(np.asarray(scores, dtype=np.float64), self.scores, self.probabilities)
 
     @classmethod
@@ -158,59 +129,49 @@ class OpenVocab:
     def __init__(self, backbone_name: str, fusion: Fusion):
         self.backbone_name = backbone_name
         self.fusion = fusion
-        self._scorer = None
-        self._embedder = None
         self._ranker = None
         self._vocab = training_words(fusion.words) if fusion.words else None
         self.relevance = Relevance.of(fusion.relevance)
-        self._basis: torch.Tensor | None = None
 
     @property
     def dim(self) -> int:
         """The concept columns: the projection's, else the sentence space's (384, MiniLM's, until it is loaded)."""
-        return self.fusion.dims or (self._embedder.dim if self._embedder is not None else 384)
+        return self.fusion.dims or (self.embedder.dim if "embedder" in self.__dict__ else 384)
 
     def bind(self, ranker) -> None:
         """The ranker whose text encoder a ``text: ranker`` fusion embeds with (Stage1Source binds its net)."""
         self._ranker = ranker
 
-    @property
+    @cached_property
     def embedder(self):
-        if self._embedder is None:
-            from ..encoders.hf import HFTextEncoder
-            from ..encoders.sentence import SentenceEmbedder
+        from ..encoders.hf import HFTextEncoder
+        from ..encoders.sentence import SentenceEmbedder
 
-            if self.fusion.text == "ranker":
-                hf = next((m for m in (self._ranker.modules() if self._ranker is not None else ())
-                           if isinstance(m, HFTextEncoder)), None)
-                if hf is None:
-                    raise ConfigError("this open-vocabulary fusion embeds with the ranker's transformer text encoder; "
-                                      "the model has none")
-                self._embedder = SentenceEmbedder(encoder=hf)
-            else:
-                self._embedder = SentenceEmbedder()
-        return self._embedder
+        if self.fusion.text != "ranker":
+            return SentenceEmbedder()
+        hf = next((m for m in (self._ranker.modules() if self._ranker is not None else ())
+                   if isinstance(m, HFTextEncoder)), None)
+        if hf is None:
+            raise ConfigError("this open-vocabulary fusion embeds with the ranker's transformer text encoder; "
+                              "the model has none")
+        return SentenceEmbedder(encoder=hf)
 
-    @property
+    @cached_property
     def scorer(self):
-        if self._scorer is None:
-            from ..features.concepts import imagenet_head
-            from ..models.concepts import ConceptOptions, ConceptScorer
+        from ..features.concepts import imagenet_head
+        from ..models.concepts import ConceptOptions, ConceptScorer
 
-            w, b = imagenet_head(self.backbone_name)
-            self._scorer = ConceptScorer(w, b, self.embedder, ConceptOptions(**self.fusion.concepts))
-        return self._scorer
+        w, b = imagenet_head(self.backbone_name)
+        return ConceptScorer(w, b, self.embedder, ConceptOptions(**self.fusion.concepts))
 
-    @property
+    @cached_property
     def basis(self) -> torch.Tensor | None:
         """(H, dims) the leading principal directions of the concept names' vectors (None: no projection)."""
         if self.fusion.dims is None:
             return None
-        if self._basis is None:
-            from ..models.concepts import principal_directions
+        from ..models.concepts import principal_directions
 
-            self._basis = principal_directions(self.scorer.name_vectors(), self.fusion.dims)
-        return self._basis
+        return principal_directions(self.scorer.name_vectors(), self.fusion.dims)
 
     def project(self, vectors: torch.Tensor) -> torch.Tensor:
         basis = self.basis
@@ -232,9 +193,8 @@ class OpenVocab:
         return self.text_vectors(texts) * self.weights(texts)[:, None]
 
     def pins(self) -> dict:
-        """What the concept columns depend on beyond the fusion's own fields, as this process computes them: the
-        lexicon's digest, the sentence encoder's hash, every concept option (defaults filled in), and for a
-        projection, the basis's :func:`basis_probe`. An index records them at build; opening it compares."""
+        """What the concept columns depend on beyond the fusion's fields, as this process computes them (lexicon
+        digest, sentence encoder hash, concept options, the basis's :func:`basis_probe`): an index records them."""
         from ..features.concepts import load_lexicon
         from ..models.concepts import ConceptOptions
 
@@ -269,10 +229,9 @@ class OpenVocab:
     @classmethod
     def for_model(cls, checkpoint, backbone: dict | None, want: bool | None = None, *,
                   weights_sha256: str | None = None) -> OpenVocab | None:
-        """The part a new index of ``checkpoint`` gets, or None. ``want`` None: where the model ships with a fusion
-        record (the default does) and its photos come from an EfficientNet-Lite backbone; True: required (an error
-        where it cannot be); False: never. ``weights_sha256``: the model named by its weights' digest instead, as a
-        manifest records it (an index's own copy of a model is stored otherwise)."""
+        """The part a new index of ``checkpoint`` (or of the model with ``weights_sha256``) gets, or None. ``want``
+        None: where the model ships with a fusion record and an EfficientNet-Lite backbone; True: required; False:
+        never."""
         from ..pretrained import open_vocab_record
 
         if want is False:
@@ -297,10 +256,9 @@ class OpenVocab:
 
     @classmethod
     def for_update(cls, manifest: dict, concepts: bool = False) -> tuple[OpenVocab | None, bool]:
-        """(the part an update of an index encodes with, whether every photo must be encoded again to add it). An
-        index built with the part keeps it (``concepts``: every photo's concept columns encoded again); one built
-        with --no-open-vocab stays without; one built before the part existed (no ``open_vocab`` key) gets it where
-        its model ships with a fusion: one more backbone pass per photo."""
+        """(the part an update encodes with, whether every photo is encoded again for it): an index keeps its part
+        (``concepts``: encoded again), one built --no-open-vocab stays without, and one built before the part existed
+        gets it where its model ships with a fusion."""
         if manifest.get("open_vocab"):
             return cls.from_manifest(manifest), concepts
         if "open_vocab" in manifest:
@@ -313,8 +271,10 @@ class OpenVocab:
         return part, part is not None
 
 
-# a basis computed on another host moves by at most 0.0012 per entry (the module's note): the probe's entries by a
-# few thousandths; another lexicon, text model or template moves them by about their own size (0.05)
+# the basis is computed again in each process: for the shipped default (128 of 384 columns, keeping the score at a
+# correlation of 0.998 on Flickr8k val; the 128th and 129th singular values 0.5 % apart) name vectors perturbed by
+# 1e-5 move it by at most 0.0012 per entry, the probe's entries by a few thousandths; another lexicon, text model or
+# template moves them by about their own size (0.05)
 BASIS_TOLERANCE = 0.01
 
 
@@ -326,19 +286,15 @@ def basis_probe(basis: torch.Tensor) -> list[float]:
     return [round(float(v), 6) for v in basis.double().T @ (probe / probe.norm())]
 
 
-def concepts_fix(root) -> str:
-    """The command that encodes an index's concept columns again (its pins then this process's)."""
-    if hasattr(root, "uri") and hasattr(root, "collection"):  # a Milvus index: its vector field is written once
-        return (f"build it again (`vlmatch index build --backend milvus --milvus-uri {root.uri} --collection "
-                f"{root.collection} --images DIR`)")
-    return f"run `vlmatch index update {root} --concepts` to encode them again"
-
-
-def check_pins(open_vocab: OpenVocab | None, record: dict | None, where, fix: str) -> None:
-    """Refuse, in one line, an index whose concept columns were made otherwise than this process would make its
-    queries' (``record``: the manifest's ``open_vocab``; ``fix``: the command that encodes them again)."""
-    if open_vocab is None:
+def check_pins(open_vocab: OpenVocab | None, manifest: dict, where) -> None:
+    """Refuse, in one line naming the fix, an index (``manifest`` of ``where``) whose concept columns were made
+    otherwise than this process would make its queries'."""
+    why = None if open_vocab is None else open_vocab.mismatch((manifest.get("open_vocab") or {}).get("pins"))
+    if why is None:
         return
-    why = open_vocab.mismatch((record or {}).get("pins"))
-    if why is not None:
-        raise ConfigError(f"{where}: its photos' concept columns do not match this vlmatch's queries ({why}): {fix}")
+    if hasattr(where, "uri") and hasattr(where, "collection"):  # a Milvus index: its vector field is written once
+        fix = (f"build it again (`vlmatch index build --backend milvus --milvus-uri {where.uri} --collection "
+               f"{where.collection} --images DIR`)")
+    else:
+        fix = f"run `vlmatch index update {where} --concepts` to encode them again"
+    raise ConfigError(f"{where}: its photos' concept columns do not match this vlmatch's queries ({why}): {fix}")

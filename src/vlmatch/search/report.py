@@ -1,10 +1,5 @@
-"""What an index build found, indexed and skipped, in a few lines a person reads.
-
-The build records in the manifest what it found in the photo folder by kind (``found``: JPEG, HEIC, PNG,
-TIFF, RAW, other, read from each file's first bytes, as the reader reads them), the RAW files that were
-left out for the JPEG of the same shot (``raw_pairs``), the files skipped with their reason (``skipped``)
-and how long the encoding took (``build``: seconds, photos encoded, photos/s); :func:`summary_lines` says it
-on screen, one reason per line however many files share it.
+"""What an index build found (``found`` by kind, ``raw_pairs``), indexed (``build``: seconds, photos/s) and skipped
+(``skipped``), as the manifest records it, in a few lines a person reads (:func:`summary_lines`).
 """
 
 from __future__ import annotations
@@ -17,16 +12,21 @@ _KIND = {"JPEG": "JPEG", "HEIF": "HEIC", "PNG": "PNG", "TIFF": "TIFF", "RAW": "R
 SHOWN = 10  # skipped files named one per line on screen; the manifest lists them all
 
 
+def file_head(path: Path) -> bytes | None:
+    """A file's first 32 bytes, what :func:`vlmatch.features.photo.sniff` reads; None where it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(32)
+    except OSError:
+        return None
+
+
 def kind_of(path: Path) -> str:
     """One of :data:`KINDS`, from the file's first bytes (and its suffix, which tells a NEF from a TIFF)."""
     from ..features.photo import sniff
 
-    try:
-        with open(path, "rb") as f:
-            head = f.read(32)
-    except OSError:
-        return "other"
-    return _KIND.get(sniff(head, path), "other")
+    head = file_head(path)
+    return "other" if head is None else _KIND.get(sniff(head, path), "other")
 
 
 def found_kinds(root: Path, rels: list[str]) -> dict[str, int]:

@@ -8,14 +8,13 @@ from pathlib import Path
 from ..errors import DataError
 from ..features.photo import PHOTO_SUFFIXES, sniff
 from ..features.raw import pair_raws
+from .report import file_head
 
 
 def scan_folder(root: Path, pairs: list | None = None) -> list[str]:
-    """Image files under ``root`` (recursively), as sorted POSIX paths relative to it: every file with a
-    photo suffix (:data:`~vlmatch.features.photo.PHOTO_SUFFIXES`; what it holds is read from its content
-    when it is encoded) and every other file whose first bytes are an image's (a photo saved without its
-    suffix). Hidden files (``.name``) are left out, and so is a camera RAW with a JPEG of the same shot
-    beside it (:func:`~vlmatch.features.raw.pair_raws`; ``pairs`` gets those pairs)."""
+    """Image files under ``root`` (recursively), as sorted POSIX paths relative to it: a photo suffix, or an image's
+    first bytes. Hidden files are left out, and so is a camera RAW with a JPEG of the same shot beside it
+    (:func:`~vlmatch.features.raw.pair_raws`; ``pairs`` gets those pairs)."""
     if not root.is_dir():
         raise DataError(root, "image folder not found")
     files = sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
@@ -30,11 +29,7 @@ def scan_folder(root: Path, pairs: list | None = None) -> list[str]:
 
 
 def _image_content(path: Path) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return sniff(f.read(32)) is not None
-    except OSError:
-        return False
+    return sniff(file_head(path) or b"") is not None
 
 
 def file_stat(root: Path, rel: str) -> dict:

@@ -1,15 +1,9 @@
 """Stage 1: per-item global vectors in a FAISS inner-product index.
 
-``flat`` (exact inner product) by default; above ``AUTO_ANN_THRESHOLD`` items ``auto`` picks HNSW
-(a graph: no training pass; ``efSearch`` 512). Graphs are weakest on unclustered vectors: on the
-search benchmark's synthetic 100k (near-isotropic means of random codes) the query's source image is
-in the top 100 for 0.47 of queries at efSearch 128 and 0.83 at 512 (exact: 1.00; timings in
-benchmarks/results/host_notes.md); trained embeddings cluster and fare better, but measure yours
-(``benchmarks/search.py``). ``ivf``
-(k-means lists, ``nprobe`` of them searched per query) on request. Single queries search on one
-thread: OpenMP workers spinning on a shared, busy CPU cost more than they save. The raw
-vectors are kept beside the FAISS file (``stage1.npy``, float32) so an update or a change of
-index type never re-encodes, and so that an exhaustive query scores every item exactly.
+``flat`` (exact) by default; ``auto`` picks HNSW above :data:`AUTO_ANN_THRESHOLD` items (``efSearch`` 512: graphs
+are weakest on unclustered vectors, so measure yours with ``benchmarks/search.py``); ``ivf`` on request. Single
+queries search on one thread. The raw vectors stay beside the FAISS file (``stage1.npy``), so an update never
+re-encodes and an exhaustive query scores every item exactly.
 """
 
 from __future__ import annotations
@@ -54,10 +48,9 @@ def build_faiss(vectors: np.ndarray, kind: str = "auto", nlist: int | None = Non
     if kind == "flat":
         index, info = faiss.IndexFlatIP(d), {}
     elif kind == "ivf":
-        if nlist is not None:
-            from .checks import check_nlist
+        from .checks import check_nlist
 
-            check_nlist(nlist, n, "items")
+        check_nlist(nlist, n, "items")
         nlist = nlist or max(1, min(n // 39, int(4 * math.sqrt(n))))  # faiss wants >= 39 points per list
         quant = faiss.IndexFlatIP(d)
         index = faiss.IndexIVFFlat(quant, d, nlist, faiss.METRIC_INNER_PRODUCT)
@@ -114,22 +107,12 @@ def _read_index(path: Path):
         raise DataError(path, f"not a readable FAISS index (truncated or damaged); {REBUILD}") from None
 
 
-def _kind_of(index) -> str | None:
-    faiss = _faiss()
-    if isinstance(index, faiss.IndexHNSW):
-        return "hnsw"
-    if isinstance(index, faiss.IndexIVF):
-        return "ivf"
-    if isinstance(index, faiss.IndexFlat):
-        return "flat"
-    return None
-
-
 def _check_index(folder: Path, info: dict, index, vectors: np.ndarray) -> dict:
     """The manifest's stage-1 description of ``folder``, checked against the FAISS file and the vectors."""
     faiss = _faiss()
     path = folder / "stage1.faiss"
-    kind = _kind_of(index)
+    kind = next((name for name, cls in (("hnsw", faiss.IndexHNSW), ("ivf", faiss.IndexIVF), ("flat", faiss.IndexFlat))
+                 if isinstance(index, cls)), None)
     if kind is None or index.metric_type != faiss.METRIC_INNER_PRODUCT:
         raise DataError(path, f"holds a {type(index).__name__} index, not one vlmatch writes (inner-product flat, IVF "
                               f"or HNSW); {REBUILD}")
@@ -168,31 +151,20 @@ class Stage1:
         return len(self.vectors)
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Top ``k`` (scores, rows) per query; rows are -1 where an ANN index found fewer.
-
-        ``k >= len(self)``: every item, scored exactly from the stored vectors (no ANN miss)."""
+        """Top ``k`` (scores, rows) per query; rows are -1 where an ANN index found fewer. ``k >= len(self)``: every
+        item, scored exactly from the stored vectors."""
         q = np.ascontiguousarray(queries, dtype=np.float32)
         n = len(self)
         if k >= n:
             scores = q @ np.asarray(self.vectors).T
             rows = np.argsort(-scores, axis=1, kind="stable")
             return np.take_along_axis(scores, rows, axis=1), rows
-        faiss = _faiss()
-        # FAISS and torch share one OpenMP runtime: setting FAISS's thread count sets torch's too, so it
-        # is put back afterwards (else every query after the first ran its text and stage 2 on one thread)
-        torch_threads = torch.get_num_threads()
-        faiss.omp_set_num_threads(1 if len(q) < 8 else max(1, os.cpu_count() or 1))
-        try:
-            return self.index.search(q, k)
-        finally:
-            torch.set_num_threads(torch_threads)
+        return _search(self.index, q, k)
 
     def search_subset(self, queries: np.ndarray, k: int, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`search` among the rows where ``mask`` is true (a filter: :mod:`vlmatch.search.filters`),
-        so the top ``k`` are the best matching rows, not the matching survivors of an unfiltered top ``k``.
-        Few rows (at most ``EXACT_BELOW``, or ``k``) are scored exactly: FAISS's flat scan with an id
-        selector (the flat index, or the HNSW graph's own flat storage: only the selected rows are
-        scored, none copied); more go through the graph or the IVF lists with the selector."""
+        """:meth:`search` among the rows where ``mask`` is true (a filter). Few rows (at most ``EXACT_BELOW``, or
+        ``k``) are scored exactly by a flat scan with an id selector (the HNSW graph's own flat storage: none
+        copied); more go through the graph or the IVF lists with the selector."""
         from .filters import EXACT_BELOW, top_k_of
 
         q = np.ascontiguousarray(queries, dtype=np.float32)
@@ -213,10 +185,16 @@ class Stage1:
         else:
             index = self.index
             params = faiss.SearchParametersIVF(sel=sel, nprobe=int(self.params.get("nprobe", 32)))
-        torch_threads = torch.get_num_threads()
-        faiss.omp_set_num_threads(1 if len(q) < 8 else max(1, os.cpu_count() or 1))
-        try:
-            scores, rows = index.search(q, k, params=params)  # bits stays referenced until the search returns
-        finally:
-            torch.set_num_threads(torch_threads)
+        scores, rows = _search(index, q, k, params=params)  # bits stays referenced until the search returns
         return np.where(rows >= 0, scores, -np.inf).astype(np.float32), rows
+
+
+def _search(index, q: np.ndarray, k: int, **params):
+    """``index.search`` on one thread for a few queries, on every core for a batch. FAISS and torch share one OpenMP
+    runtime, so torch's thread count is put back after (else every later query ran its text and stage 2 on one)."""
+    torch_threads = torch.get_num_threads()
+    _faiss().omp_set_num_threads(1 if len(q) < 8 else max(1, os.cpu_count() or 1))
+    try:
+        return index.search(q, k, **params)
+    finally:
+        torch.set_num_threads(torch_threads)

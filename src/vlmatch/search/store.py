@@ -1,18 +1,14 @@
-"""Encodings on disk: one memory-mapped ``.npy`` per tensor field of a model's Encoding.
+"""Encodings on disk: a folder ``enc/`` with one memory-mapped ``{field}.npy`` per tensor field of a model's Encoding
+(row i = item i) and ``fields.json`` (names, shapes, dtypes).
 
-A store is a folder ``enc/`` with ``{field}.npy`` (row i = item i) and ``fields.json`` (field
-names, shapes, dtypes). Floating fields are kept in the store's dtype (float16 by default: half the
-disk and page cache; its effect on the scores is measured in benchmarks/search.py), except the
-fields a model's Encoding lists in ``full_precision_fields`` (float32 always); integer and
-bool fields (lengths, masks) keep theirs. Fields with a word axis are zero-padded to the longest
-caption; ``TextEncoding.trim`` drops the padding again per block.
-
-Writers preallocate ``{field}.npy.partial`` and write rows in place, so an interrupted build
-reopens them and continues (see :mod:`vlmatch.search.build`).
+Floating fields are stored in the store's dtype (float16 by default) except a model's ``full_precision_fields``
+(float32); word-axis fields are zero-padded to the longest caption. Writers preallocate ``{field}.npy.partial``
+and write rows in place, so an interrupted build continues where it stopped.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -27,8 +23,6 @@ FLOAT_DTYPES = ("float16", "float32")
 
 
 def _not_written(path, e: OSError, size: int) -> DataError:
-    import errno
-
     full = e.errno in (errno.ENOSPC, errno.EDQUOT)
     return DataError(path, f"could not be written: {e.strerror or e} ({size / 1e6:.1f} MB needed"
                            + ("; the disk is full): free space and run the command again (what was indexed before is "
@@ -39,8 +33,6 @@ def reserve(path) -> None:
     """Reserve the disk blocks of the whole file ``path`` (``posix_fallocate``) before its memory map is written: a
     page of a memory map that the disk has no room for kills the process (SIGBUS, exit 135, no word), where a
     reservation that fails is an error naming the file. The file systems that cannot reserve are left as they are."""
-    import errno
-
     fd = os.open(path, os.O_RDWR)
     try:
         os.posix_fallocate(fd, 0, os.fstat(fd).st_size)

@@ -1,30 +1,10 @@
-"""Near-identical photos of an index (``vlmatch index duplicates``): resized, re-encoded, cropped or
-rotated copies of one photo.
+"""Near-identical photos of an index (``vlmatch index duplicates``): resized, re-encoded, cropped or rotated copies
+of one photo.
 
-Each photo's stage-1 image vector, as an image-image query (:func:`vlmatch.search.library.similar.image_query`:
-the cosine of the photos' unit embeddings for the shipped default), is searched against the index's own
-stage-1 FAISS index for its ``neighbours`` nearest photos; every pair at or above ``threshold`` is an
-edge, and the connected components (union-find) of two or more photos are the groups. A flat stage 1
-(up to 50,000 photos) makes this exact: every pair above the threshold is found, at a cost quadratic in
-the number of photos (FAISS's batched inner products); an HNSW stage 1 may miss a pair its graph does
-not reach. A group bigger than ``neighbours`` is still joined through its members' edges.
-
-Similarity alone says "the same kind of scene", not "the same photo": two beach photos, or two motorcyclists,
-reach it. So a pair is kept only when the photos' copy signals (:mod:`vlmatch.features.copyhash`, stored in each
-photo's row by the index build) agree too: at most ``copy_bits`` of 63 bits apart (in the closest of four turns)
-at or above ``threshold``, or at most ``strong_bits`` apart at any similarity (a photo turned a quarter reads a
-similarity of 0.1 to 0.5 to itself upright: the embedding is not made to turn; such pairs are found by looking the
-bits up, :func:`vlmatch.features.copyhash.near_pairs`, not among the nearest by similarity). A near-blank photo
-(``copy_flat``) is grouped only with a byte-identical file (the same SHA-256): its bits are noise, and two black
-frames are not one photo. A photo without a copy signal (an index built before it) is judged by similarity alone,
-and the report counts such photos (``without_copy_signal``: build the index again to add it). ``copies=False``
-(``--similar``) groups by similarity alone, as before the signal: look-alikes included.
-
-The limits are the model's own: a shipped model's registry record stores the threshold and bits chosen on one half
-of a set of Flickr8k val photos, their copies (resized, recompressed, cropped, turned, tone-mapped) and photos that
-look alike (the same kind of scene, the same scene a moment later) (``benchmarks/duplicates_copies.py``; its other
-half's precision and recall are in ``benchmarks/results/duplicates_copies.md``); :data:`DEFAULT_THRESHOLD`,
-:data:`DEFAULT_COPY_BITS` and :data:`DEFAULT_STRONG_BITS` are for a model that records none.
+Each photo's image query (:func:`vlmatch.search.library.similar.image_query`) is searched against the index's own
+stage 1 for its ``neighbours`` nearest; a pair is kept where the photos' copy signals
+(:mod:`vlmatch.features.copyhash`) agree too (:func:`copy_filter`), and the connected components of two or more
+photos are the groups. The rule, its limits and how they were chosen: docs/search.md, "Duplicate photos".
 """
 
 from __future__ import annotations
@@ -32,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import ConfigError
+from ..filters import top_k_of
 
 DEFAULT_THRESHOLD = 0.68
 DEFAULT_NEIGHBOURS = 16
@@ -88,18 +69,15 @@ def check_threshold(threshold: float) -> float:
 
 def similar_pairs(vectors: np.ndarray, queries: np.ndarray, threshold: float, neighbours: int = DEFAULT_NEIGHBOURS,
                   search=None) -> list[tuple[int, int, float]]:
-    """(i, j, similarity) with i < j for every pair at or above ``threshold`` among each row's
-    ``neighbours`` nearest. ``search(queries, k) -> (scores, rows)``: a stage-1 search (default: exact
-    inner products of ``queries`` against ``vectors``)."""
+    """(i, j, similarity) with i < j for every pair at or above ``threshold`` among each row's ``neighbours``
+    nearest by ``search(queries, k) -> (scores, rows)``, a stage-1 search (default: exact)."""
     n = len(vectors)
     if n < 2:
         return []
     k = min(n, neighbours + 1)  # the photo itself is among its own neighbours
-    if search is None:
+    if search is None:  # exact inner products
         def search(q, k):
-            s = q @ np.asarray(vectors, dtype=np.float32).T
-            rows = np.argsort(-s, axis=1, kind="stable")[:, :k]
-            return np.take_along_axis(s, rows, axis=1), rows
+            return top_k_of(q, vectors, np.arange(n), k)
     found: dict[tuple[int, int], float] = {}
     for a in range(0, n, 1024):
         scores, rows = search(np.ascontiguousarray(queries[a:a + 1024]), k)
@@ -154,9 +132,8 @@ def copy_filter(pairs, rows: list[dict], threshold: float, copy_bits: int, stron
 
 
 def model_threshold(index) -> tuple[float, dict | None]:
-    """The threshold of the model that made an index's stage-1 vectors (its retriever, else its model): the one
-    its shipped registry record stores (:func:`vlmatch.pretrained.duplicates_record`, with that record), else
-    :data:`DEFAULT_THRESHOLD` (and None) for a model that records none."""
+    """(threshold, record) of the model that made an index's stage-1 vectors: its shipped registry record's
+    (:func:`vlmatch.pretrained.duplicates_record`), else (:data:`DEFAULT_THRESHOLD`, None)."""
     from ...pretrained import duplicates_record
 
     m = index.manifest
@@ -173,8 +150,8 @@ def find_duplicates(index, threshold: float | None = None, neighbours: int = DEF
     own (:func:`model_threshold`); ``copies``: False groups by similarity alone (look-alikes too)."""
     from .similar import image_query
 
-    rec = model_threshold(index)[1] or {}
-    threshold = check_threshold(model_threshold(index)[0] if threshold is None else threshold)
+    own, rec = model_threshold(index)
+    threshold, rec = check_threshold(own if threshold is None else threshold), rec or {}
     coll = index._need("images")
     stage1 = getattr(coll, "stage1", None)
     if stage1 is None:

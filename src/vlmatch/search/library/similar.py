@@ -1,27 +1,11 @@
-"""Search by photo: the indexed photos most like a given one (``Index.search_like``, ``vlmatch search
---like``), optionally with a sentence ("like this one, but at night").
+"""Search by photo: the indexed photos most like a given one (``Index.search_like``, ``vlmatch search --like``),
+optionally with a sentence ("like this one, but at night").
 
-**Stage 1** ranks the photos by the inner product of stage-1 vectors: the query photo's (its stored
-vector for an indexed id, else the photo encoded with the index's backbone and model) against the
-stored ones. A stage-1 vector is made for image-*text* scores; where its first columns are the image
-embedding and the rest are per-item extras (a calibrated VSE++, the shipped default: ``[v, -c(I), 1]``),
-the query keeps only the embedding columns, so the inner product is exactly ``v . v'``, the cosine of
-the two photos' unit embeddings, with no offset terms.
-
-**Stage 2** re-scores the candidates with the model's own image-image score where it has one: for a
-model whose image encoding is one global embedding (VSE++ and the other global models) the cosine of
-the two stage-2 embeddings. An attention model (SCAN, CAAN ...) scores only image-text pairs: its
-region encodings have no trained image-image score, and inventing one (say, the mean of the best
-region matches) would be a score the model never learned; so for it the ranking stays the stage-1
-similarity of its retriever (stage 2 reports the same number).
-
-**With a text** the pool is the union of the photo's and the sentence's stage-1 candidates; each
-candidate gets its image-image similarity (as above) and the sentence's stage-2 score (as
-``Index.search`` gives it). The two are on different scales (a photo's near copies reach a cosine of
-0.95+, while the best text scores of the default model sit near 0.3-0.5), so each is standardised over
-the pool (z-score: minus its mean, over its standard deviation) and the final score is
-``text_weight * z_text + (1 - text_weight) * z_image``, ``text_weight`` 0.5 by default (``--text-weight``).
-``text_weight`` 0 ranks by the photo alone, 1 by the sentence alone among the pooled candidates.
+Stage 1 ranks by the inner product of the photos' stage-1 vectors with the per-item extra columns of the query
+zeroed (:func:`image_query`: the cosine of the unit embeddings); stage 2 by the model's image-image score where its
+encoding is one global embedding (an attention model has none: its ranking stays stage 1's). With a text, the two
+scores are standardised over the pooled candidates and mixed by ``text_weight``. The details: docs/search.md,
+"Search by photo".
 """
 
 from __future__ import annotations
@@ -54,9 +38,8 @@ class LikeQuery:
 
 
 def embedding_width(index) -> int | None:
-    """How many leading columns of a stage-1 image vector are the stage-1 model's image embedding (the
-    rest are per-item extras, e.g. a calibrated model's offset columns); None when the vector is not
-    laid out that way (it is then used whole)."""
+    """How many leading columns of a stage-1 image vector are the image embedding (the rest: per-item extras such as
+    a calibrated model's offsets); None when the vector is not laid out that way (it is used whole)."""
     if index in _WIDTHS:
         return _WIDTHS[index]
     source = index.stage1_source
@@ -83,11 +66,6 @@ def image_query(index, vectors: np.ndarray) -> np.ndarray:
     return q
 
 
-def stored_vectors(index, coll, keys) -> np.ndarray:
-    """The stage-1 vectors of indexed photos (by key), as the backend stores them (folder and Milvus alike)."""
-    return coll.stage1_vectors(np.asarray(keys, dtype=np.int64))
-
-
 def like_query(index, like) -> LikeQuery:
     """``like``: an indexed id (an int), or a photo: a file path (in or outside the index), its bytes, a
     PIL image or an HxWx3 uint8 array."""
@@ -98,7 +76,7 @@ def like_query(index, like) -> LikeQuery:
             raise ConfigError(f"like {like}: no image with that id in {index.root}")
         with torch.no_grad():
             enc = coll.take(np.array([key])).to(index.device)
-        return LikeQuery(enc, stored_vectors(index, coll, [key]), int(like))
+        return LikeQuery(enc, coll.stage1_vectors([key]), int(like))
     if isinstance(like, (str, Path)) and not Path(like).is_file():
         raise ConfigError(f"like {like}: no such photo file")
     enc, vec = index.encode_image(like)
@@ -131,9 +109,8 @@ def _stage1(coll, q: np.ndarray, k: int, where) -> tuple[np.ndarray, np.ndarray]
 @torch.no_grad()
 def search_like(index, like, k: int = 10, *, text: str | None = None, where=None, candidates: int | None = None,
                 text_weight: float = DEFAULT_TEXT_WEIGHT):
-    """The ``k`` indexed photos most like ``like`` (see :func:`like_query`), optionally also matching
-    ``text`` (weighted by ``text_weight``, see the module doc); ``where``: the filter of ``Index.search``.
-    Returns ``SearchHit`` s: ``score`` the final score, ``stage1_score`` the photos' stage-1 similarity."""
+    """The ``k`` indexed photos most like ``like`` (:func:`like_query`), optionally also matching ``text`` (weighted
+    by ``text_weight``), as ``SearchHit`` s whose ``stage1_score`` is the photos' stage-1 similarity."""
     if not 0.0 <= text_weight <= 1.0 or not np.isfinite(text_weight):
         raise ConfigError(f"text weight must be between 0 and 1, not {text_weight}")
     if text is not None and not shows_text(text):
@@ -152,7 +129,7 @@ def search_like(index, like, k: int = 10, *, text: str | None = None, where=None
         extra = np.setdiff1d(rows_t, rows)
         if len(extra):  # their image similarity, exactly
             rows = np.concatenate([rows, extra])
-            stage1_scores = np.concatenate([stage1_scores, stored_vectors(index, coll, extra) @ q[0]])
+            stage1_scores = np.concatenate([stage1_scores, coll.stage1_vectors(extra) @ q[0]])
         s1_text = dict(zip(rows_t.tolist(), st.tolist(), strict=True))
     order = np.argsort(rows, kind="stable")  # read the stored encodings in file order
     rows, stage1_scores = rows[order], stage1_scores[order]
@@ -167,33 +144,21 @@ def search_like(index, like, k: int = 10, *, text: str | None = None, where=None
     score = sim
     if txt is not None:
         ts = score_blocks(index.model, enc, [(np.arange(1), txt)], 1, max(1, len(rows)), progress=False)[:, 0]
-        if index.score_mode == "mean":  # the text's stage-1 score of each candidate, as Index.search fuses it
-            ts = _fused_text(index, coll, rows, ts, s1_text, tq)
-        elif index.stage1_is_score:  # Index.search ranks such a model by stage 1's exact scores: the same here
-            ts = _stage1_text(index, coll, rows, ts, s1_text, tq)
+        ts = _text_scores(index, coll, rows, ts, s1_text, tq)
         score = (text_weight * _zscore(ts) + (1 - text_weight) * _zscore(sim)).astype(np.float32)
     hits = ranked(coll, rows, np.asarray(score, dtype=np.float32), stage1_scores, n_hits, "path", keep=index.photo_root.keep)
     index.last_timings = {"image": t1 - t0, "stage1": t2 - t1, "stage2": time.perf_counter() - t2, "queries": 1}
     return hits
 
 
-def _text_stage1(index, coll, rows, s1_text: dict, tq: np.ndarray) -> dict:
-    """The sentence's stage-1 score of each candidate: its own stage-1 list's, and for a candidate outside it, the
-    inner product with the candidate's stored stage-1 vector."""
+def _text_scores(index, coll, rows, ts, s1_text: dict, tq: np.ndarray) -> np.ndarray:
+    """The sentence's score of each candidate as ``Index.search`` gives it: the model's (``ts``), stage 1's exact one
+    for a model ranked by it, or their mean for an index built with score "mean". A candidate outside the sentence's
+    stage-1 list (``s1_text``) gets the inner product with its stored stage-1 vector."""
+    if index.score_mode != "mean" and not index.stage1_is_score:
+        return ts
     missing = [r for r in rows.tolist() if r not in s1_text]
     if missing:
-        s1_text = {**s1_text, **dict(zip(missing, (stored_vectors(index, coll, missing) @ tq[0]).tolist(), strict=True))}
-    return s1_text
-
-
-def _stage1_text(index, coll, rows, ts, s1_text: dict, tq: np.ndarray) -> np.ndarray:
-    """The sentence's stage-1 score of each candidate (exact float32, as ``Index.search`` reports it for a model whose
-    score is its stage-1 inner product)."""
-    s1_text = _text_stage1(index, coll, rows, s1_text, tq)
-    return np.array([s1_text.get(r, float(t)) for r, t in zip(rows.tolist(), ts, strict=True)], dtype=np.float32)
-
-
-def _fused_text(index, coll, rows, ts, s1_text: dict, tq: np.ndarray) -> np.ndarray:
-    """An index built with score "mean": the sentence's score is the mean of the model's and stage 1's."""
-    s1_text = _text_stage1(index, coll, rows, s1_text, tq)
-    return (ts + np.array([s1_text[r] for r in rows.tolist()], dtype=np.float32)) / 2
+        s1_text = {**s1_text, **dict(zip(missing, (coll.stage1_vectors(missing) @ tq[0]).tolist(), strict=True))}
+    s1 = np.array([s1_text[r] for r in rows.tolist()], dtype=np.float32)
+    return (ts + s1) / 2 if index.score_mode == "mean" else s1

@@ -1,25 +1,9 @@
-"""Rows read from an index are not trusted with the file system: a photo's path must lie in the photo
-folder the index was built from.
+"""Rows read from an index are not trusted with the file system: a photo's ``path`` must be its ``rel`` (a plain
+relative path) in the photo folder the manifest records (``source.root``, or ``source.images_dir`` of features). A
+row naming anything else is left out of the results with a warning, and asking for its file is refused.
 
-An index's table rows (``items.json`` of a folder index, the ``item`` field of a Milvus collection) name
-each photo's file: ``path`` (absolute) and ``rel`` (inside the folder). A folder index hashes its table,
-but a Milvus row can be edited on the server by anyone who may write there, and the service reads the file
-a row names to show it. So a row is used only when ``rel`` is a plain relative path (no ``..``, not
-absolute) and ``path`` is that file of the folder the manifest records (``source.root`` of a photo folder,
-``source.images_dir`` of precomputed features); a row naming anything else is left out of the results with
-a warning, and asking for its file (``path_of``, a thumbnail, an explanation) is refused, as an upload that
-is not an image is.
-
-**What this protects, and what it does not.** The photo folder comes from the manifest, whose seal is an
-unkeyed SHA-256 of its own text: it tells a manifest damaged or edited by hand (and left so) from the one
-the build wrote, and the root check keeps an edited row, or a row copied from another index, from naming a
-file outside that folder. It is no defence against someone who may write the index itself: a writer of
-the Milvus collections (or of the index folder) can rewrite the manifest's ``source`` and recompute its
-seal, and the service then serves files of the folder it names (whatever the service's own user may
-read). Who may write the index is who may choose what the service shows: give write access to the
-Milvus collections (a token of a user with write privileges on them, ``$VLMATCH_MILVUS_TOKEN``) to the
-index owner only, and run the service as a user that can read nothing it should not show
-(docs/milvus.md, "Access").
+This keeps an edited row from naming a file outside that folder; it is no defence against a writer of the index
+itself, who can rewrite the manifest and its seal (docs/milvus.md, "Access").
 """
 
 from __future__ import annotations

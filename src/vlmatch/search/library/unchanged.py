@@ -1,19 +1,10 @@
-"""An indexed photo's file checked against what its row recorded, before it is explained, thumbnailed or
-served: the service and ``vlmatch explain --index --id`` show the photo that was encoded, or say it changed.
+"""An indexed photo's file checked against what its row recorded (``size``, ``mtime_ns``, ``sha256``) before it is
+explained, thumbnailed or served: the photo that was encoded is shown, or the error says it changed.
 
-A row of a photo folder's index records the file's ``size``, ``mtime_ns`` and ``sha256`` (as read by the
-build). :func:`check_unchanged` stats the file (following a symlink, as reading it would) and answers:
-
-- gone: :class:`PhotoMissing`;
-- not a regular file (a FIFO, a socket, a device, a folder): :class:`PhotoChanged`, from its stat alone --
-  the file is never opened (opening a FIFO waits for a writer: every request for it hung, holding a thread);
-- another size: :class:`PhotoChanged`;
-- the same size and mtime: unchanged (the build's own test of a file it already holds, :mod:`.changes`);
-- the same size, another mtime (touched, copied, rewritten): the content's SHA-256 decides, read through a
-  descriptor opened without waiting and checked to be a regular file; the verdict is kept per identity
-  (path, device, inode, size, mtime, ctime), so a touched photo is hashed once, not on every request.
-
-A row that records none of these (an index of precomputed features names items, not files) is not checked.
+:func:`check_unchanged` stats the file and never opens one that is not a regular file (opening a FIFO waits for a
+writer); a file whose mtime alone changed is hashed, through a descriptor opened without waiting, and the verdict is
+kept per identity (path, device, inode, size, mtime, ctime). A row that records none of these (an index of
+precomputed features) is not checked.
 """
 
 from __future__ import annotations

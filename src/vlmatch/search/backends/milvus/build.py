@@ -23,19 +23,8 @@ from ....checkpoints.digest import checkpoint_digest
 from ....errors import ConfigError, DataError
 from ....features.photo import READER_VERSION
 from ...inputs import plan_changes
-from ...job import (
-    BuildOptions,
-    Job,
-    Part,
-    UpdateOptions,
-    image_encoder,
-    index_models,
-    now,
-    prepare,
-    stage1_source,
-    update_part,
-)
-from ...open_vocab import OpenVocab, check_pins, concepts_fix
+from ...job import BuildOptions, Job, Part, UpdateOptions, now, prepare, update_encoder, update_part
+from ...open_vocab import OpenVocab
 from ...scan import scan_folder
 from ...stage1 import choose_kind
 from ..base import MilvusLocation
@@ -312,13 +301,9 @@ def _update(writer: _Writer, manifest: dict, opts: UpdateOptions) -> dict:
     client, name, gen = writer.client, writer.name, int(manifest["generation"])
     names = Names.of(name, gen, "images")
     root = Path(manifest["source"]["root"])
-    model, retriever = index_models(checkpoints(writer.loc, manifest))  # checked against the manifest's digests
     # an index built before the open-vocabulary part keeps its layout (a collection's vector width is fixed):
     # `index build` again adds the concept vectors (docs/open-vocabulary.md)
-    open_vocab = OpenVocab.from_manifest(manifest)
-    source = stage1_source(model, retriever, open_vocab)
-    # new photos' concept columns must pair with the kept ones: refused before anything is written
-    check_pins(open_vocab, manifest.get("open_vocab"), writer.loc, concepts_fix(writer.loc))
+    _, encode = update_encoder(checkpoints(writer.loc, manifest), manifest, OpenVocab.from_manifest(manifest), writer.loc)
     pending = read_prop(client, name, PENDING)
     if not (pending and pending.get("op") == "update" and pending.get("base") == manifest["seal"]):
         if pending:  # an unfinished build (or an update of another version): its generation goes
@@ -334,7 +319,7 @@ def _update(writer: _Writer, manifest: dict, opts: UpdateOptions) -> dict:
                 write_prop(client, name, MANIFEST, manifest)
             return {**pending["report"], "skipped": []}
         write_prop(client, name, PENDING, pending)
-    part = update_part(manifest, pending["todo"], image_encoder(model, source), opts)
+    part = update_part(manifest, pending["todo"], encode, opts)
     layout = Layout.from_dict(manifest["collections"]["images"]["layout"])
     for b in part.batches(part.keys, pending["done"]):
         if b.keys:
