@@ -1,16 +1,7 @@
-"""Run configuration: YAML files with three sections (model, data, train), ``--set`` overrides.
-
-Every option is declared once, as a dataclass field with :func:`vlmatch.options.option` metadata (type,
-range, allowed values, whether a resumed run may change it): ``model`` options in each model's
-``Config``, the ``data`` and ``train`` sections in :class:`DataOptions` and :class:`TrainOptions` here.
-A loaded config stays a plain dict (``cfg["train"]["lr"]``); the dataclasses are its schema.
-
-A config file may also hold a ``recipe:`` section: what the runner of experiments/ reads beside the config (the
-data the features come from, the backbone and input size that extract them, where the results row goes).
-Training ignores it, so ``vlmatch train --config RECIPE.yaml`` trains what the recipe records.
-
-Bundled configs live in ``vlmatch/configs`` (also reachable as ``configs/`` at the repo root);
-``--config NAME`` finds them by name, ``--config path.yaml`` reads any file.
+"""Run configuration: YAML files with sections model, data and train (plus a ``recipe:`` section training ignores),
+``--set`` overrides. Every option is a dataclass field with :func:`vlmatch.options.option` metadata (a model's
+``Config``; :class:`DataOptions` and :class:`TrainOptions` here); a loaded config stays a plain dict. ``--config NAME``
+finds a bundled config (``vlmatch/configs``), ``--config path.yaml`` reads any file.
 """
 
 from __future__ import annotations
@@ -183,10 +174,7 @@ def load_config(name_or_path: str | None = None, overrides: list[str] = (), extr
     cfg = copy.deepcopy(DEFAULTS)
     if name_or_path:
         path = resolve_path(name_or_path)
-        try:
-            data = parse_yaml(path.read_text(encoding="utf-8")) or {}
-        except (yaml.YAMLError, UnicodeDecodeError) as e:
-            raise DataError(path, f"not valid YAML: {yaml_problem(e)}") from None
+        data = read_yaml_file(path) or {}
         if not isinstance(data, dict):
             raise DataError(path, "a config must be a mapping with sections model, data, train")
         data.pop(RECIPE, None)
@@ -205,9 +193,8 @@ PATHS = (("data", "path"), ("data", "vocab"), ("data", "entities"), ("train", "i
 
 
 def check_config(cfg: dict, source: str | None = None) -> dict:
-    """Check every section against its declared types and ranges and every model option against the
-    model's ``Config``; returns a normalised copy (``1e3`` -> 1000 where an int is expected). All
-    problems are reported together, one line each, as a :class:`ConfigError`."""
+    """Check every section against its declared types and ranges and the model options against the model's
+    ``Config``; returns a normalised copy. All problems are raised together, one line each."""
     from ..models.registry import check_model_options
 
     out, problems = {}, []
