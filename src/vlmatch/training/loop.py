@@ -176,9 +176,7 @@ def _train(cfg: dict, run_dir: Path, resume: bool, progress: bool, overwrite: bo
     for epoch in range(state["epoch"], tc["epochs"]):
         lr = lr_at(tc, epoch)
         set_lr(optimizer, lr)
-        batches = epoch_batches(len(dataset), tc["batch_size"], tc["seed"], epoch, run.rank, run.world_size)
-        if tc["max_steps_per_epoch"]:
-            batches = batches[: tc["max_steps_per_epoch"]]
+        batches = _epoch_plan(len(dataset), tc, epoch, run.rank, run.world_size)
         start = state["step_in_epoch"]
         if hasattr(dataset, "set_epoch"):  # e.g. caption pairs drawn afresh each epoch
             dataset.set_epoch(tc["seed"], epoch)
@@ -300,7 +298,7 @@ def _resumed_state(run: _Run, ckpt: Path, model, optimizer, n_items: int) -> dic
     """The trainer state of ``ckpt``, checked against this run and its log, loaded into ``model`` and ``optimizer``;
     the log cut back to its step."""
     saved = read_state(ckpt)
-    check_steps(ckpt / "trainer_state.json", saved, [_steps_per_epoch(n_items, run.tc, 0, w)
+    check_steps(ckpt / "trainer_state.json", saved, [len(_epoch_plan(n_items, run.tc, 0, 0, w))
                                                      for w in (1, run.world_size)])
     check_log(ckpt / "trainer_state.json", saved, run.metrics_path)
     state = load_training_state(ckpt, model, optimizer)
@@ -335,9 +333,9 @@ def _save_last(run: _Run, model, optimizer, state: dict, t_start: float) -> None
     D.barrier()
 
 
-def _steps_per_epoch(n: int, tc: dict, rank: int, world_size: int) -> int:
-    steps = len(epoch_batches(n, tc["batch_size"], tc["seed"], 0, rank, world_size))
-    return min(steps, tc["max_steps_per_epoch"]) if tc["max_steps_per_epoch"] else steps
+def _epoch_plan(n: int, tc: dict, epoch: int, rank: int, world_size: int) -> list[list[int]]:
+    """The epoch's batches, capped at ``train.max_steps_per_epoch``."""
+    return epoch_batches(n, tc["batch_size"], tc["seed"], epoch, rank, world_size)[:tc["max_steps_per_epoch"] or None]
 
 
 def compiled_score(model):
