@@ -1,8 +1,7 @@
 """vlmatch: image-text matching and cross-modal retrieval on one engine.
 
-Importing the package is light (no torch): ``create_model``, ``load_model``, ``Index`` ... are imported on
-first use (PEP 562), so ``vlmatch --help`` and every command's argument errors answer without importing
-torch (benchmarks/cold_start.py measures it)."""
+``create_model``, ``load_model``, ``Index`` ... are imported on first use (PEP 562): importing the package, and so
+``vlmatch --help``, imports no torch."""
 
 from __future__ import annotations
 

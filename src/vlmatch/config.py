@@ -1,6 +1,4 @@
-"""Kept for one release: :mod:`vlmatch.config` is now :mod:`vlmatch.training.config` (import it from there).
-
-This name is the very same module object, so every function and setting is shared."""
+"""Kept for one release: :mod:`vlmatch.config` is now :mod:`vlmatch.training.config` (import it from there)."""
 
 import sys
 

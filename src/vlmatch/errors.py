@@ -6,10 +6,7 @@ class VlmatchError(Exception):
 
 
 class DataError(VlmatchError):
-    """Input data (features, captions, score matrices, configs) is missing or malformed.
-
-    The message always names the file and what is wrong with it.
-    """
+    """Input data (features, captions, score matrices, configs) is missing or malformed: the message names the file."""
 
     def __init__(self, path, problem: str | None = None):
         if problem is None:  # rebuilt from its message: unpickled, or re-raised from a DataLoader worker

@@ -1,27 +1,7 @@
-"""Atomic, durable file and directory writes: write to a temporary name, fsync, then rename.
-
-A crash (or a kill) part-way never leaves a half-written file or folder under the final name.
-Files and folders get the permissions the user's umask gives (``0o666`` / ``0o777`` masked, as
-``open`` and ``mkdir`` do); this module never changes the process umask.
-
-Folders (:func:`atomic_dir`, used for the ``last/`` and ``best/`` checkpoints and the parts of a
-search index) are swapped in these steps; the name in brackets is the hook :data:`crash_hook` is
-called with after each step (tests kill the process there; other multi-step writes name their own
-steps with :func:`crash_point`):
-
-1. stale temporaries ``.NAME.*.tmp`` left beside ``NAME`` by a killed writer are removed   [cleaned]
-2. the new version is written into a fresh ``.NAME.<random>.tmp``; every file in it and the
-   folder itself are fsynced, so it is complete and durable before anything old goes     [written]
-3. if ``NAME`` exists, an older ``NAME.prev`` is moved to the trash (a temporary name, then
-   removed) and ``NAME`` is renamed to ``NAME.prev``; if ``NAME`` does not exist, ``NAME.prev``
-   is the only complete version and is kept as it is                                     [old-moved]
-4. the new version is renamed to ``NAME`` and the parent folder fsynced                   [new-in]
-5. ``NAME.prev`` is moved to the trash and removed                                        [done]
-   (with ``keep_prev`` the caller does this later, once it has recorded the new version)
-
-Renames are atomic, so after a kill at any point ``NAME`` is complete if it exists, and otherwise
-``NAME.prev`` is (the documented fallback: :func:`complete_dir`, used by resume and ``load_model``).
-One writer per folder at a time.
+"""Atomic, durable writes: a temporary name, fsync, then rename, so a kill never leaves a half-written file or
+folder under the final name. Permissions follow the user's umask; the umask is never changed. A folder
+(:func:`atomic_dir`) is swapped in with the old version kept as ``NAME.prev`` until the new one is in, so after a
+kill ``NAME``, else ``NAME.prev``, is complete (:func:`complete_dir`). One writer per folder at a time.
 """
 
 from __future__ import annotations
@@ -32,10 +12,17 @@ import os
 import re
 import secrets
 import shutil
+import stat
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not a POSIX system: nothing to lock with
+    fcntl = None
 
 crash_hook: Callable[[str], None] | None = None  # tests: called with the name of each crash_point passed
 
@@ -62,12 +49,8 @@ def fsync_path(path: str | os.PathLike) -> None:
 
 
 def is_special(path: str | os.PathLike) -> bool:
-    """Whether ``path`` names something a rename must never replace, so it is written in place: a device, a FIFO
-    or a socket (``/dev/full``, ``/dev/null``, a named pipe a reader waits on), or a link under ``/dev/`` or
-    ``/proc/`` (``/dev/stdout``, ``/proc/self/fd/1``: the process's own output, whatever that output is; a regular
-    file in ``/dev/shm`` is written as any other)."""
-    import stat
-
+    """Whether ``path`` is written in place, never replaced by a rename: a device, a FIFO, a socket, or a link under
+    ``/dev/`` or ``/proc/`` (``/dev/stdout``: the process's own output)."""
     if os.path.islink(path) and str(Path(path).absolute()).startswith(("/dev/", "/proc/")):
         return True
     try:
@@ -79,10 +62,8 @@ def is_special(path: str | os.PathLike) -> bool:
 
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; on success fsync it and rename it onto ``path``. A special file
-    (:func:`is_special`: a device, a FIFO, ``/dev/stdout``) is yielded itself and written in place, never
-    replaced; a link to a regular file keeps its link (its target is replaced). A write that fails (a full disk,
-    ``/dev/full``) is a DataError naming ``path``; the old file is left as it was."""
+    """Yield a temporary path beside ``path``; on success fsync it and rename it onto ``path`` (a special file is
+    written in place; a link keeps its link). A failed write is a DataError naming ``path``; the old file stays."""
     from .errors import DataError
 
     path = Path(path)
@@ -160,9 +141,8 @@ def _escape(m: re.Match) -> str:
 
 
 def printable(text: str, controls: bool = False) -> str:
-    """``text`` as characters that encode to UTF-8: the raw bytes of a name that is not UTF-8 become
-    ``\\xNN`` (as ``ls -b`` shows them), other lone surrogates ``\\uXXXX``; with ``controls``,
-    line breaks, tabs and other control characters too (one table row stays one line)."""
+    """``text`` encodable as UTF-8: a non-UTF-8 name's raw bytes become ``\\xNN`` (as ``ls -b``), other lone
+    surrogates ``\\uXXXX``; with ``controls``, control characters too (a table row stays one line)."""
     text = _SURROGATE.sub(_escape, text)
     return _CONTROL.sub(_escape, text) if controls else text
 
@@ -220,9 +200,8 @@ def remove_dir(path: str | os.PathLike) -> None:
 
 
 def link_tree(src: str | os.PathLike, dst: str | os.PathLike) -> None:
-    """Make ``dst`` a copy of the file or folder ``src`` out of hard links (no data copied, ``src``
-    left whole), or of copies where the file system has no hard links. Only for files that are never
-    written in place again (both names share one content)."""
+    """``dst``: a copy of the file or folder ``src`` out of hard links (copies where there are none); only for
+    files never written in place again."""
     src, dst = Path(src), Path(dst)
     if src.is_dir():
         os.mkdir(dst, 0o777)
@@ -253,10 +232,10 @@ def clean_stale(path: str | os.PathLike) -> list[Path]:
 
 @contextmanager
 def atomic_dir(path: str | os.PathLike, keep_prev: bool = False) -> Iterator[Path]:
-    """Yield a fresh temporary folder; on success it replaces ``path`` whole (steps in the module doc).
-
-    ``keep_prev``: stop after step 4, leaving the old version as ``NAME.prev`` until the caller has
-    recorded the new one elsewhere (an index's manifest) and removes it with :func:`remove_dir`."""
+    """Yield a fresh temporary folder; on success it replaces ``path`` whole. Steps, each a :func:`crash_point`:
+    stale temporaries removed (cleaned), the new version fsynced (written), ``NAME`` renamed to ``NAME.prev``
+    (old-moved), the new one renamed to ``NAME`` (new-in), ``NAME.prev`` removed (done). ``keep_prev``: the
+    caller removes ``NAME.prev`` (:func:`remove_dir`) once it has recorded the new version."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     clean_stale(path)
@@ -298,16 +277,13 @@ LOCK = ".vlmatch.lock"
 
 @contextmanager
 def writer_lock(folder: str | os.PathLike, what: str, busy: str) -> Iterator[None]:
-    """Hold ``folder``'s writer lock (``flock`` on ``folder/.vlmatch.lock``, which records ``process PID
-    (what)``) for the duration; another writer is refused at once with a VlmatchError: ``FOLDER is being
-    written by process PID (what); BUSY``. The system drops the lock when its holder dies, so a killed
-    writer never leaves the folder locked. Used by index builds and updates and by training runs."""
+    """Hold ``folder``'s writer lock (``flock`` on ``folder/.vlmatch.lock``, recording ``process PID (what)``);
+    another writer is refused at once: ``FOLDER is being written by process PID (what); BUSY``. A killed
+    holder's lock is dropped by the system."""
     from .errors import VlmatchError
 
     folder = Path(folder)
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not a POSIX system: nothing to lock with
+    if fcntl is None:  # pragma: no cover
         yield
         return
     fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
@@ -328,14 +304,10 @@ def writer_lock(folder: str | os.PathLike, what: str, busy: str) -> Iterator[Non
 def shared_lock(path: str | os.PathLike, exclusive: bool, waiting: str, *, create: bool = True,
                 timeout: float | None = None, on_wait: Callable[[], None] | None = None,
                 timed_out: str = "") -> Iterator[bool]:
-    """Hold ``flock`` on the file ``path`` (made if missing and ``create``), shared or ``exclusive``,
-    waiting for it; :func:`crash_point` is called with ``waiting`` just before a wait (tests see who
-    waits), then ``on_wait`` (to say so). With ``timeout``, a wait longer than that many seconds is a
-    VlmatchError ``PATH: TIMED_OUT``. Yields True, or False where the file cannot be opened (missing, or
-    in a folder this user may only read): nothing to lock with, and nobody can write there to need it."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not a POSIX system
+    """Hold ``flock`` on ``path`` (made if missing and ``create``), shared or ``exclusive``; before a wait,
+    :func:`crash_point` (``waiting``) then ``on_wait``; past ``timeout`` seconds a VlmatchError ``PATH: TIMED_OUT``.
+    Yields True, or False where the file cannot be opened (then nobody can write there to need it)."""
+    if fcntl is None:  # pragma: no cover
         yield False
         return
     try:
@@ -364,9 +336,6 @@ def shared_lock(path: str | os.PathLike, exclusive: bool, waiting: str, *, creat
 
 
 def _poll_lock(fd: int, mode: int, timeout: float, path, timed_out: str) -> None:
-    import fcntl
-    import time
-
     from .errors import VlmatchError
 
     deadline = time.monotonic() + timeout

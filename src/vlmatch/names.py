@@ -1,26 +1,16 @@
-"""Names that become one folder or file name: a run's, a shipped model's.
-
-A name given in a recipe or on a command line is joined to a folder (``runs/<name>``,
-``pretrained/weights/<name>``, ``results/<name>.json``) and that path is then replaced whole: a name
-that is not exactly one ordinary path component would write, or remove, somewhere else (``.`` is the
-folder itself, ``..`` its parent, ``a/b`` a folder below). :func:`name_problem` says what is wrong with
-one, in words a one-line error can quote.
-"""
+"""Names that become one folder or file name (a run's, a shipped model's): such a path is replaced whole, so a name
+that is not exactly one ordinary path component (``.``, ``..``, ``a/b``) would write or remove somewhere else."""
 
 from __future__ import annotations
 
 import unicodedata
 
-# a file name's limit is 255 bytes on the usual file systems; vlmatch adds to a name for its temporaries and
-# records (".NAME.<12 hex>.tmp", "NAME.prev", "NAME.json", ".NAME.staging"), so a name keeps room for them
+# a file name's limit is 255 bytes, less room for what vlmatch adds (".NAME.<12 hex>.tmp", "NAME.prev", ...)
 MAX_BYTES = 200
 
 
 def name_problem(name) -> str | None:
-    """What keeps ``name`` from being one plain path component (None when nothing does): not a string,
-    empty, ``.`` or ``..``, a separator (``/``, ``\\``), a control or invisible character (NUL, a line
-    break, a zero-width space), a leading dot (a hidden name, as vlmatch's temporaries are), spaces at
-    either end, or longer than :data:`MAX_BYTES` bytes in UTF-8."""
+    """What keeps ``name`` from being one plain path component, in words a one-line error can quote (None: nothing)."""
     if not isinstance(name, str):
         return f"must be a string, not {type(name).__name__} {name!r}"
     if not name:

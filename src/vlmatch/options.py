@@ -1,23 +1,10 @@
-"""Options: typed checks of configuration values, one clear line per problem, before any work starts.
+"""Typed checks of configuration values, one line per problem, before any work starts.
 
-A value is checked against a :class:`Spec` (type, range, allowed values, null allowed). Numbers must
-be numbers: ``1e-4`` is one in any YAML file or ``--set`` (see :mod:`vlmatch.training.config`), but a quoted
-``"32"`` is a string and is refused, as is ``"false"`` where a boolean is expected (booleans are
-strict: ``true``/``false`` only, never 0/1 or strings). An integral float (``1e3``) is accepted
-where an integer is expected.
-
-Every option is a field of a dataclass, declared in one language: a model's ``Config`` and the ``data``
-and ``train`` sections of a run's config (:mod:`vlmatch.training.config`) alike. They are checked
-against their annotations, so a new model or option is checked without touching this module:
-
-* ``int``, ``float``, ``bool``, ``str``, ``X | None``, ``Literal["a", "b"]`` (allowed values),
-  ``list[X]`` / ``tuple[X, ...]``;
-* ranges and allowed values from field metadata: ``field(default=..., metadata={"min": 1, "max": 8,
-  "choices": (...)})`` (or :func:`option`);
-* without metadata, integers named like sizes (``*_dim``, ``*_size``, ``*layers``, ``*heads``) must be
-  at least 1, every other integer at least 0, and every float finite;
-* a ``__post_init__`` of the dataclass may raise ``ValueError`` for rules that tie several options
-  together; its message is reported like the others.
+Every option is a dataclass field (a model's ``Config``, the ``data`` and ``train`` sections), checked against its
+annotation (int, float, bool, str, ``X | None``, ``Literal``, ``list[X]``) and :func:`option` metadata (range,
+choices), so a new option needs nothing here. Types are strict (a quoted ``"32"`` or ``"false"`` is refused; an
+integral float is an int). Without metadata, size-like ints (``*_dim``, ``*_size``, ``*layers``, ``*heads``) are
+>= 1, other ints >= 0, floats finite. A ``__post_init__`` ``ValueError`` is reported like the others.
 """
 
 from __future__ import annotations
@@ -139,14 +126,10 @@ def raise_problems(problems: list[str], source: str | None = None) -> None:
 
 def option(default, *, min=None, max=None, gt: bool = False, choices=None, resumable: bool = False,  # noqa: A002
            doc: str = ""):
-    """A dataclass field with a declared range (``gt``: ``min`` is exclusive; on a list, every number in it)
-    or allowed values, checked by this module; ``resumable``: a run may be resumed with another value
-    (it does not change what is computed; see :mod:`vlmatch.training.rundir`)."""
-    meta = {k: v for k, v in (("min", min), ("max", max), ("choices", choices)) if v is not None}
-    if gt:
-        meta["gt"] = True
-    if resumable:
-        meta["resumable"] = True
+    """A dataclass field with a range (``gt``: ``min`` exclusive; on a list, for every number in it) or allowed
+    values; ``resumable``: a resumed run may change it (it does not change what is computed)."""
+    meta = {k: v for k, v in (("min", min), ("max", max), ("choices", choices), ("gt", gt or None),
+                                ("resumable", resumable or None)) if v is not None}
     return dataclasses.field(default=default, metadata={**meta, "doc": doc})
 
 

@@ -1,6 +1,4 @@
-"""Kept for one release: :mod:`vlmatch.rerank` is now :mod:`vlmatch.evaluation.rerank` (import it from there).
-
-This name is the very same module object, so every function and setting is shared."""
+"""Kept for one release: :mod:`vlmatch.rerank` is now :mod:`vlmatch.evaluation.rerank` (import it from there)."""
 
 import sys
 

@@ -1,9 +1,5 @@
-"""Weight files from anywhere: content hash, and shapes read from the safetensors header.
-
-A checkpoint's ``config.json`` records ``weights_sha256``, the SHA-256 of ``model.safetensors``;
-loading verifies it, so a corrupted or swapped file is refused instead of silently changing the
-results. Shapes are compared with the header (a few KB read) before a model is built, so a
-``config.json`` whose sizes do not fit the weights (or are absurd) never allocates anything.
+"""Weight files: their content hash (checked against what config.json records), their shapes read from the
+safetensors header before a model is built, and building a model on the meta device (no memory) to fill from one.
 """
 
 from __future__ import annotations
@@ -30,8 +26,7 @@ def hash_file_into(h, path) -> None:
 
 
 def verify_sha256(path, expected: str | None, recorded_in, actual: str | None = None) -> None:
-    """Refuse ``path`` if its SHA-256 (``actual`` when the caller has it) is not ``expected`` (nothing to
-    check when None)."""
+    """Refuse ``path`` if its SHA-256 (``actual`` when the caller has it) is not ``expected`` (when given)."""
     if expected is None:
         return
     path = Path(path)
@@ -75,13 +70,11 @@ def describe_problems(problems: list[str]) -> str:
     return "; ".join(problems[:3]) + more
 
 
-
 _INITS = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_", "dirac_", "xavier_uniform_",
           "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_", "sparse_")
 
 
-# whether this thread is inside a meta build (initialisers skipped): per thread, so a model another thread
-# builds meanwhile initialises as usual, and nothing global is left switched off by a build that fails
+# whether this thread is inside a meta build (initialisers skipped): other threads initialise as usual
 _BUILD = threading.local()
 _SWITCH_LOCK = threading.Lock()
 
@@ -104,9 +97,8 @@ _REAL: dict[str, object] = {}  # the initialisers the switches replaced, put bac
 
 
 def _install_switches() -> None:
-    """Wrap torch.nn.init's initialisers while a meta build runs (outside one, in any thread, they call through
-    unchanged); the first build to start installs them, the last to end puts torch's own back, so nothing of
-    torch stays changed once vlmatch has built its models."""
+    """Wrap torch.nn.init's initialisers (calling through outside a meta build) from the first meta build's start
+    to the last one's end, when torch's own are put back."""
     from torch.nn import init
 
     with _SWITCH_LOCK:
@@ -136,10 +128,7 @@ def _remove_switches() -> None:
 @contextmanager
 def meta_build():
     """Build modules on the meta device (shapes, no memory) with ``torch.nn.init`` skipped in this thread: their
-    values come from a weights file (``load_state_dict(assign=True)``), and an initialiser run on a meta tensor
-    goes through torch's reference implementations, whose first use imports torch's compiler stack (seconds
-    of a command's start). Other threads initialise as usual meanwhile. ``torch.nn.init`` is wrapped only
-    while a meta build runs (in any thread), and is torch's own again after the last one ends."""
+    values come from a weights file, and an initialiser on a meta tensor imports torch's compiler stack (seconds)."""
     _install_switches()
     try:
         with _building(meta=True):
@@ -150,17 +139,14 @@ def meta_build():
 
 @contextmanager
 def real_build():
-    """Inside a :func:`meta_build`, build something for real: on the CPU, with ``torch.nn.init`` working (a
-    frozen pretrained model a module loads in its constructor, whose missing weights its library
-    initialises)."""
+    """Inside a :func:`meta_build`, build on the CPU with ``torch.nn.init`` working (a frozen pretrained model)."""
     with _building(meta=False):
         yield
 
 
 @contextmanager
 def _building(meta: bool):
-    """This thread builds on the meta device with initialisers skipped (``meta``), or on the CPU with them working,
-    until the block ends (then as before)."""
+    """This thread builds on the meta device, initialisers skipped (``meta``), or on the CPU, until the block ends."""
     import torch
 
     before = getattr(_BUILD, "meta", False)

@@ -1,7 +1,5 @@
 """What a script of the rooms reads that another command makes, checked before its first expensive step: a missing
-input ends the script at once with one line saying what to run first (not with a traceback after minutes of work).
-Every script of benchmarks/, experiments/ and release/ that reads the Flickr8k feature cache, the shared data or a
-trained run calls these first."""
+input ends the script at once with one line saying what to run first."""
 
 from __future__ import annotations
 

@@ -22,13 +22,8 @@ from pathlib import Path
 
 _PARTS = ("rootCoord", "proxy", "queryCoord", "queryNode", "indexNode", "dataCoord", "dataNode")
 
-# Test timers: a server's background loops poll on timers sized for big collections; the tests' collections
-# hold tens of rows, so they wait on the timers, not on work. A compaction's result is checked every 10 s
-# (``dataCoord.compaction.check.interval``): every build and update waits for two. The query
-# coordinator assigns a loaded collection's channels and segments on 1 s loops. Measured on a 9-photo build
-# and a one-photo update (tests/search, the tiny backbone): 37.9 s and 18.9 s with the defaults, 19.2 s and
-# 8.2 s with these. Nothing here changes what is stored or what a search answers; the data-integrity timers
-# (segment assignment expiration, flush) keep their defaults.
+# Test timers: the background loops' timers are sized for big collections, and the tests' tiny ones only wait on
+# them (compaction checks every 10 s, the query coordinator's 1 s loops). None changes what is stored or answered.
 _TIMERS_ADDED = (  # keys the package's template does not have, inserted under their section
     ("  compaction:\n    enableAutoCompaction: true\n", "    check:\n      interval: 1 # s (10)\n"),
     ("queryCoord:\n", "  checkChannelInterval: 100 # ms (1000)\n  checkSegmentInterval: 100 # ms (1000)\n"),
@@ -43,9 +38,8 @@ def free_port() -> int:
 
 
 def server_package():
-    """The embedded server package ``milvus``, found past any plain module of that name: Python puts a script's
-    folder first on the path, and ``python benchmarks/milvus.py`` would import itself. The path is read, never
-    changed. ImportError when the package is not installed."""
+    """The embedded server package ``milvus``, found past a plain ``milvus.py`` (``benchmarks/milvus.py`` would import
+    itself); ImportError when it is not installed."""
     known = sys.modules.get("milvus")
     if known is not None and hasattr(known, "MilvusServer"):
         return known

@@ -1,13 +1,7 @@
-"""Where the rooms' data and their one cache are: the only place either location is written.
-
-* ``cache_root()``: ``$VLMATCH_CACHE``, the same root the vlmatch library keeps its own caches in (the toy world,
-  the text encoders' outputs), default ``~/.cache/vlmatch``. The rooms' feature caches (``flickr8k-<backbone>...``),
-  run folders (``runs/``) and every benchmark's scratch folders live under it.
-* ``data_root()``: ``$VLMATCH_DATA``, the folder holding ``flickr8k/`` (images/ + dataset_flickr8k.json) and
-  ``flickr30k_entities/``; default the ``shared`` folder beside the checkout. No command makes it.
-
-Both are read at call time. A recipe writes these locations as ``$VLMATCH_CACHE/...`` and ``$VLMATCH_DATA/...``
-(:func:`expand`, :func:`portable`), so a recipe recorded on one machine runs on another.
+"""Where the rooms' data and their one cache are, read at call time: ``cache_root()`` (``$VLMATCH_CACHE``, the
+library's own cache root, default ``~/.cache/vlmatch``: feature caches, ``runs/``, scratch folders) and
+``data_root()`` (``$VLMATCH_DATA``, holding ``flickr8k/`` and ``flickr30k_entities/``; default ``shared`` beside the
+checkout). Recipes write them as ``$VLMATCH_CACHE/...`` and ``$VLMATCH_DATA/...`` (:func:`expand`, :func:`portable`).
 """
 
 from __future__ import annotations
@@ -29,8 +23,7 @@ def cache_root() -> Path:
 
 
 def data_root(check: bool = True) -> Path:
-    """``$VLMATCH_DATA``, default the ``shared`` folder beside the checkout. ``check``: a missing folder ends the
-    script with one line naming the variable (``check=False``: the path only, e.g. for a default shown in help)."""
+    """``$VLMATCH_DATA``, default ``shared`` beside the checkout; ``check``: a missing folder ends the script in one line."""
     named = os.environ.get(DATA_VAR)
     root = Path(named).expanduser() if named else CHECKOUT.parent / "shared"
     if check and not root.is_dir():
@@ -44,8 +37,7 @@ ROOTS = {CACHE_VAR: cache_root, DATA_VAR: lambda: data_root(check=False)}
 
 
 def expand(path: str) -> str:
-    """``$VLMATCH_CACHE/x`` -> ``<cache_root()>/x`` and ``$VLMATCH_DATA/x`` -> ``<data_root()>/x`` (also written
-    ``${NAME}``, and the bare names); any other path as it is. A recipe's paths go through here before training."""
+    """``$VLMATCH_CACHE/x`` -> ``<cache_root()>/x``, ``$VLMATCH_DATA/x`` -> ``<data_root()>/x`` (also ``${NAME}``)."""
     for var, root in ROOTS.items():
         for form in (f"${{{var}}}", f"${var}"):
             if path == form or path.startswith(form + "/"):
@@ -54,9 +46,7 @@ def expand(path: str) -> str:
 
 
 def portable(path: str | None) -> str | None:
-    """The reverse of :func:`expand` for a path recorded on some machine: a path under this machine's cache root,
-    or under a ``benchmarks/cache/`` folder (where the rooms kept their cache before it had a root of its own),
-    becomes ``$VLMATCH_CACHE/...``; one under the data root, ``$VLMATCH_DATA/...``; any other path as it is."""
+    """The reverse of :func:`expand`: a path under a root (or a legacy ``benchmarks/cache/``) as ``$NAME/...``."""
     if not path:
         return path
     for var, root in ROOTS.items():

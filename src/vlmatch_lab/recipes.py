@@ -1,8 +1,5 @@
-"""A recipe: one YAML file that says everything a run needs, so that one command reproduces it (experiments/run.py
-runs it, release/ship.py ships the model it makes).
-
-A recipe is a config file (the ``model``, ``data`` and ``train`` sections, every override written out, the seed and
-the epochs among them) plus a ``recipe:`` section that ``vlmatch train`` ignores and the runner (``run.py``) reads:
+"""A recipe: a config file plus a ``recipe:`` section ``vlmatch train`` ignores, so that ``experiments/run.py``
+reproduces a run in one command (and ``release/ship.py`` ships its model):
 
     recipe:
       name: c36_vsepp_lite2_320_lora32   # the run's name: its run folder and its results row (one folder name)
@@ -14,10 +11,8 @@ the epochs among them) plus a ``recipe:`` section that ``vlmatch train`` ignores
       recorded: python benchmarks/...    # optional: the command line the run was first recorded with
       ship: {name: ..., role: ...}       # a shipped model's recipe (recipes/pretrained/): release/ship.py's options
 
-The paths of a recipe (``data.path``, ``data.entities``, ``train.init_from``, the calibration's arguments) start with
-``$VLMATCH_CACHE/`` (the feature caches, the run folders) or ``$VLMATCH_DATA/`` (Flickr30k Entities):
-:func:`read_recipe` puts this machine's folders there (vlmatch_lab.paths), so a recipe recorded on one machine runs on
-another. Other relative paths are read from the folder the command runs in, as ``vlmatch train`` reads them.
+Its paths start with ``$VLMATCH_CACHE/`` or ``$VLMATCH_DATA/``, which :func:`read_recipe` expands to this machine's
+folders (vlmatch_lab.paths).
 """
 
 from __future__ import annotations
@@ -37,9 +32,7 @@ BY = ("val rsum", "pointing")  # what a recipe's ship.selected choice compared i
 
 
 def read_recipe(path: str | Path) -> tuple[dict, dict]:
-    """``(config, recipe)`` of a recipe file: the checked config (as ``vlmatch train --config`` loads it) and its
-    ``recipe:`` section, checked, their ``$VLMATCH_CACHE`` / ``$VLMATCH_DATA`` paths expanded (:func:`expand`); a
-    problem raises :class:`DataError` naming the file and the field."""
+    """``(config, recipe)`` of a recipe file, both checked (a DataError naming the file and field), paths expanded."""
     path = Path(path)
     if not path.is_file():
         raise DataError(path, "no such recipe file")
@@ -86,8 +79,7 @@ def read_recipe(path: str | Path) -> tuple[dict, dict]:
             raise DataError(path, f"{RECIPE}.ship.selected: each choice is {{what, among: [2+ run names, this run's "
                                   f"included], by: {' or '.join(sorted(BY))}}} or {{what, crossfit: the name of its "
                                   f"record in results/grounding_choices/}}, got {c!r}")
-    # the config as `vlmatch train --config` reads it (the recipe section dropped), its paths from the rooms' roots
-    # first ($VLMATCH_DATA has a default here that the library does not know)
+    # the config as `vlmatch train --config` reads it, its paths expanded here first ($VLMATCH_DATA has a default here)
     merged: dict = {}
     for section, key in PATHS:
         if isinstance((raw.get(section) or {}).get(key), str):
@@ -106,10 +98,7 @@ FLAGS = ("default", "default_explainer")  # true or false
 
 
 def check_ship(path: Path, ship: dict) -> None:
-    """A recipe's ``ship`` section, each field as release/ship.py's option of the same name takes it: ``name`` and
-    ``explainer`` (a grounding row of experiments/results/grounding/) one folder or file name each, ``role`` and
-    ``pair_score`` one of their choices, ``default`` and ``default_explainer`` true or false, ``notes`` text. A
-    problem raises :class:`DataError` naming the file and the field."""
+    """A recipe's ``ship`` section, each field as release/ship.py's option of the same name takes it."""
     def bad(key, problem):
         return DataError(path, f"{RECIPE}.ship.{key} {problem}")
 

@@ -1,13 +1,5 @@
-"""One digest that stands for a whole checkpoint folder, as a search index records the checkpoints it uses.
-
-Two digests, for two uses:
-
-- :func:`checkpoint_digest`: what an index's manifest records of each checkpoint copy inside it (``model/``,
-  ``retriever/``; the folder index and the Milvus collection set alike). The weights enter through the
-  ``weights_sha256`` of ``config.json`` (``load_model`` checks it against ``model.safetensors``), so the large
-  file is not hashed again at every open.
-- :func:`checkpoint_fingerprint`: what a build records of the checkpoint it was given (``--model``,
-  ``--retriever``), so an update or a resumed build knows whether it is the same one.
+"""One digest for a whole checkpoint folder: :func:`checkpoint_digest` for the copies an index holds (the weights
+through config.json's ``weights_sha256``), :func:`checkpoint_fingerprint` for the checkpoint a build was given.
 """
 
 from __future__ import annotations
@@ -22,30 +14,27 @@ from .seal import CHECKSUMS, checkpoint_files, verify_checkpoint
 
 
 def checkpoint_digest(folder: Path) -> str:
-    """SHA-256 of a checkpoint folder's file names and contents; the weights enter through the
-    ``weights_sha256`` of ``config.json``, which ``load_model`` checks against ``model.safetensors``. A copy
-    saved with its checksums.json (every copy since they are sealed) is checked whole against it first, so a
-    changed part is named."""
+    """SHA-256 of a folder's file names and contents (the weights through config.json's ``weights_sha256``), after
+    checking it against its checksums.json."""
     verify_checkpoint(folder)
     cfg = read_json(folder / "config.json")
     if not isinstance(cfg, dict) or not cfg.get("weights_sha256"):
         raise DataError(folder / "config.json", "records no weights_sha256")
-    h = hashlib.sha256()
-    for p in sorted(folder.rglob("*")):
-        rel = p.relative_to(folder).as_posix()
-        if p.is_file() and rel != "model.safetensors":
-            h.update(f"{rel}\0{sha256_file(p)}\n".encode())
-    return h.hexdigest()
+    rels = [p.relative_to(folder).as_posix() for p in sorted(folder.rglob("*")) if p.is_file()]
+    return _files_digest(folder, [rel for rel in rels if rel != "model.safetensors"])
 
 
 def checkpoint_fingerprint(folder) -> str:
-    """One digest of a whole checkpoint folder: the SHA-256 of its checksums.json, or, for a folder without
-    one, of every file's name and content (so resumable work keyed by it never mixes two checkpoints)."""
+    """The SHA-256 of a folder's checksums.json, or without one of every file's name and content."""
     folder = Path(folder)
     path = folder / CHECKSUMS
     if path.is_file():
         return sha256_file(path)
+    return _files_digest(folder, checkpoint_files(folder))
+
+
+def _files_digest(folder: Path, rels: list[str]) -> str:
     h = hashlib.sha256()
-    for rel in checkpoint_files(folder):
+    for rel in rels:
         h.update(f"{rel}\0{sha256_file(folder / rel)}\n".encode())
     return h.hexdigest()

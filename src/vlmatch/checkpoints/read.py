@@ -1,32 +1,9 @@
-"""Reading a checkpoint folder: read once, each file checked, before and as a model is built from it.
-
-A checkpoint folder holds ``config.json`` (the registered model name, its options and the weights'
-SHA-256), ``model.safetensors``, ``checksums.json`` (every file's SHA-256: :mod:`.seal`) and, as the
-model has them, ``vocab.json``, the text encoder's record and tokenizer copy, the calibration and the LoRA
-adapters (inside the weights); a training checkpoint adds the optimiser (``optimizer.safetensors``) and the
-trainer state (``trainer_state.json``). JSON and safetensors only: never pickle. Loading goes through this
-module only, in this order (each check names the file and what is wrong in one line, before anything is
-allocated where it can):
-
-1. :func:`checkpoint_folder`: ``pretrained:NAME`` resolved (:func:`register_resolver`), an interrupted
-   save's ``NAME.prev`` taken, a run folder refused with the checkpoints inside it named;
-2. :func:`read_checkpoint`: ``config.json`` read once (its options are checked by the registry, which
-   knows the names);
-3. :meth:`Checkpoint.read_weights`: the safetensors header (shapes; no tensor data) and the weights'
-   SHA-256 against config.json, each read once;
-4. :func:`build_model`: the model built ONCE, on the meta device (no memory), its shapes compared with the
-   header, then its tensors replaced by the file's (no copy; a model that cannot be built on the meta
-   device is built for real and its weights checked by shape as they load);
-5. :func:`finish_model`: the vocabulary (read once per content in this process: :func:`read_vocab`), the
-   model's own files (text encoder record, tokenizer: :meth:`MatchingModel.load_extra`), then every file
-   against checksums.json.
-
-``registry.load_model`` runs the five steps, then attaches the calibration (:mod:`vlmatch.models.calibration`:
-it must name these weights); an index's model copies, ``pretrained:NAME`` and training's ``init_from`` /
-resume (:func:`load_weights_into`, :func:`load_training_state`) read their weights through the same functions.
-This module never imports :mod:`vlmatch.models` (what is model-specific reaches it as ``create`` or a method of
-the model) and imports no torch at import time (the command line resolves ``--model`` arguments with it).
-"""
+"""Reading a checkpoint folder: each file read once and checked, in one line naming it, before and as a model is
+built from it (JSON and safetensors only, never pickle). ``registry.load_model`` runs :func:`read_checkpoint`,
+:meth:`Checkpoint.read_weights`, :func:`build_model` and :func:`finish_model` in that order; ``init_from`` and a
+resume read through :func:`load_weights_into` and :func:`load_training_state`. Never imports :mod:`vlmatch.models`
+(what is model-specific comes as ``create`` or a model method) nor torch at import time (the CLI resolves
+``--model`` with it)."""
 
 from __future__ import annotations
 
@@ -39,8 +16,7 @@ from ..errors import DataError
 from ..io import complete_dir, read_json
 from .seal import CHECKSUMS, unsealed_problem, verify_checkpoint
 
-# "prefix:" -> a function giving the checkpoint folder a name stands for (vlmatch.pretrained registers
-# "pretrained:"); kept as a hook so this layer never imports the layers above it
+# "prefix:" -> the function giving the folder a name stands for (a hook: this layer imports nothing above it)
 _RESOLVERS: dict[str, object] = {}
 
 
@@ -59,7 +35,7 @@ def resolve_checkpoint(spec) -> Path:
 
 
 def checkpoint_folder(spec) -> Path:
-    """The checkpoint folder ``spec`` names (step 1 of the module doc)."""
+    """The folder ``spec`` names: an interrupted save's ``NAME.prev`` taken, a run folder refused."""
     d = resolve_checkpoint(spec)
     if not d.is_dir() and complete_dir(d) is not None:  # a save was interrupted between its renames
         print(f"vlmatch: {d} is missing (an interrupted save); loading {complete_dir(d)}", file=sys.stderr)
@@ -74,8 +50,7 @@ def checkpoint_folder(spec) -> Path:
 
 @dataclass
 class Checkpoint:
-    """What a checkpoint folder holds, each file read once: ``config`` (config.json), then (after
-    :meth:`read_weights`) the weights' ``header`` (name -> shape) and ``weights_sha256`` (verified)."""
+    """A checkpoint folder's config.json, then (:meth:`read_weights`) the weights' header and verified SHA-256."""
 
     folder: Path
     config: dict
@@ -96,7 +71,7 @@ class Checkpoint:
         return self.folder / "model.safetensors"
 
     def read_weights(self) -> Checkpoint:
-        """The safetensors header and the weights' SHA-256, checked against config.json (step 3)."""
+        """The safetensors header and the weights' SHA-256, checked against config.json."""
         self.header, self.weights_sha256 = read_weights_header(self.weights, self.config.get("weights_sha256"),
                                                                self.config_path)
         return self
@@ -111,7 +86,7 @@ def read_config_json(path) -> dict:
 
 
 def read_checkpoint(spec) -> Checkpoint:
-    """Steps 1 and 2: the folder and its config.json (an object with 'name' and an object 'config')."""
+    """The folder and its config.json (an object with 'name' and an object 'config')."""
     d = checkpoint_folder(spec)
     cfg = read_config_json(d / "config.json")
     if not isinstance(cfg["config"], dict):
@@ -120,8 +95,7 @@ def read_checkpoint(spec) -> Checkpoint:
 
 
 def read_weights_header(path, expected_sha256: str | None, recorded_in) -> tuple[dict, str]:
-    """(name -> shape, SHA-256) of a safetensors file, the digest checked against ``expected_sha256``
-    (recorded in ``recorded_in``) when given. A file that is no safetensors at all is named as such first."""
+    """(name -> shape, SHA-256) of a safetensors file, the digest checked against ``expected_sha256`` when given."""
     from ..weights import read_header, sha256_file, verify_sha256
 
     header = read_header(path)
@@ -131,8 +105,7 @@ def read_weights_header(path, expected_sha256: str | None, recorded_in) -> tuple
 
 
 def fit_problems(header: dict, expected: dict) -> list[str]:
-    """What differs between a file's shapes and a model's, leaving out the pooler adapters an older save
-    holds (load_state drops them)."""
+    """What differs between a file's shapes and a model's, less an older save's pooler adapters."""
     from ..encoders.lora import unused_pooler_keys
     from ..weights import shape_problems
 
@@ -141,17 +114,11 @@ def fit_problems(header: dict, expected: dict) -> list[str]:
 
 
 def load_state(model, path, header: dict) -> None:
-    """Fill ``model`` with the tensors of ``path`` (shapes already checked against ``header``); an older
-    save's pooler adapters are dropped (refused if they are not zero). Parameters on the meta device are
-    replaced by the loaded tensors (no copy)."""
-    from safetensors.torch import load_file
-
+    """Fill ``model`` with the tensors of ``path`` (shapes already checked; an older save's pooler adapters
+    dropped, refused if not zero); meta-device parameters are replaced, not copied into."""
     from ..encoders.lora import drop_unused_pooler, unused_pooler_keys
 
-    try:
-        state = load_file(str(path))
-    except Exception as e:  # safetensors raises its own error types
-        raise DataError(path, f"not a readable safetensors file: {e}") from None
+    state = _read_tensors(path)
     mine = model.state_dict()
     if [k for k in unused_pooler_keys(header) if k not in mine]:
         try:
@@ -162,6 +129,15 @@ def load_state(model, path, header: dict) -> None:
     if meta:  # assigned, not copied: each tensor in the dtype the model declares (a file may store float16)
         state = {k: v.to(mine[k].dtype) if k in mine and v.dtype != mine[k].dtype else v for k, v in state.items()}
     model.load_state_dict(state, strict=True, assign=meta)
+
+
+def _read_tensors(path) -> dict:
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path))
+    except Exception as e:  # safetensors raises its own error types
+        raise DataError(path, f"not a readable safetensors file: {e}") from None
 
 
 def load_weights_into(model, path, sha256: str | None = None, recorded_in=None) -> None:
@@ -177,12 +153,9 @@ def load_weights_into(model, path, sha256: str | None = None, recorded_in=None) 
 
 
 def build_model(ck: Checkpoint, create):
-    """Step 4: ``create(name, **options)`` run once on the meta device, its shapes compared with the
-    header (a config.json whose sizes do not fit the weights, or are absurd, allocates nothing), then its
-    tensors replaced by the file's (``load_state_dict(assign=True)``: nothing is initialised only to be
-    overwritten). A model whose construction needs real tensors, or that keeps a tensor outside its state
-    dict, is built for real instead, and its weights checked by shape as they load. A frozen pretrained
-    transformer, outside the parameter tree, is loaded for real by its encoder during the build."""
+    """``create(name, **options)`` run once on the meta device (sizes that do not fit the weights allocate
+    nothing), its shapes compared with the header, then its tensors replaced by the file's. A model that needs
+    real tensors to build, or keeps one outside its state dict, is built for real and checked as it loads."""
     from ..weights import describe_problems, meta_build
 
     try:
@@ -192,19 +165,16 @@ def build_model(ck: Checkpoint, create):
         raise
     except Exception:  # a model whose construction needs real tensors
         model = None
-    if model is None:
-        model = create(ck.name, **ck.options)
-        load_weights_into(model, ck.weights, ck.weights_sha256)
-        return model
-    problems = fit_problems(ck.header, {k: tuple(v.shape) for k, v in model.state_dict().items()})
-    if problems:
-        raise DataError(ck.weights, f"weights do not fit {ck.config_path} (model {ck.name}): "
-                                    f"{describe_problems(problems)}")
-    load_state(model, ck.weights, ck.header)  # every meta tensor replaced by the file's (strict: all of them)
-    left = [k for k, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
-    if left:  # a tensor the file does not hold (a buffer kept out of the state dict): build it for real
-        model = create(ck.name, **ck.options)
-        load_weights_into(model, ck.weights, ck.weights_sha256)
+    if model is not None:
+        problems = fit_problems(ck.header, {k: tuple(v.shape) for k, v in model.state_dict().items()})
+        if problems:
+            raise DataError(ck.weights, f"weights do not fit {ck.config_path} (model {ck.name}): "
+                                        f"{describe_problems(problems)}")
+        load_state(model, ck.weights, ck.header)  # every meta tensor replaced by the file's (strict: all of them)
+        if not any(t.is_meta for t in [*model.parameters(), *model.buffers()]):
+            return model  # else a tensor the file does not hold (a buffer kept out of the state dict)
+    model = create(ck.name, **ck.options)
+    load_weights_into(model, ck.weights, ck.weights_sha256)
     return model
 
 
@@ -224,10 +194,8 @@ def read_vocab(path):
 
 
 def finish_model(ck: Checkpoint, model, note_unsealed: bool = True):
-    """Step 5: vocabulary, the model's own files, the sealed file list. A folder without checksums.json that
-    is not an older save (saved sealed, or its format removed since: :func:`.seal.unsealed_problem`) is refused.
-    The caller attaches the calibration next (it must name these weights, whatever the seal says:
-    ``registry.load_model``)."""
+    """Vocabulary, the model's own files, then every file against checksums.json (a folder without one that
+    is not an older save is refused: :func:`.seal.unsealed_problem`). The caller attaches the calibration next."""
     d = ck.folder
     if (d / "vocab.json").is_file():
         model.vocab = read_vocab(d / "vocab.json")
@@ -236,8 +204,6 @@ def finish_model(ck: Checkpoint, model, note_unsealed: bool = True):
             raise DataError(d / "vocab.json", f"{len(model.vocab)} words, but the model's vocab_size in config.json "
                                               f"is {size}: this vocabulary does not belong to these weights")
     model.load_extra(d)  # (its text encoder's record: the encoder it names must be the one installed)
-    # every file against checksums.json (the checks above name what does not make sense; this, what was
-    # changed, removed or copied in since the save), before the calibration is attached
     if verify_checkpoint(d, known={"model.safetensors": ck.weights_sha256}) is None:
         problem = unsealed_problem(d, ck.config)
         if problem is not None:
@@ -248,10 +214,8 @@ def finish_model(ck: Checkpoint, model, note_unsealed: bool = True):
 
 
 def verify_sealed(folder) -> dict[str, str] | None:
-    """Every file of the checkpoint folder ``folder`` against its checksums.json (:func:`.seal.verify_checkpoint`);
-    a folder saved sealed (its config.json's format) but found without one is refused in one line naming it
-    (:func:`.seal.missing_seal`), and so is one whose format was removed (:func:`.seal.unsealed_problem`). None only
-    for a folder saved before vlmatch sealed them (its weights are still checked against config.json as they load)."""
+    """Every file of ``folder`` against its checksums.json; a folder without one is refused unless saved before
+    vlmatch sealed them (:func:`.seal.unsealed_problem`; then None)."""
     files = verify_checkpoint(folder)
     if files is None:
         problem = unsealed_problem(folder, read_config_json(Path(folder) / "config.json"))
@@ -264,8 +228,7 @@ _WARNED: set[Path] = set()
 
 
 def _unsealed(d: Path) -> None:
-    """Say once per folder that a checkpoint has no checksums.json (saved before vlmatch sealed them): its
-    weights are still checked against config.json, its other files are not."""
+    """Say once per folder that an older checkpoint has no checksums.json (only its weights are checked)."""
     key = d.resolve()
     if key not in _WARNED:
         _WARNED.add(key)
@@ -287,17 +250,15 @@ def _unflatten_optimizer(tensors: dict, meta: dict) -> dict:
 
 
 def read_state(ckpt) -> dict:
-    """``ckpt/trainer_state.json``, checked for type (:func:`check_state`): a DataError naming the file and field."""
+    """``ckpt/trainer_state.json``, checked (:func:`check_state`)."""
     state_file = Path(ckpt) / "trainer_state.json"
     return check_state(state_file, read_json(state_file, "trainer state not found"))
 
 
 def load_training_state(path, model, optimizer) -> dict:
-    """Resume from the training checkpoint ``path`` (``last/``, or the ``last.prev`` an interrupted swap left):
-    the trainer state checked, the folder whole against its checksums.json, then the model's weights, the
-    optimiser's state and the RNG loaded. Returns the trainer state (its scalars)."""
+    """Resume from ``path`` (``last/``, or the ``last.prev`` an interrupted swap left): the trainer state and the
+    folder's seal checked, then the weights, optimiser state and RNG loaded. Returns the trainer state."""
     import torch
-    from safetensors.torch import load_file
 
     from ..weights import verify_sha256
 
@@ -310,10 +271,7 @@ def load_training_state(path, model, optimizer) -> dict:
     verify_sealed(d)  # sealed with the model: a part edited, swapped or removed since is named, the seal too
     model.load_weights(d / "model.safetensors", read_config_json(d / "config.json").get("weights_sha256"))
     verify_sha256(d / "optimizer.safetensors", state.pop("optimizer_sha256", None), state_file)
-    try:
-        tensors = load_file(str(d / "optimizer.safetensors"))
-    except Exception as e:  # safetensors raises its own error types
-        raise DataError(d / "optimizer.safetensors", f"not a readable safetensors file: {e}") from None
+    tensors = _read_tensors(d / "optimizer.safetensors")
     if "rng.torch" not in tensors:
         raise DataError(d / "optimizer.safetensors", "no 'rng.torch' tensor (not an optimiser state vlmatch train wrote)")
     rng = tensors.pop("rng.torch")
@@ -328,11 +286,9 @@ def load_training_state(path, model, optimizer) -> dict:
 
 
 def _check_optimizer_meta(path, meta: dict, optimizer) -> None:
-    """The ``optimizer`` object of a trainer state: ``param_groups`` (one per group of this run's optimiser,
-    each with as many whole-number ``params`` ids) and ``scalars`` (``"ID.name": value``)."""
+    """``param_groups`` (one per group of this run's optimiser, as many whole-number ids each) and ``scalars``."""
     def bad(field, problem):
-        return DataError(path, f"optimizer.{field} {problem} (the file was edited: restore it, or start the run over "
-                               "with --overwrite)")
+        return DataError(path, f"optimizer.{field} {problem} {EDITED}")
 
     groups, want = meta.get("param_groups"), optimizer.param_groups
     if not isinstance(groups, list) or len(groups) != len(want):
@@ -355,6 +311,7 @@ def _check_optimizer_meta(path, meta: dict, optimizer) -> None:
             raise bad("scalars", f"has the key {key[:40]!r}; each must be 'ID.name' with the id of a parameter")
 
 
+EDITED = "(the file was edited: restore it, or start the run over with --overwrite)"
 # the trainer state's scalars: (types allowed, least value); None stands for "no best epoch yet"
 _COUNTS = ("epoch", "step_in_epoch", "global_step")
 _FIELDS = {**{k: ((int,), 0) for k in _COUNTS}, "best_rsum": ((int, float), None), "best_epoch": ((int, type(None)), 0),
@@ -362,8 +319,7 @@ _FIELDS = {**{k: ((int,), 0) for k in _COUNTS}, "best_rsum": ((int, float), None
 
 
 def check_state(path, state) -> dict:
-    """``trainer_state.json`` as saved: an object whose counters are whole numbers >= 0 (and
-    ``optimizer`` an object); anything else (a hand edit) is a DataError naming the file and field."""
+    """``trainer_state.json`` as saved (counters whole numbers >= 0, an ``optimizer`` object), else a DataError."""
     if not isinstance(state, dict):
         raise DataError(path, "not a trainer state (a JSON object was expected)")
     for key, (types, least) in _FIELDS.items():
@@ -375,15 +331,13 @@ def check_state(path, state) -> dict:
         if isinstance(val, bool) or not isinstance(val, types) or (least is not None and val is not None
                                                                     and val < least):
             want = "a whole number" if types == (int,) else "a number"
-            raise DataError(path, f"{key} is {val!r}; it must be {want}" + (f" >= {least}" if least is not None else "")
-                            + " (the file was edited: restore it, or start the run over with --overwrite)")
+            least_text = f" >= {least}" if least is not None else ""
+            raise DataError(path, f"{key} is {val!r}; it must be {want}{least_text} {EDITED}")
     if not isinstance(state.get("optimizer"), dict):
-        raise DataError(path, "no optimizer state (an 'optimizer' object) in it (the file was edited: restore it, or "
-                              "start the run over with --overwrite)")
+        raise DataError(path, f"no optimizer state (an 'optimizer' object) in it {EDITED}")
     if state.get("config") is not None and not isinstance(state["config"], dict):
-        raise DataError(path, f"config is {str(state['config'])[:40]!r}; it must be the run's configuration (an object) "
-                              "(the file was edited: restore it, or start the run over with --overwrite)")
+        raise DataError(path, f"config is {str(state['config'])[:40]!r}; it must be the run's configuration (an "
+                              f"object) {EDITED}")
     if not math.isfinite(state.get("best_rsum", 0.0)):
-        raise DataError(path, f"best_rsum is {state['best_rsum']!r}; it must be a finite number (the file was edited: "
-                              "restore it, or start the run over with --overwrite)")
+        raise DataError(path, f"best_rsum is {state['best_rsum']!r}; it must be a finite number {EDITED}")
     return state

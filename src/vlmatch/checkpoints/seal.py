@@ -1,18 +1,7 @@
-"""A checkpoint folder sealed whole: ``checksums.json`` lists the SHA-256 of every file in it.
-
-The files are the weights, ``config.json``, the calibration, the vocabulary, the tokenizer, the
-text-encoder and backbone records, and in a training checkpoint the optimiser and trainer state. The
-record is written last when a checkpoint is saved and checked first when it is loaded: a file that is
-missing, added or changed since is refused by name, so parts of two checkpoints (another model's
-calibration, an edited beta, deleted calibration files) never load as one. Hidden files (``.name``: lock
-files, an interrupted write's temporaries) are never read by a load and are not listed.
-
-A folder whose ``config.json`` says it was saved sealed (``format`` 2) but that has no ``checksums.json`` lost a
-part since: it is refused in one line naming the folder (:func:`missing_seal`), by a load, a resume and
-``init_from`` alike (:mod:`vlmatch.checkpoints.read`). Only a folder saved before vlmatch sealed them (no format
-recorded, and none of what format 2 writes: :func:`unsealed_problem`) is read without one (``load_model`` says so in
-a note; ``vlmatch seal`` records it); its weights are still checked against config.json. A folder saved sealed is never
-sealed again by hand: a part changed since cannot be told from a change of the user's own.
+"""``checksums.json``: the SHA-256 of every file of a checkpoint folder, written last on save and checked first on
+load, so a file missing, added or changed since (another model's calibration, an edited file) is refused by name.
+Hidden files (locks, temporaries) are not listed. A folder saved sealed (config.json ``format`` 2) found without
+one is refused; only an older save (no format, nothing format 2 writes) loads without it.
 """
 
 from __future__ import annotations
@@ -27,8 +16,7 @@ from ..weights import sha256_file
 
 CHECKSUMS = "checksums.json"
 CHECKSUMS_FORMAT = 1
-# config.json's "format": 2 since checkpoints are saved sealed (and their calibration bound to their
-# weights); a config.json without it is of format 1, saved before: the one kind loaded without a seal
+# config.json's "format": 2 since checkpoints are saved sealed; none (format 1): an older save
 CHECKPOINT_FORMAT = 2
 SEALED_SINCE = 2
 
@@ -40,14 +28,12 @@ def checkpoint_format(config: dict) -> int:
 
 
 def sealed_format(config: dict) -> bool:
-    """Whether a checkpoint was saved sealed (so a missing checksums.json, or a calibration that names no
-    weights, is a part removed since, not an older save)."""
+    """Whether a checkpoint was saved sealed (a missing checksums.json is then a part removed since)."""
     return checkpoint_format(config) >= SEALED_SINCE
 
 
 def checkpoint_files(folder: Path) -> list[str]:
-    """The files of a checkpoint folder that its seal lists (relative, sorted): every file but checksums.json
-    and hidden ones."""
+    """The files a folder's seal lists (relative, sorted): all but checksums.json and hidden ones."""
     out = []
     for p in folder.rglob("*"):
         rel = p.relative_to(folder)
@@ -57,22 +43,18 @@ def checkpoint_files(folder: Path) -> list[str]:
 
 
 def missing_seal(folder, config: dict) -> DataError:
-    """The error for ``folder``, saved sealed (its config.json, ``config``, says so) but found without its
-    checksums.json: one line naming the folder. (Not sealed again: nothing would tell a change of the user's own
-    from a part edited or swapped in since.)"""
+    """The error for ``folder``, saved sealed but found without its checksums.json."""
     return DataError(folder, f"has no {CHECKSUMS}, but its config.json says format {checkpoint_format(config)} (saved "
                              "sealed): a part was removed or replaced since; restore the checkpoint whole, or save "
                              "the model again")
 
 
-# what only a sealed-format save writes besides config.json's format: calibration.json's weights_sha256 (the
-# calibration's record; its name is vlmatch.models.calibration.RECORD, a layer above this one)
+# vlmatch.models.calibration.RECORD (a layer above): only a sealed-format save records weights_sha256 in it
 CALIBRATION_RECORD = "calibration.json"
 
 
 def sealed_marks(folder) -> list[str]:
-    """What in ``folder`` only a sealed-format save (format 2) writes, config.json's format aside: a calibration.json
-    that records ``weights_sha256``."""
+    """What in ``folder`` only a sealed-format save writes, config.json's format aside."""
     path = Path(folder) / CALIBRATION_RECORD
     if path.is_file():
         rec = read_json(path)
@@ -82,10 +64,8 @@ def sealed_marks(folder) -> list[str]:
 
 
 def unsealed_problem(folder, config: dict) -> DataError | None:
-    """Why ``folder``, found without checksums.json, is not a checkpoint saved by an older vlmatch (None when it
-    is one: no ``format`` in its config.json, ``config``, and nothing a sealed-format save writes). A folder saved
-    sealed lost its seal (:func:`missing_seal`); a config.json that records no format beside a part only format 2
-    writes had its format removed (a downgrade, which would load the folder's other files unchecked)."""
+    """Why ``folder``, found without checksums.json, is not an older save (None when it is: no ``format`` in
+    ``config`` and nothing a sealed-format save writes); a removed format would load the other files unchecked."""
     folder = Path(folder)
     if sealed_format(config):
         return missing_seal(folder, config)
@@ -103,8 +83,7 @@ def unsealed_problem(folder, config: dict) -> DataError | None:
 
 
 def seal_checkpoint(folder) -> str:
-    """Write ``folder/checksums.json`` (every file's SHA-256) and return the SHA-256 of that record: one
-    digest that stands for the whole checkpoint (an index build fingerprints its model with it)."""
+    """Write ``folder/checksums.json``; returns its SHA-256, one digest for the whole checkpoint."""
     folder = Path(folder)
     record = {"format": CHECKSUMS_FORMAT, "files": {rel: sha256_file(folder / rel) for rel in checkpoint_files(folder)}}
     text = json.dumps(record, indent=2) + "\n"
@@ -127,10 +106,8 @@ def read_checksums(folder) -> dict[str, str] | None:
 
 
 def verify_checkpoint(folder, known: dict[str, str] | None = None) -> dict[str, str] | None:
-    """Check every file of ``folder`` against its ``checksums.json``: a listed file missing, a file not
-    listed, or one whose content changed is a DataError naming that file. Returns the table (None when the
-    folder has no checksums.json: a checkpoint saved before vlmatch sealed them; the caller says so).
-    ``known``: file -> SHA-256 the caller has just computed (not read twice)."""
+    """Every file of ``folder`` against its ``checksums.json`` (missing, unlisted or changed: a DataError naming it);
+    the table, or None without one. ``known``: file -> SHA-256 the caller has just computed."""
     folder = Path(folder)
     files = read_checksums(folder)
     if files is None:

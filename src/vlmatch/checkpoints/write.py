@@ -1,14 +1,6 @@
-"""Writing a checkpoint folder: a model's files, then its seal; a training checkpoint swapped in whole.
-
-:func:`save_model` writes what :mod:`.read` loads: ``model.safetensors``, ``config.json`` (the model's name and
-options, the weights' SHA-256 and the format: :data:`.seal.CHECKPOINT_FORMAT`), ``vocab.json``, the model's own
-files and its calibration, and ``checksums.json`` last (:func:`.seal.seal_checkpoint`). Each file is written
-to a temporary name and renamed (:mod:`vlmatch.io`), so none is ever half written under its own name.
-
-:func:`save_training_state` writes a resumable checkpoint (``last/``): the model folder plus the optimiser in
-``optimizer.safetensors`` and the scalars and RNG in ``trainer_state.json``, sealed together, the whole folder
-built under a temporary name and swapped in by renames (:func:`vlmatch.io.atomic_dir`): a kill at any point
-leaves the old checkpoint or the new one, never a mix. No pickle.
+"""Writing a checkpoint folder: each file atomically (:mod:`vlmatch.io`), ``checksums.json`` last; a training
+checkpoint (model, optimiser, trainer state) built under a temporary name and swapped in whole, so a kill leaves
+the old one or the new one. No pickle.
 """
 
 from __future__ import annotations
@@ -25,10 +17,8 @@ from .seal import CHECKPOINT_FORMAT, seal_checkpoint
 
 
 def save_model(model, directory) -> Path:
-    """``model.save(directory)``: write ``model.safetensors`` + ``config.json`` (+ ``vocab.json``, the model's
-    own files, its calibration) into ``directory``; config.json records the SHA-256 of the weights, and
-    ``checksums.json``, written last, every file's (:mod:`.seal`; checked by ``load_model``). A caller that
-    adds files to the folder afterwards seals it again."""
+    """``model.save(directory)``: weights, config.json (with their SHA-256), vocabulary, the model's own files and
+    calibration, then checksums.json. A caller that adds files afterwards seals it again."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
@@ -64,7 +54,7 @@ def _flatten_optimizer(opt: torch.optim.Optimizer) -> tuple[dict, dict]:
 
 
 def save_training_state(path, model, optimizer, trainer_state: dict) -> None:
-    """Atomically write (replace) a resumable checkpoint folder (crash-safe: see vlmatch.io)."""
+    """Atomically write (replace) a resumable checkpoint folder."""
     with atomic_dir(path) as tmp:
         model.save(tmp)
         tensors, meta = _flatten_optimizer(optimizer)

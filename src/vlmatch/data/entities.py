@@ -1,15 +1,9 @@
-"""Flickr30k Entities (Plummer et al., ICCV 2015): noun phrases of the captions linked to boxes.
+"""Flickr30k Entities (Plummer et al., ICCV 2015): noun phrases of the captions linked to boxes, per Flickr id.
 
-Two files per photo, named by its Flickr id (the part of a Flickr8k file name before ``_``):
-
-* ``Sentences/<id>.txt``: one caption a line, phrases marked ``[/EN#<chain>/<type>[/<type>...] words]``;
-  chain ``0`` is "not visual" (never boxed).
-* ``Annotations/<id>.xml``: ``<size>`` (the ORIGINAL photo's width and height) and ``<object>``s, each with
-  one or more ``<name>`` chain ids and either a ``<bndbox>`` (xmin, ymin, xmax, ymax: 1-based pixels of the
-  original photo, so pixel p covers [p - 1, p]) or the flags ``<nobndbox>`` / ``<scene>``.
-
-A chain may have several boxes (one per object it names: "two dogs"); a phrase is grounded when its
-chain has at least one box. Errors name the file and what is wrong.
+``Sentences/<id>.txt``: a caption a line, phrases marked ``[/EN#<chain>/<type> words]`` (chain 0: not visual).
+``Annotations/<id>.xml``: the original photo's ``<size>`` and ``<object>``s naming chains, each with a ``<bndbox>``
+(1-based pixels: pixel p covers [p - 1, p]) or ``<nobndbox>`` / ``<scene>``. A phrase is grounded when its chain has
+a box. Errors name the file and what is wrong.
 """
 
 from __future__ import annotations
@@ -141,8 +135,7 @@ def photo_id(filename: str) -> str:
 
 
 def in_box(x: float, y: float, box: tuple[float, float, float, float]) -> bool:
-    """Whether the point (x, y), in the original photo's continuous pixel coordinates, is inside a 1-based
-    inclusive box (pixel p covers [p - 1, p])."""
+    """Whether the point (x, y), in the photo's continuous pixel coordinates, is inside a 1-based inclusive box."""
     x1, y1, x2, y2 = box
     return x1 - 1 <= x <= x2 and y1 - 1 <= y <= y2
 

@@ -1,15 +1,6 @@
-"""Concept-held-out training data: leave out every image whose captions name one of a set of words.
-
-The out-of-domain protocol of the open-vocabulary search (experiments/recipes/flickr8k/ov58_heldout.yaml,
-docs/open-vocabulary.md) retrains a model with every training photo whose captions name one of a fixed set of
-concepts left out (``data.exclude_words``), then measures text -> photo recall on the val photos of those
-concepts: what a model does with a concept it never saw a caption of, the way the shipped model meets
-kitchens and cars.
-
-A caption *names* a word when one of its tokens (lower case, letters only) is the word or one of its
-regular plural forms (``dog`` -> dogs; ``bus`` -> buses; ``party`` -> parties) -- or, for a word written
-with a trailing ``*``, any token that starts with it (``bicycl*``: bicycle, bicycles, bicycling,
-bicyclist). Matching is on whole tokens, so ``cat`` does not exclude "catch" or "scatter".
+"""Concept-held-out training data (``data.exclude_words``): leave out every image whose captions name one of a set
+of words, to measure what a model does with concepts it never saw (docs/open-vocabulary.md). A caption names a word
+when a whole token is the word or a regular plural (dogs, buses, parties); ``bicycl*`` matches any token so started.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Karpathy-style JSON (``dataset_{flickr8k,flickr30k,coco}.json``): images, splits, raw captions.
-
-Splits are mapped to the precomp names: ``train`` and COCO's ``restval`` -> ``train``, ``val`` ->
-``dev``, ``test`` -> ``test``. Captions come from ``raw`` (vlmatch tokenises them itself).
-"""
+"""Karpathy-style JSON (``dataset_{flickr8k,flickr30k,coco}.json``): images, splits (mapped to the precomp names:
+``restval`` -> ``train``, ``val`` -> ``dev``) and raw captions."""
 
 from __future__ import annotations
 

@@ -24,21 +24,15 @@ def token_lists(tokenize, captions: list[str], chunk: int = 4096) -> list[list[i
 
 
 def encode_captions(split: PrecompSplit, text) -> list[list[int]]:
-    """Token ids of every caption of ``split``; ``text`` is a model (its own ``tokenize``) or a Vocab.
-
-    Non-empty lines always give at least one token.
-    """
+    """Token ids of every caption of ``split``; ``text`` is a model (its own ``tokenize``) or a Vocab."""
     if isinstance(text, Vocab):
         return [text.encode(cap) for cap in split.captions]
     return token_lists(text.tokenize, split.captions)
 
 
 class PairDataset(Dataset):
-    """(image features, caption ids, caption index, image index, mirrored) for each caption.
-
-    ``mirror`` (``data.mirror``): the chance that a pair shows its image's mirror view
-    (``{split}_mirror_ims.npy``) instead, drawn afresh each epoch as a pure function of (seed, epoch) so a resumed
-    run replays the same views; a caption that names a side (left, right) always keeps the photo."""
+    """(image features, caption ids, caption index, image index, mirrored) for each caption. ``mirror``: the chance
+    a pair shows its image's mirror view, drawn per (seed, epoch); a caption naming a side keeps the photo."""
 
     def __init__(self, split: PrecompSplit, text, mirror: float = 0.0):
         self.split = split
@@ -66,11 +60,8 @@ class PairDataset(Dataset):
 
 
 class CaptionPairDataset(Dataset):
-    """(anchor caption ids, partner caption ids, anchor index, partner index, image index) for each caption:
-    the partner is another caption of the same image (two captions of one image = a positive pair, as
-    MTFN's text-text loss needs), drawn afresh each epoch as a pure function of (seed, epoch) so a
-    resumed run replays the same pairs. Images with a single caption pair a caption with itself.
-    """
+    """(anchor ids, partner ids, anchor index, partner index, image index) for each caption: the partner is another
+    caption of the same image (MTFN's text-text positive), drawn per (seed, epoch); a lone caption pairs itself."""
 
     def __init__(self, split: PrecompSplit, text):
         self.split = split

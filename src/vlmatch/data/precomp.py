@@ -1,8 +1,5 @@
-"""SCAN's "precomp" format: ``{split}_ims.npy`` (N, k, D), ``{split}_caps.txt``, ``{split}_ids.txt``.
-
-Caption i belongs to image ``i // per`` where ``per`` = captions / images (5 for Flickr and COCO).
-The feature array is memory-mapped, never read whole (COCO train is 33 GB as float32).
-"""
+"""SCAN's "precomp" format: ``{split}_ims.npy`` (N, k, D), memory-mapped (COCO train is 33 GB), ``{split}_caps.txt``
+(caption i belongs to image ``i // per``) and ``{split}_ids.txt``."""
 
 from __future__ import annotations
 
@@ -55,8 +52,7 @@ def open_features(path) -> np.ndarray:
 
 
 def available_splits(root) -> list[str]:
-    """Names of the splits a precomp folder holds (``{split}_ims.npy`` files; a split's mirror views,
-    ``{split}_mirror_ims.npy``, are not a split of their own)."""
+    """Names of the splits a precomp folder holds (``{split}_ims.npy``; mirror views are not a split)."""
     return sorted(p.name[: -len("_ims.npy")] for p in Path(root).glob("*_ims.npy") if not p.name.endswith("_mirror_ims.npy"))
 
 
@@ -72,12 +68,16 @@ def split_hint(root, split: str) -> str:
     return f"; this folder has splits {', '.join(have)}"
 
 
-class PrecompSplit:
-    """One split of a precomp folder: memory-mapped features, captions and (optional) ids.
+def _finite(features, i: int, path) -> np.ndarray:
+    x = np.asarray(features[i], dtype=np.float32)
+    if not np.isfinite(x).all():
+        raise DataError(path, f"image {i} has NaN or inf features")
+    return x
 
-    ``max_images`` keeps the first images and their captions (SCAN evaluates ``dev`` on the
-    first 1000 images / 5000 captions for model selection).
-    """
+
+class PrecompSplit:
+    """One split of a precomp folder: memory-mapped features, captions and (optional) ids; ``max_images`` keeps the
+    first images and their captions."""
 
     def __init__(self, root, split: str, max_images: int | None = None):
         self.root = Path(root)
@@ -107,8 +107,7 @@ class PrecompSplit:
             self.ids = None if self.ids is None else self.ids[:max_images]
 
     def keep_images(self, keep) -> None:
-        """Keep only the images where ``keep`` (a boolean per image) is true, with their captions and ids, in
-        memory (a held-out subset of a training split: :mod:`vlmatch.data.heldout`)."""
+        """Keep, in memory, only the images where ``keep`` (a boolean per image) is true, with captions and ids."""
         keep = np.asarray(keep, dtype=bool)
         if keep.shape != (self.n_images,):
             raise ValueError(f"keep_images: {keep.shape[0]} flags for {self.n_images} images")
@@ -116,7 +115,6 @@ class PrecompSplit:
         self.features = np.ascontiguousarray(self.features[rows])
         self.captions = [c for i in rows for c in self.captions[i * self.per_image:(i + 1) * self.per_image]]
         self.ids = None if self.ids is None else [self.ids[i] for i in rows]
-        self.kept_rows = rows
 
     @property
     def n_images(self) -> int:
@@ -131,10 +129,7 @@ class PrecompSplit:
         return self.features.shape[2]
 
     def image(self, i: int) -> np.ndarray:
-        x = np.asarray(self.features[i], dtype=np.float32)
-        if not np.isfinite(x).all():
-            raise DataError(self.features_path, f"image {i} has NaN or inf features")
-        return x
+        return _finite(self.features, i, self.features_path)
 
     @property
     def mirror_path(self) -> Path:
@@ -152,10 +147,7 @@ class PrecompSplit:
                 raise DataError(self.mirror_path, f"shape {tuple(mirror.shape)} does not match the split's "
                                                   f"{tuple(self.features.shape)}")
             self._mirror = mirror
-        x = np.asarray(self._mirror[i], dtype=np.float32)
-        if not np.isfinite(x).all():
-            raise DataError(self.mirror_path, f"image {i} has NaN or inf features")
-        return x
+        return _finite(self._mirror, i, self.mirror_path)
 
     def image_of_caption(self, j: int) -> int:
         return j // self.per_image

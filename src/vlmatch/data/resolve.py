@@ -1,14 +1,6 @@
-"""One resolution of data arguments, used by every command and by the Python API.
-
-A data argument (``--data`` of ``train``/``evaluate``/``data check``/..., ``data.path`` of a config,
-``resolve_data(...)`` in Python) is either
-
-* ``toyworld`` (or nothing): the bundled synthetic toy world, generated on first use into
-  ``$VLMATCH_CACHE/toyworld`` (``VLMATCH_CACHE`` defaults to ``~/.cache/vlmatch``) and reused
-  while the generator is unchanged; or
-* a folder in the precomp layout (``~`` is expanded).
-
-``VLMATCH_CACHE`` is read at call time, so setting it in a running process takes effect.
+"""Data arguments (``--data``, ``data.path``, ``resolve_data``): ``toyworld`` or nothing, the bundled synthetic data
+generated on first use into ``$VLMATCH_CACHE/toyworld`` (read at call time; default ``~/.cache/vlmatch``), or a
+precomp folder.
 """
 
 from __future__ import annotations
@@ -28,8 +20,8 @@ def cache_dir() -> Path:
 
 
 def expand_path(value: str) -> str:
-    """A path a config or recipe writes portably, as this machine's: ``$VLMATCH_CACHE`` is :func:`cache_dir` (set or
-    not), any other ``$VAR`` and ``~`` as the shell would expand them."""
+    """A portable path as this machine's: ``$VLMATCH_CACHE`` is :func:`cache_dir` (set or not), ``$VAR`` and ``~``
+    as the shell expands them."""
     text = CACHE_VARIABLE.sub(lambda _: str(cache_dir()).replace("\\", "/"), str(value))
     return os.path.expanduser(os.path.expandvars(text))
 
@@ -57,10 +49,7 @@ def resolve_data(path=None) -> Path:
 
 def source_hint(p) -> str:
     """'; where it comes from' for a missing path of well-known data (Flickr8k), else ''."""
-    text = str(p).lower()
-    if "flickr8k" in text:
-        return "; " + FLICKR8K_SOURCE
-    return ""
+    return "; " + FLICKR8K_SOURCE if "flickr8k" in str(p).lower() else ""
 
 
 FLICKR8K_SOURCE = ("Flickr8k is not shipped with vlmatch: request the images from the dataset's authors "

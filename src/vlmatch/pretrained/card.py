@@ -1,10 +1,6 @@
-"""The model card of the shipped models, generated from ``registry.json`` so that it cannot drift from it.
-
-``render()`` gives the Markdown block that the README (and the docs page on shipped models) hold between
-the markers :data:`BEGIN` and :data:`END`; ``update(path)`` rewrites that block in a file, and
-``python release/ship.py --card`` does it for every file that holds the markers. A test checks that
-the committed files hold exactly ``render()``.
-"""
+"""The shipped models' card, generated from ``registry.json`` so that it cannot drift from it: the blocks between
+the markers of :data:`BLOCKS` in the README and docs (``python release/ship.py --card`` rewrites them; a test checks
+them)."""
 
 from __future__ import annotations
 
@@ -92,8 +88,7 @@ def _open_vocab_lines(e: Pretrained) -> list[str]:
 
 
 def _pair_lines(e: Pretrained) -> list[str]:
-    """The pair this re-scorer was measured in: "the default search pair" only while it and its retriever are the
-    defaults (vlmatch.pretrained.default_pair), else the command that builds an index with that pair."""
+    """The pair this re-scorer was measured in: the default search pair, or the command that builds that pair."""
     p = e.val.get("pair")
     if not p:
         return []
@@ -239,8 +234,7 @@ BLOCKS = {"card": (BEGIN, END, render), "summary": (SUMMARY_BEGIN, SUMMARY_END, 
 
 
 def update(path: Path, block: str | None = None, summary_block: bool = False, kind: str | None = None) -> bool:
-    """Rewrite the block between the markers in ``path`` (the full card's, with ``summary_block`` the
-    summary's, or ``kind``'s of :data:`BLOCKS`); True when the file changed."""
+    """Rewrite ``path``'s block (the card's, the summary's, or ``kind``'s of :data:`BLOCKS`); True when it changed."""
     path = Path(path)
     text = path.read_text(encoding="utf-8")
     begin, end, fill = BLOCKS[kind or ("summary" if summary_block else "card")]

@@ -1,16 +1,7 @@
-"""Run configuration: YAML files with three sections (model, data, train), ``--set`` overrides.
-
-Every option is declared once, as a dataclass field with :func:`vlmatch.options.option` metadata (type,
-range, allowed values, whether a resumed run may change it): ``model`` options in each model's
-``Config``, the ``data`` and ``train`` sections in :class:`DataOptions` and :class:`TrainOptions` here.
-A loaded config stays a plain dict (``cfg["train"]["lr"]``); the dataclasses are its schema.
-
-A config file may also hold a ``recipe:`` section: what the runner of experiments/ reads beside the config (the
-data the features come from, the backbone and input size that extract them, where the results row goes).
-Training ignores it, so ``vlmatch train --config RECIPE.yaml`` trains what the recipe records.
-
-Bundled configs live in ``vlmatch/configs`` (also reachable as ``configs/`` at the repo root);
-``--config NAME`` finds them by name, ``--config path.yaml`` reads any file.
+"""Run configuration: YAML files with sections model, data and train (plus a ``recipe:`` section training ignores),
+``--set`` overrides. Every option is a dataclass field with :func:`vlmatch.options.option` metadata (a model's
+``Config``; :class:`DataOptions` and :class:`TrainOptions` here); a loaded config stays a plain dict. ``--config NAME``
+finds a bundled config (``vlmatch/configs``), ``--config path.yaml`` reads any file.
 """
 
 from __future__ import annotations
@@ -34,25 +25,18 @@ RECIPE = "recipe"  # the section a recipe file adds to a config (experiments/REA
 class DataOptions:
     """The ``data`` section of a run's config."""
 
-    path: str | None = option(None, doc="a precomp folder; 'toyworld' = the bundled synthetic data (generated on "
-                                        "demand)")
+    path: str | None = option(None, doc="a precomp folder; 'toyworld' = the bundled synthetic data")
     train_split: str = option("train")
     val_split: str = option("dev")
-    val_max_images: int | None = option(1000, min=1, doc="SCAN's model selection on the first 1000 dev images / "
-                                                         "5000 captions")
+    val_max_images: int | None = option(1000, min=1, doc="SCAN's model selection on the first 1000 dev images")
     vocab: str | None = option(None, doc="a SCAN vocab JSON; built from the training captions when absent")
     min_word_count: int = option(4, min=1)
-    entities: str | None = option(None, doc="a Flickr30k Entities folder (Annotations/ + Sentences/) for the train "
-                                           "images: the phrase boxes train.grounding_loss pulls the heat maps into")
-    check_finite: bool = option(True, resumable=True, doc="scan every split for NaN/inf once at start (False: data "
-                                                          "already checked)")
-    mirror: float = option(0.0, min=0.0, max=1.0, doc="the chance that a train pair shows its image's mirror view "
-                                                      "({train_split}_mirror_ims.npy, written by features extract "
-                                                      "--mirror), drawn each epoch; its phrase boxes are mirrored too, "
-                                                      "and a caption naming left or right keeps the photo (0: off)")
+    entities: str | None = option(None, doc="a Flickr30k Entities folder of the train images (train.grounding_loss)")
+    check_finite: bool = option(True, resumable=True, doc="scan every split for NaN/inf once at start")
+    mirror: float = option(0.0, min=0.0, max=1.0, doc="the chance a train pair shows its image's mirror view "
+                                                      "({train_split}_mirror_ims.npy), drawn each epoch (0: off)")
     exclude_words: list[str] | None = option(None, doc="leave out every train image whose captions name one of these "
-                                                       "words (a word or its plurals; 'bicycl*': any token starting so): "
-                                                       "the concept-held-out protocol (vlmatch.data.heldout)")
+                                                       "words (vlmatch.data.heldout)")
 
 
 @dataclass
@@ -65,59 +49,38 @@ class TrainOptions:
     lr_update: int = option(15, min=1, doc="lr x lr_decay every lr_update epochs")
     lr_schedule: list[list[float]] | None = option(
         None, min=0, doc="[[epoch, lr], ...] from epoch 0, piecewise constant; replaces lr / lr_update")
-    pretrained_lr_scale: float = option(
-        1.0, min=0, gt=True, doc="lr of a fine-tuned pretrained transformer (a model's finetune: true) as a multiple "
-                                 "of the lr of the rest (BERT-family encoders fine-tune at ~1e-5, layers on top at "
-                                 "~1e-3)")
+    pretrained_lr_scale: float = option(1.0, min=0, gt=True, doc="lr of a fine-tuned pretrained transformer as a "
+                                                                 "multiple of the rest's")
     optimizer: str = option("adam", choices=("adam", "adadelta"), doc="adam | adadelta (rho 0.9)")
     weight_decay: float = option(0.0, min=0, doc="L2 penalty of the optimizer")
     lr_decay: float = option(0.1, min=0, max=1, gt=True, doc="step-decay factor (MTFN halves: 0.5)")
     stage: str | None = option(None, doc="training stage of a multi-stage model (MTFN: image_text, then text_text)")
-    init_from: str | None = option(None, doc="a checkpoint folder whose weights (and vocab) start this run (e.g. "
-                                             "the previous stage)")
-    grounding_loss: float = option(0.0, min=0, doc="weight of the grounding objective beside the matching loss: "
-                                                   "each train phrase's contribution map pulled into its Entities "
-                                                   "boxes (needs data.entities; 0: off, as in every paper)")
-    grounding_temperature: float = option(0.2, min=0, gt=True, doc="softmax temperature of the grounding objective "
-                                                                   "over the standardised map")
-    grounding_form: str = option("mass", choices=("mass", "peak"), doc="the grounding objective: 'mass', the map's "
-                                                                      "softmax mass inside the boxes; 'peak', its "
-                                                                      "maximum inside above its maximum outside by a "
-                                                                      "margin (what the pointing game scores)")
-    grounding_map: str = option("contribution", choices=("contribution", "attention", "gradient"),
-                                doc="the map the grounding objective trains: 'contribution', the exact share of each "
-                                    "image position in the score (models whose score decomposes); 'attention', the "
-                                    "model's own word-to-region attention, the maps its paper shows (SCAN, MMCA); "
-                                    "'gradient', gradient x input of the phrase scored alone (any model; double "
-                                    "backward: CAAN's and SMAN's per-word map)")
+    init_from: str | None = option(None, doc="a checkpoint folder whose weights (and vocab) start this run")
+    # the grounding objective (docs/grounding.md): its weight beside the matching loss (needs data.entities; 0: off),
+    # softmax temperature, form ('mass' inside the boxes, or 'peak' inside above outside) and map
+    grounding_loss: float = option(0.0, min=0)
+    grounding_temperature: float = option(0.2, min=0, gt=True)
+    grounding_form: str = option("mass", choices=("mass", "peak"))
+    grounding_map: str = option("contribution", choices=("contribution", "attention", "gradient"))
     grad_clip: float = option(2.0, min=0)
     margin: float = option(0.2, min=0)
     max_violation: bool = option(True)
-    warmup_epochs: int = option(0, min=0, doc="epochs with the loss summed over all negatives before hardest "
-                                              "negatives")
-    patience: int = option(0, min=0, resumable=True, doc="stop once val rsum has not improved for this many epochs "
-                                                         "(0: run all epochs)")
+    warmup_epochs: int = option(0, min=0, doc="epochs summing over all negatives before hardest negatives")
+    patience: int = option(0, min=0, resumable=True, doc="stop once val rsum has not improved for this many epochs")
     min_epochs: int = option(0, min=0, resumable=True, doc="... but never before this many epochs")
     val_every_steps: int = option(0, min=0, doc="also validate every N steps (0: only at epoch ends)")
-    val_top_k: int = option(0, min=0, doc="validate two-stage: rank by the model's global part, re-score each "
-                                          "query's top K (0: exhaustive)")
+    val_top_k: int = option(0, min=0, doc="validate two-stage: re-score each query's top K (0: exhaustive)")
     checkpoint_every_steps: int = option(0, min=0, doc="also save last/ every N steps (0: only at epoch ends)")
     log_every: int = option(10, min=1)
     seed: int = option(0, min=0, max=2**63 - 1)
     device: str = option("auto", resumable=True)
     threads: int = option(0, min=0, resumable=True, doc="torch threads (0: torch's default)")
-    reuse_freed_memory: bool = option(True, resumable=True, doc="keep the memory a step frees for the next step "
-                                                                 "instead of returning it to the system (glibc; "
-                                                                 "vlmatch.training.allocator): SCAN, CAAN and MMCA "
-                                                                 "steps up to 1.5x faster on a CPU")
-    compile: bool = option(False, resumable=True, doc="run the model's score through torch.compile, in training steps "
-                                                      "and validation (fuses the attention's elementwise chains: SCAN "
-                                                      "and CAAN about 1.07x per step on a CPU; up to a minute to "
-                                                      "compile)")
+    reuse_freed_memory: bool = option(True, resumable=True, doc="keep freed memory for the next step "
+                                                                 "(vlmatch.training.allocator)")
+    compile: bool = option(False, resumable=True, doc="the model's score through torch.compile (steps and validation)")
     workers: int = option(0, min=0, resumable=True, doc="DataLoader workers")
     max_steps_per_epoch: int | None = option(None, min=1, doc="cap (smoke tests)")
-    stop_after_steps: int | None = option(None, min=1, resumable=True, doc="exit abruptly after this global step "
-                                                                          "(tests the resume path; never saved)")
+    stop_after_steps: int | None = option(None, min=1, resumable=True, doc="exit after this global step (tests)")
 
 
 # The sections of a config file: ``model`` (its name, plus any option of that model's Config), ``data``, ``train``.
@@ -183,10 +146,7 @@ def load_config(name_or_path: str | None = None, overrides: list[str] = (), extr
     cfg = copy.deepcopy(DEFAULTS)
     if name_or_path:
         path = resolve_path(name_or_path)
-        try:
-            data = parse_yaml(path.read_text(encoding="utf-8")) or {}
-        except (yaml.YAMLError, UnicodeDecodeError) as e:
-            raise DataError(path, f"not valid YAML: {yaml_problem(e)}") from None
+        data = read_yaml_file(path) or {}
         if not isinstance(data, dict):
             raise DataError(path, "a config must be a mapping with sections model, data, train")
         data.pop(RECIPE, None)
@@ -205,9 +165,8 @@ PATHS = (("data", "path"), ("data", "vocab"), ("data", "entities"), ("train", "i
 
 
 def check_config(cfg: dict, source: str | None = None) -> dict:
-    """Check every section against its declared types and ranges and every model option against the
-    model's ``Config``; returns a normalised copy (``1e3`` -> 1000 where an int is expected). All
-    problems are reported together, one line each, as a :class:`ConfigError`."""
+    """Check every section against its declared types and ranges and the model options against the model's
+    ``Config``; returns a normalised copy. All problems are raised together, one line each."""
     from ..models.registry import check_model_options
 
     out, problems = {}, []

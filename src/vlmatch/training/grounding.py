@@ -1,20 +1,6 @@
-"""The grounding objective of training (``train.grounding_loss``): each train phrase's heat map into its boxes.
-
-Built once per run from the train split's image names (``{split}_ids.txt``) and a Flickr30k Entities
-folder (``data.entities``): every train caption is matched to its Entities sentence (same words, case and
-punctuation aside), each phrase of it whose chain has a box becomes (caption, token span in the model's
-own tokenisation, its text, target positions = the grid cells whose centre lies in one of the boxes, or the
-cell under the box's centre when none does). Per batch each phrase gets the map ``train.grounding_map`` names,
-and :func:`vlmatch.models.losses.pointing_loss` pulls it into the boxes:
-
-* ``contribution``: the model's exact contributions (``position_contributions``) summed over the phrase's tokens;
-* ``attention``: the model's own word-to-region attention (``position_attention``) summed the same way;
-* ``gradient``: gradient x input of the phrase scored as its own query, Σ_d v_id ∂S(image, phrase)/∂v_id, the
-  map ``vlmatch grounding --method gradient`` scores, for any model. Teaching it differentiates a gradient
-  (double backward): the one per-word map of CAAN and SMAN, whose attention is the caption's mean map.
-
-Only the train split's boxes are read: val's never are, so the pointing figures on val stay honest. A batch row
-that shows its image's mirror view (``data.mirror``) has its target cells mirrored with it.
+"""The grounding objective of training (``train.grounding_loss``): each train phrase's map pulled into its Flickr30k
+Entities boxes (docs/grounding.md, "The grounding objective"). Targets are built once per run from the train
+split only (val's boxes are never read); a row showing its mirror view has its target cells mirrored too.
 """
 
 from __future__ import annotations
@@ -162,15 +148,9 @@ def check_grounding_map(model: MatchingModel, kind: str) -> None:
 
 def grounding_term(model: MatchingModel, targets: GroundingTargets, batch: dict, inputs: tuple, temperature: float,
                    form: str = "mass", *, kind: str = "contribution") -> Tensor:
-    """The batch's grounding loss: its phrases' maps against their boxes. ``kind``: "contribution" (the exact
-    shares of the score, ``position_contributions``) or "attention" (``position_attention``), where a phrase's
-    map is the sum of its tokens' columns, as the pointing game (:mod:`vlmatch.evaluation.explainers`) sums
-    them; or "gradient" (:func:`vlmatch.evaluation.explainers.gradient_maps`, each phrase scored as its own
-    query: the pointing game's own gradient maps).
-
-    ``inputs``: the very tensors (features, mask, tokens, lengths) the step's matching pass took; inside the
-    model's ``shared_encodings`` block the contributions reuse that pass's encodings instead of running the
-    text encoder (and an image head) a second time."""
+    """The batch's grounding loss: its phrases' maps against their boxes. ``kind``: "contribution" or "attention"
+    (a phrase's map is the sum of its tokens' columns, as the pointing game sums them) or "gradient" (each phrase
+    scored as its own query). ``inputs``: the step's matching-pass tensors, whose encodings are reused."""
     rows, span, cells = targets.of_batch(batch["caption_index"])
     if "mirrored" in batch and bool(batch["mirrored"].any()):  # a row showing its mirror view: its boxes mirrored
         flip = batch["mirrored"][rows]

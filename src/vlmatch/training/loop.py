@@ -1,10 +1,7 @@
-"""The training loop: Adam, step decay, gradient clipping, validation, checkpoints, exact resume, DDP.
+"""The training loop: optimiser, lr schedule, gradient clipping, validation, checkpoints, exact resume, DDP.
 
-Data order is a pure function of (seed, epoch): a permutation drawn from a generator seeded with
-both, so a resumed run replays the same batches from the saved step. With torchrun each rank
-takes every world_size-th item of that permutation; hardest negatives are mined within each
-rank's own batch (as in the official single-GPU code with the per-rank batch size), and DDP
-averages the gradients.
+Data order is a pure function of (seed, epoch), so a resumed run replays the same batches from the saved step.
+Under torchrun each rank takes every world_size-th item; hardest negatives are mined within each rank's batch.
 """
 
 from __future__ import annotations
@@ -61,9 +58,8 @@ def epoch_batches(n: int, batch_size: int, seed: int, epoch: int, rank: int, wor
 
 
 def param_groups(model: torch.nn.Module, tc: dict) -> list[dict]:
-    """The trained parameters (a stage may freeze some) as the optimizer's groups: one, or with
-    ``train.pretrained_lr_scale`` != 1 two, the second the fine-tuned pretrained transformers' (every
-    trainable parameter inside an ``HFTextEncoder``) with ``lr_scale`` (the epoch's lr times it)."""
+    """The trained parameters as the optimizer's groups: one, or with ``train.pretrained_lr_scale`` != 1 a second
+    for the fine-tuned ``HFTextEncoder`` parameters, whose ``lr_scale`` multiplies the epoch's lr."""
     trained = [p for p in model.parameters() if p.requires_grad]
     scale = float(tc.get("pretrained_lr_scale", 1.0))
     pretrained = {id(p) for m in model.modules() if isinstance(m, HFTextEncoder) for p in m.parameters()}
@@ -81,12 +77,8 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
 
 
 def make_optimizer(params, tc: dict) -> torch.optim.Optimizer:
-    """``train.optimizer``: adam, or adadelta with decay ρ = 0.9 (SMAN's "Adadelta, momentum 0.9");
-    ``train.weight_decay`` is an L2 penalty added to the gradients (torch's ``weight_decay``).
-
-    Adam runs torch's fused kernel where the parameters' device has one: the same update to float
-    rounding, in one pass over each parameter where the plain loop makes about ten (MTFN's 22 M
-    parameters: ~120 -> ~20 ms per step on one core); elsewhere the plain loop."""
+    """``train.optimizer``: adam (torch's fused kernel where the device has one), or adadelta with ρ = 0.9 (SMAN's
+    "Adadelta, momentum 0.9"); ``train.weight_decay`` is torch's L2 ``weight_decay``."""
     if tc["optimizer"] == "adadelta":
         return torch.optim.Adadelta(params, lr=lr_at(tc, 0), rho=0.9, weight_decay=tc["weight_decay"], foreach=True)
     params = list(params)
@@ -97,9 +89,8 @@ def make_optimizer(params, tc: dict) -> torch.optim.Optimizer:
 
 
 def lr_at(tc: dict, epoch: int) -> float:
-    """The learning rate of ``epoch``: ``train.lr_schedule`` [[epoch, lr], ...] (piecewise constant,
-    each lr from its epoch on) when given, else ``train.lr`` x ``train.lr_decay`` (default 0.1; MTFN: 0.5)
-    every ``train.lr_update`` epochs."""
+    """The lr of ``epoch``: ``train.lr_schedule`` (piecewise constant) when given, else ``train.lr`` x
+    ``train.lr_decay`` every ``train.lr_update`` epochs."""
     if tc.get("lr_schedule"):
         return float([lr for start, lr in tc["lr_schedule"] if start <= epoch][-1])
     return tc["lr"] * (tc.get("lr_decay", 0.1) ** (epoch // tc["lr_update"]))
@@ -120,13 +111,8 @@ def build_vocab(cfg: dict, train: PrecompSplit) -> Vocab:
 
 
 def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overwrite: bool = False) -> dict:
-    """Train per ``cfg`` into ``run_dir``; returns the best validation metrics.
-
-    A fresh run refuses a ``run_dir`` that holds a run unless ``overwrite``; ``resume`` continues the
-    run whose checkpoint is in ``run_dir/last`` and refuses a ``cfg`` that would compute another run.
-    One writer per run folder: the main process holds its lock (:func:`vlmatch.training.rundir.run_lock`)
-    from before anything is read or removed to the end, and a second run of the folder is refused.
-    """
+    """Train per ``cfg`` into ``run_dir`` (a fresh run, or ``resume`` from ``run_dir/last``, under the folder's
+    lock: :mod:`vlmatch.training.rundir`); returns the best validation metrics."""
     cfg = check_config(cfg)
     rank = D.world()[0] if D.world()[1] > 1 else D.world_from_env()[0]
     with run_lock(run_dir, resume) if rank == 0 else nullcontext():
@@ -190,9 +176,7 @@ def _train(cfg: dict, run_dir: Path, resume: bool, progress: bool, overwrite: bo
     for epoch in range(state["epoch"], tc["epochs"]):
         lr = lr_at(tc, epoch)
         set_lr(optimizer, lr)
-        batches = epoch_batches(len(dataset), tc["batch_size"], tc["seed"], epoch, run.rank, run.world_size)
-        if tc["max_steps_per_epoch"]:
-            batches = batches[: tc["max_steps_per_epoch"]]
+        batches = _epoch_plan(len(dataset), tc, epoch, run.rank, run.world_size)
         start = state["step_in_epoch"]
         if hasattr(dataset, "set_epoch"):  # e.g. caption pairs drawn afresh each epoch
             dataset.set_epoch(tc["seed"], epoch)
@@ -272,9 +256,8 @@ def _splits(dc: dict, run: _Run) -> tuple[PrecompSplit, PrecompSplit]:
 
 
 def _model(cfg: dict, train_split: PrecompSplit, ckpt: Path | None):
-    """The model to train: its vocabulary (a resumed run's own, the previous stage's, or built), the options a
-    checkpoint was made with where the config leaves them to a default that changed, and ``train.init_from``'s
-    weights."""
+    """The model to train: its vocabulary (a resumed run's, the previous stage's, or built), a checkpoint's values of
+    options whose default changed, and ``train.init_from``'s weights."""
     tc = cfg["train"]
     model_opts = {k: v for k, v in cfg["model"].items() if k != "name"}
     vocab = None
@@ -288,8 +271,7 @@ def _model(cfg: dict, train_split: PrecompSplit, ckpt: Path | None):
         else:
             vocab = build_vocab(cfg, train_split)
         model_opts["vocab_size"] = len(vocab)
-    if ckpt is not None:  # a default may have changed since the run began: what the config leaves to it, the
-        # checkpoint made with (for the options whose default changed), so the run goes on with its own equations
+    if ckpt is not None:  # an option whose default changed since: the run goes on with its checkpoint's value
         made = saved_options(ckpt)
         for key in model_class(cfg["model"]["name"]).legacy_options:
             if key not in model_opts and key in made:
@@ -307,19 +289,16 @@ def _model(cfg: dict, train_split: PrecompSplit, ckpt: Path | None):
                               f"changed: {'; '.join(conflicts)}. Set them in the config's model section (--set "
                               f"model.KEY=VALUE) to continue from it with its own equations")
         init = Path(tc["init_from"])
-        verify_sealed(init)  # the folder whole (checksums.json), refused without it if saved sealed
-        # and its weights against config.json's digest (a folder saved before seals has only that)
+        verify_sealed(init)  # the folder whole, then its weights against config.json's digest
         model.load_weights(init / "model.safetensors", read_config_json(init / "config.json").get("weights_sha256"))
     return model
 
 
 def _resumed_state(run: _Run, ckpt: Path, model, optimizer, n_items: int) -> dict:
-    """The trainer state of ``ckpt``, loaded into ``model`` and ``optimizer``, once it is checked, and the log cut
-    back to its step. An edited step count would replay or skip batches and cut the log at the wrong row; an
-    edited best would keep best/ at an older epoch: the state must agree with itself and with the log (named by
-    field), then every file of last/ with its checksums.json."""
+    """The trainer state of ``ckpt``, checked against this run and its log, loaded into ``model`` and ``optimizer``;
+    the log cut back to its step."""
     saved = read_state(ckpt)
-    check_steps(ckpt / "trainer_state.json", saved, [_steps_per_epoch(n_items, run.tc, 0, w)
+    check_steps(ckpt / "trainer_state.json", saved, [len(_epoch_plan(n_items, run.tc, 0, 0, w))
                                                      for w in (1, run.world_size)])
     check_log(ckpt / "trainer_state.json", saved, run.metrics_path)
     state = load_training_state(ckpt, model, optimizer)
@@ -354,18 +333,14 @@ def _save_last(run: _Run, model, optimizer, state: dict, t_start: float) -> None
     D.barrier()
 
 
-def _steps_per_epoch(n: int, tc: dict, rank: int, world_size: int) -> int:
-    steps = len(epoch_batches(n, tc["batch_size"], tc["seed"], 0, rank, world_size))
-    return min(steps, tc["max_steps_per_epoch"]) if tc["max_steps_per_epoch"] else steps
+def _epoch_plan(n: int, tc: dict, epoch: int, rank: int, world_size: int) -> list[list[int]]:
+    """The epoch's batches, capped at ``train.max_steps_per_epoch``."""
+    return epoch_batches(n, tc["batch_size"], tc["seed"], epoch, rank, world_size)[:tc["max_steps_per_epoch"] or None]
 
 
 def compiled_score(model):
-    """``train.compile``: the model's pair score through torch.compile with dynamic shapes (every batch has
-    its own caption length). Where Inductor cannot compile a model's graph (it fails on the first call), or
-    where its code gives non-finite scores for a batch the eager score keeps finite (a wrong kernel: one
-    built for another instruction set and found in Inductor's on-disk cache gave CAAN NaN scores), the score
-    falls back to eager for the rest of the run, with a one-line note, instead of training on NaN. The check
-    costs one pass over the batch's (images x captions) scores."""
+    """``train.compile``: the model's pair score through torch.compile (dynamic shapes). Where it fails, or gives
+    non-finite scores the eager score keeps finite (a wrong cached kernel), the run falls back to eager with a note."""
     eager = model.score
     compiled = torch.compile(eager, dynamic=True)
     failed = []
@@ -396,8 +371,7 @@ def compiled_score(model):
 
 
 def _validate_and_keep(model, val_split: PrecompSplit, state: dict, *, run: _Run, epoch: int) -> None:
-    """Validate ``model`` (every rank scores its share), log the row, keep best/ when the rsum is the best so far,
-    and tell every rank the best."""
+    """Validate, log the row, keep best/ when the rsum is the best so far, and tell every rank the best."""
     t0 = time.perf_counter()
     # train.compile: validation scores through the engine's own compiled path (fixed block shapes, no grad)
     compiled = model.__dict__.pop("score", None)
@@ -417,8 +391,7 @@ def _validate_and_keep(model, val_split: PrecompSplit, state: dict, *, run: _Run
                 model.save(tmp)
                 write_json(tmp / "metrics.json", {**m, "epoch": epoch, "global_step": state["global_step"]})
                 seal_checkpoint(tmp)
-        # on screen epochs count from 1 ("epoch 1/7" is the first), as on the progress bar;
-        # metrics.jsonl and best/metrics.json keep the 0-based index ("epoch": 0)
+        # on screen epochs count from 1, as on the progress bar; the files keep the 0-based index
         print(f"[val] epoch {epoch + 1}/{run.tc['epochs']} step {state['global_step']}: rsum {m['rsum']:.1f} "
               f"(i2t R@1 {m['i2t_r1']:.1f}, t2i R@1 {m['t2i_r1']:.1f})", file=sys.stderr)
     D.barrier()
@@ -431,9 +404,7 @@ def _validate_and_keep(model, val_split: PrecompSplit, state: dict, *, run: _Run
 
 
 def _truncate_log(path: Path, global_step: int) -> None:
-    """Drop log lines written after the checkpoint we resume from. A last line cut short by a kill is
-    one of them (a row is logged before the checkpoint of its step is saved); a malformed line before
-    the last is a DataError naming the file and the line (:func:`log_rows`)."""
+    """Drop log lines written after the checkpoint we resume from (a line torn by the kill among them)."""
     if not path.exists():
         return
     keep = [line for line, row in log_rows(path) if row is not None and row["global_step"] <= global_step]

@@ -1,16 +1,6 @@
-"""Run folders: one run per folder, never mixed.
-
-A fresh run refuses a folder that already holds a run (``config.yaml``, ``metrics.jsonl``, ``last/``,
-``best/`` ...) unless told to ``overwrite`` it, which removes only those entries (never other files
-the user keeps there). A resumed run must be the run the checkpoint was made by: the configuration
-saved in ``last/trainer_state.json`` is compared with the one resumed with, and only options that do
-not change what is computed may differ (:data:`vlmatch.training.config.RESUMABLE_CHANGES`), and its counters
-must be ones this run could have reached: its steps per epoch, its log (:func:`check_steps`, :func:`check_log`).
-The checkpoint itself is read by :mod:`vlmatch.checkpoints.read`.
-
-One writer per run folder: a run (fresh, ``--overwrite`` or ``--resume``) holds the folder's lock
-(``.vlmatch.lock``, as an index build does) from before it reads or removes anything until it ends;
-a second run of the same folder is refused at once, naming the process that holds it.
+"""Run folders: one run per folder, one writer at a time (the folder's ``.vlmatch.lock``). A fresh run refuses a
+folder holding a run unless ``overwrite`` (which removes only the run's entries); a resume must be the run its
+checkpoint was made by (:data:`vlmatch.training.config.RESUMABLE_CHANGES` may differ) at a step it could reach.
 """
 
 from __future__ import annotations
@@ -21,6 +11,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from ..checkpoints.read import EDITED
 from ..errors import ConfigError, DataError
 from ..io import complete_dir, writer_lock
 from .config import RESUMABLE_CHANGES
@@ -64,11 +55,8 @@ def run_lock(run_dir, resume: bool = False):
 
 
 def start_over(run_dir) -> bool:
-    """``--resume`` of a run killed before its first ``last/`` checkpoint: nothing was learned that a resume
-    could keep, so the run starts over from step 1 (returns False: not a resume). That includes a kill between
-    the first ``best/`` (the first validation, in epoch 1) and the first ``last/``: that ``best/`` is made again
-    by the run started over. A folder whose ``best/`` is from a later epoch has lost its ``last/`` some other
-    way: refused, naming ``--overwrite`` (starting over would delete a best checkpoint it cannot give back)."""
+    """``--resume`` of a run killed before its first ``last/``: started over from step 1 (returns False), unless a
+    ``best/`` of a later epoch than the first shows last/ was lost some other way (refused: it would be deleted)."""
     run_dir = Path(run_dir)
     for best in (run_dir / "best", run_dir / "best.prev"):
         if not best.exists():
@@ -124,20 +112,17 @@ def _plain(cfg: dict) -> dict:
 # --- what a resume checks: the trainer state of last/ against this run's steps and log -------------------
 
 def check_steps(path, state: dict, steps_per_epoch: list[int]) -> None:
-    """Refuse a trainer state whose counters cannot come from this run: ``step_in_epoch`` past the
-    end of an epoch, or a ``global_step`` other than the steps of the epochs done plus ``step_in_epoch``
-    (each epoch took between one and ``max(steps_per_epoch)`` steps: the number depends on the world
-    size, which may change between resumes). ``steps_per_epoch``: the run's steps per epoch at the
-    world sizes it may have used (one process, and now)."""
+    """Refuse counters this run cannot reach: ``step_in_epoch`` past an epoch's end, or a ``global_step`` outside
+    the epochs done (1 to ``max(steps_per_epoch)`` steps each: the world size may change between resumes)."""
     epoch, step, gs = state["epoch"], state["step_in_epoch"], state["global_step"]
     if step > steps_per_epoch[-1]:
         raise DataError(path, f"step_in_epoch is {step}, but an epoch of this run has {steps_per_epoch[-1]} steps "
-                              "(the file was edited: restore it, or start the run over with --overwrite)")
+                              f"{EDITED}")
     lo, hi = epoch + step, epoch * max(steps_per_epoch) + step
     if not lo <= gs <= hi:
         span = f"{lo}" if lo == hi else f"between {lo} and {hi}"
         raise DataError(path, f"global_step is {gs}, but epoch {epoch} and step_in_epoch {step} of this run make it "
-                              f"{span} (the file was edited: restore it, or start the run over with --overwrite)")
+                              f"{span} {EDITED}")
 
 
 def latest_checkpoint(run_dir) -> Path | None:
@@ -145,9 +130,8 @@ def latest_checkpoint(run_dir) -> Path | None:
 
 
 def log_rows(path) -> list[tuple[str, dict | None]]:
-    """The rows of a run's ``metrics.jsonl`` as (line, row); a last line cut short by a kill is
-    (line, None). Empty when there is no log; a folder in its place, or a malformed row before the last,
-    is a DataError naming the file."""
+    """(line, row) of each row of a run's ``metrics.jsonl`` (row None: a last line torn by a kill); a malformed
+    row before the last is a DataError."""
     path = Path(path)
     if not path.exists():
         return []
@@ -175,14 +159,11 @@ def log_rows(path) -> list[tuple[str, dict | None]]:
 
 
 def check_log(path, state: dict, metrics_path) -> None:
-    """Refuse a trainer state that disagrees with the run's log (``metrics.jsonl``, whose rows are written
-    before the checkpoint of their step): ``global_step`` must be where the log ends the last finished epoch
-    plus ``step_in_epoch``, and ``best_rsum`` / ``best_epoch`` the best validation row up to it. A DataError
-    names the file and field. Nothing to compare without a log."""
+    """Refuse a trainer state that disagrees with the run's log: ``global_step`` must be where the log ends the last
+    finished epoch plus ``step_in_epoch``, ``best_rsum`` / ``best_epoch`` the best validation row up to it."""
     rows = [r for _, r in log_rows(metrics_path) if r is not None and r["global_step"] <= state["global_step"]]
     if not Path(metrics_path).is_file():
         return
-    edited = "(the file was edited: restore it, or start the run over with --overwrite)"
     epoch, step, gs = state["epoch"], state["step_in_epoch"], state["global_step"]
     val = [r for r in rows if r.get("type") == "val" and isinstance(r.get("rsum"), (int, float))]
     start = 0
@@ -190,18 +171,18 @@ def check_log(path, state: dict, metrics_path) -> None:
         ends = [r for r in val if r.get("epoch") == epoch - 1]
         if not ends:
             raise DataError(path, f"epoch is {epoch}, but {metrics_path} has no validation of epoch {epoch - 1} up to "
-                                  f"global_step {gs}: the run never finished that epoch {edited}")
+                                  f"global_step {gs}: the run never finished that epoch {EDITED}")
         start = ends[-1]["global_step"]
     if gs != start + step:
         raise DataError(path, f"global_step is {gs}, but {metrics_path} ends epoch {epoch - 1} at step {start} and "
-                              f"step_in_epoch is {step}: it must be {start + step} {edited}")
+                              f"step_in_epoch is {step}: it must be {start + step} {EDITED}")
     best = max(val, key=lambda r: r["rsum"], default=None)  # the first of equals, as the trainer keeps it
     if best is None:
         if state.get("best_epoch") is not None:
             raise DataError(path, f"best_epoch is {state['best_epoch']}, but {metrics_path} has no validation row "
-                                  f"up to global_step {gs} {edited}")
+                                  f"up to global_step {gs} {EDITED}")
         return
     if abs(state["best_rsum"] - best["rsum"]) > 1e-9 or state.get("best_epoch") != best.get("epoch"):
         raise DataError(path, f"best_rsum is {state['best_rsum']!r} (best_epoch {state.get('best_epoch')}), but the "
                               f"best validation in {metrics_path} is {best['rsum']!r} at epoch {best.get('epoch')} "
-                              f"{edited}")
+                              f"{EDITED}")

@@ -1,8 +1,5 @@
-"""Attention weights of one image-caption pair, for inspection and heat maps.
-
-Every attention model exposes one pair's weights through the protocol method
-``model.pair_attention(img, txt)`` (a (k, n) array tying the n words to the k image positions),
-so nothing here knows which model it is talking to. :mod:`vlmatch.viz.heatmap` draws them.
+"""One image-caption pair's maps for inspection and heat maps, through the models' ``pair_attention`` protocol
+(a (k, n) array tying the n words to the k image positions) or an explainer; :mod:`vlmatch.viz.heatmap` draws them.
 """
 
 from __future__ import annotations
@@ -71,12 +68,7 @@ def attention_of_encodings(model: MatchingModel, img: ImageEncoding, caption: st
 
 @torch.no_grad()
 def pair_attention(model: MatchingModel, features, caption: str, mask=None) -> PairAttention:
-    """Weights of ``model`` for one image (features (k, img_dim)) and one caption text.
-
-    The caption goes through the model's own ``tokenize``; the weights come from the model's
-    ``pair_attention`` (SCAN t-i: for each word, its weights over the regions; SCAN i-t: for each
-    region, its weights over the words; CAAN: f_i g_j, the weight of each region-word term).
-    """
+    """Weights of ``model``'s ``pair_attention`` for one image (features (k, img_dim)) and one caption text."""
     model.eval()
     feats = torch.as_tensor(np.array(features, dtype=np.float32))[None]  # a copy: memory-mapped input is read-only
     m = None if mask is None else torch.as_tensor(np.asarray(mask), dtype=torch.bool)[None]
@@ -85,16 +77,10 @@ def pair_attention(model: MatchingModel, features, caption: str, mask=None) -> P
 
 def explain_pair(model: MatchingModel, features, caption: str, method: str = "attention",
                  phrases: list[str] | tuple[str, ...] = (), *, mask=None, mirror_features=None) -> PairAttention:
-    """Heat maps of one image (features (k, img_dim)) and a caption by ``method`` (see
-    :mod:`vlmatch.evaluation.explainers`): one column per word, then one per phrase of ``phrases``.
-
-    ``attention``/``contribution``: a column per token of the caption in context, and a phrase's column is
-    the sum over its tokens (the phrase must occur in the caption); ``gradient``/``occlusion``: each word
-    of the caption, and each phrase, scored as its own query.
-
-    ``mirror_features``: the grid features of the image's mirror view; every map is then the mean of the two
-    views' (:mod:`vlmatch.evaluation.mirror`), unless the caption or a phrase names a side (left, right): then
-    the photo's alone."""
+    """Maps of one image (features (k, img_dim)) and a caption by ``method`` (:mod:`vlmatch.evaluation.explainers`):
+    a column per token (``attention``/``contribution``, a phrase's the sum of its tokens') or per word scored alone
+    (``gradient``/``occlusion``), then one per phrase. ``mirror_features``: each map is the mean of the photo's and
+    its mirror view's, unless the caption or a phrase names a side."""
     from ..evaluation.mirror import grid_of, merge_views, mirror_grid, names_a_side
 
     att = _explain_pair(model, features, caption, method, phrases, mask)
@@ -150,8 +136,7 @@ def query_maps_score(model: MatchingModel, features, caption: str, mask=None) ->
 
 
 def truncation(model: MatchingModel, caption: str) -> tuple[int, int] | None:
-    """(tokens ``caption`` has, tokens the model reads) when the model's text encoder cuts it short (a
-    transformer reads at most its ``max_length`` tokens); None when the model reads it whole."""
+    """(tokens ``caption`` has, tokens the model reads) when the text encoder cuts it short, else None."""
     from ..encoders.hf import HFTextEncoder
 
     enc = next((m for m in model.modules() if isinstance(m, HFTextEncoder)), None)

@@ -1,15 +1,6 @@
-"""Training curves of one run or several side by side: ``vlmatch plot RUN_DIR [RUN_DIR ...] --out FILE.png``.
-
-Reads each run folder's ``metrics.jsonl`` (what ``vlmatch train`` logs) and draws four panels:
-the training loss, the validation rsum (a star marks the best, i.e. the ``best/`` checkpoint),
-and the validation R@1/R@5/R@10 of image->text and of text->image. One colour per run.
-
-The x axis counts epochs completed: a validation at the end of the first epoch (``"epoch": 0``
-in metrics.jsonl, ``epoch 1/N`` on screen) sits at x = 1. Training points sit at
-epoch index + step / steps-in-that-epoch. A dotted vertical line marks where the loss switches
-from the sum over negatives (warm-up) to the hardest negative.
-
-matplotlib (extra ``vlmatch[plot]``, included in ``[test]``) draws with the Agg backend: no display needed.
+"""Training curves of one run or several (``vlmatch plot RUN_DIR ... --out FILE.png``) from each run's
+``metrics.jsonl``: loss, val rsum (a star at the best), and image->text and text->image recalls. The x axis counts
+epochs completed (a validation after the first epoch sits at 1); a dotted line marks where hardest negatives start.
 """
 
 from __future__ import annotations

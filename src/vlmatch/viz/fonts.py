@@ -1,11 +1,6 @@
-"""A font for each word a heat map writes under its panel, or a plain label where no installed font has its glyphs.
-
-matplotlib draws a character its font lacks as an empty box and warns once per glyph ("Glyph 29399 missing from
-font(s) DejaVu Sans"): a Chinese caption gave five warnings and panels labelled with boxes. :func:`label` picks, per
-word, the default font when it covers the word, else the first installed font that does (matplotlib's own list:
-the system's fonts it found; not the "Last Resort" font, whose glyphs are the boxes), else an ASCII label of the
-word's code points (``U+72D7 U+5728``), which every font draws; :func:`undrawable` names the words that got such
-a label, for one line that says so.
+"""A font for each word a heat map writes under its panel: the default font when it has the word's glyphs, else the
+first installed font that does, else an ASCII label of its code points (``U+72D7``), never matplotlib's empty
+boxes; :func:`undrawable` names the words that got such a label.
 """
 
 from __future__ import annotations

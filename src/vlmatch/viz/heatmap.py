@@ -1,16 +1,7 @@
-"""Heat-map PNGs of one pair's attention: one panel per word on the image.
-
-Grid features (a g x g feature map, e.g. EfficientNet's 7 x 7): each word's k = g² weights are
-laid out on the grid, upsampled bilinearly to the image and blended over it. Region features with
-stored boxes (x1, y1, x2, y2 in image pixels): each box is shaded by its weight (overlaps keep the
-largest). A cell's value is its share of the word's map in per cent (:func:`cell_shares`: of the word's part of the
-score for ``contribution`` maps, of its attention for ``attention``), so a person reads "this cell holds 12 % of
-what *bike* adds". Each panel is on its own colour scale by default (0 to the word's own strongest cell, whose share
-is written under the panel beside the word, in a font that has its glyphs, else as its code points:
-:mod:`vlmatch.viz.fonts`), so a word with a small part of the score is as readable as the
-strongest; ``shared_scale`` puts every panel on one scale (0 to the strongest cell of all), so panels compare.
-The panels are the photo at its own aspect ratio, 384 px on its long side, with the web page's inferno scale and
-opacity, and a colour bar; content words only unless asked (:mod:`vlmatch.viz.words`).
+"""Heat-map PNGs of one pair's maps: one panel per content word on the photo (384 px on its long side, the web
+page's inferno scale and opacity). Grid weights are upsampled bilinearly; region boxes are shaded by their weight.
+A cell reads as its per cent share of the word's map (:func:`cell_shares`), each panel on its own scale unless
+``shared_scale``; labels in a font that has their glyphs (:mod:`vlmatch.viz.fonts`).
 """
 
 from __future__ import annotations
@@ -57,8 +48,7 @@ CMAP = "inferno"  # the web page's scale (search/service/static/index.html: its 
 
 
 def overlay(rgb: np.ndarray, m: np.ndarray, vmax: float) -> np.ndarray:
-    """The photo with one map laid over it as the web page lays it: the colour of ``m / vmax`` on the inferno
-    scale, its opacity growing with the value (0.15 at 0, 0.75 at the top), so cold places keep the photo."""
+    """The photo under one map as the web page lays it: inferno colour of ``m / vmax``, opacity 0.15 to 0.75."""
     from matplotlib import colormaps
 
     t = np.clip(m / vmax, 0.0, 1.0)[..., None]
@@ -68,9 +58,8 @@ def overlay(rgb: np.ndarray, m: np.ndarray, vmax: float) -> np.ndarray:
 
 
 def cell_shares(weights: np.ndarray) -> np.ndarray:
-    """(k, n) each cell's share of its word's map, in per cent: a column over the sum of its positive entries (a
-    signed map's negative cells come out negative: they take from the word's part); a column with no positive
-    entry stays as it is."""
+    """(k, n) each cell's per cent share of its word's map: a column over the sum of its positive entries (negative
+    cells stay negative); a column with no positive entry stays as it is."""
     w = np.asarray(weights, dtype=np.float64)
     total = np.clip(w, 0.0, None).sum(axis=0, keepdims=True)
     return np.where(total > 0, 100.0 * w / np.where(total > 0, total, 1.0), w)
@@ -86,8 +75,7 @@ def share_unit(att: PairAttention) -> str:
 
 
 def title_of(att: PairAttention) -> str:
-    """The PNG's title: the score search shows, split into what the maps draw and what they do not (the concept
-    part of an open-vocabulary index: ``att.parts``), else the maps' own score."""
+    """The PNG's title: the score search shows, split into what the maps draw and what not, else the maps' score."""
     parts = att.parts or {}
     if parts.get("concepts") is not None:
         return (f"score {parts['score']:.4f} = ranking model {parts['ranker']:.4f} (the maps) + concepts "
@@ -99,11 +87,8 @@ def title_of(att: PairAttention) -> str:
 
 def render(att: PairAttention, image, out=None, *, boxes=None, cols: int | None = None, display: int = PANEL,
            title: str | None = None, all_words: bool = False, shared_scale: bool = False) -> Path | bytes:
-    """The PNG: the image (a path or an HxWx3 uint8 array), at its own aspect ratio, with one overlay per
-    content word (:func:`vlmatch.viz.words.shown_columns`: special tokens never, function words with
-    ``all_words``) in :func:`cell_shares` per cent, each on its own colour scale (inferno, as the web page; 0 to the
-    word's strongest cell) or with ``shared_scale`` on one (0 to the strongest cell of the words shown), and a
-    colour bar, written to ``out`` (returned), or returned as bytes when ``out`` is None."""
+    """The PNG of ``image`` (a path or an HxWx3 uint8 array) with one overlay per content word (function words with
+    ``all_words``) and a colour bar, written to ``out`` (returned), or returned as bytes when ``out`` is None."""
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
     from matplotlib.figure import Figure  # not pyplot: no global figure state, and a third of the import time

@@ -1,10 +1,5 @@
-"""Which of a caption's tokens a heat map shows: content words by default.
-
-A model encodes special tokens (``<start>``, ``<end>``, ``[CLS]``, ``[SEP]``, ``[PAD]``) and function words
-("a", "the", "on", "is" ...) as well as the words that name things, and draws a map for each; a person reads
-the maps of the content words ("dog", "running", "beach"). The CLI's PNG and the web page both ask
-:func:`is_content`: special tokens are never drawn, function words only on request (``--all-words``), and
-the page opens on the first content word. A phrase's column (``--phrase``, several words) is always shown.
+"""Which of a caption's tokens a heat map shows (the CLI's PNG and the web page alike): special tokens never,
+function words only on request (``--all-words``), a phrase's column always.
 """
 
 from __future__ import annotations
