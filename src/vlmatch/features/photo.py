@@ -40,6 +40,15 @@ _AVIF_BRANDS = {b"avif", b"avis"}
 VISION_EXTRA = "pip install 'vlmatch[vision]'"
 
 
+def file_head(path: Path) -> bytes | None:
+    """A file's first 32 bytes, what :func:`sniff` reads; None where it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(32)
+    except OSError:
+        return None
+
+
 def sniff(head: bytes, name=None) -> str | None:
     """The Pillow format id of a file from its first 32 bytes, or ``RAW`` (a camera RAW: by its header, or a
     TIFF header under a RAW suffix of ``name``); None for anything else (a video, a sidecar, a text file)."""

@@ -12,18 +12,9 @@ _KIND = {"JPEG": "JPEG", "HEIF": "HEIC", "PNG": "PNG", "TIFF": "TIFF", "RAW": "R
 SHOWN = 10  # skipped files named one per line on screen; the manifest lists them all
 
 
-def file_head(path: Path) -> bytes | None:
-    """A file's first 32 bytes, what :func:`vlmatch.features.photo.sniff` reads; None where it cannot be read."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(32)
-    except OSError:
-        return None
-
-
 def kind_of(path: Path) -> str:
     """One of :data:`KINDS`, from the file's first bytes (and its suffix, which tells a NEF from a TIFF)."""
-    from ..features.photo import sniff
+    from ..features.photo import file_head, sniff
 
     head = file_head(path)
     return "other" if head is None else _KIND.get(sniff(head, path), "other")

@@ -6,9 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import DataError
-from ..features.photo import PHOTO_SUFFIXES, sniff
+from ..features.photo import PHOTO_SUFFIXES, file_head, sniff
 from ..features.raw import pair_raws
-from .report import file_head
 
 
 def scan_folder(root: Path, pairs: list | None = None) -> list[str]:
