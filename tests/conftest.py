@@ -57,9 +57,14 @@ DERIVED = ("concepts", "digests")
 
 
 @pytest.fixture(scope="session")
-def _derived_cache(request, tmp_path_factory):
+def _derived_shared(request, tmp_path_factory):
     cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider: shared by this run only
-    shared = cache.mkdir("vlmatch-derived") if cache is not None else tmp_path_factory.getbasetemp().parent / "derived"
+    return cache.mkdir("vlmatch-derived") if cache is not None else tmp_path_factory.getbasetemp().parent / "derived"
+
+
+@pytest.fixture(scope="session")
+def _derived_cache(tmp_path_factory, _derived_shared):
+    shared = _derived_shared
     vlcache = tmp_path_factory.getbasetemp() / "vlcache"
     vlcache.mkdir(exist_ok=True)
     for name in DERIVED:
@@ -69,14 +74,45 @@ def _derived_cache(request, tmp_path_factory):
     return vlcache
 
 
+@pytest.fixture(scope="session")
+def _basis_memo(_derived_shared):
+    """The concept names' principal directions (an SVD in float64: ~1 s on a core, at every index build and open
+    of the shipped default), computed once per name vectors and dims and kept beside the derived caches."""
+    import hashlib
+
+    import torch
+
+    from vlmatch.models import concepts
+
+    compute = concepts.principal_directions
+    folder = _derived_shared / "basis"
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def principal_directions(names, dims):
+        array = np.ascontiguousarray(names.detach().cpu().numpy())
+        key = hashlib.sha256(f"{array.dtype}{array.shape}{dims}".encode() + array.tobytes()).hexdigest()[:24]
+        path = folder / f"{key}.npy"
+        if path.exists():
+            return torch.from_numpy(np.load(path))
+        basis = compute(names, dims)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        with open(tmp, "wb") as f:
+            np.save(f, basis.numpy())
+        os.replace(tmp, path)
+        return basis
+
+    return concepts, "principal_directions", principal_directions
+
+
 @pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path_factory, monkeypatch, _derived_cache):
+def _isolated_cache(tmp_path_factory, monkeypatch, _derived_cache, _basis_memo):
     """Never touch the user's ~/.cache from tests, nor the host's torch.compile cache: Inductor's on-disk cache
     (/tmp/torchinductor_$USER) does not key its kernels by ATEN_CPU_CAPABILITY, so kernels cached by an AVX-512
     process and loaded by one held to AVX2 gave non-finite scores and crashed the process (the compiled-engine
     and compiled-training tests). One cache per test process: kernels compiled by this process only."""
     monkeypatch.setenv("VLMATCH_CACHE", str(_derived_cache))
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "inductor"))
+    monkeypatch.setattr(*_basis_memo)
 
 
 @pytest.fixture(scope="session")
