@@ -211,6 +211,7 @@ def milvus(lib):
     return vlmatch.Index.open(milvus_uri=loc.uri, collection=loc.collection)
 
 
+@pytest.mark.slow  # a Milvus Lite build
 @pytest.mark.parametrize("where", FILTERS + [{"camera": 'can"on'}, {"under": "2022/summer", "near": (48.9, 2.4, 1)}])
 def test_milvus_filters_give_the_folder_results(lib, milvus, where):
     folder = vlmatch.Index.open(lib["root"] / "flat")

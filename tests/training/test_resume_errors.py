@@ -36,6 +36,7 @@ def one_line(capsys) -> str:
     return err
 
 
+@pytest.mark.slow  # a training killed and resumed
 def test_a_run_killed_before_its_first_checkpoint_starts_over_on_resume(run, capsys):
     (run / "last").rename(run.parent / "last.gone")  # as a kill early in epoch 1 leaves it: config.yaml, rows
     assert not (run / "best").exists()
@@ -52,6 +53,7 @@ def test_a_run_with_best_but_no_last_names_overwrite(run, capsys):
     assert "no last/ checkpoint in it to continue from" in err and f"--run-dir {run} --overwrite" in err
 
 
+@pytest.mark.slow  # a training and a resume
 def test_resume_with_another_config_is_refused(run, small_world, tmp_path, capsys):
     other = tmp_path / "other.yaml"
     other.write_text(yaml.safe_dump({**tiny(small_world), "model": {"name": "scan", "embed_dim": 16, "word_dim": 8}}))
@@ -62,6 +64,7 @@ def test_resume_with_another_config_is_refused(run, small_world, tmp_path, capsy
     assert (run / "last" / "trainer_state.json").read_bytes() == state
 
 
+@pytest.mark.slow  # a training killed and resumed
 def test_a_metrics_row_torn_by_a_kill_is_dropped_on_resume(run):
     with open(run / "metrics.jsonl", "a") as f:
         f.write('{"type": "train", "epoch": 0, "st')  # a kill in the middle of the write of step 3's row
@@ -70,6 +73,7 @@ def test_a_metrics_row_torn_by_a_kill_is_dropped_on_resume(run):
     assert all(json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines())
 
 
+@pytest.mark.slow  # a training and a resume
 def test_a_metrics_file_damaged_before_its_end_is_named(run, capsys):
     lines = (run / "metrics.jsonl").read_text().splitlines()
     (run / "metrics.jsonl").write_text("\n".join([lines[0][:10], *lines[1:]]) + "\n")
@@ -153,6 +157,7 @@ def test_a_trainer_state_that_disagrees_with_itself_or_the_log_is_refused(run2, 
     assert (run2 / "metrics.jsonl").read_bytes() == kept  # refused before the log is cut
 
 
+@pytest.mark.slow  # a training and a resume
 def test_optimizer_scalars_naming_no_parameter_are_refused(run2, capsys):
     saved = json.loads((run2 / "last" / "trainer_state.json").read_text())["optimizer"]
     path, _ = _edit_state(run2, optimizer={**saved, "scalars": {"x": 1}})
@@ -188,6 +193,7 @@ def test_resume_with_another_run_dir_is_refused(run, tmp_path, capsys):
     assert not (tmp_path / "ZZ").exists()
 
 
+@pytest.mark.slow  # a training killed and resumed
 def test_a_kill_between_the_first_best_and_the_first_last_starts_over(small_world, tmp_path, capsys):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump(tiny(small_world)))
@@ -237,6 +243,7 @@ def test_init_from_a_checkpoint_without_its_seal_is_refused(run, small_world, tm
             in one_line(capsys))
 
 
+@pytest.mark.slow  # two trainings
 def test_init_from_a_checkpoint_saved_before_seals_has_its_weights_checked(run, small_world, tmp_path, capsys):
     from safetensors.torch import load_file, save_file
 

@@ -42,6 +42,7 @@ def _id(idx, name):
     raise AssertionError(name)
 
 
+@pytest.mark.slow  # a Milvus Lite build
 def test_like_on_milvus_equals_the_folder_index(pair):
     folder, milvus = pair
     n = len(folder)
