@@ -52,6 +52,7 @@ def test_the_wheel_holds_vlmatch_and_its_metadata_only(wheel):
     assert top_level(wheel) == {"vlmatch", f"vlmatch-{version}.dist-info"}
 
 
+@pytest.mark.slow  # a wheel build
 def test_the_wheel_keeps_the_package_data(wheel):
     """The include list names packages; the package data (registry, weights, page) still travels with them."""
     with zipfile.ZipFile(wheel) as z:

@@ -96,6 +96,7 @@ def test_requests_for_a_fifo_never_exhaust_the_pool(server):
     assert time.monotonic() - t0 < 60
 
 
+@pytest.mark.slow  # seconds
 def test_a_photo_only_touched_is_served(server):
     for route in ROUTES:
         assert get(server, route, TOUCHED).status_code == 200, route

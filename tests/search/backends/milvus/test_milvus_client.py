@@ -61,13 +61,13 @@ def _hold(db):
     return proc
 
 
+@pytest.mark.slow  # Milvus Lite in a process of its own per case
 @pytest.mark.parametrize("argv", [
     ["search", "--backend", "milvus", "--milvus-uri", "{db}", "--collection", "c", "a dog"],
     ["index", "update", "--backend", "milvus", "--milvus-uri", "{db}", "--collection", "c"],
     ["index", "build", "--backend", "milvus", "--milvus-uri", "{db}", "--collection", "c", "--model", "{ck}",
      "--images", "{imgs}"],
 ])
-@pytest.mark.slow  # Milvus Lite in a process of its own per case
 def test_a_lite_database_held_by_another_process_is_said_in_one_line(tmp_path, capsys, toy_ckpts, argv):
     db = tmp_path / "photos.db"
     (tmp_path / "imgs").mkdir()
