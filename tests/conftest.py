@@ -24,10 +24,13 @@ def pytest_xdist_auto_num_workers(config):
     """``-n auto`` (pyproject.toml): two workers per core, eight at most, for the whole suite or named folders.
     Most of the Milvus server tests' time is waiting on the server's timers (tests/search/backends/milvus: 805 s
     in one process, 191 s of it on a CPU), so more workers than cores overlap those waits with the trainings.
-    A run of named files or tests stays in this process (workers take ~10 s to start); ``-n 0`` always does."""
+    A run of named files or tests stays in this process (workers take ~10 s to start); ``-n 0`` always does.
+    The fast loop (``-m "not slow"``) has no server waits to overlap: one worker per core, each paying the
+    collection and the session fixtures once."""
     if config.args and all(arg.split("::")[0].endswith(".py") for arg in config.args):
         return 0
-    return min(8, 2 * (os.cpu_count() or 1))
+    per_core = 1 if "not slow" in (config.getoption("markexpr") or "") else 2
+    return min(8, per_core * (os.cpu_count() or 1))
 
 
 def pytest_collection_modifyitems(config, items):
@@ -115,12 +118,30 @@ def _isolated_cache(tmp_path_factory, monkeypatch, _derived_cache, _basis_memo):
     monkeypatch.setattr(*_basis_memo)
 
 
+def made_once(tmp_path_factory, name, make):
+    """A folder made by ``make(folder)`` once per run, shared by the run's worker processes (they wait on a lock
+    while one of them makes it): a session fixture's data that is a function of fixed inputs alone."""
+    import fcntl
+    import shutil
+
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / name
+    with open(f"{folder}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = folder.with_name(f"{name}.made")  # beside it: the folder holds only what make wrote
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            make(folder)
+            done.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def small_world(tmp_path_factory):
     """A small toy world (600 train / 200 dev / 200 test images) shared by the training tests."""
-    out = tmp_path_factory.mktemp("toy")
-    ToyWorld(ToyWorldConfig(seed=1, n_train=600, n_dev=200, n_test=200, img_dim=32)).write(out)
-    return out
+    return made_once(tmp_path_factory, "toy", ToyWorld(ToyWorldConfig(seed=1, n_train=600, n_dev=200, n_test=200,
+                                                                      img_dim=32)).write)
 
 
 def write_precomp(root, split, feats, captions, ids=None):
