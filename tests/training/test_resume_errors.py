@@ -69,7 +69,6 @@ def test_a_run_with_best_but_no_last_names_overwrite(run, capsys):
     assert "no last/ checkpoint in it to continue from" in err and f"--run-dir {run} --overwrite" in err
 
 
-@pytest.mark.slow  # a training and a resume
 def test_resume_with_another_config_is_refused(run, small_world, tmp_path, capsys):
     other = tmp_path / "other.yaml"
     other.write_text(yaml.safe_dump({**tiny(small_world), "model": {"name": "scan", "embed_dim": 16, "word_dim": 8}}))
@@ -89,7 +88,6 @@ def test_a_metrics_row_torn_by_a_kill_is_dropped_on_resume(run):
     assert all(json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines())
 
 
-@pytest.mark.slow  # a training and a resume
 def test_a_metrics_file_damaged_before_its_end_is_named(run, capsys):
     lines = (run / "metrics.jsonl").read_text().splitlines()
     (run / "metrics.jsonl").write_text("\n".join([lines[0][:10], *lines[1:]]) + "\n")
@@ -173,7 +171,6 @@ def test_a_trainer_state_that_disagrees_with_itself_or_the_log_is_refused(run2, 
     assert (run2 / "metrics.jsonl").read_bytes() == kept  # refused before the log is cut
 
 
-@pytest.mark.slow  # a training and a resume
 def test_optimizer_scalars_naming_no_parameter_are_refused(run2, capsys):
     saved = json.loads((run2 / "last" / "trainer_state.json").read_text())["optimizer"]
     path, _ = _edit_state(run2, optimizer={**saved, "scalars": {"x": 1}})
