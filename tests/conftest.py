@@ -24,10 +24,13 @@ def pytest_xdist_auto_num_workers(config):
     """``-n auto`` (pyproject.toml): two workers per core, eight at most, for the whole suite or named folders.
     Most of the Milvus server tests' time is waiting on the server's timers (tests/search/backends/milvus: 805 s
     in one process, 191 s of it on a CPU), so more workers than cores overlap those waits with the trainings.
-    A run of named files or tests stays in this process (workers take ~10 s to start); ``-n 0`` always does."""
+    A run of named files or tests stays in this process (workers take ~10 s to start); ``-n 0`` always does.
+    The fast loop (``-m "not slow"``) has no server waits to overlap: one worker per core, each paying the
+    collection and the session fixtures once."""
     if config.args and all(arg.split("::")[0].endswith(".py") for arg in config.args):
         return 0
-    return min(8, 2 * (os.cpu_count() or 1))
+    per_core = 1 if "not slow" in (config.getoption("markexpr") or "") else 2
+    return min(8, per_core * (os.cpu_count() or 1))
 
 
 def pytest_collection_modifyitems(config, items):
@@ -57,9 +60,14 @@ DERIVED = ("concepts", "digests")
 
 
 @pytest.fixture(scope="session")
-def _derived_cache(request, tmp_path_factory):
+def _derived_shared(request, tmp_path_factory):
     cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider: shared by this run only
-    shared = cache.mkdir("vlmatch-derived") if cache is not None else tmp_path_factory.getbasetemp().parent / "derived"
+    return cache.mkdir("vlmatch-derived") if cache is not None else tmp_path_factory.getbasetemp().parent / "derived"
+
+
+@pytest.fixture(scope="session")
+def _derived_cache(tmp_path_factory, _derived_shared):
+    shared = _derived_shared
     vlcache = tmp_path_factory.getbasetemp() / "vlcache"
     vlcache.mkdir(exist_ok=True)
     for name in DERIVED:
@@ -69,22 +77,71 @@ def _derived_cache(request, tmp_path_factory):
     return vlcache
 
 
+@pytest.fixture(scope="session")
+def _basis_memo(_derived_shared):
+    """The concept names' principal directions (an SVD in float64: ~1 s on a core, at every index build and open
+    of the shipped default), computed once per name vectors and dims and kept beside the derived caches."""
+    import hashlib
+
+    import torch
+
+    from vlmatch.models import concepts
+
+    compute = concepts.principal_directions
+    folder = _derived_shared / "basis"
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def principal_directions(names, dims):
+        array = np.ascontiguousarray(names.detach().cpu().numpy())
+        key = hashlib.sha256(f"{array.dtype}{array.shape}{dims}".encode() + array.tobytes()).hexdigest()[:24]
+        path = folder / f"{key}.npy"
+        if path.exists():
+            return torch.from_numpy(np.load(path))
+        basis = compute(names, dims)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        with open(tmp, "wb") as f:
+            np.save(f, basis.numpy())
+        os.replace(tmp, path)
+        return basis
+
+    return concepts, "principal_directions", principal_directions
+
+
 @pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path_factory, monkeypatch, _derived_cache):
+def _isolated_cache(tmp_path_factory, monkeypatch, _derived_cache, _basis_memo):
     """Never touch the user's ~/.cache from tests, nor the host's torch.compile cache: Inductor's on-disk cache
     (/tmp/torchinductor_$USER) does not key its kernels by ATEN_CPU_CAPABILITY, so kernels cached by an AVX-512
     process and loaded by one held to AVX2 gave non-finite scores and crashed the process (the compiled-engine
     and compiled-training tests). One cache per test process: kernels compiled by this process only."""
     monkeypatch.setenv("VLMATCH_CACHE", str(_derived_cache))
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "inductor"))
+    monkeypatch.setattr(*_basis_memo)
+
+
+def made_once(tmp_path_factory, name, make):
+    """A folder made by ``make(folder)`` once per run, shared by the run's worker processes (they wait on a lock
+    while one of them makes it): a session fixture's data that is a function of fixed inputs alone."""
+    import fcntl
+    import shutil
+
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / name
+    with open(f"{folder}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = folder.with_name(f"{name}.made")  # beside it: the folder holds only what make wrote
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            make(folder)
+            done.touch()
+    return folder
 
 
 @pytest.fixture(scope="session")
 def small_world(tmp_path_factory):
     """A small toy world (600 train / 200 dev / 200 test images) shared by the training tests."""
-    out = tmp_path_factory.mktemp("toy")
-    ToyWorld(ToyWorldConfig(seed=1, n_train=600, n_dev=200, n_test=200, img_dim=32)).write(out)
-    return out
+    return made_once(tmp_path_factory, "toy", ToyWorld(ToyWorldConfig(seed=1, n_train=600, n_dev=200, n_test=200,
+                                                                      img_dim=32)).write)
 
 
 def write_precomp(root, split, feats, captions, ids=None):

@@ -61,6 +61,7 @@ def test_missing_flickr8k_says_where_the_data_comes_from(tmp_path, capsys):
     assert f"{shared}: data folder not found; Flickr8k is not shipped" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # seconds
 def test_img_dim_mismatch_is_one_error_naming_both_numbers():
     m = vlmatch.create_model("scan_t2i_avg", img_dim=2048, embed_dim=8, word_dim=4, vocab_size=10)
     with pytest.raises(ConfigError, match=r"have 64 values per region, but model scan_t2i_avg was created "
@@ -86,6 +87,7 @@ def test_create_model_with_a_vocab_saves_it_and_explains_after_loading(tmp_path)
         vlmatch.create_model("vsepp", vocab_size=3, vocab=vocab)
 
 
+@pytest.mark.slow  # seconds
 def test_explain_on_memory_mapped_features_warns_nothing(small_world, tmp_path):
     """torch warns once per process, so this runs in a fresh interpreter with warnings as errors."""
     vocab = Vocab.build(PrecompSplit(small_world, "train").captions, 1)

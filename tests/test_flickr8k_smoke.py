@@ -14,6 +14,7 @@ pytestmark = pytest.mark.skipif(not (SHARED / "dataset_flickr8k.json").is_file()
                                 reason=f"{SHARED} not present")
 
 
+@pytest.mark.slow  # a training
 def test_images_to_trained_and_evaluated_model(tmp_path, capsys):
     pytest.importorskip("efficientnet_lite_pytorch")
     feats = tmp_path / "feats"

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from torch.nn import init
 
@@ -71,6 +72,7 @@ def test_another_thread_initialises_as_usual_while_one_is_in_a_meta_build():
     assert built["meta"].weight.is_meta
 
 
+@pytest.mark.slow  # python in a process of its own
 def test_a_meta_build_of_the_usual_layers_imports_no_compiler_stack():
     code = ("import sys, json, torch\nfrom vlmatch.weights import meta_build\nwith meta_build():\n"
             "    m = torch.nn.Sequential(torch.nn.Embedding(10, 4, padding_idx=0), torch.nn.Linear(4, 4), "

@@ -45,12 +45,14 @@ def wheel(tmp_path_factory) -> Path:
     return build(tmp_path_factory.mktemp("wheel"), (ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 
 
+@pytest.mark.slow  # a wheel build
 def test_the_wheel_holds_vlmatch_and_its_metadata_only(wheel):
     version = wheel.name.split("-")[1]
     assert (ROOT / "src" / "vlmatch_lab").is_dir()  # in the checkout, beside the library
     assert top_level(wheel) == {"vlmatch", f"vlmatch-{version}.dist-info"}
 
 
+@pytest.mark.slow  # a wheel build
 def test_the_wheel_keeps_the_package_data(wheel):
     """The include list names packages; the package data (registry, weights, page) still travels with them."""
     with zipfile.ZipFile(wheel) as z:
@@ -61,6 +63,7 @@ def test_the_wheel_keeps_the_package_data(wheel):
     assert "vlmatch/cli/__init__.py" in names
 
 
+@pytest.mark.slow  # a wheel build
 def test_without_the_include_list_the_wheel_would_carry_the_rooms_helpers(tmp_path):
     """What the check above guards against: ``where = ["src"]`` alone packs every package under src/."""
     pytest.importorskip("setuptools")

@@ -92,6 +92,7 @@ def _files(folder) -> dict:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
 
 
+@pytest.mark.slow  # seconds per case
 @pytest.mark.parametrize("change", CHANGES, ids=lambda f: f.__name__.strip("_"))
 def test_seal_refuses_a_sealed_folder_that_lost_its_seal_whatever_changed(tmp_path, change):
     ck = _copy(tmp_path, change)
@@ -128,6 +129,7 @@ def test_the_load_error_of_a_lost_seal_does_not_suggest_sealing(tmp_path):
     assert "vlmatch seal" not in str(e.value) and "restore the checkpoint whole" in str(e.value)
 
 
+@pytest.mark.slow  # seconds
 def test_a_format_no_vlmatch_writes_is_refused(tmp_path):
     ck = _copy(tmp_path)
     _edit_json(ck / "config.json", format=1)

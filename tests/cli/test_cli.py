@@ -58,6 +58,7 @@ def test_vocab_build_and_data_synth_commands(tmp_path, capsys):
     assert "all-MiniLM-L6-v2" in listing["mmca"] and "BERT-base" in listing["mmca"]  # default vs the paper's encoder
 
 
+@pytest.mark.slow  # a quickstart training
 def test_quickstart_command_prints_table_and_json(small_world, tmp_path, capsys):
     cfg = tmp_path / "tiny.yaml"
     cfg.write_text(f"model: {{name: vsepp, embed_dim: 16, word_dim: 8}}\n"
@@ -71,6 +72,7 @@ def test_quickstart_command_prints_table_and_json(small_world, tmp_path, capsys)
     assert res["results"]["vsepp"]["n_images"] == 200 and 0 <= res["results"]["vsepp"]["rsum"] <= 600
 
 
+@pytest.mark.slow  # seconds
 def test_evaluate_top_k_is_two_stage_and_k_everything_equals_exhaustive(small_world, tmp_path, capsys):
     """--top-k K: stage 1 by SMAN's global part (d0 + d1), the full score on each query's top K; with K
     at least every candidate the rankings are the exhaustive ones, with K = 1 they differ."""

@@ -43,6 +43,7 @@ def test_help_and_argument_errors_import_no_torch(argv):
     assert got["code"] == (0 if "--help" in argv else 2)
 
 
+@pytest.mark.slow  # python in a process of its own
 def test_the_package_imports_no_torch_until_a_model_is_asked_for():
     got = _heavy_after("import vlmatch, vlmatch.models, vlmatch.search, vlmatch.checkpoints.read")
     assert got == {"heavy": [], "code": 0}

@@ -78,6 +78,7 @@ def _photo_world(tmp_path):
     return tmp_path / "photos", ents
 
 
+@pytest.mark.slow  # the shipped default explainer
 def test_grounding_without_model_uses_the_shipped_default_explainer(tmp_path, capsys):
     from vlmatch import pretrained
 
@@ -129,6 +130,7 @@ def test_grounding_mirror_on_a_photo_folder_and_its_one_line_errors(grid_data, t
     assert len(err.splitlines()) == 1 and "--mirror needs the photos" in err and "features.json" in err
 
 
+@pytest.mark.slow  # seconds
 def test_explain_mirror_on_the_cli(tmp_path, capsys):
     photo = sorted(draw_photos(tmp_path / "p", 1).iterdir())[0]
     args = ["explain", "--model", "pretrained:vsepp-minilm-f8k", "--image", str(photo), "--text",

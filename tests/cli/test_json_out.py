@@ -26,6 +26,7 @@ def _vlmatch(*args, stdout=subprocess.PIPE) -> subprocess.CompletedProcess:
                           stderr=subprocess.PIPE, text=True, env=env, timeout=300)
 
 
+@pytest.mark.slow  # vlmatch in a process of its own
 def test_json_dash_is_standard_output_alone(photo_index):  # noqa: F811
     r = _vlmatch("search", photo_index, "a dog on the grass", "-k", "3", "--json", "-")
     assert r.returncode == 0, r.stderr
@@ -46,6 +47,7 @@ def test_json_onto_dev_stdout_writes_there_and_keeps_the_link(photo_index):  # n
     assert '"results": [' in r.stdout and r.stdout.rstrip().endswith("}")
 
 
+@pytest.mark.slow  # vlmatch in a process of its own
 def test_json_onto_a_fifo_reaches_its_reader_and_the_fifo_stays(photo_index, tmp_path):  # noqa: F811
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)

@@ -46,6 +46,7 @@ def test_a_text_longer_than_the_model_reads_is_drawn_with_the_cut_named(tmp_path
     assert (tmp_path / "maps.png").is_file() and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow  # the shipped default's index build per case
 @pytest.mark.parametrize("text", ["\u200b\u200b\u200b", "\u200b \u2060"])
 def test_a_text_of_only_invisible_characters_is_refused_like_an_empty_one(tmp_path, text):
     r = _explain(tmp_path, text)

@@ -121,6 +121,7 @@ def test_rerank_cli_bad_input_is_one_line(tmp_path, capsys):
     assert "missing.npy" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # the sentence encoder
 def test_sentence_encoder_neighbours_are_cosine_neighbours(tmp_path):
     import torch
 

@@ -52,6 +52,7 @@ def _rsum(cal, img, txt):
     return recall_metrics(s)["rsum"]
 
 
+@pytest.mark.slow  # seconds
 def test_beta_is_cross_fitted_on_halves_that_prefer_different_betas(bench, tmp_path):
     """Recomputed here, not read from the record's own curves: the beta written is the best on half A, the figure
     reported on half B is B's at that beta, and the other way round; the toy's halves disagree on beta, so a

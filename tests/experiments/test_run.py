@@ -29,6 +29,7 @@ def _run(runner, tmp_path, results: str) -> dict:
     return json.loads((tmp_path / results / "tiny_vsepp.json").read_text())
 
 
+@pytest.mark.slow  # a recipe's training
 def test_a_recipe_is_reproduced_by_one_command(runner, tmp_path):
     row = _run(runner, tmp_path, "first")
     assert ROW_FIELDS <= set(row) and row["recipe"] == "tiny.yaml" and row["note"] == "the runner's test recipe"

@@ -46,6 +46,7 @@ SAYS = {"dot": "a folder's own name", "dotdot": "a folder's own name", "newline"
         "number": "must be a string, not int 7"}
 
 
+@pytest.mark.slow  # experiments/run.py in a process of its own per case
 @pytest.mark.parametrize("case", sorted(NAMES))
 def test_a_run_name_that_is_not_one_folder_name_is_refused_and_nothing_is_removed(tmp_path, case):
     before = _cache(tmp_path)
@@ -65,6 +66,7 @@ def test_a_good_name_passes_the_check(tmp_path):
     assert name_problem("x" * 200) is None and name_problem("é" * 101)  # bytes, not characters, are counted
 
 
+@pytest.mark.slow  # experiments/run.py in a process of its own
 def test_an_unknown_backbone_is_named_before_the_data_path_derived_from_it(tmp_path):
     recipe = tmp_path / "r.yaml"
     text = (EXPERIMENTS / "recipes" / "pretrained" / "vsepp-lite2-320-grounded-f8k.yaml").read_text()

@@ -283,6 +283,7 @@ def test_a_real_large_jpeg_reads_through_draft(tmp_path):
     assert im.size == (750, 500)
 
 
+@pytest.mark.slow  # a large HEIC encode
 def test_a_heic_with_a_large_enough_thumbnail_is_read_through_it(tmp_path):
     """The model sees essentially the same pixels (the thumbnail is the same photo, smaller); a thumbnail
     smaller than the model's input is not used; orientation stays the container's."""

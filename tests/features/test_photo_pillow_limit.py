@@ -18,6 +18,7 @@ from vlmatch.features import photo
 from .test_photo import flat_grey_jpeg
 
 
+@pytest.mark.slow  # a 201-megapixel photo
 def test_reading_a_201_megapixel_photo_leaves_pillows_limit_as_it_was(tmp_path):
     """In a fresh interpreter: import vlmatch and its readers, read a photo past Pillow's limit every way vlmatch
     reads one (the pixels, the model's input, the orientation, an index row's EXIF), and the limit is Pillow's

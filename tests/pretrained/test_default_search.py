@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from PIL import Image
 
 from vlmatch import Index, pretrained
@@ -33,6 +34,7 @@ def _build_and_search(tmp_path, capsys, args: list[str]) -> dict:
     return manifest
 
 
+@pytest.mark.slow  # the shipped default's index build
 def test_index_build_without_model_uses_the_shipped_default_and_search_ranks_the_images(tmp_path, capsys):
     model, retriever = pretrained.default_pair()
     manifest = _build_and_search(tmp_path, capsys, [])
@@ -53,6 +55,7 @@ def test_the_first_shipped_pair_stays_available_by_name(tmp_path, capsys):
     assert manifest["model"]["name"] == "scan_t2i_avg" and manifest["retriever"]["name"] == "vsepp"
 
 
+@pytest.mark.slow  # the shipped explainer
 def test_explain_without_model_draws_the_shipped_explainers_maps(tmp_path, capsys):
     """`vlmatch explain --image F --text T` with no --model: the maps of the shipped default explainer (the
     model and method that point best on Flickr8k val), the maps the search page shows."""
@@ -72,6 +75,7 @@ def test_explain_without_model_draws_the_shipped_explainers_maps(tmp_path, capsy
     assert att["grid"] == grid
 
 
+@pytest.mark.slow  # the shipped best model
 def test_the_best_shipped_model_builds_by_name(tmp_path, capsys):
     """The slower, better model (Lite2 448 px, 360.8 val rsum calibrated) is one name away, alone (its own stage 1)."""
     manifest = _build_and_search(tmp_path, capsys, ["--model", "pretrained:vsepp-lite2-448-lora-f8k"])

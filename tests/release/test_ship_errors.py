@@ -21,6 +21,7 @@ def _ship(*args) -> subprocess.CompletedProcess:
                           env=env, cwd=ROOT, timeout=120)
 
 
+@pytest.mark.slow  # release/ship.py in a process of its own per case
 @pytest.mark.parametrize("case", ["missing", "not_yaml", "unknown_key"])
 def test_a_bad_recipe_is_one_line(tmp_path, case):
     recipe = tmp_path / "r.yaml"
@@ -69,6 +70,7 @@ BAD_SHIP = {"role": ("role", "king", "recipe.ship.role must be one of retriever,
             "explainer": ("explainer", "../../x", "recipe.ship.explainer must be a grounding row's name")}
 
 
+@pytest.mark.slow  # release/ship.py in a process of its own per case
 @pytest.mark.parametrize("case", sorted(BAD_SHIP))
 def test_a_bad_ship_section_is_one_line_naming_its_field_before_any_run_is_looked_for(tmp_path, case):
     import yaml

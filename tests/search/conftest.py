@@ -5,6 +5,8 @@ import pytest
 from vlmatch.training.config import load_config
 from vlmatch.training.loop import train
 
+from ..conftest import made_once
+
 
 def _train(world, out, model_yaml: dict, steps: int = 6):
     cfg = load_config(None, [f"model.{k}={v}" for k, v in model_yaml.items()] +
@@ -17,9 +19,12 @@ def _train(world, out, model_yaml: dict, steps: int = 6):
 @pytest.fixture(scope="session")
 def toy_ckpts(small_world, tmp_path_factory):
     """{"scan": best/ of a SCAN t-i (D=32), "vsepp": best/ of a VSE++ (D=32)} on the small world."""
-    root = tmp_path_factory.mktemp("ckpts")
-    return {"scan": _train(small_world, root / "scan", {"name": "scan_t2i_avg", "embed_dim": 32, "word_dim": 16}),
-            "vsepp": _train(small_world, root / "vsepp", {"name": "vsepp", "embed_dim": 32, "word_dim": 16}, 20)}
+    def make(root):
+        _train(small_world, root / "scan", {"name": "scan_t2i_avg", "embed_dim": 32, "word_dim": 16})
+        _train(small_world, root / "vsepp", {"name": "vsepp", "embed_dim": 32, "word_dim": 16}, 20)
+
+    root = made_once(tmp_path_factory, "ckpts", make)  # trained once per run, whichever worker asks first
+    return {"scan": root / "scan" / "best", "vsepp": root / "vsepp" / "best"}
 
 
 @pytest.fixture(scope="session")

@@ -19,6 +19,7 @@ def build(ckpts, images, out, *extra):
     return main(build_args(ckpts["scan"], images, out, *extra, retriever=ckpts["vsepp"]))
 
 
+@pytest.mark.slow  # seconds
 def test_folder_build_bad_images_and_backbone_checks(toy_ckpts, tmp_path, capsys):
     names = [f"im{i}.jpg" for i in range(5)] + ["sub/im5.jpg"]
     imgs = jpegs(tmp_path / "imgs", names)
@@ -107,6 +108,7 @@ def test_shards_merge_to_the_single_process_result(toy_ckpts, tmp_path):
                                atol=1e-6)
 
 
+@pytest.mark.slow  # seconds
 def test_explain_cli_writes_png_and_json(toy_ckpts, tmp_path, capsys):
     imgs = jpegs(tmp_path / "imgs", ["a.jpg"])
     out = tmp_path / "heat.png"

@@ -5,6 +5,8 @@ RAW files are paired with their JPEG or read through their preview."""
 import io
 import shutil
 
+import pytest
+
 import vlmatch
 
 from ..features.raw_files import jpeg_bytes, tiff_raw
@@ -27,6 +29,7 @@ def mixed_library(folder):
     return folder
 
 
+@pytest.mark.slow  # seconds
 def test_the_build_reports_kinds_skips_and_rate_and_pairs_raws(toy_ckpts, tmp_path, capsys):
     imgs = mixed_library(tmp_path / "imgs")
     assert build(toy_ckpts, imgs, tmp_path / "idx", "--skip-bad") == 0

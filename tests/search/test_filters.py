@@ -211,6 +211,7 @@ def milvus(lib):
     return vlmatch.Index.open(milvus_uri=loc.uri, collection=loc.collection)
 
 
+@pytest.mark.slow  # a Milvus Lite build
 @pytest.mark.parametrize("where", FILTERS + [{"camera": 'can"on'}, {"under": "2022/summer", "near": (48.9, 2.4, 1)}])
 def test_milvus_filters_give_the_folder_results(lib, milvus, where):
     folder = vlmatch.Index.open(lib["root"] / "flat")
@@ -224,6 +225,7 @@ def test_milvus_filters_give_the_folder_results(lib, milvus, where):
     assert [r.id for r in milvus.search(QUERY, k=4, candidates=max(4, n_match), where=where)] == [r.id for r in want]
 
 
+@pytest.mark.slow  # a Milvus Lite build
 @pytest.mark.parametrize("where", [FILTERS[0], FILTERS[3], FILTERS[7]])
 def test_milvus_filters_read_the_json_rows_of_a_collection_without_the_scalar_fields(lib, milvus, where):
     folder = vlmatch.Index.open(lib["root"] / "flat")

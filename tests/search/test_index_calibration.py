@@ -31,6 +31,7 @@ def calibrated(toy_ckpts, small_world, tmp_path_factory):
     return root / "ckpt", out
 
 
+@pytest.mark.slow  # seconds
 def test_search_ranks_by_the_calibrated_scores_of_the_engine(calibrated, toy_ckpts, small_world):
     ckpt, out = calibrated
     idx = vlmatch.Index.open(out)

@@ -188,6 +188,7 @@ def test_a_reader_that_straddles_a_commit_opens_one_version(monkeypatch, ckpts, 
     assert seen[0] == ("before-swap", "old")  # the reader holds the old version: the writer waits for it
 
 
+@pytest.mark.slow  # readers in processes of their own
 @pytest.mark.parametrize("kind", ["rescorer", "both", "update"])
 def test_a_reader_opening_at_any_step_of_a_swap_opens_one_version(monkeypatch, ckpts, tmp_path, kind):  # noqa: F811
     """The writer paused at each step of its swap and commit in turn: the reader waits for the commit."""

@@ -106,6 +106,7 @@ def test_an_out_that_is_not_an_index_is_refused_and_overwrite_keeps_what_is_not_
 
 # --- 2. kills and concurrent writers: one whole index, never a mixed one -------------------------
 
+@pytest.mark.slow  # builds killed in processes of their own
 @pytest.mark.parametrize("step, found", [("new-in", "a"),           # images/ of model b in, model/ still a's
                                          ("commit:parts", "a"),     # every part of b in, the manifest still a's
                                          ("commit:manifest", "b")])  # b's manifest in, a's parts not yet removed
@@ -130,6 +131,7 @@ def test_a_rebuild_with_another_model_killed_at_each_step_leaves_one_whole_index
         ".vlmatch.lock", ".vlmatch.read.lock", ".vlmatch.swap.lock", "images", "manifest.json", "model", "retriever"]
 
 
+@pytest.mark.slow  # a build killed in a process of its own
 def test_a_build_killed_in_its_final_phase_resumes(ckpts, tmp_path):
     imgs = jpegs(tmp_path / "imgs", NAMES)
     r = run_child(build_args(ckpts["a"], imgs, tmp_path / "idx", retriever=ckpts["vsepp"]), kill_at="new-in")
@@ -142,6 +144,7 @@ def test_a_build_killed_in_its_final_phase_resumes(ckpts, tmp_path):
     assert exhaustive(tmp_path / "idx") == exhaustive(tmp_path / "ref")
 
 
+@pytest.mark.slow  # builds killed in processes of their own
 @pytest.mark.parametrize("step", ["old-moved",  # images/ renamed to images.prev, the new one not yet in
                                   "new-in"])    # the new images/ in, the manifest not yet replaced
 def test_an_update_killed_mid_swap_leaves_the_previous_index_and_ids_stay_unique(ckpts, tmp_path, capsys, monkeypatch,
@@ -172,6 +175,7 @@ def test_an_update_killed_mid_swap_leaves_the_previous_index_and_ids_stay_unique
     assert exhaustive(out) == exhaustive(tmp_path / "ref")
 
 
+@pytest.mark.slow  # a build in a process of its own
 def test_a_second_writer_is_refused_while_a_build_holds_the_folder(ckpts, tmp_path, capsys):
     imgs = jpegs(tmp_path / "imgs", NAMES)
     out, gate = tmp_path / "idx", tmp_path / "gate"

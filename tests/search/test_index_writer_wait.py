@@ -8,6 +8,8 @@ import threading
 import time
 from contextlib import contextmanager
 
+import pytest
+
 import vlmatch
 from vlmatch import io
 from vlmatch.search import index as index_module
@@ -21,6 +23,7 @@ OPEN_S = 0.2  # each reader's opening is stretched so that together they always 
 BOUND_S = 60  # the rebuild must commit within this while they loop (it hung for minutes before)
 
 
+@pytest.mark.slow  # seconds of readers looping
 def test_a_rebuild_commits_within_a_bound_while_readers_loop(ckpts, tmp_path, monkeypatch, capsys):  # noqa: F811
     imgs = jpegs(tmp_path / "imgs", NAMES)
     out = tmp_path / "idx"

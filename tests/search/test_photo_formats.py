@@ -80,6 +80,7 @@ def word_maps(tmp_path, name: str) -> dict[str, np.ndarray]:
     return {it["rel"]: idx.explain(it["id"], "a red ball in the park", method="occlusion").weights for it in idx.items}
 
 
+@pytest.mark.slow  # seconds
 def test_heat_map_peaks_fall_on_the_same_place_of_the_upright_photo(tmp_path, monkeypatch):
     """A real backbone (EfficientNet-Lite0, 7 x 7 grid) and an untrained SCAN's occlusion maps (the score drop
     with each grid cell masked): each stored orientation's maps peak where the upright photo's do, word by
@@ -158,6 +159,7 @@ def test_update_turns_upright_what_an_older_reader_indexed_sideways(toy_ckpts, t
     assert "EXIF" not in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a Milvus Lite build
 def test_a_milvus_update_turns_upright_what_an_older_reader_indexed_sideways(toy_ckpts, tmp_path, monkeypatch):
     pytest.importorskip("milvus_lite")
     from vlmatch.search.backends.base import MilvusLocation

@@ -28,6 +28,7 @@ def _vlmatch(*argv, profile=False):
                           timeout=300)
 
 
+@pytest.mark.slow  # a search in a fresh process
 def test_search_from_a_fresh_process_prints_everything_and_profiles(photo_index, tmp_path, capsys):  # noqa: F811
     out = _vlmatch("search", str(photo_index), "a dog on the grass", "-k", "5", "--json", str(tmp_path / "r.json"),
                    profile=True)

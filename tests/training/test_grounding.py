@@ -49,6 +49,7 @@ def _cfg(data, ents, weight):
                   "grounding_loss": weight, "seed": 0}})
 
 
+@pytest.mark.slow  # a training
 def test_grounding_loss_makes_the_maps_point_at_the_named_object(grid, tmp_path):
     data, ents, dev_feats, dev_names = grid
     run = tmp_path / "g"

@@ -114,6 +114,7 @@ def test_patience_stops_when_val_rsum_stops_improving_but_not_before_min_epochs(
     assert state["epoch"] == 3 and state["stale_epochs"] == 2
 
 
+@pytest.mark.slow  # a training with a transformer text side
 def test_a_frozen_transformer_text_side_trains_without_a_vocabulary(small_world, tmp_path):
     """text_encoder = a local HF folder: no vocab.json, the tokenizer kept, outputs prefilled into the cache."""
     from vlmatch.encoders.hf import tiny_bert_folder

@@ -14,16 +14,32 @@ from vlmatch.cli import main
 from .test_rundir import _steps, tiny
 
 
-@pytest.fixture
-def run(small_world, tmp_path, capsys):
-    """A run stopped at step 2 with its checkpoint at step 2; its config file; a rerun's argv."""
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text(yaml.safe_dump(tiny(small_world, checkpoint_every_steps=1)))
-    run = tmp_path / "run"
-    assert main(["train", "--config", str(cfg), "--run-dir", str(run), "--set", "train.stop_after_steps=2",
-                 "--no-progress"]) == 0
+def _trained(folder, run_name, cfg_name, cfg, stop_after):
+    """A run of ``cfg`` stopped after ``stop_after`` steps, trained once per module (each test edits a copy)."""
+    folder.mkdir()
+    (folder / cfg_name).write_text(yaml.safe_dump(cfg))
+    assert main(["train", "--config", str(folder / cfg_name), "--run-dir", str(folder / run_name), "--set",
+                 f"train.stop_after_steps={stop_after}", "--no-progress"]) == 0
+    return folder
+
+
+def _copy(template, tmp_path, run_name, capsys):
+    for path in template.iterdir():
+        (shutil.copytree if path.is_dir() else shutil.copy2)(path, tmp_path / path.name)
     capsys.readouterr()
-    return run
+    return tmp_path / run_name
+
+
+@pytest.fixture(scope="module")
+def _run_template(small_world, tmp_path_factory):
+    return _trained(tmp_path_factory.mktemp("resume") / "t", "run", "c.yaml",
+                    tiny(small_world, checkpoint_every_steps=1), 2)
+
+
+@pytest.fixture
+def run(_run_template, tmp_path, capsys):
+    """A run stopped at step 2 with its checkpoint at step 2 (tmp_path/run), its config file tmp_path/c.yaml."""
+    return _copy(_run_template, tmp_path, "run", capsys)
 
 
 def resume(run, *extra):
@@ -36,6 +52,7 @@ def one_line(capsys) -> str:
     return err
 
 
+@pytest.mark.slow  # a training killed and resumed
 def test_a_run_killed_before_its_first_checkpoint_starts_over_on_resume(run, capsys):
     (run / "last").rename(run.parent / "last.gone")  # as a kill early in epoch 1 leaves it: config.yaml, rows
     assert not (run / "best").exists()
@@ -62,6 +79,7 @@ def test_resume_with_another_config_is_refused(run, small_world, tmp_path, capsy
     assert (run / "last" / "trainer_state.json").read_bytes() == state
 
 
+@pytest.mark.slow  # a training killed and resumed
 def test_a_metrics_row_torn_by_a_kill_is_dropped_on_resume(run):
     with open(run / "metrics.jsonl", "a") as f:
         f.write('{"type": "train", "epoch": 0, "st')  # a kill in the middle of the write of step 3's row
@@ -108,16 +126,16 @@ def test_resume_of_a_folder_that_holds_no_run_says_so(tmp_path, capsys, made, sa
     assert f"--resume {run}: {says}" in err and "bundled" not in err and not (tmp_path / "run" / ".vlmatch.lock").exists()
 
 
+@pytest.fixture(scope="module")
+def _run2_template(small_world, tmp_path_factory):
+    return _trained(tmp_path_factory.mktemp("resume2") / "t", "run2", "c2.yaml",
+                    tiny(small_world, epochs=2, checkpoint_every_steps=1), 4)
+
+
 @pytest.fixture
-def run2(small_world, tmp_path, capsys):
+def run2(_run2_template, tmp_path, capsys):
     """A run of 2 epochs of 3 steps stopped at step 4: validated once (epoch 1, at step 3), checkpoint at step 4."""
-    cfg = tmp_path / "c2.yaml"
-    cfg.write_text(yaml.safe_dump(tiny(small_world, epochs=2, checkpoint_every_steps=1)))
-    run = tmp_path / "run2"
-    assert main(["train", "--config", str(cfg), "--run-dir", str(run), "--set", "train.stop_after_steps=4",
-                 "--no-progress"]) == 0
-    capsys.readouterr()
-    return run
+    return _copy(_run2_template, tmp_path, "run2", capsys)
 
 
 def _edit_state(run, **fields):
@@ -188,6 +206,7 @@ def test_resume_with_another_run_dir_is_refused(run, tmp_path, capsys):
     assert not (tmp_path / "ZZ").exists()
 
 
+@pytest.mark.slow  # a training killed and resumed
 def test_a_kill_between_the_first_best_and_the_first_last_starts_over(small_world, tmp_path, capsys):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump(tiny(small_world)))
@@ -237,6 +256,7 @@ def test_init_from_a_checkpoint_without_its_seal_is_refused(run, small_world, tm
             in one_line(capsys))
 
 
+@pytest.mark.slow  # two trainings
 def test_init_from_a_checkpoint_saved_before_seals_has_its_weights_checked(run, small_world, tmp_path, capsys):
     from safetensors.torch import load_file, save_file
 

@@ -87,6 +87,7 @@ def test_a_second_run_of_a_folder_in_training_is_refused_and_changes_nothing(sma
     assert main([*argv, "--overwrite"]) == 0  # the lock went with its holder
 
 
+@pytest.mark.slow  # a training in a process of its own, killed
 def test_the_lock_is_dropped_when_its_holder_is_killed(small_world, tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump(tiny(small_world)))

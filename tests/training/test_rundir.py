@@ -37,6 +37,7 @@ def test_a_fresh_run_refuses_a_folder_that_holds_a_run(small_world, tmp_path):
     assert (run / "notes.txt").read_text() == "mine"  # --overwrite removes only the run's own entries
 
 
+@pytest.mark.slow  # two trainings
 def test_the_issue_scenario_cannot_mix_two_runs(small_world, tmp_path, capsys):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump(tiny(small_world)))

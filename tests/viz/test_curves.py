@@ -36,6 +36,7 @@ def test_x_axis_counts_epochs_completed():
     np.testing.assert_allclose(gs, [2, 4, 6, 8])
 
 
+@pytest.mark.slow  # a training
 def test_run_curves_put_validations_at_epoch_ends_and_mark_the_switch_to_hardest(runs):
     c = run_curves(runs[1])
     np.testing.assert_allclose(c["val_x"], [1.0, 2.0, 3.0])  # the val after "epoch": 0 is after 1 epoch
@@ -54,6 +55,7 @@ def test_plot_of_two_runs_writes_a_png(runs, tmp_path, capsys):
         assert np.asarray(im.convert("L")).std() > 10  # lines and text, not a blank canvas
 
 
+@pytest.mark.slow  # a training
 def test_vlmatch_train_draws_curves_and_shows_epochs_from_1(small_world, tmp_path, capsys):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"model: {{name: vsepp, embed_dim: 16, word_dim: 8}}\n"

@@ -34,6 +34,7 @@ def test_boxes_are_shaded_by_their_weight():
     assert maps[1, 2, 2] == pytest.approx(0.9) and maps[1, 19, 0] == 0.0
 
 
+@pytest.mark.slow  # seconds
 def test_render_writes_a_png_with_one_panel_per_word(tmp_path):
     rgb = np.random.default_rng(0).integers(0, 255, (30, 40, 3), dtype=np.uint8)
     a = att(np.random.default_rng(1).dirichlet(np.ones(4), size=3).T, grid=2)

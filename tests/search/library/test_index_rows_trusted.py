@@ -57,6 +57,7 @@ def _edit_row(loc, manifest, item_id: int, **fields):
     client.upsert(name, [{**row, "item": {**item, **fields}}])
 
 
+@pytest.mark.slow  # a Milvus Lite build
 def test_a_milvus_row_edited_to_a_file_outside_the_folder_is_refused(tmp_path, capsys):
     loc, manifest = _milvus_index(tmp_path)
     _edit_row(loc, manifest, 2, path="/etc/passwd", rel="../../../../etc/passwd")
@@ -72,6 +73,7 @@ def test_a_milvus_row_edited_to_a_file_outside_the_folder_is_refused(tmp_path, c
     assert idx.path_of(3).endswith("p03.jpg")
 
 
+@pytest.mark.slow  # a Milvus Lite build
 def test_the_service_never_shows_or_reads_an_edited_row(tmp_path):
     from fastapi.testclient import TestClient
 

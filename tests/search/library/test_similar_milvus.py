@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("milvus_lite")
+pytestmark = pytest.mark.slow  # both tests open the folder index and its Milvus Lite copy: seconds
 
 from vlmatch.errors import ConfigError  # noqa: E402
 from vlmatch.search.backends.base import MilvusLocation  # noqa: E402
@@ -42,6 +43,7 @@ def _id(idx, name):
     raise AssertionError(name)
 
 
+@pytest.mark.slow  # a Milvus Lite build
 def test_like_on_milvus_equals_the_folder_index(pair):
     folder, milvus = pair
     n = len(folder)

@@ -86,6 +86,7 @@ def test_captions_of_a_changed_photo_by_id_are_409_too(server):
     assert server.post("/search/image", data={"id": str(KEPT), "k": "3"}).status_code == 200
 
 
+@pytest.mark.slow  # seconds of requests held on a FIFO
 def test_requests_for_a_fifo_never_exhaust_the_pool(server):
     t0 = time.monotonic()
     for i in range(45):  # the pool held 40 threads: 40 hung requests stopped the service for every client
@@ -95,11 +96,13 @@ def test_requests_for_a_fifo_never_exhaust_the_pool(server):
     assert time.monotonic() - t0 < 60
 
 
+@pytest.mark.slow  # seconds
 def test_a_photo_only_touched_is_served(server):
     for route in ROUTES:
         assert get(server, route, TOUCHED).status_code == 200, route
 
 
+@pytest.mark.slow  # the shipped explainer's maps, seconds per case
 @pytest.mark.parametrize("id, says", [(FIFO, "is a FIFO (named pipe) now, not the photo indexed"),
                                       (JPEG, "changed since indexing")])
 def test_explain_of_an_indexed_id_says_it_changed_in_one_line(changed, tmp_path, id, says):  # noqa: A002

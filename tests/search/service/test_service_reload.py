@@ -57,6 +57,7 @@ class InFlight:
         return self.answer
 
 
+@pytest.mark.slow  # a server process and rebuilds
 def test_an_update_and_a_rebuild_under_a_running_server(ckpts, tmp_path, monkeypatch, capsys):  # noqa: F811
     imgs = jpegs(tmp_path / "imgs", NAMES)
     out = tmp_path / "idx"

@@ -61,6 +61,7 @@ def _hold(db):
     return proc
 
 
+@pytest.mark.slow  # Milvus Lite in a process of its own per case
 @pytest.mark.parametrize("argv", [
     ["search", "--backend", "milvus", "--milvus-uri", "{db}", "--collection", "c", "a dog"],
     ["index", "update", "--backend", "milvus", "--milvus-uri", "{db}", "--collection", "c"],

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("milvus_lite")
+pytestmark = pytest.mark.slow  # every test builds Milvus Lite collections beside a folder index: seconds each
 
 import vlmatch  # noqa: E402
 from vlmatch.cli import main  # noqa: E402
