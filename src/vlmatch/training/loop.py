@@ -127,9 +127,20 @@ class _Run:
     device: torch.device
     rank: int
     world_size: int
-    shows_progress: bool  # progress bars: asked for, and this is the main process
-    is_main: bool
-    metrics_path: Path
+    progress: bool  # progress bars asked for
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def shows_progress(self) -> bool:
+        """Progress bars: asked for, and this is the main process."""
+        return self.progress and self.is_main
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.run_dir / "metrics.jsonl"
 
 
 def _train(cfg: dict, run_dir: Path, resume: bool, progress: bool, overwrite: bool) -> dict:
@@ -239,7 +250,7 @@ def _start(tc: dict, run_dir: Path, progress: bool) -> _Run:
         keep_freed_memory()
     device = D.setup(device)
     rank, world_size = D.world()
-    return _Run(tc, run_dir, device, rank, world_size, progress and rank == 0, rank == 0, run_dir / "metrics.jsonl")
+    return _Run(tc=tc, run_dir=run_dir, device=device, rank=rank, world_size=world_size, progress=progress)
 
 
 def _splits(dc: dict, run: _Run) -> tuple[PrecompSplit, PrecompSplit]:
@@ -396,7 +407,7 @@ def _validate_and_keep(model, val_split: PrecompSplit, state: dict, *, run: _Run
               f"(i2t R@1 {m['i2t_r1']:.1f}, t2i R@1 {m['t2i_r1']:.1f})", file=sys.stderr)
     D.barrier()
     # every rank must know the best so far (it is saved in every rank's trainer state)
-    if D.world()[1] > 1:
+    if run.world_size > 1:
         t = torch.tensor([state["best_rsum"]], dtype=torch.float64,
                          device=run.device if torch.distributed.get_backend() == "nccl" else "cpu")
         torch.distributed.broadcast(t, 0)
