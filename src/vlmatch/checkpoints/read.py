@@ -16,6 +16,8 @@ from ..errors import DataError
 from ..io import complete_dir, read_json
 from .seal import CHECKSUMS, unsealed_problem, verify_checkpoint
 
+EDITED = "(the file was edited: restore it, or start the run over with --overwrite)"
+
 # "prefix:" -> the function giving the folder a name stands for (a hook: this layer imports nothing above it)
 _RESOLVERS: dict[str, object] = {}
 
@@ -311,7 +313,6 @@ def _check_optimizer_meta(path, meta: dict, optimizer) -> None:
             raise bad("scalars", f"has the key {key[:40]!r}; each must be 'ID.name' with the id of a parameter")
 
 
-EDITED = "(the file was edited: restore it, or start the run over with --overwrite)"
 # the trainer state's scalars: (types allowed, least value); None stands for "no best epoch yet"
 _COUNTS = ("epoch", "step_in_epoch", "global_step")
 _FIELDS = {**{k: ((int,), 0) for k in _COUNTS}, "best_rsum": ((int, float), None), "best_epoch": ((int, type(None)), 0),
