@@ -228,12 +228,13 @@ class CAAN(TextSide, MatchingModel):
             pp = (caan_block.per_pair(2 * tx.p2, img_step, "p2") if c.inter else None,
                   caan_block.per_pair(2 * tx.p3, img_step, "p3") if sem else None)
             wmask = None if bool((tx.lengths == tx.words.shape[1]).all()) else length_mask(tx.lengths, tx.words.shape[1])
+            fa_u = 2 * tx.p3 if fa else None  # FA's per-caption term, once per caption chunk
             for a0 in range(0, ni, img_step):
                 im = img.select(slice(a0, a0 + img_step))
                 rmask = None if im.mask is None or bool(im.mask.all()) else im.mask
                 p1, p4 = (twice[f][a0:a0 + img_step] if f in twice else None for f in ("p1", "p4"))
                 op = caan_block.Operands(vk=im.vk, words=tx.words, p1=p1 if sem else None, p4=p4, p2=None, p3=None,
-                                         fa_v=p1 if fa else None, fa_u=2 * tx.p3 if fa else None, rmask=rmask,
+                                         fa_v=p1 if fa else None, fa_u=fa_u, rmask=rmask,
                                          wmask=wmask)
                 lv, lu = caan_block.logits(op, c.inter, sem, self.w_v, self.w_u, gemm_dtype=_dtype(c), per_pair=pp)
                 f = masked_softmax(lv, None if rmask is None else rmask[:, None, :], dim=2)
