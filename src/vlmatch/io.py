@@ -183,6 +183,27 @@ def save_npy(path, array) -> None:
             np.save(f, array)
 
 
+def read_npy(path, what: str, mmap_mode=None):
+    """One .npy array (never pickled objects), or a one-line error naming the file."""
+    import numpy as np
+
+    from .errors import DataError
+
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(path, f"{what} not found")
+    try:
+        arr = np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
+    except Exception as e:
+        raise DataError(path, f"not a readable .npy array: {e}") from None
+    if not isinstance(arr, np.ndarray):  # np.load opens a .npz archive as a dict of arrays
+        names = list(arr.files)
+        arr.close()
+        raise DataError(path, f"a .npz archive of {len(names)} array(s) {names[:5]}, not one .npy {what}: "
+                              "save it with numpy.save")
+    return arr
+
+
 def append_line(path, line: str) -> None:
     """Append one line (used for JSON-lines logs); a line is written in one call."""
     with open(path, "a", encoding="utf-8") as f:

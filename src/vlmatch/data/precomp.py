@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
+from ..io import read_npy
 
 
 def read_caption_lines(path) -> list[str]:
@@ -36,12 +37,7 @@ def read_caption_lines(path) -> list[str]:
 def open_features(path) -> np.ndarray:
     """Memory-map a (N, k, D) feature array, checking rank and dtype."""
     path = Path(path)
-    if not path.is_file():
-        raise DataError(path, "feature file not found")
-    try:
-        arr = np.load(path, mmap_mode="r", allow_pickle=False)
-    except Exception as e:
-        raise DataError(path, f"not a readable .npy array: {e}") from None
+    arr = read_npy(path, "feature file", mmap_mode="r")
     if arr.ndim != 3:
         raise DataError(path, f"features must have rank 3 (n_images, n_regions, dim), got shape {arr.shape}")
     if arr.dtype.kind != "f":

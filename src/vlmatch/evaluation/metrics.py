@@ -7,11 +7,10 @@ gets the worst ranks. Protocols and the 5-fold mean: docs/evaluation.md.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from ..errors import DataError
+from ..io import read_npy
 
 KS = (1, 5, 10)
 PROTOCOLS = ("single", "coco1k5fold", "coco5k")
@@ -113,23 +112,6 @@ def format_table(results: dict[str, dict]) -> str:
         cells = [m[f"{d}_{k}"] for d in ("i2t", "t2i") for k in ("r1", "r5", "r10", "medr", "meanr")]
         lines.append(f"{name:<{w}}  {m['rsum']:7.1f}  " + "  ".join(f"{c:6.1f}" for c in cells))
     return "\n".join(lines)
-
-
-def read_npy(path, what: str, mmap_mode=None) -> np.ndarray:
-    """One .npy array (never pickled objects), or a one-line error naming the file."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(path, f"{what} not found")
-    try:
-        arr = np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
-    except Exception as e:
-        raise DataError(path, f"not a readable .npy array: {e}") from None
-    if not isinstance(arr, np.ndarray):  # np.load opens a .npz archive as a dict of arrays
-        names = list(arr.files)
-        arr.close()
-        raise DataError(path, f"a .npz archive of {len(names)} array(s) {names[:5]}, not one .npy {what}: "
-                              "save it with numpy.save")
-    return arr
 
 
 def load_sims(path) -> np.ndarray:

@@ -24,7 +24,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..errors import DataError, VlmatchError
-from .metrics import captions_per_image, evaluate_protocol, fold_slices, read_npy
+from ..io import read_npy
+from .metrics import captions_per_image, evaluate_protocol, fold_slices
 
 DEFAULT_K_TEXT = 5
 
