@@ -86,7 +86,7 @@ def _write(out: Path, job: Job, rank: int, world: int) -> dict | None:
     and commit."""
     started = time.monotonic()
     opts, manifest = job.options, job.manifest
-    ready = {}  # collection -> (encoded rows' folder, rows, skipped, stage-1 index): all the work, before any swap
+    ready = {}  # collection -> (encoded rows' folder, rows, skipped): all the work, before any swap
     for part in job.parts:
         rec = encode_sharded(out / "build" / part.name, part, job.fingerprint([part]), opts.dtype, rank=rank,
                              world=world, progress=opts.progress, desc=f"index {part.name}")
@@ -99,13 +99,15 @@ def _write(out: Path, job: Job, rank: int, world: int) -> dict | None:
             took = time.monotonic() - started  # this run's (a resumed build's: since it resumed)
             manifest["build"] = {"seconds": round(took, 2), "encoded": len(rows),
                                  "photos_per_s": round(len(rows) / took, 2) if took > 0 else None}
-        ready[part.name] = rec["folder"], rows, rec["bad"], stage1_of(rec["folder"], opts.ann, opts.nlist, opts.hnsw_m)
+        ready[part.name] = rec["folder"], rows, rec["bad"]
     if rank != 0:
         return None
+    # the stage-1 indexes only once every part is encoded: the other ranks wait at each part's barrier meanwhile
+    stage1 = {name: stage1_of(folder, opts.ann, opts.nlist, opts.hnsw_m) for name, (folder, _, _) in ready.items()}
     images = ready.get("images")
     with swapping(out):  # readers opening the index meanwhile wait for these renames and the commit
-        collections = {name: write_collection(out / name, folder, rows, stage1)
-                       for name, (folder, rows, _, stage1) in ready.items()}
+        collections = {name: write_collection(out / name, folder, rows, stage1[name])
+                       for name, (folder, rows, _) in ready.items()}
         save_checkpoint(out / "model", job.model)
         if job.retriever is not None:
             save_checkpoint(out / "retriever", job.retriever)
