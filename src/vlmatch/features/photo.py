@@ -43,8 +43,7 @@ VISION_EXTRA = "pip install 'vlmatch[vision]'"
 def file_head(path: Path) -> bytes | None:
     """A file's first 32 bytes, what :func:`sniff` reads; None where it cannot be read."""
     try:
-        with open(path, "rb") as f:
-            return f.read(32)
+        return _head(path)
     except OSError:
         return None
 
