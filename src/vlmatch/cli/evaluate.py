@@ -37,12 +37,12 @@ def _add_evaluate(sub):
     p.add_argument("--rerank", action="store_true",
                    help="also report the recalls after cross-modal re-ranking (MTFN-RR, both directions); T2I uses "
                         "S_TT from --text-sims / --text-model, or from the checkpoint's own text-text branch")
-    _add_rerank_options(p)
+    _add_shared_options(p)
     p.set_defaults(func=cmd_evaluate)
 
 
-def _add_rerank_options(p) -> None:
-    """The options ``evaluate --rerank`` and ``rerank`` share."""
+def _add_shared_options(p) -> None:
+    """The options ``evaluate`` and ``rerank`` share."""
     p.add_argument("--protocol", default="single", choices=["single", "coco1k5fold", "coco5k"])
     p.add_argument("--device", default="auto")
     p.add_argument("--no-progress", action="store_true")
@@ -170,7 +170,7 @@ def _add_rerank(sub):
                                    "T2I eq. 13-15) and print the recalls before and after, both directions. S_TT comes "
                                    "from --text-sims or --text-model, never from the ground-truth caption grouping.")
     p.add_argument("--sims", required=True, metavar="S.npy")
-    _add_rerank_options(p)
+    _add_shared_options(p)
     p.add_argument("--data", help="precomp data folder whose captions --text-model reads")
     p.add_argument("--split", default="test")
     p.add_argument("--max-images", type=int)
