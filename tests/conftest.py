@@ -85,6 +85,7 @@ def _basis_memo(_derived_shared):
 
     import torch
 
+    from vlmatch.io import save_npy
     from vlmatch.models import concepts
 
     compute = concepts.principal_directions
@@ -98,10 +99,7 @@ def _basis_memo(_derived_shared):
         if path.exists():
             return torch.from_numpy(np.load(path))
         basis = compute(names, dims)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        with open(tmp, "wb") as f:
-            np.save(f, basis.numpy())
-        os.replace(tmp, path)
+        save_npy(path, basis.numpy())
         return basis
 
     return concepts, "principal_directions", principal_directions
@@ -121,13 +119,13 @@ def _isolated_cache(tmp_path_factory, monkeypatch, _derived_cache, _basis_memo):
 def made_once(tmp_path_factory, name, make):
     """A folder made by ``make(folder)`` once per run, shared by the run's worker processes (they wait on a lock
     while one of them makes it): a session fixture's data that is a function of fixed inputs alone."""
-    import fcntl
     import shutil
+
+    from vlmatch.io import shared_lock
 
     base = tmp_path_factory.getbasetemp()
     folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / name
-    with open(f"{folder}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with shared_lock(f"{folder}.lock", True, "made_once"):
         done = folder.with_name(f"{name}.made")  # beside it: the folder holds only what make wrote
         if not done.exists():
             shutil.rmtree(folder, ignore_errors=True)
