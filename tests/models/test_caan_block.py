@@ -17,12 +17,14 @@ def _model(name, **kw):
     return create_model(name, img_dim=12, embed_dim=8, word_dim=7, vocab_size=VOCAB, attn_dim=5, **kw).eval()
 
 
-@pytest.mark.parametrize("sub_pairs", [1, 3, 128])
+@pytest.mark.parametrize(("sub_pairs", "gemm_pairs"), [(1, 1), (3, 7), (128, 512)])
 @pytest.mark.parametrize("name", VARIANTS)
-def test_float32_block_scoring_equals_loop_reference(name, sub_pairs, monkeypatch):
+def test_float32_block_scoring_equals_loop_reference(name, sub_pairs, gemm_pairs, monkeypatch):
     """Every variant, float32, sub-blocks of one pair, of three (split over captions and images) and the whole
-    block: within 1e-5 of the paper's equations computed one pair at a time in float64."""
+    block, with region-word GEMMs of one pair, of a few sub-blocks and of the whole block: within 1e-5 of the
+    paper's equations computed one pair at a time in float64."""
     monkeypatch.setattr(caan_block, "SUB_PAIRS", sub_pairs)
+    monkeypatch.setattr(caan_block, "GEMM_PAIRS", gemm_pairs)
     model = _model(name)
     feats, mask, tokens, lengths = _inputs(seed=11)
     with torch.no_grad():
@@ -39,6 +41,7 @@ def test_block_path_equals_autograd_path(name, monkeypatch):
     """The sub-blocked, buffer-reusing form (no autograd) and the training form give the same scores; a second
     call at another block shape (buffers reused and resized) changes nothing."""
     monkeypatch.setattr(caan_block, "SUB_PAIRS", 5)
+    monkeypatch.setattr(caan_block, "GEMM_PAIRS", 12)
     model = _model(name)
     feats, mask, tokens, lengths = _inputs(seed=12)
     img = model.encode_images(feats, mask)

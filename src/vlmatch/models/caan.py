@@ -214,33 +214,44 @@ class CAAN(TextSide, MatchingModel):
         return self._score_blocks(img, txt)
 
     def _score_blocks(self, img: CAANImages, txt: CAANTexts) -> Tensor:
-        """Without autograd: the block in cache-sized sub-blocks (:mod:`vlmatch.models.caan_block`)."""
+        """Without autograd: [H]_+ and the cosine per GEMM block, the attention per sub-block
+        (:mod:`vlmatch.models.caan_block`)."""
         ni, nt = len(img.regions), len(txt.lengths)
         cap_step = min(nt, caan_block.SUB_PAIRS)
         img_step = min(ni, max(1, caan_block.SUB_PAIRS // cap_step))
+        gemm_step = min(ni, img_step * max(1, caan_block.GEMM_PAIRS // (img_step * cap_step)))
         out = img.regions.new_empty(ni, nt)
         c = self.cfg
         sem, fa = c.intra == "semantic", c.intra == "feature"
         twice = {f: torch.mul(getattr(img, f), 2, out=caan_block.buffer(f, getattr(img, f).shape, img.regions))
                  for f, on in (("p1", sem or fa), ("p4", c.inter)) if on}  # once per block
+        w2 = (2 * self.w_v, 2 * self.w_u)
         for t0 in range(0, nt, cap_step):
             tx = txt.select(slice(t0, t0 + cap_step))
-            pp = (caan_block.per_pair(2 * tx.p2, img_step, "p2") if c.inter else None,
-                  caan_block.per_pair(2 * tx.p3, img_step, "p3") if sem else None)
-            wmask = None if bool((tx.lengths == tx.words.shape[1]).all()) else length_mask(tx.lengths, tx.words.shape[1])
-            fa_u = 2 * tx.p3 if fa else None  # FA's per-caption term, once per caption chunk
-            for a0 in range(0, ni, img_step):
-                im = img.select(slice(a0, a0 + img_step))
+            n_cap, n = tx.words.shape[:2]
+            per_caption = {"p2": caan_block.per_pair(tx.p2, img_step, "p2")} if c.inter else {}
+            if sem:
+                per_caption["p3"] = caan_block.per_pair(tx.p3, img_step, "p3")
+            if fa:  # FA's per-caption term
+                per_caption["fa_u"] = 2 * tx.p3
+            wmask = None if bool((tx.lengths == n).all()) else length_mask(tx.lengths, n)
+            for g0 in range(0, ni, gemm_step):
+                im = img.select(slice(g0, g0 + gemm_step))
                 rmask = None if im.mask is None or bool(im.mask.all()) else im.mask
-                p1, p4 = (twice[f][a0:a0 + img_step] if f in twice else None for f in ("p1", "p4"))
-                op = caan_block.Operands(vk=im.vk, words=tx.words, p1=p1 if sem else None, p4=p4, p2=None, p3=None,
-                                         fa_v=p1 if fa else None, fa_u=fa_u, rmask=rmask,
-                                         wmask=wmask)
-                lv, lu = caan_block.logits(op, c.inter, sem, self.w_v, self.w_u, gemm_dtype=_dtype(c), per_pair=pp)
+                h = caan_block.terms(im.vk, tx.words, rmask, wmask, sem, _dtype(c))
+                n_img, k = im.vk.shape[:2]
+                lv = caan_block.buffer("lv", (n_img, n_cap, k), im.vk)
+                lu = caan_block.buffer("lu", (n_img, n_cap, n), im.vk)
+                for a0 in range(0, n_img, img_step):
+                    rows = slice(g0 + a0, g0 + a0 + img_step)
+                    p = {f: t[rows] for f, t in twice.items()} | per_caption
+                    if fa:
+                        p["fa_v"] = p.pop("p1")
+                    caan_block.logits(h.rows(a0, a0 + img_step), p, *w2, lv[a0:a0 + img_step], lu[a0:a0 + img_step])
                 f = masked_softmax(lv, None if rmask is None else rmask[:, None, :], dim=2)
                 g = masked_softmax(lu, None if wmask is None else wmask[None], dim=2)
-                out[a0:a0 + img_step, t0:t0 + cap_step] = caan_block.cosine(f, g, im.regions, tx.words,
-                                                                            im.gram if c.norm_output else None)
+                out[g0:g0 + gemm_step, t0:t0 + cap_step] = caan_block.cosine(f, g, im.regions, tx.words,
+                                                                             im.gram if c.norm_output else None)
         return out
 
     def _cosine(self, img: CAANImages, txt: CAANTexts, f: Tensor, g: Tensor) -> Tensor:
@@ -277,8 +288,11 @@ class CAAN(TextSide, MatchingModel):
         return {"macs": macs, "transcendentals": trans}
 
     def bytes_per_pair(self, n_regions: int, n_words: int) -> int:
-        m = self.cfg.attn_dim if self.attends else 0
-        return 4 * (6 * n_regions * n_words + 3 * (n_regions + n_words) * m)
+        """The block path's working set per pair: the region-word products, [H]_+ and what is read of it (7 k n),
+        the logits and weights (2 (k + n)), v̂, û and their product (3 D); the (k + n) m attention tensors are
+        bounded by ``caan_block.SUB_PAIRS``, not by the block."""
+        k, n = n_regions, n_words
+        return 4 * (7 * k * n + 2 * (k + n) + 3 * self.cfg.embed_dim) if self._needs_h else 4 * 3 * self.cfg.embed_dim
 
 
 def _pairs(x: Tensor) -> Tensor:
