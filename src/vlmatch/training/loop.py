@@ -191,8 +191,9 @@ def _train(cfg: dict, run_dir: Path, resume: bool, progress: bool, overwrite: bo
         start = state["step_in_epoch"]
         if hasattr(dataset, "set_epoch"):  # e.g. caption pairs drawn afresh each epoch
             dataset.set_epoch(tc["seed"], epoch)
-        loader = DataLoader(dataset, batch_sampler=batches[start:], collate_fn=kind.collate,
-                            num_workers=tc["workers"])
+        # one iterator, shared by tqdm.auto (which takes its own at construction: a second set of workers)
+        loader = iter(DataLoader(dataset, batch_sampler=batches[start:], collate_fn=kind.collate,
+                                 num_workers=tc["workers"]))
         hardest = tc["max_violation"] and epoch >= tc["warmup_epochs"]
         # on screen epochs count from 1 ("epoch 1/7" is the first); metrics.jsonl keeps the 0-based index
         bar = tqdm(loader, total=len(batches), initial=start, desc=f"epoch {epoch + 1}/{tc['epochs']}",
@@ -200,27 +201,30 @@ def _train(cfg: dict, run_dir: Path, resume: bool, progress: bool, overwrite: bo
         model.train()
         if compiled is not None:
             model.score = compiled  # the training steps' score; _validate_and_keep scores eagerly
-        for step, batch in enumerate(bar, start=start):
-            inputs = kind.inputs(batch, run.device)
-            loss, ground = _step(model, net, optimizer, batch, inputs, tc=tc, hardest=hardest, grounding=grounding)
-            state["global_step"] += 1
-            state["step_in_epoch"] = step + 1
-            gs = state["global_step"]
-            if run.is_main and (gs % tc["log_every"] == 0 or step == len(batches) - 1):
-                bar.set_postfix(loss=f"{loss.item():.3f}")
-                append_line(run.metrics_path, json.dumps({"type": "train", "epoch": epoch, "step": step + 1,
-                                                          "global_step": gs, "loss": loss.item(), "lr": lr,
-                                                          **({} if ground is None else {"grounding": ground.item()}),
-                                                          "hardest": hardest, "time": time.time() - t_start}))
-            if tc["val_every_steps"] and gs % tc["val_every_steps"] == 0 and step + 1 < len(batches):
-                _validate_and_keep(model, val_split, state, run=run, epoch=epoch)
-            if tc["checkpoint_every_steps"] and gs % tc["checkpoint_every_steps"] == 0 and step + 1 < len(batches):
-                _save_last(run, model, optimizer, state, t_start)
-            if tc["stop_after_steps"] and gs >= tc["stop_after_steps"]:
-                bar.close()
-                D.shutdown()
-                return {"stopped_at": gs}
-        bar.close()
+        try:
+            for step, batch in enumerate(bar, start=start):
+                inputs = kind.inputs(batch, run.device)
+                loss, ground = _step(model, net, optimizer, batch, inputs, tc=tc, hardest=hardest, grounding=grounding)
+                state["global_step"] += 1
+                state["step_in_epoch"] = step + 1
+                gs, inside = state["global_step"], step + 1 < len(batches)
+                if run.is_main and (gs % tc["log_every"] == 0 or not inside):
+                    bar.set_postfix(loss=f"{loss.item():.3f}")
+                    row = {"type": "train", "epoch": epoch, "step": step + 1, "global_step": gs, "loss": loss.item(),
+                           "lr": lr, **({} if ground is None else {"grounding": ground.item()}), "hardest": hardest,
+                           "time": time.time() - t_start}
+                    append_line(run.metrics_path, json.dumps(row))
+                if tc["val_every_steps"] and gs % tc["val_every_steps"] == 0 and inside:
+                    _validate_and_keep(model, val_split, state, run=run, epoch=epoch)
+                if tc["checkpoint_every_steps"] and gs % tc["checkpoint_every_steps"] == 0 and inside:
+                    _save_last(run, model, optimizer, state, t_start)
+                if tc["stop_after_steps"] and gs >= tc["stop_after_steps"]:
+                    D.shutdown()
+                    return {"stopped_at": gs}
+        finally:  # a failed step too: the workers end with it, not at a garbage collection of its traceback
+            bar.close()
+            if hasattr(loader, "_shutdown_workers"):  # (torch's multi-process iterator has no public close)
+                loader._shutdown_workers()
         state["epoch"], state["step_in_epoch"] = epoch + 1, 0
         best_before = state["best_rsum"]
         _validate_and_keep(model, val_split, state, run=run, epoch=epoch)
