@@ -138,9 +138,7 @@ def model_scores(model: MatchingModel, split: PrecompSplit, vocab: Vocab | None 
     ``model.tokenize`` (or by ``vocab`` when given). Under torchrun (``shard=True``) every rank must call it: each
     scores its run of image blocks (:func:`shard_rows`); rank 0 returns the whole matrix, the others None."""
     rank, world_size = D.world() if shard else (0, 1)
-    was_training = model.training
-    model.eval()
-    try:
+    with model.evaluating():
         text = vocab if vocab is not None else model
         tokens = encode_captions(split, text)
         order = np.argsort([len(t) for t in tokens], kind="stable")
@@ -162,8 +160,6 @@ def model_scores(model: MatchingModel, split: PrecompSplit, vocab: Vocab | None 
         if world_size == 1:
             return sims
         return gather_rows(sims, split.n_images, plan.images, device)
-    finally:
-        model.train(was_training)
 
 
 @torch.no_grad()
@@ -172,9 +168,7 @@ def two_stage_scores(model: MatchingModel, split: PrecompSplit, top_k: int, devi
     """Two-stage retrieval matrices ``(i2t, t2i)`` for ``recall_metrics(i2t, t2i)``: stage 1 ranks every pair by
     ``global_embeddings``' inner product, stage 2 re-scores each image's top ``top_k`` captions (rows of ``i2t``)
     and each caption's top ``top_k`` images (columns of ``t2i``) with ``score``, lifted above the stage-1 rest."""
-    was_training = model.training
-    model.eval()
-    try:
+    with model.evaluating():
         images = encode_all_images(model, split, device=device, progress=progress)
         tokens = encode_captions(split, model)
         parts = [model.encode_texts(b["tokens"].to(device), b["lengths"].to(device))
@@ -203,8 +197,6 @@ def two_stage_scores(model: MatchingModel, split: PrecompSplit, top_k: int, devi
         np.put_along_axis(i2t, cand_caps, full_i2t + lift, axis=1)
         np.put_along_axis(t2i, cand_imgs.T, (full_t2i + lift).T, axis=0)
         return i2t, t2i
-    finally:
-        model.train(was_training)
 
 
 GATHER_CHUNK_BYTES = 64 * 2**20
