@@ -49,14 +49,6 @@ from .rundir import (
 )
 
 
-def epoch_batches(n: int, batch_size: int, seed: int, epoch: int, rank: int, world_size: int) -> list[list[int]]:
-    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-    perm = torch.randperm(n, generator=g).tolist()
-    per_rank = len(perm) // world_size  # equal step counts on every rank
-    mine = perm[rank * per_rank:(rank + 1) * per_rank] if world_size > 1 else perm
-    return [mine[i:i + batch_size] for i in range(0, len(mine), batch_size)]
-
-
 def param_groups(model: torch.nn.Module, tc: dict) -> list[dict]:
     """The trained parameters as the optimizer's groups: one, or with ``train.pretrained_lr_scale`` != 1 a second
     for the fine-tuned ``HFTextEncoder`` parameters, whose ``lr_scale`` multiplies the epoch's lr."""
@@ -102,12 +94,6 @@ def weights_digest(model) -> str:
         h.update(k.encode())
         h.update(v.detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()
-
-
-def build_vocab(cfg: dict, train: PrecompSplit) -> Vocab:
-    if cfg["data"]["vocab"]:
-        return Vocab.load(cfg["data"]["vocab"])
-    return Vocab.build(train.captions, min_count=cfg["data"]["min_word_count"])
 
 
 def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overwrite: bool = False) -> dict:
@@ -283,8 +269,10 @@ def _model(cfg: dict, train_split: PrecompSplit, ckpt: Path | None):
             vocab = Vocab.load(ckpt / "vocab.json")
         elif init_vocab is not None and init_vocab.is_file():  # the previous stage's vocabulary
             vocab = Vocab.load(init_vocab)
+        elif cfg["data"]["vocab"]:
+            vocab = Vocab.load(cfg["data"]["vocab"])
         else:
-            vocab = build_vocab(cfg, train_split)
+            vocab = Vocab.build(train_split.captions, min_count=cfg["data"]["min_word_count"])
         model_opts["vocab_size"] = len(vocab)
     if ckpt is not None:  # an option whose default changed since: the run goes on with its checkpoint's value
         made = saved_options(ckpt)
@@ -349,8 +337,11 @@ def _save_last(run: _Run, model, optimizer, state: dict, t_start: float) -> None
 
 
 def _epoch_plan(n: int, tc: dict, epoch: int, rank: int, world_size: int) -> list[list[int]]:
-    """The epoch's batches, capped at ``train.max_steps_per_epoch``."""
-    return epoch_batches(n, tc["batch_size"], tc["seed"], epoch, rank, world_size)[:tc["max_steps_per_epoch"] or None]
+    """The epoch's batches, capped at ``train.max_steps_per_epoch``; each rank an equal share of one permutation."""
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(tc["seed"] * 1_000_003 + epoch)).tolist()
+    per_rank, step = n // world_size, tc["batch_size"]
+    mine = perm[rank * per_rank:(rank + 1) * per_rank] if world_size > 1 else perm
+    return [mine[i:i + step] for i in range(0, len(mine), step)][:tc["max_steps_per_epoch"] or None]
 
 
 def compiled_score(model):
