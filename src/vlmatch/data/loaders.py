@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset
 
 from .mirror import names_a_side
@@ -106,11 +107,8 @@ class CaptionDataset(Dataset):
 
 
 def pad_tokens(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)
-    tokens = torch.zeros(len(seqs), int(lengths.max()), dtype=torch.long)
-    for r, s in enumerate(seqs):
-        tokens[r, : len(s)] = torch.tensor(s, dtype=torch.long)
-    return tokens, lengths
+    rows = [torch.tensor(s, dtype=torch.long) for s in seqs]
+    return pad_sequence(rows, batch_first=True), torch.tensor([len(s) for s in seqs], dtype=torch.long)
 
 
 def collate_pairs(batch):

@@ -67,6 +67,15 @@ def encode_all_images(model: MatchingModel, split: PrecompSplit, batch_size: int
 
 
 @torch.no_grad()
+def encode_all_captions(model: MatchingModel, split: PrecompSplit, batch_size: int = 256, device="cpu",
+                        progress: bool = False) -> TextEncoding:
+    """Encodings of every caption of ``split``, tokenised by the model, in caption order."""
+    return Encoding.cat([model.encode_texts(b["tokens"].to(device), b["lengths"].to(device))
+                         for b in tqdm(caption_loader(split, model, batch_size=batch_size), desc="encode captions",
+                                       disable=not progress, leave=False)])
+
+
+@torch.no_grad()
 def score_blocks(model: MatchingModel, images: ImageEncoding, caption_chunks, n_captions: int,
                  block_images: int, *, progress: bool = True, desc: str = "scoring", compile: bool = False,
                  block_captions: int | None = None) -> np.ndarray:
@@ -170,10 +179,7 @@ def two_stage_scores(model: MatchingModel, split: PrecompSplit, top_k: int, devi
     and each caption's top ``top_k`` images (columns of ``t2i``) with ``score``, lifted above the stage-1 rest."""
     with model.evaluating():
         images = encode_all_images(model, split, device=device, progress=progress)
-        tokens = encode_captions(split, model)
-        parts = [model.encode_texts(b["tokens"].to(device), b["lengths"].to(device))
-                 for b in caption_loader(split, model, batch_size=text_batch, tokens=tokens)]
-        texts = Encoding.cat(parts)
+        texts = encode_all_captions(model, split, text_batch, device)
         emb = model.global_embeddings(images, texts)
         if emb is None:
             raise ConfigError(f"model {model.name} has no global (stage-1) part: two-stage scoring needs one")
