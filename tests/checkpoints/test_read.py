@@ -91,6 +91,16 @@ def test_the_resolver_needs_no_torch_and_names_a_run_folder(tmp_path):
     assert read.resolve_checkpoint(tmp_path) == tmp_path
 
 
+@pytest.mark.parametrize(("text", "problem"), [('[1]', "expected an object with 'name' and 'config'"),
+                                               ('{"name": "vsepp"}', "expected an object with 'name' and 'config'"),
+                                               ('{"name": "vsepp", "config": 3}', "'config' must be an object")])
+def test_a_malformed_config_json_is_named_wherever_it_is_read(tmp_path, text, problem):
+    (tmp_path / "config.json").write_text(text)
+    for reading in (read.read_checkpoint, lambda d: read.read_config_json(d / "config.json")):
+        with pytest.raises(DataError, match=f"config.json: {problem}"):
+            reading(tmp_path)
+
+
 def test_weights_stored_in_float16_load_in_the_dtype_the_model_declares(tmp_path):
     import hashlib
     import json

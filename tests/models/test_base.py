@@ -1,4 +1,4 @@
-"""models/base.py helpers: the unit normalisation every model shares."""
+"""models/base.py helpers: the unit normalisation every model shares, the eval-mode block."""
 
 import pytest
 import torch
@@ -31,3 +31,15 @@ def test_l2norm_gradcheck_and_the_no_grad_path():
         torch.testing.assert_close(l2norm(x, dim=1), _plain(x, 1))
     floor = l2norm(x, dim=1, floor=True)  # SMAN's form keeps autograd's own chain
     torch.testing.assert_close(floor, x / torch.linalg.vector_norm(x, dim=1, keepdim=True).clamp(min=EPS))
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_evaluating_sets_eval_mode_and_restores_the_mode_before_also_on_an_error(training):
+    from vlmatch.models.registry import create_model
+
+    model = create_model("vsepp", embed_dim=8, word_dim=4, img_dim=6, vocab_size=10).train(training)
+    with pytest.raises(RuntimeError, match="inside"):
+        with model.evaluating():
+            assert not model.training and not any(m.training for m in model.modules())
+            raise RuntimeError("inside")
+    assert model.training is training and all(m.training is training for m in model.modules())

@@ -76,3 +76,11 @@ def test_plot_errors_name_the_fix(runs, tmp_path):
     with pytest.raises(DataError, match="metrics.jsonl: not found"):
         plot_runs([tmp_path], tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
+    torn = tmp_path / "torn"  # a last line still being written is passed over; a broken one before it is named
+    torn.mkdir()
+    rows = (runs[0] / "metrics.jsonl").read_text().splitlines()
+    (torn / "metrics.jsonl").write_text("\n".join([*rows, '{"type": "tr']))
+    assert plot_runs([torn], tmp_path / "x.png")
+    (torn / "metrics.jsonl").write_text("\n".join(["{oops", *rows]))
+    with pytest.raises(DataError, match="metrics.jsonl: line 1 is not a row vlmatch train wrote"):
+        plot_runs([torn], tmp_path / "y.png")

@@ -80,20 +80,19 @@ class Checkpoint:
 
 
 def read_config_json(path) -> dict:
+    """A checkpoint's config.json: an object with 'name' and an object 'config' (the model's options)."""
     path = Path(path)
     obj = read_json(path, "config.json not found (is this a vlmatch checkpoint folder?)")
     if not isinstance(obj, dict) or "name" not in obj or "config" not in obj:
         raise DataError(path, "expected an object with 'name' and 'config'")
+    if not isinstance(obj["config"], dict):
+        raise DataError(path, "'config' must be an object of model options")
     return obj
 
 
 def read_checkpoint(spec) -> Checkpoint:
-    """The folder and its config.json (an object with 'name' and an object 'config')."""
     d = checkpoint_folder(spec)
-    cfg = read_config_json(d / "config.json")
-    if not isinstance(cfg["config"], dict):
-        raise DataError(d / "config.json", "'config' must be an object of model options")
-    return Checkpoint(d, cfg)
+    return Checkpoint(d, read_config_json(d / "config.json"))
 
 
 def read_weights_header(path, expected_sha256: str | None, recorded_in) -> tuple[dict, str]:

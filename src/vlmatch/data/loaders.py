@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset
 
 from .mirror import names_a_side
@@ -30,13 +31,26 @@ def encode_captions(split: PrecompSplit, text) -> list[list[int]]:
     return token_lists(text.tokenize, split.captions)
 
 
-class PairDataset(Dataset):
+class CaptionDataset(Dataset):
+    """(caption ids, caption index) for each caption; the pair datasets below add to its rows."""
+
+    def __init__(self, split: PrecompSplit, text, tokens: list[list[int]] | None = None):
+        self.split = split
+        self.tokens = tokens if tokens is not None else encode_captions(split, text)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __getitem__(self, j: int):
+        return self.tokens[j], j
+
+
+class PairDataset(CaptionDataset):
     """(image features, caption ids, caption index, image index, mirrored) for each caption. ``mirror``: the chance
     a pair shows its image's mirror view, drawn per (seed, epoch); a caption naming a side keeps the photo."""
 
     def __init__(self, split: PrecompSplit, text, mirror: float = 0.0):
-        self.split = split
-        self.tokens = encode_captions(split, text)
+        super().__init__(split, text)
         self.mirror = float(mirror)
         self.mirrored = np.zeros(len(self.tokens), dtype=bool)
         if self.mirror > 0:
@@ -50,22 +64,18 @@ class PairDataset(Dataset):
         g = torch.Generator().manual_seed(seed * 1_000_003 + epoch + 104_729)
         self.mirrored = (torch.rand(len(self.tokens), generator=g).numpy() < self.mirror) & ~self._sided
 
-    def __len__(self) -> int:
-        return len(self.tokens)
-
     def __getitem__(self, j: int):
         i = self.split.image_of_caption(j)
         flip = bool(self.mirrored[j])
         return self.split.mirror_image(i) if flip else self.split.image(i), self.tokens[j], j, i, flip
 
 
-class CaptionPairDataset(Dataset):
+class CaptionPairDataset(CaptionDataset):
     """(anchor ids, partner ids, anchor index, partner index, image index) for each caption: the partner is another
     caption of the same image (MTFN's text-text positive), drawn per (seed, epoch); a lone caption pairs itself."""
 
     def __init__(self, split: PrecompSplit, text):
-        self.split = split
-        self.tokens = encode_captions(split, text)
+        super().__init__(split, text)
         self.set_epoch(0, 0)
 
     def set_epoch(self, seed: int, epoch: int) -> None:
@@ -74,9 +84,6 @@ class CaptionPairDataset(Dataset):
         shift = torch.randint(1, max(per, 2), (len(self.tokens),), generator=g).numpy() % max(per, 1)
         j = np.arange(len(self.tokens))
         self.partner = (j // per) * per + (j % per + shift) % per
-
-    def __len__(self) -> int:
-        return len(self.tokens)
 
     def __getitem__(self, j: int):
         q = int(self.partner[j])
@@ -94,23 +101,9 @@ class ImageDataset(Dataset):
         return self.split.image(i), i
 
 
-class CaptionDataset(Dataset):
-    def __init__(self, split: PrecompSplit, text, tokens: list[list[int]] | None = None):
-        self.tokens = tokens if tokens is not None else encode_captions(split, text)
-
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-    def __getitem__(self, j: int):
-        return self.tokens[j], j
-
-
 def pad_tokens(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)
-    tokens = torch.zeros(len(seqs), int(lengths.max()), dtype=torch.long)
-    for r, s in enumerate(seqs):
-        tokens[r, : len(s)] = torch.tensor(s, dtype=torch.long)
-    return tokens, lengths
+    rows = [torch.tensor(s, dtype=torch.long) for s in seqs]
+    return pad_sequence(rows, batch_first=True), torch.tensor([len(s) for s in seqs], dtype=torch.long)
 
 
 def collate_pairs(batch):

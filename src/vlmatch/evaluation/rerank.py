@@ -244,22 +244,13 @@ def model_text_neighbors(model, split, k_text: int, *, device="cpu", chunk: int 
     ``group``, within each group of that many consecutive captions (a COCO 1K fold)."""
     import torch
 
-    from ..data.loaders import caption_loader
-    from ..models.base import Encoding
+    from .scoring import encode_all_captions
 
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            parts = [model.encode_texts(b["tokens"].to(device), b["lengths"].to(device))
-                     for b in tqdm(caption_loader(split, model, batch_size=256), desc="encode captions",
-                                   disable=not progress, leave=False)]
-            txt = Encoding.cat(parts)
-            return neighbors_from_blocks(
-                lambda r, c: model.caption_scores(txt.select(r), txt.select(c)).double().cpu().numpy(),
-                len(txt), k_text, chunk, progress, group)
-    finally:
-        model.train(was_training)
+    with model.evaluating(), torch.no_grad():
+        txt = encode_all_captions(model, split, device=device, progress=progress)
+        return neighbors_from_blocks(
+            lambda r, c: model.caption_scores(txt.select(r), txt.select(c)).double().cpu().numpy(),
+            len(txt), k_text, chunk, progress, group)
 
 
 def sentence_vectors(folder, captions: list[str], device="cpu", batch_size: int = 256,

@@ -67,6 +67,15 @@ def encode_all_images(model: MatchingModel, split: PrecompSplit, batch_size: int
 
 
 @torch.no_grad()
+def encode_all_captions(model: MatchingModel, split: PrecompSplit, batch_size: int = 256, device="cpu",
+                        progress: bool = False) -> TextEncoding:
+    """Encodings of every caption of ``split``, tokenised by the model, in caption order."""
+    return Encoding.cat([model.encode_texts(b["tokens"].to(device), b["lengths"].to(device))
+                         for b in tqdm(caption_loader(split, model, batch_size=batch_size), desc="encode captions",
+                                       disable=not progress, leave=False)])
+
+
+@torch.no_grad()
 def score_blocks(model: MatchingModel, images: ImageEncoding, caption_chunks, n_captions: int,
                  block_images: int, *, progress: bool = True, desc: str = "scoring", compile: bool = False,
                  block_captions: int | None = None) -> np.ndarray:
@@ -138,9 +147,7 @@ def model_scores(model: MatchingModel, split: PrecompSplit, vocab: Vocab | None 
     ``model.tokenize`` (or by ``vocab`` when given). Under torchrun (``shard=True``) every rank must call it: each
     scores its run of image blocks (:func:`shard_rows`); rank 0 returns the whole matrix, the others None."""
     rank, world_size = D.world() if shard else (0, 1)
-    was_training = model.training
-    model.eval()
-    try:
+    with model.evaluating():
         text = vocab if vocab is not None else model
         tokens = encode_captions(split, text)
         order = np.argsort([len(t) for t in tokens], kind="stable")
@@ -162,8 +169,6 @@ def model_scores(model: MatchingModel, split: PrecompSplit, vocab: Vocab | None 
         if world_size == 1:
             return sims
         return gather_rows(sims, split.n_images, plan.images, device)
-    finally:
-        model.train(was_training)
 
 
 @torch.no_grad()
@@ -172,14 +177,9 @@ def two_stage_scores(model: MatchingModel, split: PrecompSplit, top_k: int, devi
     """Two-stage retrieval matrices ``(i2t, t2i)`` for ``recall_metrics(i2t, t2i)``: stage 1 ranks every pair by
     ``global_embeddings``' inner product, stage 2 re-scores each image's top ``top_k`` captions (rows of ``i2t``)
     and each caption's top ``top_k`` images (columns of ``t2i``) with ``score``, lifted above the stage-1 rest."""
-    was_training = model.training
-    model.eval()
-    try:
+    with model.evaluating():
         images = encode_all_images(model, split, device=device, progress=progress)
-        tokens = encode_captions(split, model)
-        parts = [model.encode_texts(b["tokens"].to(device), b["lengths"].to(device))
-                 for b in caption_loader(split, model, batch_size=text_batch, tokens=tokens)]
-        texts = Encoding.cat(parts)
+        texts = encode_all_captions(model, split, text_batch, device)
         emb = model.global_embeddings(images, texts)
         if emb is None:
             raise ConfigError(f"model {model.name} has no global (stage-1) part: two-stage scoring needs one")
@@ -203,8 +203,6 @@ def two_stage_scores(model: MatchingModel, split: PrecompSplit, top_k: int, devi
         np.put_along_axis(i2t, cand_caps, full_i2t + lift, axis=1)
         np.put_along_axis(t2i, cand_imgs.T, (full_t2i + lift).T, axis=0)
         return i2t, t2i
-    finally:
-        model.train(was_training)
 
 
 GATHER_CHUNK_BYTES = 64 * 2**20

@@ -252,6 +252,16 @@ class MatchingModel(nn.Module):
         return self.score(self.shared("encode_images", self.encode_images, features, mask),
                           self.shared("encode_texts", self.encode_texts, tokens, lengths))
 
+    @contextlib.contextmanager
+    def evaluating(self):
+        """Within this block the model is in eval mode; after it, in the mode it was in before."""
+        was_training = self.training
+        self.eval()
+        try:
+            yield self
+        finally:
+            self.train(was_training)
+
     # --- one encoder pass per training step -----------------------------------------------
     @contextlib.contextmanager
     def shared_encodings(self):

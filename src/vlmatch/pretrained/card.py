@@ -87,13 +87,13 @@ def _open_vocab_lines(e: Pretrained) -> list[str]:
     return out
 
 
-def _pair_lines(e: Pretrained) -> list[str]:
+def _pair_lines(e: Pretrained, found: list[Pretrained]) -> list[str]:
     """The pair this re-scorer was measured in: the default search pair, or the command that builds that pair."""
     p = e.val.get("pair")
     if not p:
         return []
     rec = ", ".join(f"{name} {p[k]:.1f}" for k, name in RECALLS.items() if k in p)
-    retriever = next((x for x in entries() if x.name == p["retriever"]), None)
+    retriever = next((x for x in found if x.name == p["retriever"]), None)
     if e.default and retriever is not None and retriever.default:
         lead = f"In the default search pair, stage 2 ranks by the mean of this model's score and " \
                f"`pretrained:{p['retriever']}`'s (`index build --score {p['score']}`)"
@@ -164,7 +164,8 @@ def _selected_lines(e: Pretrained) -> list[str]:
     return ["- " + " ".join(parts)]
 
 
-def card(e: Pretrained) -> list[str]:
+def card(e: Pretrained, found: list[Pretrained] | None = None) -> list[str]:
+    """``e``'s section; ``found`` (default: the registry) holds the retriever a re-scorer's pair names."""
     v = e.val.get(e.storage, {})
     rec = ", ".join(f"{name} {v[k]:.1f}" for k, name in RECALLS.items() if k in v)
     f = e.features
@@ -179,7 +180,7 @@ def card(e: Pretrained) -> list[str]:
              + (f"; {e.val['epochs_trained']} epochs trained, best after epoch {e.val['best_epoch'] + 1}."
                 if "epochs_trained" in e.val and e.val.get("best_epoch") is not None else "."),
              *_selected_lines(e),
-             *_pair_lines(e),
+             *_pair_lines(e, entries() if found is None else found),
              *_calibration_lines(e),
              *_explainer_lines(e),
              *_open_vocab_lines(e),
@@ -199,7 +200,7 @@ def render(found: list[Pretrained] | None = None) -> str:
         return "No trained models ship with this installation.\n"
     out = table(found) + [""]
     for e in found:
-        out += card(e)
+        out += card(e, found)
     out += ["To train one on your own data, see the training guide: a config with `text_encoder: minilm`, your "
             "images as precomputed features (`vlmatch features extract`), then `vlmatch train`; any run's `best` "
             "folder works wherever `pretrained:NAME` does."]

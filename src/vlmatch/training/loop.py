@@ -49,14 +49,6 @@ from .rundir import (
 )
 
 
-def epoch_batches(n: int, batch_size: int, seed: int, epoch: int, rank: int, world_size: int) -> list[list[int]]:
-    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-    perm = torch.randperm(n, generator=g).tolist()
-    per_rank = len(perm) // world_size  # equal step counts on every rank
-    mine = perm[rank * per_rank:(rank + 1) * per_rank] if world_size > 1 else perm
-    return [mine[i:i + batch_size] for i in range(0, len(mine), batch_size)]
-
-
 def param_groups(model: torch.nn.Module, tc: dict) -> list[dict]:
     """The trained parameters as the optimizer's groups: one, or with ``train.pretrained_lr_scale`` != 1 a second
     for the fine-tuned ``HFTextEncoder`` parameters, whose ``lr_scale`` multiplies the epoch's lr."""
@@ -102,12 +94,6 @@ def weights_digest(model) -> str:
         h.update(k.encode())
         h.update(v.detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()
-
-
-def build_vocab(cfg: dict, train: PrecompSplit) -> Vocab:
-    if cfg["data"]["vocab"]:
-        return Vocab.load(cfg["data"]["vocab"])
-    return Vocab.build(train.captions, min_count=cfg["data"]["min_word_count"])
 
 
 def train(cfg: dict, run_dir, resume: bool = False, progress: bool = True, overwrite: bool = False) -> dict:
@@ -191,8 +177,9 @@ def _train(cfg: dict, run_dir: Path, resume: bool, progress: bool, overwrite: bo
         start = state["step_in_epoch"]
         if hasattr(dataset, "set_epoch"):  # e.g. caption pairs drawn afresh each epoch
             dataset.set_epoch(tc["seed"], epoch)
-        loader = DataLoader(dataset, batch_sampler=batches[start:], collate_fn=kind.collate,
-                            num_workers=tc["workers"])
+        # one iterator, shared by tqdm.auto (which takes its own at construction: a second set of workers)
+        loader = iter(DataLoader(dataset, batch_sampler=batches[start:], collate_fn=kind.collate,
+                                 num_workers=tc["workers"]))
         hardest = tc["max_violation"] and epoch >= tc["warmup_epochs"]
         # on screen epochs count from 1 ("epoch 1/7" is the first); metrics.jsonl keeps the 0-based index
         bar = tqdm(loader, total=len(batches), initial=start, desc=f"epoch {epoch + 1}/{tc['epochs']}",
@@ -200,27 +187,30 @@ def _train(cfg: dict, run_dir: Path, resume: bool, progress: bool, overwrite: bo
         model.train()
         if compiled is not None:
             model.score = compiled  # the training steps' score; _validate_and_keep scores eagerly
-        for step, batch in enumerate(bar, start=start):
-            inputs = kind.inputs(batch, run.device)
-            loss, ground = _step(model, net, optimizer, batch, inputs, tc=tc, hardest=hardest, grounding=grounding)
-            state["global_step"] += 1
-            state["step_in_epoch"] = step + 1
-            gs = state["global_step"]
-            if run.is_main and (gs % tc["log_every"] == 0 or step == len(batches) - 1):
-                bar.set_postfix(loss=f"{loss.item():.3f}")
-                append_line(run.metrics_path, json.dumps({"type": "train", "epoch": epoch, "step": step + 1,
-                                                          "global_step": gs, "loss": loss.item(), "lr": lr,
-                                                          **({} if ground is None else {"grounding": ground.item()}),
-                                                          "hardest": hardest, "time": time.time() - t_start}))
-            if tc["val_every_steps"] and gs % tc["val_every_steps"] == 0 and step + 1 < len(batches):
-                _validate_and_keep(model, val_split, state, run=run, epoch=epoch)
-            if tc["checkpoint_every_steps"] and gs % tc["checkpoint_every_steps"] == 0 and step + 1 < len(batches):
-                _save_last(run, model, optimizer, state, t_start)
-            if tc["stop_after_steps"] and gs >= tc["stop_after_steps"]:
-                bar.close()
-                D.shutdown()
-                return {"stopped_at": gs}
-        bar.close()
+        try:
+            for step, batch in enumerate(bar, start=start):
+                inputs = kind.inputs(batch, run.device)
+                loss, ground = _step(model, net, optimizer, batch, inputs, tc=tc, hardest=hardest, grounding=grounding)
+                state["global_step"] += 1
+                state["step_in_epoch"] = step + 1
+                gs, inside = state["global_step"], step + 1 < len(batches)
+                if run.is_main and (gs % tc["log_every"] == 0 or not inside):
+                    bar.set_postfix(loss=f"{loss.item():.3f}")
+                    row = {"type": "train", "epoch": epoch, "step": step + 1, "global_step": gs, "loss": loss.item(),
+                           "lr": lr, **({} if ground is None else {"grounding": ground.item()}), "hardest": hardest,
+                           "time": time.time() - t_start}
+                    append_line(run.metrics_path, json.dumps(row))
+                if tc["val_every_steps"] and gs % tc["val_every_steps"] == 0 and inside:
+                    _validate_and_keep(model, val_split, state, run=run, epoch=epoch)
+                if tc["checkpoint_every_steps"] and gs % tc["checkpoint_every_steps"] == 0 and inside:
+                    _save_last(run, model, optimizer, state, t_start)
+                if tc["stop_after_steps"] and gs >= tc["stop_after_steps"]:
+                    D.shutdown()
+                    return {"stopped_at": gs}
+        finally:  # a failed step too: the workers end with it, not at a garbage collection of its traceback
+            bar.close()
+            if hasattr(loader, "_shutdown_workers"):  # (torch's multi-process iterator has no public close)
+                loader._shutdown_workers()
         state["epoch"], state["step_in_epoch"] = epoch + 1, 0
         best_before = state["best_rsum"]
         _validate_and_keep(model, val_split, state, run=run, epoch=epoch)
@@ -279,8 +269,10 @@ def _model(cfg: dict, train_split: PrecompSplit, ckpt: Path | None):
             vocab = Vocab.load(ckpt / "vocab.json")
         elif init_vocab is not None and init_vocab.is_file():  # the previous stage's vocabulary
             vocab = Vocab.load(init_vocab)
+        elif cfg["data"]["vocab"]:
+            vocab = Vocab.load(cfg["data"]["vocab"])
         else:
-            vocab = build_vocab(cfg, train_split)
+            vocab = Vocab.build(train_split.captions, min_count=cfg["data"]["min_word_count"])
         model_opts["vocab_size"] = len(vocab)
     if ckpt is not None:  # an option whose default changed since: the run goes on with its checkpoint's value
         made = saved_options(ckpt)
@@ -345,8 +337,11 @@ def _save_last(run: _Run, model, optimizer, state: dict, t_start: float) -> None
 
 
 def _epoch_plan(n: int, tc: dict, epoch: int, rank: int, world_size: int) -> list[list[int]]:
-    """The epoch's batches, capped at ``train.max_steps_per_epoch``."""
-    return epoch_batches(n, tc["batch_size"], tc["seed"], epoch, rank, world_size)[:tc["max_steps_per_epoch"] or None]
+    """The epoch's batches, capped at ``train.max_steps_per_epoch``; each rank an equal share of one permutation."""
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(tc["seed"] * 1_000_003 + epoch)).tolist()
+    per_rank, step = n // world_size, tc["batch_size"]
+    mine = perm[rank * per_rank:(rank + 1) * per_rank] if world_size > 1 else perm
+    return [mine[i:i + step] for i in range(0, len(mine), step)][:tc["max_steps_per_epoch"] or None]
 
 
 def compiled_score(model):

@@ -5,13 +5,13 @@ epochs completed (a validation after the first epoch sits at 1); a dotted line m
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import DataError, VlmatchError
 from ..io import atomic_path
+from ..training.rundir import log_rows
 
 RECALLS = ("r1", "r5", "r10")
 STYLES = {"r1": "-", "r5": "--", "r10": ":"}
@@ -25,17 +25,7 @@ def read_log(run_dir) -> tuple[list[dict], list[dict]]:
         if (run / "config.json").is_file() and (run.parent / "metrics.jsonl").is_file():
             raise DataError(run, f"a checkpoint folder; plot reads the run folder around it: {run.parent}")
         raise DataError(path, "not found (plot takes run folders written by `vlmatch train`)")
-    lines = path.read_text(encoding="utf-8").splitlines()
-    records = []
-    for no, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            if no == len(lines):  # a run still writing its last line
-                continue
-            raise DataError(path, f"line {no} is not valid JSON") from None
+    records = [row for _, row in log_rows(path) if row is not None]  # (None: a last line still being written)
     train = [r for r in records if r.get("type") == "train"]
     val = [r for r in records if r.get("type") == "val"]
     if not train and not val:
