@@ -9,8 +9,9 @@ import shutil
 import pytest
 import torch
 
+from tests.encoders.tiny_bert import tiny_bert_folder
 from vlmatch.encoders.bert_lean import TOLERANCE, lean_forward, supported
-from vlmatch.encoders.hf import HFTextEncoder, load_transformer, tiny_bert_folder
+from vlmatch.encoders.hf import HFTextEncoder, load_transformer
 
 
 @pytest.fixture(scope="module")

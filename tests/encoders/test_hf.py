@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.encoders.tiny_bert import tiny_bert_folder
 from vlmatch.encoders.hf import (
     HFTextEncoder,
     default_encoder_path,
@@ -16,7 +17,6 @@ from vlmatch.encoders.hf import (
     for_queries,
     load_tokenizer,
     resolve_encoder_path,
-    tiny_bert_folder,
 )
 from vlmatch.errors import ConfigError, DataError
 

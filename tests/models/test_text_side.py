@@ -96,7 +96,7 @@ def test_frozen_transformer_is_not_trained_and_the_layer_on_top_is(name, tiny_be
 
 @pytest.mark.parametrize("name", ["scan_t2i_avg", "sman_im", "mtfn"])
 def test_checkpoint_keeps_the_tokenizer_and_refuses_another_encoder(name, tiny_bert, tmp_path):  # noqa: F811
-    from vlmatch.encoders.hf import tiny_bert_folder
+    from tests.encoders.tiny_bert import tiny_bert_folder
 
     from .test_mmca import toy_words
 
@@ -141,8 +141,8 @@ def test_training_reads_frozen_outputs_from_the_cache(tiny_bert, monkeypatch, tm
 def _train_toy_scan(world, tmp_path, text: dict, train: dict) -> tuple[dict, object]:
     """SCAN t-i (D=128) on the toy world with a tiny random BERT text side (``text``: its options); the best
     validation and the reloaded best checkpoint, checked to score as the one validated."""
+    from tests.encoders.tiny_bert import tiny_bert_folder
     from vlmatch.data.precomp import PrecompSplit
-    from vlmatch.encoders.hf import tiny_bert_folder
     from vlmatch.evaluation.metrics import recall_metrics
     from vlmatch.evaluation.scoring import model_scores
     from vlmatch.training.config import load_config
