@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from vlmatch import create_model, load_model
-from vlmatch.encoders import text_cache
 from vlmatch.errors import DataError
 from vlmatch.models.base import l2norm
 from vlmatch.models.registry import model_class
@@ -124,7 +123,7 @@ def test_checkpoint_keeps_the_tokenizer_and_refuses_another_encoder(name, tiny_b
 
 def test_training_reads_frozen_outputs_from_the_cache(tiny_bert, monkeypatch, tmp_path):  # noqa: F811
     """The path training takes (encode_texts with text_cache on) runs the transformer once per caption."""
-    monkeypatch.setattr(text_cache, "cache_root", lambda: tmp_path / "cache")
+    monkeypatch.setenv("VLMATCH_CACHE", str(tmp_path / "cache"))
     torch.manual_seed(0)
     model = create_model("scan_t2i_avg", img_dim=12, embed_dim=8, text_encoder=tiny_bert)
     tokens, lengths = model.tokenize(CAPTIONS)
