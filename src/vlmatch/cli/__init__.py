@@ -31,16 +31,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _value_options(parser: argparse.ArgumentParser) -> set[str]:
-    """Every option string (of any command) that takes one value."""
+    """Every option string (of any command) that takes one value (flags, --help and the like take nargs=0)."""
     out = set()
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for sub in action.choices.values():
                 out |= _value_options(sub)
-        elif action.option_strings and action.nargs in (None, "?") and not isinstance(
-                action, (argparse._StoreConstAction, argparse._StoreTrueAction, argparse._StoreFalseAction,
-                         argparse._HelpAction, argparse._VersionAction, argparse._CountAction)) and \
-                type(action).__name__ != "BooleanOptionalAction":
+        elif action.option_strings and action.nargs in (None, "?"):
             out |= set(action.option_strings)
     return out
 
