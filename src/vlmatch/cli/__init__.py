@@ -97,6 +97,7 @@ def quick_exit(code: int) -> None:
     import atexit
     import errno
     import os
+    from contextlib import suppress
 
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -107,10 +108,8 @@ def quick_exit(code: int) -> None:
             if e.errno == errno.EPIPE:
                 continue
             name = "standard output" if stream is sys.stdout else "standard error"
-            try:
+            with suppress(OSError):
                 os.write(2, f"vlmatch: error: writing {name} failed: {e.strerror or e}\n".encode())
-            except OSError:
-                pass
             code = code or 1
     atexit._run_exitfuncs()
     os._exit(code)

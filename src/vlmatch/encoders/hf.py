@@ -16,6 +16,7 @@ import os
 import shutil
 import threading
 from collections import OrderedDict
+from contextlib import suppress
 from functools import lru_cache
 from pathlib import Path
 
@@ -146,17 +147,13 @@ def _hash_cached(path: str, stamp: tuple) -> str:
     from ..io import write_text
 
     kept = cache_dir() / "digests" / hashlib.sha256(repr((path, stamp)).encode()).hexdigest()
-    try:  # computed by an earlier process for the same files, unchanged since (their stat stamp is the key)
-        text = kept.read_text(encoding="ascii").strip()
+    with suppress(OSError, UnicodeError):  # computed by an earlier process for the same files, unchanged since
+        text = kept.read_text(encoding="ascii").strip()  # (their stat stamp is the key)
         if len(text) == 64 and all(c in "0123456789abcdef" for c in text):
             return text
-    except (OSError, UnicodeError):
-        pass
     digest = _files_digest(_hashed_files(Path(path)))
-    try:
+    with suppress(OSError):  # a cache folder that cannot be written: computed again next time
         write_text(kept, digest + "\n")
-    except OSError:  # a cache folder that cannot be written: computed again next time
-        pass
     return digest
 
 
@@ -174,10 +171,8 @@ def _quiet_transformers():
     import transformers
 
     transformers.logging.set_verbosity_error()
-    try:
+    with suppress(AttributeError):  # older versions have no loading bar
         transformers.utils.logging.disable_progress_bar()
-    except AttributeError:  # older versions have no loading bar
-        pass
     return transformers
 
 
