@@ -377,13 +377,16 @@ class HFTextEncoder(nn.Module):
     def decode(self, tokens: Tensor, length: int) -> list[str]:
         return self.tokenizer.convert_ids_to_tokens(tokens[:length].tolist())
 
-    def forward(self, tokens: Tensor, lengths: Tensor) -> Tensor:
+    def forward(self, tokens: Tensor, lengths: Tensor, lean: bool = False) -> Tensor:
+        """``lean``: through :meth:`lean_forward` where it reproduces the model (inference only)."""
         mask = _mask(tokens, lengths)
         if self.lora is not None and self.lora.merged and torch.is_grad_enabled() and self.training:
             raise RuntimeError("the LoRA adapters were merged into the base weights for inference: "
                                "load the checkpoint again to train it")
+        fast = self.lean_forward() if lean else None
         with torch.set_grad_enabled(self.adapted and torch.is_grad_enabled()):
-            out = self.model(input_ids=tokens, attention_mask=mask.long()).last_hidden_state
+            out = self.model(input_ids=tokens, attention_mask=mask.long()).last_hidden_state if fast is None else \
+                fast(tokens, mask)
         return out * mask[..., None].to(out.dtype)
 
     def token_vectors(self, tokens: Tensor, lengths: Tensor, dtype: torch.dtype = torch.float32,
@@ -408,7 +411,7 @@ class HFTextEncoder(nn.Module):
         out = _MEMO.get(key)
         if out is None:
             with torch.no_grad():
-                out = self._lean_forward(tokens, lengths) if self.lean else self(tokens, lengths)
+                out = self(tokens, lengths, lean=self.lean)
             _MEMO[key] = out
             while len(_MEMO) > MEMO_SIZE:
                 _MEMO.popitem(last=False)
@@ -426,14 +429,6 @@ class HFTextEncoder(nn.Module):
             probe, _ = self.tokenize(["a dog runs across the grass"])
             _LEAN[key] = lean_forward(self.model, probe.to(key[3]))
         return _LEAN[key]
-
-    def _lean_forward(self, tokens: Tensor, lengths: Tensor) -> Tensor:
-        lean = self.lean_forward()
-        if lean is None:
-            return self(tokens, lengths)
-        mask = _mask(tokens, lengths)
-        out = lean(tokens, mask)
-        return out * mask[..., None].to(out.dtype)
 
     def prefill(self, token_lists: list[list[int]], progress: bool = False) -> int:
         """Put every caption of ``token_lists`` into the output cache (see text_cache.prefill)."""
