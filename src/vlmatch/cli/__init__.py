@@ -48,15 +48,12 @@ def _negative_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[s
     import re
 
     takes = _value_options(parser)
-    out, i = [], 0
-    while i < len(argv):
-        x = argv[i]
-        if x in takes and i + 1 < len(argv) and re.match(r"-[0-9.]", argv[i + 1]):
-            out.append(f"{x}={argv[i + 1]}")
-            i += 2
-            continue
-        out.append(x)
-        i += 1
+    out = []
+    for x in argv:
+        if out and out[-1] in takes and re.match(r"-[0-9.]", x):
+            out[-1] = f"{out[-1]}={x}"
+        else:
+            out.append(x)
     return out
 
 
