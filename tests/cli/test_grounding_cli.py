@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
+from tests.encoders.tiny_bert import tiny_bert_folder
 from vlmatch.cli import main
-from vlmatch.encoders.hf import tiny_bert_folder
 from vlmatch.models.registry import create_model
 
 from ..evaluation.gridworld import make_gridworld

@@ -9,9 +9,10 @@ import json
 import pytest
 import torch
 
+from tests.encoders.tiny_bert import tiny_bert_folder
 from vlmatch.data.loaders import pad_tokens
 from vlmatch.encoders.bert_plain import FastTokenizer, PlainBert, fast_tokenizer, plain_bert
-from vlmatch.encoders.hf import HFTextEncoder, _read_tokenizer, read_config, resolve_encoder_path, tiny_bert_folder
+from vlmatch.encoders.hf import HFTextEncoder, _read_tokenizer, read_config, resolve_encoder_path
 
 CAPTIONS = ["a dog runs on the grass", "Two  PEOPLE, walking!", "", "Ünïcödé café — naïve 東京 🐶", "ﬁ x " * 40,
             "[CLS] a [MASK] b", "\tA\nB"]

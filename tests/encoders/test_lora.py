@@ -12,8 +12,9 @@ import pytest
 import torch
 from safetensors import safe_open
 
+from tests.encoders.tiny_bert import tiny_bert_folder
 from vlmatch import create_model, load_model
-from vlmatch.encoders.hf import HFTextEncoder, for_queries, tiny_bert_folder
+from vlmatch.encoders.hf import HFTextEncoder, for_queries
 from vlmatch.encoders.lora import LoRASpec, parse_lora, target_layers
 from vlmatch.errors import ConfigError, DataError
 from vlmatch.training.loop import param_groups

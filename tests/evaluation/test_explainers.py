@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from vlmatch.encoders.hf import tiny_bert_folder
+from tests.encoders.tiny_bert import tiny_bert_folder
 from vlmatch.errors import VlmatchError
 from vlmatch.evaluation.explainers import default_method, query_maps, supports, token_maps, token_spans
 from vlmatch.models.registry import create_model

@@ -125,7 +125,8 @@ def test_rerank_cli_bad_input_is_one_line(tmp_path, capsys):
 def test_sentence_encoder_neighbours_are_cosine_neighbours(tmp_path):
     import torch
 
-    from vlmatch.encoders.hf import HFTextEncoder, tiny_bert_folder
+    from tests.encoders.tiny_bert import tiny_bert_folder
+    from vlmatch.encoders.hf import HFTextEncoder
     from vlmatch.evaluation.rerank import sentence_neighbors
 
     folder = tiny_bert_folder(tmp_path / "bert", words=("a", "dog", "red", "ball", "runs", "cat"))
@@ -184,7 +185,7 @@ def test_5fold_rerank_with_s_tt_is_each_folds_own_rerank():
 
 
 def test_sentence_encoder_neighbours_within_groups(tmp_path):
-    from vlmatch.encoders.hf import tiny_bert_folder
+    from tests.encoders.tiny_bert import tiny_bert_folder
     from vlmatch.evaluation.rerank import sentence_neighbors, sentence_vectors
 
     folder = tiny_bert_folder(tmp_path / "bert", words=("a", "dog", "red", "ball", "runs", "cat"))

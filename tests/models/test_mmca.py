@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
+from tests.encoders.tiny_bert import tiny_bert_folder
 from vlmatch import create_model, load_model
 from vlmatch.data.synth import CATEGORIES, COLOURS, POSITIONS, SIZES, TEMPLATES
 from vlmatch.encoders import text_cache
-from vlmatch.encoders.hf import tiny_bert_folder
 from vlmatch.errors import DataError
 from vlmatch.models.losses import hinge_triplet
 

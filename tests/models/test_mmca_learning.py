@@ -8,9 +8,9 @@ exhaustive 202.9) stay twice the 96 asserted at half the time."""
 
 import pytest
 
+from tests.encoders.tiny_bert import tiny_bert_folder
 from vlmatch import load_model
 from vlmatch.data.precomp import PrecompSplit
-from vlmatch.encoders.hf import tiny_bert_folder
 from vlmatch.evaluation.metrics import recall_metrics
 from vlmatch.evaluation.scoring import model_scores, two_stage_scores
 from vlmatch.training.config import load_config

@@ -167,7 +167,7 @@ def test_caption_pair_sampler_pairs_two_captions_of_one_image(tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory):
-    from vlmatch.encoders.hf import tiny_bert_folder
+    from tests.encoders.tiny_bert import tiny_bert_folder
 
     return tiny_bert_folder(tmp_path_factory.mktemp("tinybert"), words=("a", "dog", "red", "ball", "runs"))
 

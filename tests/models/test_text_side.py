@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from vlmatch import create_model, load_model
-from vlmatch.encoders import text_cache
 from vlmatch.errors import DataError
 from vlmatch.models.base import l2norm
 from vlmatch.models.registry import model_class
@@ -96,7 +95,7 @@ def test_frozen_transformer_is_not_trained_and_the_layer_on_top_is(name, tiny_be
 
 @pytest.mark.parametrize("name", ["scan_t2i_avg", "sman_im", "mtfn"])
 def test_checkpoint_keeps_the_tokenizer_and_refuses_another_encoder(name, tiny_bert, tmp_path):  # noqa: F811
-    from vlmatch.encoders.hf import tiny_bert_folder
+    from tests.encoders.tiny_bert import tiny_bert_folder
 
     from .test_mmca import toy_words
 
@@ -124,7 +123,7 @@ def test_checkpoint_keeps_the_tokenizer_and_refuses_another_encoder(name, tiny_b
 
 def test_training_reads_frozen_outputs_from_the_cache(tiny_bert, monkeypatch, tmp_path):  # noqa: F811
     """The path training takes (encode_texts with text_cache on) runs the transformer once per caption."""
-    monkeypatch.setattr(text_cache, "cache_root", lambda: tmp_path / "cache")
+    monkeypatch.setenv("VLMATCH_CACHE", str(tmp_path / "cache"))
     torch.manual_seed(0)
     model = create_model("scan_t2i_avg", img_dim=12, embed_dim=8, text_encoder=tiny_bert)
     tokens, lengths = model.tokenize(CAPTIONS)
@@ -141,8 +140,8 @@ def test_training_reads_frozen_outputs_from_the_cache(tiny_bert, monkeypatch, tm
 def _train_toy_scan(world, tmp_path, text: dict, train: dict) -> tuple[dict, object]:
     """SCAN t-i (D=128) on the toy world with a tiny random BERT text side (``text``: its options); the best
     validation and the reloaded best checkpoint, checked to score as the one validated."""
+    from tests.encoders.tiny_bert import tiny_bert_folder
     from vlmatch.data.precomp import PrecompSplit
-    from vlmatch.encoders.hf import tiny_bert_folder
     from vlmatch.evaluation.metrics import recall_metrics
     from vlmatch.evaluation.scoring import model_scores
     from vlmatch.training.config import load_config

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import vlmatch
+from tests.encoders.tiny_bert import tiny_bert_folder
 from vlmatch import create_model, load_model
 from vlmatch.data.precomp import PrecompSplit
-from vlmatch.encoders.hf import tiny_bert_folder
 from vlmatch.search.build import build_index
 
 from ..models.test_mmca import toy_words

@@ -117,7 +117,7 @@ def test_patience_stops_when_val_rsum_stops_improving_but_not_before_min_epochs(
 @pytest.mark.slow  # a training with a transformer text side
 def test_a_frozen_transformer_text_side_trains_without_a_vocabulary(small_world, tmp_path):
     """text_encoder = a local HF folder: no vocab.json, the tokenizer kept, outputs prefilled into the cache."""
-    from vlmatch.encoders.hf import tiny_bert_folder
+    from tests.encoders.tiny_bert import tiny_bert_folder
 
     from ..models.test_mmca import toy_words
 

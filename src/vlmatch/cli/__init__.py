@@ -31,16 +31,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _value_options(parser: argparse.ArgumentParser) -> set[str]:
-    """Every option string (of any command) that takes one value."""
+    """Every option string (of any command) that takes one value (flags, --help and the like take nargs=0)."""
     out = set()
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for sub in action.choices.values():
                 out |= _value_options(sub)
-        elif action.option_strings and action.nargs in (None, "?") and not isinstance(
-                action, (argparse._StoreConstAction, argparse._StoreTrueAction, argparse._StoreFalseAction,
-                         argparse._HelpAction, argparse._VersionAction, argparse._CountAction)) and \
-                type(action).__name__ != "BooleanOptionalAction":
+        elif action.option_strings and action.nargs in (None, "?"):
             out |= set(action.option_strings)
     return out
 
@@ -51,15 +48,12 @@ def _negative_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[s
     import re
 
     takes = _value_options(parser)
-    out, i = [], 0
-    while i < len(argv):
-        x = argv[i]
-        if x in takes and i + 1 < len(argv) and re.match(r"-[0-9.]", argv[i + 1]):
-            out.append(f"{x}={argv[i + 1]}")
-            i += 2
-            continue
-        out.append(x)
-        i += 1
+    out = []
+    for x in argv:
+        if out and out[-1] in takes and re.match(r"-[0-9.]", x):
+            out[-1] = f"{out[-1]}={x}"
+        else:
+            out.append(x)
     return out
 
 
@@ -100,6 +94,7 @@ def quick_exit(code: int) -> None:
     import atexit
     import errno
     import os
+    from contextlib import suppress
 
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -110,10 +105,8 @@ def quick_exit(code: int) -> None:
             if e.errno == errno.EPIPE:
                 continue
             name = "standard output" if stream is sys.stdout else "standard error"
-            try:
+            with suppress(OSError):
                 os.write(2, f"vlmatch: error: writing {name} failed: {e.strerror or e}\n".encode())
-            except OSError:
-                pass
             code = code or 1
     atexit._run_exitfuncs()
     os._exit(code)

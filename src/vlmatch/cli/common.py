@@ -9,15 +9,23 @@ DATA_HELP = ("a precomp folder, or 'toyworld' for the bundled synthetic data (ge
              "$VLMATCH_CACHE/toyworld, default ~/.cache/vlmatch/toyworld)")
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: an integer >= 1 (argparse reports anything else in one line)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
+def checked(convert, ok, message: str, out_of_range: str | None = None):
+    """An argparse type: ``convert(text)`` where ``ok`` holds of the value; else ``message`` (``out_of_range``
+    where it converts but ``ok`` fails), formatted with ``text`` (as repr) and ``value`` (argparse reports it in
+    one line)."""
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(message.format(text=repr(text))) from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError((out_of_range or message).format(text=repr(text), value=value))
+        return value
+    return parse
+
+
+positive_int = checked(int, lambda v: v >= 1, "expected an integer >= 1, got {text}",
+                       "expected an integer >= 1, got {value}")
 
 
 def checkpoint_arg(text: str):

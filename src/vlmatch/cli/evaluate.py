@@ -71,6 +71,8 @@ def cmd_evaluate(a):
     if a.save_sims:  # before any work, not after the table
         check_writable(a.save_sims)
     check_json_out(a.json)
+    if a.checkpoint and not a.data:
+        raise VlmatchError("--checkpoint needs --data")
     if a.top_k:
         return evaluate_two_stage(a)
     if a.sims:
@@ -78,17 +80,15 @@ def cmd_evaluate(a):
             return
         mats, sources = [load_sims(p) for p in a.sims], list(a.sims)
     else:
-        if not a.data:
-            raise VlmatchError("--checkpoint needs --data")
         mats, sources = [], list(a.checkpoint)
         for ck in a.checkpoint:  # under torchrun every rank scores its share, rank 0 gets the matrix
             mats.append(checkpoint_scores(ck, a.data, a.split, a.max_images, a.device, not a.no_progress,
                                           budget=int(a.budget_mb * 2**20), compile=a.compile,
                                           calibrated=not a.no_calibration))
-        if D.world()[0] != 0:
-            D.shutdown()
-            return
+        rank = D.world()[0]
         D.shutdown()
+        if rank != 0:
+            return
     sims = mats[0] if len(mats) == 1 else ensemble(mats, sources)
     res = evaluate_protocol(sims, a.protocol, source=sources[0])
     label = sources[0] if len(sources) == 1 else f"ensemble of {len(sources)}"
@@ -127,8 +127,6 @@ def evaluate_two_stage(a) -> None:
     if bad or a.protocol != "single" or not a.checkpoint or len(a.checkpoint) != 1:
         raise VlmatchError("--top-k needs exactly one --checkpoint and --protocol single" +
                            (f"; it does not combine with {', '.join(bad)}" if bad else ""))
-    if not a.data:
-        raise VlmatchError("--checkpoint needs --data")
     dev = pick_device(a.device)
     model = load_checkpoint(a.checkpoint[0], map_location=dev)
     if a.no_calibration:

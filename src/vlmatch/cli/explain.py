@@ -75,15 +75,13 @@ def cmd_explain(a):
         from ..io import check_writable
         from ..models.registry import load_model
         from ..viz.attention import explain_pair
-        from ..viz.heatmap import render
+        from ..viz.heatmap import render  # noqa: F401 (matplotlib: timed with the imports, not the render)
 
     visible_text(utf8_text(a.text, "--text"), "--text")
     check_writable(a.out)  # before any work, not after it
     check_json_out(a.json)
     if a.id is not None:
-        explain_indexed(a, phases)
-        phases.report()
-        return
+        return explain_indexed(a, phases)
     if a.index or milvus_location(a) is not None:
         raise ConfigError("--index / --backend milvus go with --id (an indexed photo); --image explains any file")
     if a.image is None:
@@ -108,13 +106,7 @@ def cmd_explain(a):
         att = explain_pair(model, views[0], a.text, method, a.phrase, mirror_features=views[1] if mirror else None)
         search_parts(att, a.model, model, views[0], a.text)
     att.grid, att.image = bb.info.grid, str(a.image)
-    say_text(att, model, a.text, a.all_words)
-    with phases("render"):
-        render(att, a.image, a.out, boxes=boxes, all_words=a.all_words, shared_scale=a.shared_scale)
-    if a.json:
-        write_json_out(a.json, {"model": str(a.model), "text": a.text, **att.to_dict()})
-    print(_printed(a, att, method))
-    phases.report()
+    _finish(a, att, model, method, phases, {"model": str(a.model)}, boxes)
 
 
 def say_text(att, model, text: str, all_words: bool) -> None:
@@ -160,20 +152,26 @@ def search_parts(att, checkpoint, model, features, text: str) -> None:
     att.shows = shows_line(att)
 
 
-def _printed(a, att, method: str) -> str:
-    """The line explain prints: the score search shows for the pair (and how the maps split it)."""
+def _finish(a, att, model, method: str, phases, record: dict, boxes=None) -> None:
+    """Draw ``att`` into the PNG (and ``--json``: ``record``, the text and the maps), then print the score search
+    shows for the pair (and how the maps split it)."""
+    from ..viz.heatmap import render
     from ..viz.words import shown_columns
 
+    say_text(att, model, a.text, a.all_words)
+    with phases("render"):
+        render(att, att.image, a.out, boxes=boxes, all_words=a.all_words, shared_scale=a.shared_scale)
+    if a.json:
+        write_json_out(a.json, {**record, "text": a.text, **att.to_dict()})
     n = len(shown_columns(att.words, a.all_words))
     mirrored = " (each map the mean of the photo's and its mirror image's)" if att.mirror_score is not None else ""
     head = f"{a.out}: {n}{'' if a.all_words else ' content-word'} {method} maps, score {att.shown_score:.4f}{mirrored}"
-    return f"{head}; {att.shows}" if att.shows else head
+    print(f"{head}; {att.shows}" if att.shows else head)
+    phases.report()
 
 
 def explain_indexed(a, phases=None):
     """The heat map of indexed photo ``--id`` from its stored encoding (a folder index or a Milvus one)."""
-    from ..viz.heatmap import render
-
     if a.image is not None or a.model is not None or a.boxes is not None:
         raise ConfigError("--id explains an indexed photo with the index's own model: drop --image, --model and --boxes")
     phases = phases or Phases()
@@ -183,12 +181,7 @@ def explain_indexed(a, phases=None):
         att = idx.explain(a.id, a.text, a.method, tuple(a.phrase), mirror=a.mirror)
     if not att.grid:
         raise ConfigError(f"{idx.root}: no image grid is known (built from features without a backbone)")
-    say_text(att, getattr(idx, "model", None), a.text, a.all_words)
-    with phases("render"):
-        render(att, att.image, a.out, all_words=a.all_words, shared_scale=a.shared_scale)
-    if a.json:
-        write_json_out(a.json, {"index": str(idx.root), "id": a.id, "text": a.text, **att.to_dict()})
-    print(_printed(a, att, att.method))
+    _finish(a, att, getattr(idx, "model", None), att.method, phases, {"index": str(idx.root), "id": a.id})
 
 
 def default_explainer(a) -> None:

@@ -45,4 +45,4 @@ def cmd_extract(a):
     from .common import options_from
 
     rep = extract(a.images, a.out, a.annotations, a.backbone, options_from(ExtractOptions, a))
-    print(json.dumps({k: v for k, v in rep["splits"].items()}, indent=2))
+    print(json.dumps(rep["splits"], indent=2))

@@ -192,12 +192,6 @@ def cmd_update(a):
     print(json.dumps({k: v for k, v in rep.items() if k != "skipped"}))
 
 
-def no_match_line(results):
-    from ..search.open_vocab import no_match_line as line
-
-    return line(results)
-
-
 NO_MATCH = "no photo matches these filters"
 
 
@@ -205,6 +199,8 @@ def format_results(results, what: str, where=None) -> str:
     """The result table; a name with a line break, a tab or bytes that are not UTF-8 is shown escaped
     (``\\n``, ``\\xe9``), so every result is one line. Photos show their capture time, camera and place (GPS,
     to about 100 m) in columns when any result records one, or when the search filters on it (``where``)."""
+    from ..search.open_vocab import no_match_line
+
     cols = []  # (heading, width, the cell of a result) for each column shown
     if what == "file":
         def cell(r, name):
@@ -229,12 +225,6 @@ def format_results(results, what: str, where=None) -> str:
         lines.append(f"{r.rank:>4}  {relevance}{r.score:8.4f}  {r.stage1_score:8.4f}  {extra}{name}")
     line = no_match_line(results) if what == "file" else None
     return "\n".join(lines + ([line] if line else []))
-
-
-def no_match_field(results) -> dict:
-    """``{"no_match": LINE}`` when the best photo is unlikely to match, else nothing."""
-    line = no_match_line(results)
-    return {"no_match": line} if line else {}
 
 
 def _clip(text: str, width: int) -> str:
@@ -300,11 +290,14 @@ def cmd_search(a):
     if note:
         print(note)
     if a.json:
+        from ..search.open_vocab import no_match_line
+
         query = {"like": a.like, "text": a.text} if a.like is not None else a.text if a.image is None else {"image": a.image}
+        line = no_match_line(res) if what == "file" else None  # when the best photo is unlikely to match
         write_json_out(a.json, {"query": query, "index": a.index or str(idx.root),
                             "candidates": a.candidates, "timings_s": idx.last_timings,
                             **({"where": where.to_dict()} if where is not None else {}),
-                            **no_match_field(res if what == "file" else []),
+                            **({"no_match": line} if line else {}),
                             **({"relevance_note": note} if note else {}),
                             "results": [r.to_dict() for r in res]})
     phases.report()

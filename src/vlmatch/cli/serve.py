@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 
 from ..errors import ConfigError
+from .common import checked
 
 MAX_UPLOAD_MB = 1024.0  # the largest --max-upload-mb: the body of an upload request is held whole
 
 
-def upload_megabytes(text: str) -> float:
-    """An argparse type: a finite number of megabytes above 0, at most MAX_UPLOAD_MB."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of megabytes, got {text!r}") from None
-    if not (math.isfinite(value) and 0 < value <= MAX_UPLOAD_MB) or int(value * 2**20) < 1:
-        raise argparse.ArgumentTypeError(f"expected a number of megabytes above 0 and at most {MAX_UPLOAD_MB:g}, "
-                                         f"got {text!r}")
-    return value
+# an argparse type: a finite number of megabytes above 0 (one byte at least), at most MAX_UPLOAD_MB
+upload_megabytes = checked(float, lambda v: math.isfinite(v) and 0 < v <= MAX_UPLOAD_MB and int(v * 2**20) >= 1,
+                           "expected a number of megabytes, got {text}",
+                           f"expected a number of megabytes above 0 and at most {MAX_UPLOAD_MB:g}, got {{text}}")
 
 
 def add_parser(sub):

@@ -6,19 +6,9 @@ import json
 from pathlib import Path
 
 from ..errors import ConfigError
-from .common import check_json_out, utf8_text, write_json_out
+from .common import check_json_out, checked, utf8_text, write_json_out
 
-
-def text_weight(text: str) -> float:
-    import argparse
-
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}")
-    return value
+text_weight = checked(float, lambda v: 0.0 <= v <= 1.0, "expected a number between 0 and 1, got {text}")
 
 
 # search.library.similar.DEFAULT_TEXT_WEIGHT and search.library.duplicates' defaults, spelled out so the parser imports no torch

@@ -73,20 +73,24 @@ class LeanBert(nn.Module):
         return x
 
 
-def supported(model) -> bool:
-    """Whether ``model`` is a plain BERT encoder this module reproduces."""
-    cfg = getattr(model, "config", None)
-    return (getattr(cfg, "model_type", None) == "bert" and getattr(cfg, "hidden_act", None) in ACTIVATIONS
-            and getattr(cfg, "position_embedding_type", "absolute") == "absolute"
-            and not getattr(cfg, "is_decoder", False) and hasattr(model, "embeddings") and hasattr(model, "encoder"))
+def supported(config: dict) -> bool:
+    """Whether a config (a folder's config.json) describes a plain BERT encoder this module and
+    :class:`.bert_plain.PlainBert` reproduce."""
+    return (config.get("model_type") == "bert" and config.get("hidden_act") in ACTIVATIONS
+            and config.get("position_embedding_type", "absolute") == "absolute"
+            and not config.get("is_decoder", False) and not config.get("add_cross_attention", False)
+            and all(isinstance(config.get(k), int) for k in ("hidden_size", "num_hidden_layers", "num_attention_heads",
+                                                             "vocab_size")))
 
 
 def lean_forward(model, probe: Tensor):
     """A frozen, optimised TorchScript :class:`LeanBert` of ``model`` (a float32 CPU ``BertModel``),
     checked against ``model`` on the token ids ``probe`` (1, L); ``None`` where it is not supported
     or does not reproduce it."""
-    p = next(model.parameters())
-    if not supported(model) or p.dtype != torch.float32 or p.device.type != "cpu":
+    p, cfg = next(model.parameters()), getattr(model, "config", None)
+    cfg = cfg.to_dict() if hasattr(cfg, "to_dict") else vars(cfg) if cfg is not None else {}
+    if not (supported(cfg) and hasattr(model, "embeddings") and hasattr(model, "encoder")) \
+            or p.dtype != torch.float32 or p.device.type != "cpu":
         return None
     try:
         with torch.no_grad(), warnings.catch_warnings():

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .bert_lean import ACTIVATIONS
+from .bert_lean import ACTIVATIONS, supported
 
 BERT_TOKENIZERS = ("BertTokenizer", "BertTokenizerFast")
 
@@ -83,15 +83,6 @@ class PlainBert(nn.Module):
             y = layer.output.dense(F.gelu(layer.intermediate.dense(x), approximate=self.approximate))
             x = layer.output.LayerNorm(y + x)
         return _Output(last_hidden_state=x)
-
-
-def supported(config: dict) -> bool:
-    """Whether a folder's config.json describes a plain BERT encoder :class:`PlainBert` reproduces."""
-    return (config.get("model_type") == "bert" and config.get("hidden_act") in ACTIVATIONS
-            and config.get("position_embedding_type", "absolute") == "absolute"
-            and not config.get("is_decoder", False) and not config.get("add_cross_attention", False)
-            and all(isinstance(config.get(k), int) for k in ("hidden_size", "num_hidden_layers", "num_attention_heads",
-                                                             "vocab_size")))
 
 
 def plain_bert(path, config: dict) -> PlainBert | None:

@@ -16,6 +16,7 @@ import os
 import shutil
 import threading
 from collections import OrderedDict
+from contextlib import suppress
 from functools import lru_cache
 from pathlib import Path
 
@@ -146,17 +147,13 @@ def _hash_cached(path: str, stamp: tuple) -> str:
     from ..io import write_text
 
     kept = cache_dir() / "digests" / hashlib.sha256(repr((path, stamp)).encode()).hexdigest()
-    try:  # computed by an earlier process for the same files, unchanged since (their stat stamp is the key)
-        text = kept.read_text(encoding="ascii").strip()
+    with suppress(OSError, UnicodeError):  # computed by an earlier process for the same files, unchanged since
+        text = kept.read_text(encoding="ascii").strip()  # (their stat stamp is the key)
         if len(text) == 64 and all(c in "0123456789abcdef" for c in text):
             return text
-    except (OSError, UnicodeError):
-        pass
     digest = _files_digest(_hashed_files(Path(path)))
-    try:
+    with suppress(OSError):  # a cache folder that cannot be written: computed again next time
         write_text(kept, digest + "\n")
-    except OSError:  # a cache folder that cannot be written: computed again next time
-        pass
     return digest
 
 
@@ -174,10 +171,8 @@ def _quiet_transformers():
     import transformers
 
     transformers.logging.set_verbosity_error()
-    try:
+    with suppress(AttributeError):  # older versions have no loading bar
         transformers.utils.logging.disable_progress_bar()
-    except AttributeError:  # older versions have no loading bar
-        pass
     return transformers
 
 
@@ -382,13 +377,16 @@ class HFTextEncoder(nn.Module):
     def decode(self, tokens: Tensor, length: int) -> list[str]:
         return self.tokenizer.convert_ids_to_tokens(tokens[:length].tolist())
 
-    def forward(self, tokens: Tensor, lengths: Tensor) -> Tensor:
+    def forward(self, tokens: Tensor, lengths: Tensor, lean: bool = False) -> Tensor:
+        """``lean``: through :meth:`lean_forward` where it reproduces the model (inference only)."""
         mask = _mask(tokens, lengths)
         if self.lora is not None and self.lora.merged and torch.is_grad_enabled() and self.training:
             raise RuntimeError("the LoRA adapters were merged into the base weights for inference: "
                                "load the checkpoint again to train it")
+        fast = self.lean_forward() if lean else None
         with torch.set_grad_enabled(self.adapted and torch.is_grad_enabled()):
-            out = self.model(input_ids=tokens, attention_mask=mask.long()).last_hidden_state
+            out = self.model(input_ids=tokens, attention_mask=mask.long()).last_hidden_state if fast is None else \
+                fast(tokens, mask)
         return out * mask[..., None].to(out.dtype)
 
     def token_vectors(self, tokens: Tensor, lengths: Tensor, dtype: torch.dtype = torch.float32,
@@ -413,7 +411,7 @@ class HFTextEncoder(nn.Module):
         out = _MEMO.get(key)
         if out is None:
             with torch.no_grad():
-                out = self._lean_forward(tokens, lengths) if self.lean else self(tokens, lengths)
+                out = self(tokens, lengths, lean=self.lean)
             _MEMO[key] = out
             while len(_MEMO) > MEMO_SIZE:
                 _MEMO.popitem(last=False)
@@ -431,14 +429,6 @@ class HFTextEncoder(nn.Module):
             probe, _ = self.tokenize(["a dog runs across the grass"])
             _LEAN[key] = lean_forward(self.model, probe.to(key[3]))
         return _LEAN[key]
-
-    def _lean_forward(self, tokens: Tensor, lengths: Tensor) -> Tensor:
-        lean = self.lean_forward()
-        if lean is None:
-            return self(tokens, lengths)
-        mask = _mask(tokens, lengths)
-        out = lean(tokens, mask)
-        return out * mask[..., None].to(out.dtype)
 
     def prefill(self, token_lists: list[list[int]], progress: bool = False) -> int:
         """Put every caption of ``token_lists`` into the output cache (see text_cache.prefill)."""
@@ -502,24 +492,3 @@ class HFTextEncoder(nn.Module):
         check_fits(tokenizer, self.model, directory)
         self.tokenizer = tokenizer
 
-
-def tiny_bert_folder(directory: str | os.PathLike, hidden: int = 32, layers: int = 2, heads: int = 2,
-                     words: tuple[str, ...] = (), seed: int = 0) -> Path:
-    """Write a tiny randomly initialised BERT (+ a WordPiece vocabulary of ``words``) to a folder, for tests."""
-    transformers = _quiet_transformers()
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
-    vocab = list(dict.fromkeys(specials + list(words) + letters + ["##" + c for c in letters] + list(".,0123456789")))
-    (directory / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    import inspect
-
-    arg = "vocab_file" if "vocab_file" in inspect.signature(transformers.BertTokenizerFast).parameters else "vocab"
-    tok = transformers.BertTokenizerFast(**{arg: str(directory / "vocab.txt")}, do_lower_case=True)  # v4 / v5 names
-    tok.save_pretrained(str(directory))
-    torch.manual_seed(seed)
-    cfg = transformers.BertConfig(vocab_size=len(vocab), hidden_size=hidden, num_hidden_layers=layers,
-                                  num_attention_heads=heads, intermediate_size=2 * hidden, max_position_embeddings=128)
-    transformers.BertModel(cfg).save_pretrained(str(directory))
-    return directory

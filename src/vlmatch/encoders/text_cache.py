@@ -21,13 +21,10 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
+from ..data.resolve import cache_dir
 from ..io import atomic_path
 
 SHARD_ENTRIES = 4096  # captions per shard written
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("VLMATCH_CACHE", Path.home() / ".cache" / "vlmatch")) / "text-encoder"
 
 
 def token_key(ids: Tensor) -> bytes:
@@ -158,8 +155,8 @@ _OPEN: dict[str, TextOutputCache] = {}
 
 
 def open_cache(name: str) -> TextOutputCache:
-    """The process-wide cache object for folder ``cache_root()/name`` (one per folder)."""
-    path = cache_root() / name
+    """The process-wide cache object for folder ``$VLMATCH_CACHE/text-encoder/name`` (one per folder)."""
+    path = cache_dir() / "text-encoder" / name
     key = str(path)
     if key not in _OPEN:
         _OPEN[key] = TextOutputCache(path)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from contextlib import suppress
 from datetime import datetime, timedelta, timezone
 
 EXIF_IFD, GPS_IFD = 0x8769, 0x8825
@@ -132,12 +133,10 @@ def meta_from_exif(exif, stored_size) -> dict:
     camera = "".join(ch for ch in camera if ch.isprintable())[:200]
     gps = _gps(_ifd(exif, GPS_IFD, notes), notes)
     out = {k: v for k, v in (("taken", taken), ("camera", camera), ("gps", gps)) if v}
-    try:
+    with suppress(TypeError, ValueError):
         w, h = (int(x) for x in stored_size)
         orient = exif.get(ORIENTATION, 1)
         out["size"] = [h, w] if isinstance(orient, int) and 5 <= orient <= 8 else [w, h]
-    except (TypeError, ValueError):
-        pass
     if ORIENTATION in exif and not (isinstance(exif[ORIENTATION], int) and 1 <= exif[ORIENTATION] <= 8):
         notes.append(f"Orientation: {str(exif[ORIENTATION])[:20]!r} is not 1..8; the photo is read upright, as stored")
     if notes:
