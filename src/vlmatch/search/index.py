@@ -24,7 +24,7 @@ from ..evaluation.scoring import score_blocks
 from ..models.base import ImageEncoding, MatchingModel, TextEncoding
 from .backends.base import CollectionBackend, MilvusLocation
 from .backends.folder import FolderCollection, manifest_stamp, open_parts, reading
-from .encode import Stage1Source
+from .encode import Stage1Source, index_models, template
 from .explained import score_parts, shows_line
 from .filters import Where
 from .hits import DEFAULT_CANDIDATES, SearchHit, shows_text, with_relevance  # noqa: F401  (SearchHit: its home was here)
@@ -54,12 +54,9 @@ class Index:
         self.parts = parts = parts or {}
         # collections opened by another backend (vlmatch.search.backends.milvus.collection), else the folder's
         self.images, self.captions = (collections or {}).get("images"), (collections or {}).get("captions")
-        if "images" in colls and collections is None:
-            tmpl = self.model.encode_images(torch.zeros(1, self.n_regions, self.model.cfg.img_dim))
-            self.images = FolderCollection(parts.get("images", self.root / "images"), colls["images"], tmpl)
-        if "captions" in colls and collections is None:
-            tmpl = self.model.encode_texts(*self.model.tokenize(["a"]))
-            self.captions = FolderCollection(parts.get("captions", self.root / "captions"), colls["captions"], tmpl)
+        for name in colls if collections is None else ():
+            setattr(self, name, FolderCollection(parts.get(name, self.root / name), colls[name],
+                                                 template(self.model, name, self.n_regions)))
         self._backbone = None
         self._shipped_explainer: _ShippedExplainer | bool | None = None  # None: not looked up; False: none applies
         self.last_timings: dict[str, float] = {}
@@ -422,13 +419,10 @@ class _ShippedExplainer:
 
 
 def _models(parts: dict, device, lean: bool) -> tuple[MatchingModel, MatchingModel | None]:
-    """An index's model and retriever (``parts``: their folders), ready for queries. The copies an index holds are
-    sealed by its manifest (an older index's have no checksums.json)."""
+    """An index's model and retriever (``parts``: their folders), ready for queries."""
     from ..encoders.hf import for_queries
-    from ..models.registry import load_model
 
-    model, retriever = (load_model(parts[k], map_location=device, note_unsealed=False) if k in parts else None
-                        for k in ("model", "retriever"))
+    model, retriever = index_models(parts, device)
     for_queries(model, retriever, lean=lean)
     return model, retriever
 

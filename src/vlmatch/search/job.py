@@ -19,7 +19,7 @@ from ..features.photo import READER_VERSION
 from ..models.base import MatchingModel
 from ..weights import sha256_file
 from .checks import read_captions
-from .encode import Batch, Stage1Source, fingerprint
+from .encode import Batch, Stage1Source, fingerprint, index_models
 from .inputs import caption_batches, feature_batches, image_batches, image_row, photo_folder, precomp_features
 from .open_vocab import OpenVocab, check_pins
 from .scan import file_stat
@@ -230,14 +230,6 @@ def prepare(model_ckpt, opts: BuildOptions, *, fmt: int, extra_versions: dict | 
                               caption_encoder(model, source, n_regions or 1),
                               lambda row, i, meta: {"id": i, "text": caps[row]}, ("captions", caps), pad_to=width))
     return job
-
-
-def index_models(checkpoints: dict) -> tuple[MatchingModel, MatchingModel | None]:
-    """An index's own model and retriever (``checkpoints``: their folders, checked against the manifest)."""
-    from ..models.registry import load_model
-
-    model = load_model(checkpoints["model"], note_unsealed=False).eval()
-    return model, load_model(checkpoints["retriever"], note_unsealed=False).eval() if "retriever" in checkpoints else None
 
 
 def update_encoder(checkpoints: dict, manifest: dict, open_vocab, where, *, pinned: bool = True):

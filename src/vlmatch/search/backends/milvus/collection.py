@@ -15,7 +15,9 @@ import numpy as np
 from ....checkpoints.digest import checkpoint_digest
 from ....errors import ConfigError, DataError, VlmatchError
 from ....models.base import Encoding
+from ...encode import template
 from ...filters import Where
+from ...store import check_fields
 from ..base import MilvusLocation
 from ..folder import seal
 from .client import (
@@ -38,7 +40,7 @@ from .client import (
     unreachable,
 )
 from .filters import filtered_search, rows_of
-from .layout import Layout, search_params, template
+from .layout import Layout, search_params
 from .probe import require
 
 
@@ -83,10 +85,7 @@ class MilvusCollection:
         self.cls = type(template)
         self.scalars = None  # whether the items carry the filter's scalar fields (asked at the first filter)
         self.infix = None  # whether the server's `like` takes a leading % (asked at the first filter)
-        missing = set(template.tensors()) - set(self.layout.fields)
-        if missing:
-            raise DataError(self.enc_name, f"stored encodings lack field(s) {sorted(missing)} the model produces: "
-                                           "the index was built with another model")
+        check_fields(template, self.layout.fields, self.enc_name)
 
     def __len__(self) -> int:
         return self.count
