@@ -194,11 +194,16 @@ class Index:
             for h in hits:  # ranked by the AND re-scoring or not, each hit shows its fused score
                 h.score = h.stage1_score
             return hits
-        order = np.argsort(rows, kind="stable")  # read the memory map in file order
+        rows, stage1_scores, scores = self._rescored(coll, rows, stage1_scores, lambda img: score_blocks(
+            self.model, img, [(np.arange(1), txt)], 1, max(1, len(rows)), progress=False)[:, 0])
+        return _ranked(coll, rows, scores, stage1_scores, k, "path", keep=self.photo_root.keep)
+
+    def _rescored(self, coll: CollectionBackend, rows: np.ndarray, stage1_scores: np.ndarray, score_of):
+        """(rows, stage-1 scores, stage-2 scores) of the candidates, in file order (the memory map read in that
+        order); ``score_of(encodings)``: the model's score of each, fused as the index ranks (:meth:`_fused`)."""
+        order = np.argsort(rows, kind="stable")
         rows, stage1_scores = rows[order], stage1_scores[order]
-        img = coll.take(rows).to(self.device)
-        scores = score_blocks(self.model, img, [(np.arange(1), txt)], 1, max(1, len(rows)), progress=False)[:, 0]
-        return _ranked(coll, rows, self._fused(scores, stage1_scores), stage1_scores, k, "path", keep=self.photo_root.keep)
+        return rows, stage1_scores, self._fused(score_of(coll.take(rows).to(self.device)), stage1_scores)
 
     def _and_order(self, coll: CollectionBackend, text: str | None, rows: np.ndarray, stage1_scores: np.ndarray):
         """The candidates' AND re-scoring (a query naming several things: :mod:`vlmatch.search.compose`), or None
@@ -279,14 +284,10 @@ class Index:
         t2 = time.perf_counter()
         ok = rows[0] >= 0
         r, s = rows[0][ok], stage1_scores[0][ok]
-        if self.stage1_is_score:  # stage 1's scores are final (see _rerank_images)
-            scores = s
-        else:
-            order = np.argsort(r, kind="stable")
-            r, s = r[order], s[order]
-            txt = coll.take(r).to(self.device)
-            scores = self._fused(score_blocks(self.model, img, [(np.arange(len(r)), txt)], len(r), 1,
-                                              progress=False)[0], s)
+        scores = s  # stage 1's scores are final (see _rerank_images), else the model's
+        if not self.stage1_is_score:
+            r, s, scores = self._rescored(coll, r, s, lambda txt: score_blocks(
+                self.model, img, [(np.arange(len(r)), txt)], len(r), 1, progress=False)[0])
         res = _ranked(coll, r, scores, s, n_hits, "text")
         self.last_timings = {"image": t1 - t0, "stage1": t2 - t1, "stage2": time.perf_counter() - t2, "queries": 1}
         return res

@@ -242,6 +242,15 @@ def update_encoder(checkpoints: dict, manifest: dict, open_vocab, where, *, pinn
     return source, image_encoder(model, source)
 
 
+def photo_root(manifest: dict, where) -> Path:
+    """The photo folder an update of index ``where`` scans again; an index of anything else is refused."""
+    kind = (manifest.get("source") or {}).get("kind")
+    if kind != "images":
+        raise ConfigError(f"{where}: only an index of an image folder can be updated (this one indexes {kind}); "
+                          "build it again instead")
+    return Path(manifest["source"]["root"])
+
+
 def update_part(manifest: dict, rels: list[str], encode, opts: UpdateOptions) -> Part:
     """The photos ``rels`` of an index's folder, read with its backbone, as an update encodes them. A build that
     dated photos by their mtime has its updates do the same (its manifest's source records it)."""

@@ -24,7 +24,7 @@ from ....errors import ConfigError, DataError
 from ....features.photo import READER_VERSION
 from ...encode import template
 from ...inputs import plan_changes
-from ...job import BuildOptions, Job, Part, UpdateOptions, now, prepare, update_encoder, update_part
+from ...job import BuildOptions, Job, Part, UpdateOptions, now, photo_root, prepare, update_encoder, update_part
 from ...open_vocab import OpenVocab
 from ...scan import scan_folder
 from ...stage1 import choose_kind
@@ -288,11 +288,7 @@ def update_milvus(loc: MilvusLocation, opts: UpdateOptions) -> dict:
     manifest = read_manifest(client, loc)
     with WriterLock(client, loc.collection, "vlmatch index update") as lock:
         manifest = read_manifest(client, loc)
-        kind = (manifest.get("source") or {}).get("kind")
-        if kind != "images":
-            raise ConfigError(f"{loc}: only an index of an image folder can be updated (this one indexes {kind}); "
-                              "build it again instead")
-        return _update(_Writer(client, loc, lock), manifest, opts)
+        return _update(_Writer(client, loc, lock), manifest, photo_root(manifest, loc), opts)
 
 
 def _plan(client, items_name: str, root: Path, manifest: dict) -> dict:
@@ -307,11 +303,10 @@ def _plan(client, items_name: str, root: Path, manifest: dict) -> dict:
             "next_id": manifest.get("next_id", len(old)), "bad": [], "report": report}
 
 
-def _update(writer: _Writer, manifest: dict, opts: UpdateOptions) -> dict:
+def _update(writer: _Writer, manifest: dict, root: Path, opts: UpdateOptions) -> dict:
     """Encode the new and changed photos into the committed generation and drop the deleted ones, by a recorded plan."""
     client, name, gen = writer.client, writer.name, int(manifest["generation"])
     names = Names.of(name, gen, "images")
-    root = Path(manifest["source"]["root"])
     # an index built before the open-vocabulary part keeps its layout (a collection's vector width is fixed):
     # `index build` again adds the concept vectors (docs/open-vocabulary.md)
     _, encode = update_encoder(checkpoints(writer.loc, manifest), manifest, OpenVocab.from_manifest(manifest), writer.loc)

@@ -16,7 +16,7 @@ from ....checkpoints.digest import checkpoint_digest
 from ....errors import ConfigError, DataError, VlmatchError
 from ....models.base import Encoding
 from ...encode import template
-from ...filters import Where
+from ...filters import Where, top_k_of
 from ...store import check_fields
 from ..base import MilvusLocation
 from ..folder import seal
@@ -115,13 +115,10 @@ class MilvusCollection:
         return scores, keys
 
     def _exhaustive(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        rows = rows_of(self.client, self.items_name, ["id", "s1"], batch_size=1000)
-        ids, vecs = [r["id"] for r in rows], [r["s1"] for r in rows]
-        order = np.argsort(ids)
-        ids, vecs = np.asarray(ids)[order], np.asarray(vecs, dtype=np.float32)[order]
-        scores = q @ vecs.T
-        rows = np.argsort(-scores, axis=1, kind="stable")
-        return np.take_along_axis(scores, rows, axis=1), ids[rows]
+        rows = sorted(rows_of(self.client, self.items_name, ["id", "s1"], batch_size=1000), key=lambda r: r["id"])
+        ids = np.asarray([r["id"] for r in rows], dtype=np.int64)
+        scores, pos = top_k_of(q, np.asarray([r["s1"] for r in rows], dtype=np.float32), np.arange(len(ids)), len(ids))
+        return scores, ids[pos]
 
     @_answers
     def take(self, keys) -> Encoding:
