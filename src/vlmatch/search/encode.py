@@ -109,10 +109,8 @@ class Stage1Source:
 
     def check(self, n_regions: int) -> int:
         """Fail early (before any encoding) when there is no stage-1 part; returns its dimension."""
-        with torch.no_grad():
-            return int(self.image_vectors(torch.zeros(1, n_regions, self.net.cfg.img_dim),
-                                          self.model.encode_images(torch.zeros(1, n_regions, self.model.cfg.img_dim))
-                                          ).shape[1])
+        feats = torch.zeros(1, n_regions, self.net.cfg.img_dim)
+        return int(self.image_vectors(feats, template(self.model, "images", n_regions)).shape[1])
 
 
 @dataclass

@@ -91,9 +91,7 @@ class Index:
         if path is None:
             raise ConfigError("Index.open needs an index folder, or milvus_uri= and collection=")
         path = Path(path)
-        tries = 3
-        while True:
-            tries -= 1
+        for tries_left in (2, 1, 0):
             stamp = manifest_stamp(path)
             try:
                 # one version, whole: a writer swaps parts in place only while no reader is opening
@@ -101,7 +99,7 @@ class Index:
                     manifest, parts = open_parts(path)
                     return cls(path, manifest, *_models(parts, device, lean_queries), device=device, parts=parts)
             except (DataError, OSError):
-                if not tries or manifest_stamp(path) == stamp:
+                if not tries_left or manifest_stamp(path) == stamp:
                     raise
                 # a build or update committed while this was opening (its old versions are gone): open the new index
 

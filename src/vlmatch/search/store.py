@@ -126,8 +126,7 @@ class EncodingWriter:
     def finish(self, rows: int | None = None) -> None:
         """Close the arrays (keeping the first ``rows`` when fewer than allocated) and drop .partial."""
         self.flush()
-        names = list(self.arrays)
-        for name in names:
+        for name in list(self.arrays):
             arr = self.arrays.pop(name)
             if rows is not None and rows < self.n:
                 small = allocate_npy(self.folder / f"{name}.npy.cut", arr.dtype, (rows, *arr.shape[1:]))

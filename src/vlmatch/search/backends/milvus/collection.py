@@ -19,7 +19,7 @@ from ...encode import template
 from ...filters import Where, top_k_of
 from ...store import check_fields
 from ..base import MilvusLocation
-from ..folder import seal
+from ..folder import check_seal
 from .client import (
     FORMAT,
     MANIFEST,
@@ -197,13 +197,7 @@ def read_manifest(client, loc: MilvusLocation) -> dict:
             raise VlmatchError(f"{loc}: the index build was interrupted; run the same `vlmatch index build` again "
                                "to resume it")
         raise DataError(str(loc), "holds no vlmatch index (build one with vlmatch index build --backend milvus)")
-    if not isinstance(m, dict) or m.get("format") != FORMAT:
-        raise DataError(str(loc), f"an index of format {m.get('format') if isinstance(m, dict) else '?'} (this "
-                                  f"vlmatch reads {FORMAT}): build it again")
-    if m.get("seal") != seal(m):
-        raise DataError(str(loc), f"its {MANIFEST} was edited after the index was written (it does not match its "
-                                  "seal): build the index again")
-    return m
+    return check_seal(m, f"{loc}: {MANIFEST}", FORMAT, FORMAT)
 
 
 def read_consistency(manifest: dict) -> dict:
