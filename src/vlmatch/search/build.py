@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from .. import distributed as D
-from ..errors import ConfigError, DataError
+from ..errors import DataError
 from ..features.photo import READER_VERSION
 from ..io import atomic_dir, link_tree, read_json, save_npy, write_json
 from ..models.base import MatchingModel
@@ -48,7 +48,7 @@ from .backends.folder import (
 from .checks import read_items
 from .encode import encode_part, fingerprint, read_meta
 from .inputs import image_row, plan_changes
-from .job import BuildOptions, Job, Part, UpdateOptions, now, prepare, update_encoder, update_part, with_settings
+from .job import BuildOptions, Job, Part, UpdateOptions, now, photo_root, prepare, update_encoder, update_part, with_settings
 from .open_vocab import OpenVocab
 from .scan import scan_folder
 from .stage1 import build_faiss, write_faiss
@@ -238,14 +238,9 @@ def update_index(target, options: UpdateOptions | None = None, **settings) -> di
 
 
 def _update(out: Path, manifest: dict, parts: dict, opts: UpdateOptions) -> dict:
-
-    kind = (manifest.get("source") or {}).get("kind")
-    if kind != "images":
-        raise ConfigError(f"{out}: only an index of an image folder can be updated (this one indexes "
-                          f"{kind}); build it again instead")
-    root = Path(manifest["source"]["root"])
+    root = photo_root(manifest, out)
     old_items = read_items(parts["images"] / "items.json", "path")
-    by_rel = {it["rel"]: (row, it) for row, it in enumerate(old_items)}
+    ids = {it["rel"]: it["id"] for it in old_items}  # a changed file keeps its id
     rels = scan_folder(root)
     # an index encoded by an older photo reader holds its EXIF-rotated photos as stored (sideways): those
     # are encoded again, as displayed (vlmatch.features.photo.READER_VERSION)
@@ -266,17 +261,15 @@ def _update(out: Path, manifest: dict, parts: dict, opts: UpdateOptions) -> dict
         if opts.date_from_mtime:
             manifest["source"]["date_from_mtime"] = True
         part = update_part(manifest, todo, encode, opts)
-        rec = encode_sharded(out / "build" / "update", part, fingerprint("update", todo, manifest["model"]["sha256"],
-                                                                         manifest["created"]),
-                             dtype, progress=opts.progress, desc="index new images")
+        rec = encode_sharded(out / "build" / "update", part, fingerprint(part.what, manifest["model"]["sha256"],
+                                                                         manifest["created"]), dtype,
+                             progress=opts.progress, desc="index new images")
     next_id = manifest.get("next_id", len(old_items))
     new_items = []
     for rel, meta in zip(rec["keys"], rec["meta"], strict=True):
-        if rel in by_rel:  # a changed file keeps its id
-            new_items.append(image_row(root, rel, by_rel[rel][1]["id"], meta))
-        else:
-            new_items.append(image_row(root, rel, next_id, meta))
-            next_id += 1
+        if rel not in ids:
+            ids[rel], next_id = next_id, next_id + 1
+        new_items.append(image_row(root, rel, ids[rel], meta))
     items = keep_items + new_items
     if not items:
         raise DataError(root, "nothing left to index: every image was deleted or skipped")
@@ -288,14 +281,11 @@ def _update(out: Path, manifest: dict, parts: dict, opts: UpdateOptions) -> dict
         stage1 = stage1_of(merged, info.get("requested", "auto"), info.get("nlist") if info["kind"] == "ivf" else None,
                            info.get("M", 32))
         written = ("images",)
-    manifest["next_id"] = next_id
-    manifest["reader"] = READER_VERSION
-    manifest["open_vocab"] = None if open_vocab is None else open_vocab.describe()
+    manifest.update(next_id=next_id, reader=READER_VERSION, updated=now(), skipped=rec["bad"],
+                    open_vocab=None if open_vocab is None else open_vocab.describe())
     if open_vocab is not None:
         manifest["stage1"] = source.describe()
     manifest["counts"]["images"] = len(items)
-    manifest["updated"] = now()
-    manifest["skipped"] = rec["bad"]
     with swapping(out):  # readers opening the index meanwhile wait for the swap and the commit
         if written:
             manifest["collections"]["images"] = write_collection(out / "images", merged, items, stage1)

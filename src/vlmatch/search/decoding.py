@@ -69,30 +69,22 @@ def _drop_inherited_locks() -> None:
     """Point each inherited descriptor of a lock file (``.vlmatch.lock``, a Milvus-lite ``LOCK``...) at /dev/null,
     so that the lock is the parent's alone; its number stays valid for whatever owns it. Without /proc, nothing is
     dropped and the parent watch alone ends the worker."""
-    fds = Path("/proc/self/fd")
     try:
-        entries = list(fds.iterdir())
+        entries = list(Path("/proc/self/fd").iterdir())
     except OSError:
         return
-    null = None
+    null = os.open(os.devnull, os.O_RDWR)
     try:
         for entry in entries:
-            fd = int(entry.name)
-            if fd <= 2:
-                continue
             try:
                 target = os.readlink(entry)
-            except OSError:
+            except OSError:  # the listing's own descriptor, closed since
                 continue
-            if not target.startswith("/") or not os.path.basename(target).lower().endswith("lock"):
-                continue
-            if null is None:
-                null = os.open(os.devnull, os.O_RDWR)
-            if fd != null:
+            fd = int(entry.name)
+            if fd > 2 and fd != null and target.startswith("/") and os.path.basename(target).lower().endswith("lock"):
                 os.dup2(null, fd, inheritable=False)
     finally:
-        if null is not None:
-            os.close(null)
+        os.close(null)
 
 
 def read_one(args: tuple):

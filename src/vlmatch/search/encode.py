@@ -24,6 +24,23 @@ from ..models.base import ImageEncoding, MatchingModel, TextEncoding
 from .store import EncodingWriter, allocate_npy, reserve
 
 
+def template(model: MatchingModel, coll: str, n_regions: int = 0):
+    """One encoding of collection ``coll`` ("images" or "captions") as ``model`` makes it: its fields and shapes."""
+    with torch.no_grad():
+        if coll == "images":
+            return model.encode_images(torch.zeros(1, n_regions, model.cfg.img_dim))
+        return model.encode_texts(*model.tokenize(["a"]))
+
+
+def index_models(checkpoints: dict, device="cpu") -> tuple[MatchingModel, MatchingModel | None]:
+    """An index's own model and retriever (``checkpoints``: their folders, sealed by the index's manifest)."""
+    from ..models.registry import load_model
+
+    model, retriever = (load_model(checkpoints[k], map_location=device, note_unsealed=False).eval()
+                        if k in checkpoints else None for k in ("model", "retriever"))
+    return model, retriever
+
+
 def _global(m: MatchingModel, img, txt):
     out = m.global_embeddings(img, txt)
     if out is None:
@@ -47,8 +64,7 @@ class Stage1Source:
     def _placeholder(self, net: MatchingModel, side: str, n_regions: int = 0):
         key = (id(net), side, n_regions, net.training)
         if key not in self._placeholders:
-            self._placeholders[key] = (net.encode_texts(*net.tokenize(["a"])) if side == "text"
-                                       else net.encode_images(torch.zeros(1, n_regions, net.cfg.img_dim)))
+            self._placeholders[key] = template(net, side, n_regions)
         return self._placeholders[key]
 
     def __post_init__(self):
@@ -71,7 +87,7 @@ class Stage1Source:
         embedding columns alone)."""
         net = self.net
         enc = img if net is self.model else net.encode_images(feats)
-        vec = _global(net, enc, self._placeholder(net, "text"))[0]
+        vec = _global(net, enc, self._placeholder(net, "captions"))[0]
         if self.open_vocab is None:
             return vec
         part = (torch.zeros(len(vec), self.open_vocab.dim) if feats is None
@@ -86,17 +102,15 @@ class Stage1Source:
         if net is not self.model or txt is None:
             tokens, lengths = net.tokenize(captions)
             txt = net.encode_texts(tokens, lengths)
-        vec = _global(net, self._placeholder(net, "image", n_regions), txt)[1]
+        vec = _global(net, self._placeholder(net, "images", n_regions), txt)[1]
         if self.open_vocab is None:
             return vec
         return torch.cat([vec.float(), self.open_vocab.query_vectors(captions).to(vec.device)], dim=1)
 
     def check(self, n_regions: int) -> int:
         """Fail early (before any encoding) when there is no stage-1 part; returns its dimension."""
-        with torch.no_grad():
-            return int(self.image_vectors(torch.zeros(1, n_regions, self.net.cfg.img_dim),
-                                          self.model.encode_images(torch.zeros(1, n_regions, self.model.cfg.img_dim))
-                                          ).shape[1])
+        feats = torch.zeros(1, n_regions, self.net.cfg.img_dim)
+        return int(self.image_vectors(feats, template(self.model, "images", n_regions)).shape[1])
 
 
 @dataclass

@@ -24,7 +24,7 @@ from ..evaluation.scoring import score_blocks
 from ..models.base import ImageEncoding, MatchingModel, TextEncoding
 from .backends.base import CollectionBackend, MilvusLocation
 from .backends.folder import FolderCollection, manifest_stamp, open_parts, reading
-from .encode import Stage1Source
+from .encode import Stage1Source, index_models, template
 from .explained import score_parts, shows_line
 from .filters import Where
 from .hits import DEFAULT_CANDIDATES, SearchHit, shows_text, with_relevance  # noqa: F401  (SearchHit: its home was here)
@@ -54,12 +54,9 @@ class Index:
         self.parts = parts = parts or {}
         # collections opened by another backend (vlmatch.search.backends.milvus.collection), else the folder's
         self.images, self.captions = (collections or {}).get("images"), (collections or {}).get("captions")
-        if "images" in colls and collections is None:
-            tmpl = self.model.encode_images(torch.zeros(1, self.n_regions, self.model.cfg.img_dim))
-            self.images = FolderCollection(parts.get("images", self.root / "images"), colls["images"], tmpl)
-        if "captions" in colls and collections is None:
-            tmpl = self.model.encode_texts(*self.model.tokenize(["a"]))
-            self.captions = FolderCollection(parts.get("captions", self.root / "captions"), colls["captions"], tmpl)
+        for name in colls if collections is None else ():
+            setattr(self, name, FolderCollection(parts.get(name, self.root / name), colls[name],
+                                                 template(self.model, name, self.n_regions)))
         self._backbone = None
         self._shipped_explainer: _ShippedExplainer | bool | None = None  # None: not looked up; False: none applies
         self.last_timings: dict[str, float] = {}
@@ -94,9 +91,7 @@ class Index:
         if path is None:
             raise ConfigError("Index.open needs an index folder, or milvus_uri= and collection=")
         path = Path(path)
-        tries = 3
-        while True:
-            tries -= 1
+        for tries_left in (2, 1, 0):
             stamp = manifest_stamp(path)
             try:
                 # one version, whole: a writer swaps parts in place only while no reader is opening
@@ -104,7 +99,7 @@ class Index:
                     manifest, parts = open_parts(path)
                     return cls(path, manifest, *_models(parts, device, lean_queries), device=device, parts=parts)
             except (DataError, OSError):
-                if not tries or manifest_stamp(path) == stamp:
+                if not tries_left or manifest_stamp(path) == stamp:
                     raise
                 # a build or update committed while this was opening (its old versions are gone): open the new index
 
@@ -197,11 +192,16 @@ class Index:
             for h in hits:  # ranked by the AND re-scoring or not, each hit shows its fused score
                 h.score = h.stage1_score
             return hits
-        order = np.argsort(rows, kind="stable")  # read the memory map in file order
+        rows, stage1_scores, scores = self._rescored(coll, rows, stage1_scores, lambda img: score_blocks(
+            self.model, img, [(np.arange(1), txt)], 1, max(1, len(rows)), progress=False)[:, 0])
+        return _ranked(coll, rows, scores, stage1_scores, k, "path", keep=self.photo_root.keep)
+
+    def _rescored(self, coll: CollectionBackend, rows: np.ndarray, stage1_scores: np.ndarray, score_of):
+        """(rows, stage-1 scores, stage-2 scores) of the candidates, in file order (the memory map read in that
+        order); ``score_of(encodings)``: the model's score of each, fused as the index ranks (:meth:`_fused`)."""
+        order = np.argsort(rows, kind="stable")
         rows, stage1_scores = rows[order], stage1_scores[order]
-        img = coll.take(rows).to(self.device)
-        scores = score_blocks(self.model, img, [(np.arange(1), txt)], 1, max(1, len(rows)), progress=False)[:, 0]
-        return _ranked(coll, rows, self._fused(scores, stage1_scores), stage1_scores, k, "path", keep=self.photo_root.keep)
+        return rows, stage1_scores, self._fused(score_of(coll.take(rows).to(self.device)), stage1_scores)
 
     def _and_order(self, coll: CollectionBackend, text: str | None, rows: np.ndarray, stage1_scores: np.ndarray):
         """The candidates' AND re-scoring (a query naming several things: :mod:`vlmatch.search.compose`), or None
@@ -282,14 +282,10 @@ class Index:
         t2 = time.perf_counter()
         ok = rows[0] >= 0
         r, s = rows[0][ok], stage1_scores[0][ok]
-        if self.stage1_is_score:  # stage 1's scores are final (see _rerank_images)
-            scores = s
-        else:
-            order = np.argsort(r, kind="stable")
-            r, s = r[order], s[order]
-            txt = coll.take(r).to(self.device)
-            scores = self._fused(score_blocks(self.model, img, [(np.arange(len(r)), txt)], len(r), 1,
-                                              progress=False)[0], s)
+        scores = s  # stage 1's scores are final (see _rerank_images), else the model's
+        if not self.stage1_is_score:
+            r, s, scores = self._rescored(coll, r, s, lambda txt: score_blocks(
+                self.model, img, [(np.arange(len(r)), txt)], len(r), 1, progress=False)[0])
         res = _ranked(coll, r, scores, s, n_hits, "text")
         self.last_timings = {"image": t1 - t0, "stage1": t2 - t1, "stage2": time.perf_counter() - t2, "queries": 1}
         return res
@@ -422,13 +418,10 @@ class _ShippedExplainer:
 
 
 def _models(parts: dict, device, lean: bool) -> tuple[MatchingModel, MatchingModel | None]:
-    """An index's model and retriever (``parts``: their folders), ready for queries. The copies an index holds are
-    sealed by its manifest (an older index's have no checksums.json)."""
+    """An index's model and retriever (``parts``: their folders), ready for queries."""
     from ..encoders.hf import for_queries
-    from ..models.registry import load_model
 
-    model, retriever = (load_model(parts[k], map_location=device, note_unsealed=False) if k in parts else None
-                        for k in ("model", "retriever"))
+    model, retriever = index_models(parts, device)
     for_queries(model, retriever, lean=lean)
     return model, retriever
 

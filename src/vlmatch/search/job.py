@@ -19,7 +19,7 @@ from ..features.photo import READER_VERSION
 from ..models.base import MatchingModel
 from ..weights import sha256_file
 from .checks import read_captions
-from .encode import Batch, Stage1Source, fingerprint
+from .encode import Batch, Stage1Source, fingerprint, index_models
 from .inputs import caption_batches, feature_batches, image_batches, image_row, photo_folder, precomp_features
 from .open_vocab import OpenVocab, check_pins
 from .scan import file_stat
@@ -232,14 +232,6 @@ def prepare(model_ckpt, opts: BuildOptions, *, fmt: int, extra_versions: dict | 
     return job
 
 
-def index_models(checkpoints: dict) -> tuple[MatchingModel, MatchingModel | None]:
-    """An index's own model and retriever (``checkpoints``: their folders, checked against the manifest)."""
-    from ..models.registry import load_model
-
-    model = load_model(checkpoints["model"], note_unsealed=False).eval()
-    return model, load_model(checkpoints["retriever"], note_unsealed=False).eval() if "retriever" in checkpoints else None
-
-
 def update_encoder(checkpoints: dict, manifest: dict, open_vocab, where, *, pinned: bool = True):
     """(stage-1 source, encode) of an update: the index's own models (``checkpoints``, checked against the manifest)
     with ``open_vocab``, whose concept columns must pair with the kept photos' (``pinned``: refused before any write)."""
@@ -248,6 +240,15 @@ def update_encoder(checkpoints: dict, manifest: dict, open_vocab, where, *, pinn
     if pinned:
         check_pins(open_vocab, manifest, where)
     return source, image_encoder(model, source)
+
+
+def photo_root(manifest: dict, where) -> Path:
+    """The photo folder an update of index ``where`` scans again; an index of anything else is refused."""
+    kind = (manifest.get("source") or {}).get("kind")
+    if kind != "images":
+        raise ConfigError(f"{where}: only an index of an image folder can be updated (this one indexes {kind}); "
+                          "build it again instead")
+    return Path(manifest["source"]["root"])
 
 
 def update_part(manifest: dict, rels: list[str], encode, opts: UpdateOptions) -> Part:

@@ -176,14 +176,12 @@ class Stage1:
         faiss = _faiss()
         bits = np.packbits(np.asarray(mask, dtype=bool), bitorder="little")
         sel = faiss.IDSelectorBitmap(len(mask), faiss.swig_ptr(bits))
+        index = self.index if kind == "flat" or not exact else faiss.downcast_index(self.index.storage)
         if exact:
-            index = self.index if kind == "flat" else faiss.downcast_index(self.index.storage)
             params = faiss.SearchParameters(sel=sel)
         elif kind == "hnsw":
-            index = self.index
             params = faiss.SearchParametersHNSW(sel=sel, efSearch=max(int(self.params.get("efSearch", 512)), k))
         else:
-            index = self.index
             params = faiss.SearchParametersIVF(sel=sel, nprobe=int(self.params.get("nprobe", 32)))
         scores, rows = _search(index, q, k, params=params)  # bits stays referenced until the search returns
         return np.where(rows >= 0, scores, -np.inf).astype(np.float32), rows

@@ -61,10 +61,25 @@ def allocate_npy(path, dtype, shape) -> np.memmap:
     return arr
 
 
-def _np_dtype(t: torch.Tensor, float_dtype: str, full: bool = False):
-    if t.dtype.is_floating_point:
-        return np.dtype("float32" if full else float_dtype)
-    return np.dtype(str(t.dtype).replace("torch.", ""))
+def field_specs(enc: Encoding, float_dtype: str, pad_to: int | None = None) -> dict[str, dict]:
+    """Each tensor field of ``enc`` as stored: ``{"shape": per item, the word axis padded to ``pad_to``, "dtype"}``,
+    floats in ``float_dtype`` but the model's ``full_precision_fields`` (float32)."""
+    per_word, full, out = getattr(enc, "per_word_fields", ()), type(enc).full_precision_fields, {}
+    for name, t in enc.tensors().items():
+        shape = list(t.shape[1:])
+        if name in per_word and pad_to is not None:
+            shape[0] = pad_to
+        dt = ("float32" if name in full else float_dtype) if t.dtype.is_floating_point else str(t.dtype).removeprefix("torch.")
+        out[name] = {"shape": shape, "dtype": np.dtype(dt).name}
+    return out
+
+
+def check_fields(template: Encoding, stored, where) -> None:
+    """Refuse stored encodings that lack a field the model produces (``stored``: the stored field names)."""
+    missing = set(template.tensors()) - set(stored)
+    if missing:
+        raise DataError(where, f"stored encodings lack field(s) {sorted(missing)} the model produces: the index "
+                               "was built with another model")
 
 
 class EncodingWriter:
@@ -82,21 +97,16 @@ class EncodingWriter:
                 reserve(self.folder / f"{name}.npy.partial")  # a killed run's file may not hold its blocks yet
                 self.arrays[name] = np.load(self.folder / f"{name}.npy.partial", mmap_mode="r+")
 
-    def _allocate(self, enc: Encoding, per_word: tuple[str, ...]) -> None:
-        fields = {}
-        for name, t in enc.tensors().items():
-            shape = list(t.shape[1:])
-            if name in per_word and self.pad_to is not None:
-                shape[0] = self.pad_to
-            dt = _np_dtype(t, self.float_dtype, name in type(enc).full_precision_fields)
-            self.arrays[name] = allocate_npy(self.folder / f"{name}.npy.partial", dt, (self.n, *shape))
-            fields[name] = {"shape": shape, "dtype": dt.name}
+    def _allocate(self, enc: Encoding) -> None:
+        fields = field_specs(enc, self.float_dtype, self.pad_to)
+        for name, f in fields.items():
+            self.arrays[name] = allocate_npy(self.folder / f"{name}.npy.partial", f["dtype"], (self.n, *f["shape"]))
         write_json(self.folder / "fields.json.partial", {"fields": fields, "class": type(enc).__name__})
 
     def write(self, start: int, enc: Encoding) -> None:
         per_word = getattr(enc, "per_word_fields", ())
         if not self.arrays:
-            self._allocate(enc, per_word)
+            self._allocate(enc)
         for name, t in enc.tensors().items():
             a = t.detach().cpu().numpy()
             dst = self.arrays[name]
@@ -116,8 +126,7 @@ class EncodingWriter:
     def finish(self, rows: int | None = None) -> None:
         """Close the arrays (keeping the first ``rows`` when fewer than allocated) and drop .partial."""
         self.flush()
-        names = list(self.arrays)
-        for name in names:
+        for name in list(self.arrays):
             arr = self.arrays.pop(name)
             if rows is not None and rows < self.n:
                 small = allocate_npy(self.folder / f"{name}.npy.cut", arr.dtype, (rows, *arr.shape[1:]))
@@ -170,10 +179,7 @@ class EncodingStore:
         meta, self.arrays = open_arrays(self.folder)
         self.fields = meta["fields"]
         self.cls = type(template)
-        missing = set(template.tensors()) - set(self.fields)
-        if missing:
-            raise DataError(self.folder, f"stored encodings lack field(s) {sorted(missing)} the model produces: "
-                                         "the index was built with another model")
+        check_fields(template, self.fields, self.folder)
 
     def __len__(self) -> int:
         return len(next(iter(self.arrays.values())))

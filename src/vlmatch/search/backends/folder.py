@@ -213,12 +213,17 @@ def read_manifest(out) -> dict:
     m = check_manifest(path, read_json(path, "not an index folder (no manifest.json)"))  # its shape first
     if not _vlmatch_manifest(m):
         raise DataError(path, "not the manifest of a vlmatch index")
-    if m.get("format") != FORMAT:
-        raise DataError(path, f"an index of format {m.get('format')} (this vlmatch reads format {FORMAT}, which records "
-                              "the hashes of every part): build it again")
+    return check_seal(m, path, FORMAT, f"format {FORMAT}, which records the hashes of every part")
+
+
+def check_seal(m, where, fmt, reads: str) -> dict:
+    """``m`` when it is a manifest of format ``fmt`` (this vlmatch ``reads`` it) whose seal matches its content."""
+    if not isinstance(m, dict) or m.get("format") != fmt:
+        raise DataError(where, f"an index of format {m.get('format') if isinstance(m, dict) else '?'} (this vlmatch "
+                               f"reads {reads}): build it again")
     if m.get("seal") != seal(m):
-        raise DataError(path, "edited after the index was written (its content does not match its seal): build the "
-                              "index again")
+        raise DataError(where, "edited after the index was written (its content does not match its seal): build the "
+                               "index again")
     return m
 
 

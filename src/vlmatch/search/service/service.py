@@ -9,7 +9,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -69,8 +69,7 @@ class Limits:
     thumb_cache: int = 2048  # thumbnails kept in memory
 
     def __post_init__(self):
-        for name in ("max_text_chars", "max_k", "max_candidates", "max_upload_bytes", "max_upload_pixels",
-                     "max_decode_pixels", "view_cache", "max_body_bytes", "workers", "thumb_size", "thumb_cache", "queue"):
+        for name in (f.name for f in fields(self)):  # every limit is a count
             value = getattr(self, name)
             least = 0 if name == "queue" else 1
             if isinstance(value, bool) or not isinstance(value, int) or value < least:

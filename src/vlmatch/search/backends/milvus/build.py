@@ -22,8 +22,9 @@ from .... import io
 from ....checkpoints.digest import checkpoint_digest
 from ....errors import ConfigError, DataError
 from ....features.photo import READER_VERSION
+from ...encode import template
 from ...inputs import plan_changes
-from ...job import BuildOptions, Job, Part, UpdateOptions, now, prepare, update_encoder, update_part
+from ...job import BuildOptions, Job, Part, UpdateOptions, now, photo_root, prepare, update_encoder, update_part
 from ...open_vocab import OpenVocab
 from ...scan import scan_folder
 from ...stage1 import choose_kind
@@ -51,7 +52,7 @@ from .client import (
 )
 from .collection import checkpoints, read_manifest
 from .filters import has_scalars, rows_of, scalars_of
-from .layout import Layout, create_encodings, create_items, stage1_index, template, vector_type
+from .layout import Layout, create_encodings, create_items, stage1_index, vector_type
 from .probe import probe
 
 FOLDER_ONLY = "is for the folder backend"
@@ -162,28 +163,38 @@ class _Writer:
         if "layout" not in state:
             self._create(pending, part, job, kind)
         names = Names.of(self.name, pending["generation"], part.name)
-        layout = Layout.from_dict(state["layout"])
-        bar = tqdm(total=len(part.keys), initial=state["done"], desc=f"index {part.name} into milvus", unit="item",
-                   disable=not job.options.progress)
-        for b in part.batches(part.keys, state["done"]):
-            if b.keys:
-                enc, vecs = part.encode(b)
-                ids = list(range(state["next_id"], state["next_id"] + len(b.keys)))
-                metas = b.meta or [{}] * len(b.keys)
-                write_rows(self.client, names, layout,
-                           [part.row_of(k, i, m) for k, i, m in zip(b.keys, ids, metas, strict=True)], vectors=vecs,
-                           encodings=enc)
-                state["next_id"] += len(b.keys)
-            state["done"] += b.consumed
-            state["bad"] += b.bad
-            self._beat(pending)
-            bar.update(b.consumed)
-        bar.close()
+        self._encode(pending, state, part, names, Layout.from_dict(state["layout"]), f"index {part.name} into milvus",
+                     job.options.progress)
         if state["next_id"] == 0 and part.name == "images":
             raise DataError(self.loc.uri, "nothing to index: every image was skipped")
         settle(self.client, self.loc.uri, names)
         state["finished"] = True
         write_prop(self.client, self.name, PENDING, pending)
+
+    def _encode(self, pending: dict, state: dict, part: Part, names: Names, layout: Layout, desc: str,
+                progress: bool) -> None:
+        """Encode ``part`` into ``names`` from ``state["done"]`` on, each batch recorded in ``pending``. New files
+        take ids from ``state["next_id"]``; a changed one (``state["changed"]``: rel -> id) keeps its id, and
+        leaves the index (``state["delete"]``) when it no longer reads, as the folder's update does."""
+        changed = state.get("changed", {})
+        bar = tqdm(total=len(part.keys), initial=state["done"], desc=desc, unit="item", disable=not progress)
+        for b in part.batches(part.keys, state["done"]):
+            if b.keys:
+                enc, vecs = part.encode(b)
+                ids = [changed.get(k) for k in b.keys]
+                for j, i in enumerate(ids):
+                    if i is None:
+                        ids[j], state["next_id"] = state["next_id"], state["next_id"] + 1
+                write_rows(self.client, names, layout, [part.row_of(k, i, m) for k, i, m in
+                                                        zip(b.keys, ids, b.meta or [{}] * len(b.keys), strict=True)],
+                           vectors=vecs, encodings=enc)
+            if gone := [changed[x["key"]] for x in b.bad if x["key"] in changed]:
+                state["delete"] += gone
+            state["done"] += b.consumed
+            state["bad"] += b.bad
+            self._beat(pending)
+            bar.update(b.consumed)
+        bar.close()
 
     def _beat(self, pending: dict) -> None:
         """Record a batch done (the lock's heartbeat with it)."""
@@ -277,11 +288,7 @@ def update_milvus(loc: MilvusLocation, opts: UpdateOptions) -> dict:
     manifest = read_manifest(client, loc)
     with WriterLock(client, loc.collection, "vlmatch index update") as lock:
         manifest = read_manifest(client, loc)
-        kind = (manifest.get("source") or {}).get("kind")
-        if kind != "images":
-            raise ConfigError(f"{loc}: only an index of an image folder can be updated (this one indexes {kind}); "
-                              "build it again instead")
-        return _update(_Writer(client, loc, lock), manifest, opts)
+        return _update(_Writer(client, loc, lock), manifest, photo_root(manifest, loc), opts)
 
 
 def _plan(client, items_name: str, root: Path, manifest: dict) -> dict:
@@ -296,11 +303,10 @@ def _plan(client, items_name: str, root: Path, manifest: dict) -> dict:
             "next_id": manifest.get("next_id", len(old)), "bad": [], "report": report}
 
 
-def _update(writer: _Writer, manifest: dict, opts: UpdateOptions) -> dict:
+def _update(writer: _Writer, manifest: dict, root: Path, opts: UpdateOptions) -> dict:
     """Encode the new and changed photos into the committed generation and drop the deleted ones, by a recorded plan."""
     client, name, gen = writer.client, writer.name, int(manifest["generation"])
     names = Names.of(name, gen, "images")
-    root = Path(manifest["source"]["root"])
     # an index built before the open-vocabulary part keeps its layout (a collection's vector width is fixed):
     # `index build` again adds the concept vectors (docs/open-vocabulary.md)
     _, encode = update_encoder(checkpoints(writer.loc, manifest), manifest, OpenVocab.from_manifest(manifest), writer.loc)
@@ -320,26 +326,8 @@ def _update(writer: _Writer, manifest: dict, opts: UpdateOptions) -> dict:
             return {**pending["report"], "skipped": []}
         write_prop(client, name, PENDING, pending)
     part = update_part(manifest, pending["todo"], encode, opts)
-    layout = Layout.from_dict(manifest["collections"]["images"]["layout"])
-    for b in part.batches(part.keys, pending["done"]):
-        if b.keys:
-            enc, vecs = part.encode(b)
-            ids = []
-            for rel in b.keys:
-                if rel in pending["changed"]:
-                    ids.append(pending["changed"][rel])
-                else:
-                    ids.append(pending["next_id"])
-                    pending["next_id"] += 1
-            write_rows(client, names, layout, [part.row_of(rel, i, m) for rel, i, m in zip(b.keys, ids, b.meta,
-                                                                                          strict=True)],
-                       vectors=vecs, encodings=enc)
-        for bad in b.bad:  # a changed file that no longer reads leaves the index, as the folder's update does
-            if bad["key"] in pending["changed"]:
-                pending["delete"].append(pending["changed"][bad["key"]])
-        pending["done"] += b.consumed
-        pending["bad"] += b.bad
-        writer._beat(pending)
+    writer._encode(pending, pending, part, names, Layout.from_dict(manifest["collections"]["images"]["layout"]),
+                   "index new images into milvus", opts.progress)
     for a in range(0, len(pending["delete"]), 1000):
         ids = pending["delete"][a:a + 1000]
         client.delete(names.items, ids=ids)

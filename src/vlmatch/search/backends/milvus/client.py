@@ -168,16 +168,13 @@ def lite_holder(uri: str) -> str | None:
     except OSError:
         return None
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # free (or held by this process): not another's
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            return None
-        except BlockingIOError:
-            pass
-        st = os.fstat(fd)
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # free (or held by this process): not another's
+        return None  # closing the descriptor below drops the lock just taken
+    except BlockingIOError:
+        inode = os.fstat(fd).st_ino
     finally:
         os.close(fd)
-    pid = _flock_pid(st.st_ino)
+    pid = _flock_pid(inode)
     if pid is None:
         return "another process"
     try:

@@ -15,9 +15,11 @@ import numpy as np
 from ....checkpoints.digest import checkpoint_digest
 from ....errors import ConfigError, DataError, VlmatchError
 from ....models.base import Encoding
-from ...filters import Where
+from ...encode import template
+from ...filters import Where, top_k_of
+from ...store import check_fields
 from ..base import MilvusLocation
-from ..folder import seal
+from ..folder import check_seal
 from .client import (
     FORMAT,
     MANIFEST,
@@ -38,7 +40,7 @@ from .client import (
     unreachable,
 )
 from .filters import filtered_search, rows_of
-from .layout import Layout, search_params, template
+from .layout import Layout, search_params
 from .probe import require
 
 
@@ -83,10 +85,7 @@ class MilvusCollection:
         self.cls = type(template)
         self.scalars = None  # whether the items carry the filter's scalar fields (asked at the first filter)
         self.infix = None  # whether the server's `like` takes a leading % (asked at the first filter)
-        missing = set(template.tensors()) - set(self.layout.fields)
-        if missing:
-            raise DataError(self.enc_name, f"stored encodings lack field(s) {sorted(missing)} the model produces: "
-                                           "the index was built with another model")
+        check_fields(template, self.layout.fields, self.enc_name)
 
     def __len__(self) -> int:
         return self.count
@@ -116,13 +115,10 @@ class MilvusCollection:
         return scores, keys
 
     def _exhaustive(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        rows = rows_of(self.client, self.items_name, ["id", "s1"], batch_size=1000)
-        ids, vecs = [r["id"] for r in rows], [r["s1"] for r in rows]
-        order = np.argsort(ids)
-        ids, vecs = np.asarray(ids)[order], np.asarray(vecs, dtype=np.float32)[order]
-        scores = q @ vecs.T
-        rows = np.argsort(-scores, axis=1, kind="stable")
-        return np.take_along_axis(scores, rows, axis=1), ids[rows]
+        rows = sorted(rows_of(self.client, self.items_name, ["id", "s1"], batch_size=1000), key=lambda r: r["id"])
+        ids = np.asarray([r["id"] for r in rows], dtype=np.int64)
+        scores, pos = top_k_of(q, np.asarray([r["s1"] for r in rows], dtype=np.float32), np.arange(len(ids)), len(ids))
+        return scores, ids[pos]
 
     @_answers
     def take(self, keys) -> Encoding:
@@ -201,13 +197,7 @@ def read_manifest(client, loc: MilvusLocation) -> dict:
             raise VlmatchError(f"{loc}: the index build was interrupted; run the same `vlmatch index build` again "
                                "to resume it")
         raise DataError(str(loc), "holds no vlmatch index (build one with vlmatch index build --backend milvus)")
-    if not isinstance(m, dict) or m.get("format") != FORMAT:
-        raise DataError(str(loc), f"an index of format {m.get('format') if isinstance(m, dict) else '?'} (this "
-                                  f"vlmatch reads {FORMAT}): build it again")
-    if m.get("seal") != seal(m):
-        raise DataError(str(loc), f"its {MANIFEST} was edited after the index was written (it does not match its "
-                                  "seal): build the index again")
-    return m
+    return check_seal(m, f"{loc}: {MANIFEST}", FORMAT, FORMAT)
 
 
 def read_consistency(manifest: dict) -> dict:

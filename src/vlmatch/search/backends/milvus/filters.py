@@ -125,10 +125,7 @@ def infix_like(client) -> bool:
 
 def _filtered(coll, q: np.ndarray, k: int, where: Where) -> tuple[np.ndarray, np.ndarray]:
     client, name = coll.client, coll.items_name
-    if coll.scalars:
-        expr, exact = expression(where, coll.infix)
-    else:
-        expr, exact = "", False
+    expr, exact = expression(where, coll.infix) if coll.scalars else ("", False)
     if exact:  # the expression is the filter: count the matches, search on it when there are many
         n = client.query(name, filter=expr, output_fields=["count(*)"], **coll.read)[0]["count(*)"]
         if n > k:

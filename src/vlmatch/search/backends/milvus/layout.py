@@ -18,10 +18,10 @@ import torch
 
 from ....errors import DataError
 from ....models.base import Encoding
+from ...store import field_specs
 from .client import CHUNK_SLOTS, MAX_DIM, RPC_BYTES, create_collection
 from .filters import SCALAR_FIELDS
 
-VECTOR_TYPES = ("FLOAT16_VECTOR", "FLOAT16_PACKED", "FLOAT_VECTOR")
 PACKED = "FLOAT16_PACKED"
 
 
@@ -32,27 +32,19 @@ class Layout:
     total: int  # vector values per item
     chunks: int
     chunk_dim: int
-    vector: str  # one of VECTOR_TYPES
+    vector: str  # FLOAT16_VECTOR, FLOAT16_PACKED or FLOAT_VECTOR (see the module doc)
 
     @classmethod
     def of(cls, enc: Encoding, dtype: str, vector: str, pad_to: int | None = None) -> Layout:
         full = type(enc).full_precision_fields
         if vector == PACKED and any(n in full and t.dtype.is_floating_point for n, t in enc.tensors().items()):
             vector = "FLOAT_VECTOR"  # float32 fields as whole values in the vector, not as JSON
-        per_word = getattr(enc, "per_word_fields", ())
-        fields, total = {}, 0
-        for name, t in enc.tensors().items():
-            shape = list(t.shape[1:])
-            if name in per_word and pad_to is not None:
-                shape[0] = pad_to
-            if t.dtype.is_floating_point:
-                dt = "float32" if name in full else dtype
-                where = "vector" if dt == dtype or vector == "FLOAT_VECTOR" else "extra"
-            else:
-                dt, where = str(t.dtype).replace("torch.", ""), "extra"
-            fields[name] = {"shape": shape, "dtype": dt, "where": where}
-            if where == "vector":
-                total += math.prod(shape)
+        fields, total = field_specs(enc, dtype, pad_to), 0
+        for f in fields.values():
+            floating = np.dtype(f["dtype"]).kind == "f"
+            f["where"] = "vector" if floating and (f["dtype"] == dtype or vector == "FLOAT_VECTOR") else "extra"
+            if f["where"] == "vector":
+                total += math.prod(f["shape"])
         per_dim = 2 if vector == PACKED else 1  # values per dimension of the Milvus field
         chunks = max(1, math.ceil(total / (MAX_DIM * per_dim)))
         if chunks > CHUNK_SLOTS:
@@ -155,7 +147,7 @@ class Layout:
 
 
 def values_of(v, vector: str) -> np.ndarray:
-    """One fetched vector field held as ``vector`` (one of :data:`VECTOR_TYPES`) as float32 values: float16
+    """One fetched vector field held as ``vector`` (see the module doc) as float32 values: float16
     bytes, packed float32s or float32s."""
     if isinstance(v, list) and len(v) == 1 and isinstance(v[0], (bytes, bytearray)):
         v = v[0]
@@ -224,11 +216,3 @@ def vector_type(float16_ok: bool, dtype: str) -> str:
     if dtype != "float16":
         return "FLOAT_VECTOR"
     return "FLOAT16_VECTOR" if float16_ok else PACKED
-
-
-def template(model, coll: str, n_regions: int) -> Encoding:
-    """One encoding of collection ``coll`` ("images" or "captions") as ``model`` makes it: its fields and shapes."""
-    with torch.no_grad():
-        if coll == "images":
-            return model.encode_images(torch.zeros(1, n_regions, model.cfg.img_dim))
-        return model.encode_texts(*model.tokenize(["a"]))

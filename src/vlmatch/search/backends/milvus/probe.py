@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -28,6 +29,16 @@ def _drop(client, name: str) -> None:
             client.drop_collection(name)
 
 
+@contextmanager
+def _scratch(client, name: str):
+    """The scratch collection ``name``, dropped before and after (whatever the probe raised)."""
+    _drop(client, name)
+    try:
+        yield
+    finally:
+        _drop(client, name)
+
+
 def float16_vector(client, name: str) -> bool:
     """A FLOAT16_VECTOR field takes rows, gives back their bytes unchanged, and a search finds each row
     nearest to itself at distance ~0 (L2), at each of :data:`PROBE_DIMS` and 1, 3 and 16 queries at once."""
@@ -36,9 +47,8 @@ def float16_vector(client, name: str) -> bool:
 
 def _float16_at(client, name: str, dim: int) -> bool:
     vecs = np.random.default_rng(0).standard_normal((16, dim)).astype(np.float16)
-    _drop(client, name)
     try:
-        with quiet(level=logging.ERROR):
+        with _scratch(client, name), quiet(level=logging.ERROR):
             create_collection(client, name, [("v", "FLOAT16_VECTOR", {"dim": dim})], ("v", "FLAT", "L2", {}))
             client.insert(name, [{"pk": i, "v": vecs[i]} for i in range(len(vecs))])
             got = client.query(name, filter="pk >= 0", output_fields=["pk", "v"], consistency_level="Strong")
@@ -54,28 +64,22 @@ def _float16_at(client, name: str, dim: int) -> bool:
             return True
     except pymilvus().MilvusException:
         return False
-    finally:
-        _drop(client, name)
 
 
 def vector_fields(client, name: str) -> int:
     """1 or 2: whether a collection takes a second vector field (2.3 servers do not, 2.4+ and lite do)."""
-    _drop(client, name)
     try:
-        with quiet(level=logging.ERROR):
+        with _scratch(client, name), quiet(level=logging.ERROR):
             create_collection(client, name, [("a", "FLOAT_VECTOR", {"dim": 8}), ("b", "FLOAT_VECTOR", {"dim": 8})])
         return 2
     except pymilvus().MilvusException:
         return 1
-    finally:
-        _drop(client, name)
 
 
 def index_types(client, name: str) -> list[str]:
     """The index types of :data:`INDEX_TYPES` the server builds on a FLOAT_VECTOR field (IP metric)."""
-    _drop(client, name)
     out = []
-    try:
+    with _scratch(client, name):
         create_collection(client, name, [("v", "FLOAT_VECTOR", {"dim": 16})])
         for kind, params in INDEX_TYPES.items():
             ip = client.prepare_index_params()
@@ -88,8 +92,6 @@ def index_types(client, name: str) -> list[str]:
                 out.append(kind)
             except pymilvus().MilvusException:
                 continue
-    finally:
-        _drop(client, name)
     return out
 
 
