@@ -188,9 +188,11 @@ def workdir(request, text: str) -> Path:
     return request.getfixturevalue("home")[0] if needs_quickstart(text) else request.getfixturevalue("scratch")
 
 
-# A case that uses the quickstart's runs is marked slow (the quickstart fixture and full-split evaluations).
+# A case that uses the quickstart's runs is marked slow (the quickstart fixture and full-split evaluations), and so
+# is a block that trains (`train(cfg, ...)`: a second or more even for a few steps).
+TRAINS = re.compile(r"(?<![\w.])train\(")
 PY_BLOCKS = [pytest.param(page, n, code, id=f"{page_name(page)}:{n}",
-                          marks=[pytest.mark.slow] if needs_quickstart(code) else [])
+                          marks=[pytest.mark.slow] if needs_quickstart(code) or TRAINS.search(code) else [])
              for page in PAGES for n, code in code_blocks("python", page)]
 COMMANDS = [(page, n, argv) for page in PAGES for n, argv in shell_commands(page)]
 RUNNABLE = [pytest.param(page, n, argv, id=f"{page_name(page)}:{n} {' '.join(argv[:2])}",
@@ -209,7 +211,7 @@ def test_the_readme_has_code_to_check():
     # the run rule must not silently skip everything: these documented commands do run
     ran = {subcommand_path(p.values[2]) for p in RUNNABLE}
     assert {("evaluate",), ("plot",), ("data", "check"), ("configs",)} <= ran, ran
-    # and most Python blocks run in the fast loop (only those that need the quickstart's runs are slow)
+    # and most Python blocks run in the fast loop (only those that need the quickstart's runs or train are slow)
     fast = [p for p in PY_BLOCKS if not p.marks]
     assert len(fast) >= 8, [p.id for p in fast]
 
