@@ -18,6 +18,7 @@ A block that shows code without being runnable (a sketch, program output) is fen
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import re
 import shlex
@@ -96,9 +97,16 @@ def vlmatch_argv(words: list[str]) -> list[str] | None:
     return [w.removeprefix("[").removesuffix("]") for w in argv]  # `[--dtype float16]`: optional part
 
 
+@functools.cache
+def cli_parser():
+    """The real CLI parser, built once (parsing leaves it as it was): a build takes ~10 ms and collection parses
+    every command of every page."""
+    return build_parser()
+
+
 def subcommand_path(argv: list[str]) -> tuple[str, ...]:
     """The subcommand words at the head of argv (e.g. ('data', 'check'))."""
-    parser, path = build_parser(), []
+    parser, path = cli_parser(), []
     for word in argv:
         subs = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"]
         if not subs or word not in subs[0].choices:
@@ -112,7 +120,7 @@ def parse(argv: list[str], where: str):
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
-            return build_parser().parse_args(argv)
+            return cli_parser().parse_args(argv)
     except SystemExit:
         pytest.fail(f"{where}: `vlmatch {shlex.join(argv)}` does not parse: {err.getvalue().strip()}")
 
@@ -129,18 +137,12 @@ def inputs(ns) -> list[str]:
 
 def runnable(argv: list[str]) -> bool:
     """Cheap, and every input is something the (fast) quickstart writes."""
-    ns = build_parser().parse_args(argv) if _parses(argv) else None
-    return (ns is not None and subcommand_path(argv) in CHEAP
-            and all(p.startswith(QUICKSTART_RUNS) for p in inputs(ns)))
-
-
-def _parses(argv) -> bool:
     try:
         with contextlib.redirect_stderr(io.StringIO()):
-            build_parser().parse_args(argv)
-        return True
+            ns = cli_parser().parse_args(argv)
     except SystemExit:
         return False
+    return subcommand_path(argv) in CHEAP and all(p.startswith(QUICKSTART_RUNS) for p in inputs(ns))
 
 
 def needs_quickstart(text: str) -> bool:
@@ -186,9 +188,11 @@ def workdir(request, text: str) -> Path:
     return request.getfixturevalue("home")[0] if needs_quickstart(text) else request.getfixturevalue("scratch")
 
 
-# A case that uses the quickstart's runs is marked slow (the quickstart fixture and full-split evaluations).
+# A case that uses the quickstart's runs is marked slow (the quickstart fixture and full-split evaluations), and so
+# is a block that trains (`train(cfg, ...)`: a second or more even for a few steps).
+TRAINS = re.compile(r"(?<![\w.])train\(")
 PY_BLOCKS = [pytest.param(page, n, code, id=f"{page_name(page)}:{n}",
-                          marks=[pytest.mark.slow] if needs_quickstart(code) else [])
+                          marks=[pytest.mark.slow] if needs_quickstart(code) or TRAINS.search(code) else [])
              for page in PAGES for n, code in code_blocks("python", page)]
 COMMANDS = [(page, n, argv) for page in PAGES for n, argv in shell_commands(page)]
 RUNNABLE = [pytest.param(page, n, argv, id=f"{page_name(page)}:{n} {' '.join(argv[:2])}",
@@ -207,7 +211,7 @@ def test_the_readme_has_code_to_check():
     # the run rule must not silently skip everything: these documented commands do run
     ran = {subcommand_path(p.values[2]) for p in RUNNABLE}
     assert {("evaluate",), ("plot",), ("data", "check"), ("configs",)} <= ran, ran
-    # and most Python blocks run in the fast loop (only those that need the quickstart's runs are slow)
+    # and most Python blocks run in the fast loop (only those that need the quickstart's runs or train are slow)
     fast = [p for p in PY_BLOCKS if not p.marks]
     assert len(fast) >= 8, [p.id for p in fast]
 

@@ -159,8 +159,20 @@ def _first(*events, alive):
     raise AssertionError("neither step came")
 
 
-def race(monkeypatch, kind, ckpts, tmp_path, pause, load, every_step=False):  # noqa: F811
-    old, write, ref_old, ref_new = scenario(kind, ckpts, tmp_path)
+@pytest.fixture(scope="module")
+def scenarios(ckpts, tmp_path_factory):  # noqa: F811
+    """``scenario(kind)``, built once per kind for the module (two index builds; each race copies the old folder)."""
+    made = {}
+
+    def get(kind):
+        if kind not in made:
+            made[kind] = scenario(kind, ckpts, tmp_path_factory.mktemp(f"scenario_{kind}"))
+        return made[kind]
+    return get
+
+
+def race(monkeypatch, made, tmp_path, pause, load, every_step=False):
+    old, write, ref_old, ref_new = made
     seen = []
     while True:
         out = tmp_path / f"idx{pause}"
@@ -182,17 +194,17 @@ def race(monkeypatch, kind, ckpts, tmp_path, pause, load, every_step=False):  # 
 
 @pytest.mark.parametrize("load", LOADS)
 @pytest.mark.parametrize("kind", ["rescorer", "both", "update"])
-def test_a_reader_that_straddles_a_commit_opens_one_version(monkeypatch, ckpts, tmp_path, kind, load):  # noqa: F811
+def test_a_reader_that_straddles_a_commit_opens_one_version(monkeypatch, scenarios, tmp_path, kind, load):
     """The writer paused with its encoding done (before its first swap); the reader stops before ``load``."""
-    seen = race(monkeypatch, kind, ckpts, tmp_path, 1, load)
+    seen = race(monkeypatch, scenarios(kind), tmp_path, 1, load)
     assert seen[0] == ("before-swap", "old")  # the reader holds the old version: the writer waits for it
 
 
 @pytest.mark.slow  # readers in processes of their own
 @pytest.mark.parametrize("kind", ["rescorer", "both", "update"])
-def test_a_reader_opening_at_any_step_of_a_swap_opens_one_version(monkeypatch, ckpts, tmp_path, kind):  # noqa: F811
+def test_a_reader_opening_at_any_step_of_a_swap_opens_one_version(monkeypatch, scenarios, tmp_path, kind):
     """The writer paused at each step of its swap and commit in turn: the reader waits for the commit."""
-    seen = race(monkeypatch, kind, ckpts, tmp_path, 2, "model", every_step=True)  # it waits before any load
+    seen = race(monkeypatch, scenarios(kind), tmp_path, 2, "model", every_step=True)  # it waits before any load
     steps = [s for s, _ in seen]
     assert steps[-2:] == ["commit:parts", "commit:manifest"] and len(steps) >= (6 if kind == "update" else 14)
     assert {v for _, v in seen} == {"new"}
