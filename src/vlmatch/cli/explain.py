@@ -106,7 +106,7 @@ def cmd_explain(a):
         att = explain_pair(model, views[0], a.text, method, a.phrase, mirror_features=views[1] if mirror else None)
         search_parts(att, a.model, model, views[0], a.text)
     att.grid, att.image = bb.info.grid, str(a.image)
-    _finish(a, att, model, method, phases, {"model": str(a.model)}, boxes)
+    _finish(a, att, model, method, phases, record={"model": str(a.model)}, boxes=boxes)
 
 
 def say_text(att, model, text: str, all_words: bool) -> None:
@@ -152,7 +152,7 @@ def search_parts(att, checkpoint, model, features, text: str) -> None:
     att.shows = shows_line(att)
 
 
-def _finish(a, att, model, method: str, phases, record: dict, boxes=None) -> None:
+def _finish(a, att, model, method: str, phases, *, record: dict, boxes=None) -> None:
     """Draw ``att`` into the PNG (and ``--json``: ``record``, the text and the maps), then print the score search
     shows for the pair (and how the maps split it)."""
     from ..viz.heatmap import render
@@ -181,7 +181,7 @@ def explain_indexed(a, phases=None):
         att = idx.explain(a.id, a.text, a.method, tuple(a.phrase), mirror=a.mirror)
     if not att.grid:
         raise ConfigError(f"{idx.root}: no image grid is known (built from features without a backbone)")
-    _finish(a, att, getattr(idx, "model", None), att.method, phases, {"index": str(idx.root), "id": a.id})
+    _finish(a, att, getattr(idx, "model", None), att.method, phases, record={"index": str(idx.root), "id": a.id})
 
 
 def default_explainer(a) -> None:

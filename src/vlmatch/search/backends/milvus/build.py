@@ -163,15 +163,15 @@ class _Writer:
         if "layout" not in state:
             self._create(pending, part, job, kind)
         names = Names.of(self.name, pending["generation"], part.name)
-        self._encode(pending, state, part, names, Layout.from_dict(state["layout"]), f"index {part.name} into milvus",
-                     job.options.progress)
+        self._encode(pending, state, part, names, Layout.from_dict(state["layout"]),
+                     desc=f"index {part.name} into milvus", progress=job.options.progress)
         if state["next_id"] == 0 and part.name == "images":
             raise DataError(self.loc.uri, "nothing to index: every image was skipped")
         settle(self.client, self.loc.uri, names)
         state["finished"] = True
         write_prop(self.client, self.name, PENDING, pending)
 
-    def _encode(self, pending: dict, state: dict, part: Part, names: Names, layout: Layout, desc: str,
+    def _encode(self, pending: dict, state: dict, part: Part, names: Names, layout: Layout, *, desc: str,
                 progress: bool) -> None:
         """Encode ``part`` into ``names`` from ``state["done"]`` on, each batch recorded in ``pending``. New files
         take ids from ``state["next_id"]``; a changed one (``state["changed"]``: rel -> id) keeps its id, and
@@ -327,7 +327,7 @@ def _update(writer: _Writer, manifest: dict, root: Path, opts: UpdateOptions) ->
         write_prop(client, name, PENDING, pending)
     part = update_part(manifest, pending["todo"], encode, opts)
     writer._encode(pending, pending, part, names, Layout.from_dict(manifest["collections"]["images"]["layout"]),
-                   "index new images into milvus", opts.progress)
+                   desc="index new images into milvus", progress=opts.progress)
     for a in range(0, len(pending["delete"]), 1000):
         ids = pending["delete"][a:a + 1000]
         client.delete(names.items, ids=ids)
