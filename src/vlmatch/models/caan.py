@@ -223,8 +223,9 @@ class CAAN(TextSide, MatchingModel):
         out = img.regions.new_empty(ni, nt)
         c = self.cfg
         sem, fa = c.intra == "semantic", c.intra == "feature"
-        twice = {f: torch.mul(getattr(img, f), 2, out=caan_block.buffer(f, getattr(img, f).shape, img.regions))
-                 for f, on in (("p1", sem or fa), ("p4", c.inter)) if on}  # once per block
+        twice = {key: torch.mul(getattr(img, f), 2, out=caan_block.buffer(f, getattr(img, f).shape, img.regions))
+                 for f, key, on in (("p1", "fa_v" if fa else "p1", sem or fa), ("p4", "p4", c.inter))
+                 if on}  # once per block; FA's p1 is its pair-independent H^v V Q1
         w2 = (2 * self.w_v, 2 * self.w_u)
         for t0 in range(0, nt, cap_step):
             tx = txt.select(slice(t0, t0 + cap_step))
@@ -245,8 +246,6 @@ class CAAN(TextSide, MatchingModel):
                 for a0 in range(0, n_img, img_step):
                     rows = slice(g0 + a0, g0 + a0 + img_step)
                     p = {f: t[rows] for f, t in twice.items()} | per_caption
-                    if fa:
-                        p["fa_v"] = p.pop("p1")
                     caan_block.logits(h.rows(a0, a0 + img_step), p, *w2, lv[a0:a0 + img_step], lu[a0:a0 + img_step])
                 f = masked_softmax(lv, None if rmask is None else rmask[:, None, :], dim=2)
                 g = masked_softmax(lu, None if wmask is None else wmask[None], dim=2)
@@ -293,11 +292,6 @@ class CAAN(TextSide, MatchingModel):
         bounded by ``caan_block.SUB_PAIRS``, not by the block."""
         k, n = n_regions, n_words
         return 4 * (7 * k * n + 2 * (k + n) + 3 * self.cfg.embed_dim) if self._needs_h else 4 * 3 * self.cfg.embed_dim
-
-
-def _pairs(x: Tensor) -> Tensor:
-    """(Ni, k, Nt, n) from the region-word GEMM -> (Ni, Nt, k, n), the layout of the pair work."""
-    return x.permute(0, 2, 1, 3).contiguous()
 
 
 def _per_image(h: Tensor, p: Tensor) -> Tensor:

@@ -126,11 +126,6 @@ def per_pair(p: Tensor, n_images: int, name: str) -> Tensor:
     return torch.mul(p[None].expand_as(out), 2, out=out)
 
 
-def release() -> None:
-    """Drop this thread's reused buffers."""
-    _LOCAL.pool = {}
-
-
 def _unit(x: Tensor, sq: Tensor, dim: int, name: str) -> Tensor:
     """x / (||x|| + EPS) along ``dim`` (SCAN's l2norm) from ``sq`` = x², into this thread's buffer ``name``."""
     return torch.div(x, sq.sum(dim=dim, keepdim=True).sqrt_().add_(EPS), out=buffer(name, x.shape, x))
