@@ -6,7 +6,14 @@ import numpy as np
 import torch
 
 from vlmatch import create_model
-from vlmatch.search.store import EncodingStore, write_store
+from vlmatch.search.store import EncodingStore, EncodingWriter
+
+
+def write_store(folder, enc, float_dtype):
+    """A whole encoding held in memory -> a store, through the writer that builds and updates use."""
+    w = EncodingWriter(folder, len(enc), float_dtype)
+    w.write(0, enc)
+    w.finish()
 
 
 def test_full_precision_fields_stay_float32_in_a_float16_store(tmp_path):

@@ -143,13 +143,6 @@ class EncodingWriter:
             os.replace(meta, self.folder / "fields.json")
 
 
-def write_store(folder, enc: Encoding, float_dtype: str = "float16") -> None:
-    """A whole Encoding held in memory -> a store (used by merges, updates and benchmarks)."""
-    w = EncodingWriter(folder, len(enc), float_dtype)
-    w.write(0, enc)
-    w.finish()
-
-
 def open_arrays(folder) -> tuple[dict, dict[str, np.ndarray]]:
     """A store's ``fields.json`` and its arrays, memory-mapped, each checked against the shape and
     dtype fields.json records, all with one number of rows (the arrays are too large to hash)."""
