@@ -303,12 +303,6 @@ def _legacy(client, name: str, timeout: float | None = None) -> bool:
     return "value" not in fields
 
 
-def read_props(client, name: str) -> dict:
-    if not client.has_collection(name):
-        return {}
-    return dict(client.describe_collection(name).get("properties") or {})
-
-
 def _get(client, name: str, pks: list[int], consistency: str, timeout: float | None = None) -> dict[int, str]:
     rows = loaded(lambda: client.get(name, ids=pks, output_fields=["pk", "value"], consistency_level=consistency,
                                      timeout=timeout), lambda: client, [name], timeout)
@@ -320,7 +314,7 @@ def read_prop(client, name: str, key: str, consistency: str = "Strong", timeout:
     if not client.has_collection(name, timeout=timeout):
         return None
     if _legacy(client, name, timeout):
-        raw = read_props(client, name).get(key)
+        raw = (client.describe_collection(name).get("properties") or {}).get(key)
     else:
         slot = STATE_SLOTS[key]
         head = _get(client, name, [slot], consistency, timeout).get(slot, "")
@@ -366,7 +360,7 @@ def write_prop(client, name: str, key: str, value) -> None:
 
 def drop_prop(client, name: str, key: str, timeout: float | None = None) -> None:
     if _legacy(client, name, timeout):
-        if key in read_props(client, name):
+        if key in (client.describe_collection(name).get("properties") or {}):
             client.drop_collection_properties(name, property_keys=[key])
         return
     client.upsert(name, [{"pk": STATE_SLOTS[key], "value": "", "v": [0.0, 0.0]}], timeout=timeout)
