@@ -81,7 +81,7 @@ class MilvusCollection:
         self.items_name = part_name(loc.collection, gen, coll)
         self.enc_name = part_name(loc.collection, gen, coll, enc=True)
         self.count = int(info["count"])
-        self.layout = Layout.from_dict(info["layout"])
+        self.layout = Layout(**info["layout"])
         self.cls = type(template)
         self.scalars = None  # whether the items carry the filter's scalar fields (asked at the first filter)
         self.infix = None  # whether the server's `like` takes a leading % (asked at the first filter)
@@ -242,7 +242,7 @@ def open_milvus(loc: MilvusLocation, model=None, retriever=None):
             if not client.has_collection(name):
                 raise DataError(name, f"missing from {loc.uri} (dropped by hand?): build the index again")
             load(client, name)
-        layout = Layout.from_dict(info["layout"])
+        layout = Layout(**info["layout"])
         got = field_of(client, enc, "enc")
         if got != (layout.field_type, layout.field_dim):
             raise DataError(enc, f"its enc field is {got[0]} of {got[1]} values but the manifest records "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -51,13 +51,6 @@ class Layout:
             raise DataError(type(enc).__name__, f"{total} values per item need {chunks} rows, more than {CHUNK_SLOTS}")
         chunk_dim = per_dim * max(1, math.ceil(total / (chunks * per_dim)))
         return cls(type(enc).__name__, fields, total, chunks, chunk_dim, vector)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> Layout:
-        return cls(**d)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
     @property
     def np_dtype(self):
