@@ -84,10 +84,8 @@ def _sha256(path) -> str | None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        h = hashlib.sha256()
-        while chunk := os.read(fd, 1 << 20):
-            h.update(chunk)
-        return h.hexdigest()
+        with open(fd, "rb", closefd=False) as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()
     except OSError:
         return None
     finally:

@@ -144,13 +144,10 @@ def values_of(v, vector: str) -> np.ndarray:
     bytes, packed float32s or float32s."""
     if isinstance(v, list) and len(v) == 1 and isinstance(v[0], (bytes, bytearray)):
         v = v[0]
-    if isinstance(v, (bytes, bytearray)):
-        if vector == PACKED:  # a FLOAT_VECTOR as little-endian float32 bytes
-            return unpack_float16(np.frombuffer(v, dtype="<f4")).astype(np.float32)
-        return np.frombuffer(v, dtype=np.float32 if vector == "FLOAT_VECTOR" else np.float16).astype(np.float32)
-    if vector == PACKED:
-        return unpack_float16(np.asarray(v, dtype=np.float32)).astype(np.float32)
-    return np.asarray(v, dtype=np.float32)
+    if isinstance(v, (bytes, bytearray)):  # little-endian float16s, or float32s (a FLOAT_VECTOR, packed or not)
+        v = np.frombuffer(v, dtype="<f2" if vector == "FLOAT16_VECTOR" else "<f4")
+    v = np.asarray(v, dtype=np.float32)
+    return unpack_float16(v).astype(np.float32) if vector == PACKED else v
 
 
 def pack_float16(a: np.ndarray) -> np.ndarray:
