@@ -48,19 +48,13 @@ _AWAY = ("unavailable", "deadline", "timeout", "timed out", "connect", "not read
          "socket", "refused")
 
 
-def unloaded(e: BaseException) -> bool:
-    """Whether a Milvus error says the collection is not loaded (a server restarted, or another process
-    wrote and released it)."""
-    return any(w in str(e) for w in _UNLOADED)
-
-
 def loaded(call, client_of, names, timeout: float | None = None):
     """``call()``; when it finds a collection not loaded, ``names`` are loaded (on ``client_of()``) and it is
     tried once more."""
     try:
         return call()
     except pymilvus().MilvusException as e:
-        if not unloaded(e):
+        if not any(w in str(e) for w in _UNLOADED):  # only "not loaded" (a restart, another process's release) is retried
             raise
         for name in names:
             load(client_of(), name, timeout)
