@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -180,7 +181,7 @@ def build_milvus(root: Path, n: int, model, ckpt, shape: str, uri: str | None = 
     m = _manifest(model, ckpt, "milvus", n, shape)
     m.update(format=FORMAT, generation=1, next_id=n, capabilities=caps, read_ts=last_write_ts(client, [items, enc]),
              collections={"images": {
-        "count": n, "layout": layout.to_dict(),
+        "count": n, "layout": asdict(layout),
         "stage1": {"kind": kind, "dim": stage1_d, "count": n, "requested": "auto", **({"M": 32} if kind == "hnsw" else {})}}})
     m["seal"] = seal(m)
     write_prop(client, "bench", MANIFEST, m)

@@ -20,6 +20,7 @@ merges them; collections take the parts' files as hard links, so ``build/`` stay
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import time
 from contextlib import nullcontext
@@ -38,7 +39,6 @@ from .backends.folder import (
     FORMAT,
     check_out,
     commit,
-    new_collection_id,
     open_parts,
     recover,
     require_manifest,
@@ -207,7 +207,7 @@ def write_collection(dest: Path, folder: Path, items: list[dict], stage1) -> dic
         link_tree(folder / "stage1.npy", tmp / "stage1.npy")
         fields = read_json(tmp / "enc" / "fields.json")
         # a new file (not the linked one): its id tells this collection's encodings from any other's
-        write_json(tmp / "enc" / "fields.json", {**fields, "id": new_collection_id()})
+        write_json(tmp / "enc" / "fields.json", {**fields, "id": secrets.token_hex(8)})
         write_faiss(index, tmp / "stage1.faiss")
         write_json(tmp / "items.json", items, indent=None)
     return {"count": len(items), "stage1": info, "fields": fields["fields"]}

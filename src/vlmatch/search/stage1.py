@@ -140,12 +140,9 @@ class Stage1:
     def set_params(self, params: dict) -> None:
         self.params = dict(params)
         if "nprobe" in params:
-            self._faiss_ivf().nprobe = int(params["nprobe"])
+            _faiss().extract_index_ivf(self.index).nprobe = int(params["nprobe"])
         if "efSearch" in params:
             self.index.hnsw.efSearch = int(params["efSearch"])
-
-    def _faiss_ivf(self):
-        return _faiss().extract_index_ivf(self.index)
 
     def __len__(self) -> int:
         return len(self.vectors)

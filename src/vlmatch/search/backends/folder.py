@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import re
-import secrets
 import shutil
 import sys
 import threading
@@ -150,10 +149,6 @@ def reading(out):
 def seal(manifest: dict) -> str:
     body = {k: v for k, v in manifest.items() if k != "seal"}
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def new_collection_id() -> str:
-    return secrets.token_hex(8)
 
 
 def _records(manifest: dict) -> dict:

@@ -9,20 +9,16 @@ precomputed features) is not checked.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import stat
-import threading
-from collections import OrderedDict
 
 from ...errors import DataError
 
 UPDATE = "run vlmatch index update"
 _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder"))
-_VERDICTS: OrderedDict = OrderedDict()  # file identity -> whether its content is the indexed one
-_VERDICTS_KEPT = 4096
-_lock = threading.Lock()
 
 
 class PhotoMissing(DataError):
@@ -55,23 +51,15 @@ def check_unchanged(row: dict, path) -> os.stat_result:
         raise PhotoChanged(path, f"changed since indexing ({st.st_size} bytes, indexed {size}); {UPDATE}")
     if not isinstance(mtime, int) or st.st_mtime_ns == mtime:
         return st
-    if not isinstance(digest, str) or not _same_content(path, st, digest):
+    identity = (os.fspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if not isinstance(digest, str) or not _same_content(identity, digest):
         raise PhotoChanged(path, f"changed since indexing (modified after it was encoded); {UPDATE}")
     return st
 
 
-def _same_content(path, st: os.stat_result, digest: str) -> bool:
-    key = (os.fspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, digest)
-    with _lock:
-        if key in _VERDICTS:
-            _VERDICTS.move_to_end(key)
-            return _VERDICTS[key]
-    same = _sha256(path) == digest
-    with _lock:
-        _VERDICTS[key] = same
-        while len(_VERDICTS) > _VERDICTS_KEPT:
-            _VERDICTS.popitem(last=False)
-    return same
+@functools.lru_cache(maxsize=4096)  # the verdict per file identity (path, device, inode, size, mtime, ctime)
+def _same_content(identity: tuple, digest: str) -> bool:
+    return _sha256(identity[0]) == digest
 
 
 def _sha256(path) -> str | None:
@@ -84,10 +72,8 @@ def _sha256(path) -> str | None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        h = hashlib.sha256()
-        while chunk := os.read(fd, 1 << 20):
-            h.update(chunk)
-        return h.hexdigest()
+        with open(fd, "rb", closefd=False) as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()
     except OSError:
         return None
     finally:

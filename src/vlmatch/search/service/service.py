@@ -119,7 +119,7 @@ class Served:
 
     def __init__(self, index, stamp=None):
         self.index, self.stamp = index, stamp
-        self.version = index_version(index.manifest)
+        self.version = str(index.manifest.get("seal") or "")[:12]  # its short name: the start of its manifest's seal
         self.model_name = index.manifest["model"]["name"]
         self.size = len(index)
         self.n_captions = len(index.captions) if index.captions is not None else 0
@@ -155,11 +155,6 @@ def index_stamp(root):
 
         return committed_seal(root)
     return manifest_stamp(root)
-
-
-def index_version(manifest: dict) -> str:
-    """A short name of one committed version of an index: the start of its manifest's seal."""
-    return str(manifest.get("seal") or "")[:12]
 
 
 class IndexBackend:

@@ -202,9 +202,10 @@ def test_a_stage2_collection_of_another_vector_type_or_size_or_gone_is_refused_a
     c.drop_collection("safe__g1_images_enc")
     with pytest.raises(DataError, match="safe__g1_images_enc: missing from"):
         _open(setup)
-    lay = Layout.from_dict(m["collections"]["images"]["layout"])
+    spec = m["collections"]["images"]["layout"]
+    lay = Layout(**spec)
     assert lay.vector == "FLOAT16_PACKED"  # milvus-lite: two float16 values per FLOAT_VECTOR dimension
-    create_encodings(c, "safe__g1_images_enc", Layout(**{**lay.to_dict(), "chunk_dim": lay.chunk_dim + 2}))
+    create_encodings(c, "safe__g1_images_enc", Layout(**{**spec, "chunk_dim": lay.chunk_dim + 2}))
     with pytest.raises(DataError, match=f"enc field is FLOAT_VECTOR of {lay.field_dim + 1} values but the manifest "
                                         f"records FLOAT_VECTOR of {lay.field_dim}"):
         _open(setup)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import NamedTuple
 
@@ -155,7 +156,7 @@ class _Writer:
                 self.client.drop_collection(name)
         create_items(self.client, names.items, job.manifest["dims"]["stage1"], kind, state.get("nlist"), opts.hnsw_m)
         create_encodings(self.client, names.enc, layout)
-        state["layout"] = layout.to_dict()
+        state["layout"] = asdict(layout)
         write_prop(self.client, self.name, PENDING, pending)
 
     def _fill(self, pending: dict, part: Part, job: Job, kind: str) -> None:
@@ -163,7 +164,7 @@ class _Writer:
         if "layout" not in state:
             self._create(pending, part, job, kind)
         names = Names.of(self.name, pending["generation"], part.name)
-        self._encode(pending, state, part, names, Layout.from_dict(state["layout"]),
+        self._encode(pending, state, part, names, Layout(**state["layout"]),
                      desc=f"index {part.name} into milvus", progress=job.options.progress)
         if state["next_id"] == 0 and part.name == "images":
             raise DataError(self.loc.uri, "nothing to index: every image was skipped")
@@ -326,7 +327,7 @@ def _update(writer: _Writer, manifest: dict, root: Path, opts: UpdateOptions) ->
             return {**pending["report"], "skipped": []}
         write_prop(client, name, PENDING, pending)
     part = update_part(manifest, pending["todo"], encode, opts)
-    writer._encode(pending, pending, part, names, Layout.from_dict(manifest["collections"]["images"]["layout"]),
+    writer._encode(pending, pending, part, names, Layout(**manifest["collections"]["images"]["layout"]),
                    desc="index new images into milvus", progress=opts.progress)
     for a in range(0, len(pending["delete"]), 1000):
         ids = pending["delete"][a:a + 1000]

@@ -48,19 +48,13 @@ _AWAY = ("unavailable", "deadline", "timeout", "timed out", "connect", "not read
          "socket", "refused")
 
 
-def unloaded(e: BaseException) -> bool:
-    """Whether a Milvus error says the collection is not loaded (a server restarted, or another process
-    wrote and released it)."""
-    return any(w in str(e) for w in _UNLOADED)
-
-
 def loaded(call, client_of, names, timeout: float | None = None):
     """``call()``; when it finds a collection not loaded, ``names`` are loaded (on ``client_of()``) and it is
     tried once more."""
     try:
         return call()
     except pymilvus().MilvusException as e:
-        if not unloaded(e):
+        if not any(w in str(e) for w in _UNLOADED):  # only "not loaded" (a restart, another process's release) is retried
             raise
         for name in names:
             load(client_of(), name, timeout)
@@ -303,12 +297,6 @@ def _legacy(client, name: str, timeout: float | None = None) -> bool:
     return "value" not in fields
 
 
-def read_props(client, name: str) -> dict:
-    if not client.has_collection(name):
-        return {}
-    return dict(client.describe_collection(name).get("properties") or {})
-
-
 def _get(client, name: str, pks: list[int], consistency: str, timeout: float | None = None) -> dict[int, str]:
     rows = loaded(lambda: client.get(name, ids=pks, output_fields=["pk", "value"], consistency_level=consistency,
                                      timeout=timeout), lambda: client, [name], timeout)
@@ -320,7 +308,7 @@ def read_prop(client, name: str, key: str, consistency: str = "Strong", timeout:
     if not client.has_collection(name, timeout=timeout):
         return None
     if _legacy(client, name, timeout):
-        raw = read_props(client, name).get(key)
+        raw = (client.describe_collection(name).get("properties") or {}).get(key)
     else:
         slot = STATE_SLOTS[key]
         head = _get(client, name, [slot], consistency, timeout).get(slot, "")
@@ -366,7 +354,7 @@ def write_prop(client, name: str, key: str, value) -> None:
 
 def drop_prop(client, name: str, key: str, timeout: float | None = None) -> None:
     if _legacy(client, name, timeout):
-        if key in read_props(client, name):
+        if key in (client.describe_collection(name).get("properties") or {}):
             client.drop_collection_properties(name, property_keys=[key])
         return
     client.upsert(name, [{"pk": STATE_SLOTS[key], "value": "", "v": [0.0, 0.0]}], timeout=timeout)

@@ -81,7 +81,7 @@ class MilvusCollection:
         self.items_name = part_name(loc.collection, gen, coll)
         self.enc_name = part_name(loc.collection, gen, coll, enc=True)
         self.count = int(info["count"])
-        self.layout = Layout.from_dict(info["layout"])
+        self.layout = Layout(**info["layout"])
         self.cls = type(template)
         self.scalars = None  # whether the items carry the filter's scalar fields (asked at the first filter)
         self.infix = None  # whether the server's `like` takes a leading % (asked at the first filter)
@@ -200,12 +200,6 @@ def read_manifest(client, loc: MilvusLocation) -> dict:
     return check_seal(m, f"{loc}: {MANIFEST}", FORMAT, FORMAT)
 
 
-def read_consistency(manifest: dict) -> dict:
-    """The consistency of searches and fetches of the committed generation (see the module's note)."""
-    ts = int(manifest.get("read_ts") or 0)
-    return {"consistency_level": "Customized", "guarantee_timestamp": ts} if ts else {"consistency_level": "Strong"}
-
-
 def checkpoints(loc: MilvusLocation, manifest: dict, model=None, retriever=None) -> dict[str, Path]:
     """Part -> the checkpoint folder to load, each checked against the digest the collection records."""
     out = {}
@@ -233,7 +227,8 @@ def open_milvus(loc: MilvusLocation, model=None, retriever=None):
     manifest = read_manifest(client, loc)
     ckpts = checkpoints(loc, manifest, model, retriever)
     require(client, loc.collection, loc.uri, manifest)
-    read = read_consistency(manifest)
+    ts = int(manifest.get("read_ts") or 0)  # searches and fetches of the committed generation (the module's note)
+    read = {"consistency_level": "Customized", "guarantee_timestamp": ts} if ts else {"consistency_level": "Strong"}
     gen = int(manifest["generation"])
     updating = read_prop(client, loc.collection, PENDING) is not None
     for coll, info in manifest["collections"].items():
@@ -242,7 +237,7 @@ def open_milvus(loc: MilvusLocation, model=None, retriever=None):
             if not client.has_collection(name):
                 raise DataError(name, f"missing from {loc.uri} (dropped by hand?): build the index again")
             load(client, name)
-        layout = Layout.from_dict(info["layout"])
+        layout = Layout(**info["layout"])
         got = field_of(client, enc, "enc")
         if got != (layout.field_type, layout.field_dim):
             raise DataError(enc, f"its enc field is {got[0]} of {got[1]} values but the manifest records "

@@ -138,11 +138,8 @@ def _filtered(coll, q: np.ndarray, k: int, where: Where) -> tuple[np.ndarray, np
         cols = Columns([r["item"] for r in rows])
     ids = np.asarray([int(r["id"]) for r in rows], dtype=np.int64)
     ids = np.sort(ids[where.mask(cols)])
-    if not len(ids):
-        return top_k_of(q, np.zeros((0, q.shape[1]), dtype=np.float32), ids, k)
-    vecs = coll.stage1_vectors(ids)
-    scores, pos = top_k_of(q, vecs, np.arange(len(ids)), k)
-    return scores, np.where(pos >= 0, ids[np.maximum(pos, 0)], -1)
+    scores, pos = top_k_of(q, coll.stage1_vectors(ids) if len(ids) else None, np.arange(len(ids)), k)
+    return scores, np.append(ids, -1)[pos]  # pos -1 (fewer than k ids) picks the -1 appended
 
 
 def _columns_of_scalars(rows: list[dict]) -> Columns:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -51,13 +51,6 @@ class Layout:
             raise DataError(type(enc).__name__, f"{total} values per item need {chunks} rows, more than {CHUNK_SLOTS}")
         chunk_dim = per_dim * max(1, math.ceil(total / (chunks * per_dim)))
         return cls(type(enc).__name__, fields, total, chunks, chunk_dim, vector)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> Layout:
-        return cls(**d)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
     @property
     def np_dtype(self):
@@ -151,13 +144,10 @@ def values_of(v, vector: str) -> np.ndarray:
     bytes, packed float32s or float32s."""
     if isinstance(v, list) and len(v) == 1 and isinstance(v[0], (bytes, bytearray)):
         v = v[0]
-    if isinstance(v, (bytes, bytearray)):
-        if vector == PACKED:  # a FLOAT_VECTOR as little-endian float32 bytes
-            return unpack_float16(np.frombuffer(v, dtype="<f4")).astype(np.float32)
-        return np.frombuffer(v, dtype=np.float32 if vector == "FLOAT_VECTOR" else np.float16).astype(np.float32)
-    if vector == PACKED:
-        return unpack_float16(np.asarray(v, dtype=np.float32)).astype(np.float32)
-    return np.asarray(v, dtype=np.float32)
+    if isinstance(v, (bytes, bytearray)):  # little-endian float16s, or float32s (a FLOAT_VECTOR, packed or not)
+        v = np.frombuffer(v, dtype="<f2" if vector == "FLOAT16_VECTOR" else "<f4")
+    v = np.asarray(v, dtype=np.float32)
+    return unpack_float16(v).astype(np.float32) if vector == PACKED else v
 
 
 def pack_float16(a: np.ndarray) -> np.ndarray:
