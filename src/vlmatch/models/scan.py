@@ -16,7 +16,7 @@ from torch import Tensor
 from ..encoders.image import RegionProjection
 from ..encoders.text import GRUTextEncoder
 from ..errors import VlmatchError
-from .attention import RAW_FEATURE_NORMS, cross_sim, masked_softmax, normalize_raw, pool
+from .attention import GEMM_DTYPES, RAW_FEATURE_NORMS, cross_sim, masked_softmax, normalize_raw, pool
 from .base import EPS, ImageEncoding, MatchingModel, ModelConfig, TextEncoding, l2norm, length_mask, safe_sqrt
 from .registry import register
 from .text_side import TextSide, TextSideOptions
@@ -39,9 +39,6 @@ class SCANConfig(ModelConfig, TextSideOptions):
     # Normalise the raw region features before the projection (not in the paper; for grid features,
     # see experiments/results/flickr8k.md): none | l2 (each region to unit norm) | batchnorm (per channel).
     feature_norm: Literal["none", "l2", "batchnorm"] = "none"
-
-
-_GEMM_DTYPES = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class SCAN(TextSide, MatchingModel):
@@ -86,7 +83,7 @@ class SCAN(TextSide, MatchingModel):
     def _block(self, img: ImageEncoding, txt: TextEncoding):
         txt = txt.trim()
         v, e = img.regions, txt.words
-        s = cross_sim(v, e, _GEMM_DTYPES[self.cfg.gemm_dtype])  # (Ni, k, Nt, L)
+        s = cross_sim(v, e, GEMM_DTYPES[self.cfg.gemm_dtype])  # (Ni, k, Nt, L)
         rmask = None if img.mask is None or bool(img.mask.all()) else img.mask[:, :, None, None]
         # (1, 1, Nt, L) over words; None when no caption of the block is padded (length-sorted blocks)
         wmask = None if bool((txt.lengths == e.shape[1]).all()) else length_mask(txt.lengths, e.shape[1])[None, None]
