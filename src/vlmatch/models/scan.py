@@ -103,14 +103,16 @@ class SCAN(TextSide, MatchingModel):
         return {"weights": att.detach().float().cpu().numpy(), "axis": "regions" if self.cfg.direction == "t2i" else "words"}
 
     def _diagonal(self, features: Tensor, mask: Tensor | None, tokens: Tensor, lengths: Tensor):
-        """The diagonal pairs (image b, caption b) of a batch: v, e, s (B, k, 1, L), α, and the masks."""
+        """The diagonal pairs (image b, caption b) of a batch: v, e, s (B, k, 1, L), α, and the (B, k, L) mask of
+        valid (region, word) terms."""
         img = self.shared("encode_images", self.encode_images, features, mask)
         txt = self.shared("encode_texts", self.encode_texts, tokens, lengths)
         v, e = img.regions, txt.words  # (B, k, D), (B, L, D)
         s = torch.einsum("bkd,bld->bkl", v, e)[:, :, None, :]  # the diagonal pairs as (B, k, 1, L)
         wmask = length_mask(lengths, e.shape[1])[:, None, None, :]  # (B, 1, 1, L)
         rmask = None if mask is None else mask[:, :, None, None]
-        return v, e, s, self._alpha(s, rmask, wmask), rmask, wmask
+        keep = wmask[:, 0] if rmask is None else wmask[:, 0] & rmask[:, :, 0]
+        return v, e, s, self._alpha(s, rmask, wmask), keep
 
     def position_attention(self, features: Tensor, mask: Tensor | None, tokens: Tensor, lengths: Tensor) -> Tensor:
         """α of the pairs (image b, caption b), (B, k, L), as ``pair_attention`` shows it: t-i each word's weights
@@ -118,9 +120,8 @@ class SCAN(TextSide, MatchingModel):
         masked regions are 0. Differentiable: ``train.grounding_map: attention`` trains through it."""
         if self.cfg.method != "attention":
             raise VlmatchError("SCAN's Sum-Max baseline has no attention weights")
-        _, _, _, alpha, rmask, wmask = self._diagonal(features, mask, tokens, lengths)
-        out = alpha[:, :, 0, :].masked_fill(~wmask[:, 0], 0.0)
-        return out if rmask is None else out.masked_fill(~rmask[:, :, 0], 0.0)
+        _, _, _, alpha, keep = self._diagonal(features, mask, tokens, lengths)
+        return alpha[:, :, 0, :].masked_fill(~keep, 0.0)
 
     def position_contributions(self, features: Tensor, mask: Tensor | None, tokens: Tensor, lengths: Tensor) -> Tensor:
         """Exact for attention with AVG (or SUM) pooling: R(e_j, a_j) = Σ_i α_ij s_ij / (||e_j|| ||a_j||) is
@@ -130,11 +131,8 @@ class SCAN(TextSide, MatchingModel):
         if c.method != "attention" or c.agg not in ("avg", "sum"):
             raise VlmatchError(f"SCAN with {c.method} / {c.agg} pooling has no exact decomposition of its score over "
                                f"image positions (AVG and SUM pooling have one): use the gradient or occlusion method")
-        v, e, s, alpha, rmask, wmask = self._diagonal(features, mask, tokens, lengths)
-        terms = (alpha * s)[:, :, 0, :]  # (B, k, L)
-        if rmask is not None:
-            terms = terms.masked_fill(~rmask[:, :, 0], 0.0)
-        terms = terms.masked_fill(~wmask[:, 0], 0.0)
+        v, e, s, alpha, keep = self._diagonal(features, mask, tokens, lengths)
+        terms = (alpha * s)[:, :, 0, :].masked_fill(~keep, 0.0)  # (B, k, L)
         if c.direction == "t2i":
             a = torch.einsum("bkl,bkd->bld", alpha[:, :, 0, :], v)  # a_j
             denom = e.norm(dim=2) * safe_sqrt((a * a).sum(dim=2))  # (B, L)
