@@ -19,7 +19,6 @@ import torch
 from torch import Tensor, nn
 
 from ..encoders.image import RegionProjection
-from ..encoders.text import GRUTextEncoder
 from . import caan_block
 from .attention import GEMM_DTYPES, cross_sim, masked_softmax
 from .base import EPS, ImageEncoding, MatchingModel, ModelConfig, TextEncoding, l2norm, length_mask, safe_sqrt
@@ -69,8 +68,7 @@ class CAAN(TextSide, MatchingModel):
         super().__init__(cfg)
         d, m = cfg.embed_dim, cfg.attn_dim
         self.img_enc = RegionProjection(cfg.img_dim, d, cfg.precomp_enc_type)
-        self.txt_enc = self.make_text_side(d, lambda: GRUTextEncoder(cfg.vocab_size, cfg.word_dim, d, cfg.num_layers,
-                                                                     cfg.bi_gru))
+        self.txt_enc = self.make_text_side()
         if self.attends:
             def mat(rows, cols):
                 return nn.Parameter(torch.randn(rows, cols) / rows ** 0.5)

@@ -14,7 +14,6 @@ import torch
 from torch import Tensor
 
 from ..encoders.image import RegionProjection
-from ..encoders.text import GRUTextEncoder
 from ..errors import VlmatchError
 from .attention import GEMM_DTYPES, RAW_FEATURE_NORMS, cross_sim, masked_softmax, normalize_raw, pool
 from .base import EPS, ImageEncoding, MatchingModel, ModelConfig, TextEncoding, l2norm, length_mask, safe_sqrt
@@ -49,8 +48,7 @@ class SCAN(TextSide, MatchingModel):
         if cfg.feature_norm == "batchnorm":
             self.feat_bn = torch.nn.BatchNorm1d(cfg.img_dim)
         self.img_enc = RegionProjection(cfg.img_dim, cfg.embed_dim, cfg.precomp_enc_type)
-        self.txt_enc = self.make_text_side(cfg.embed_dim, lambda: GRUTextEncoder(
-            cfg.vocab_size, cfg.word_dim, cfg.embed_dim, cfg.num_layers, cfg.bi_gru))
+        self.txt_enc = self.make_text_side()
 
     # --- pair-independent ------------------------------------------------------------------
     def _normalise_features(self, features: Tensor, mask: Tensor | None) -> Tensor:

@@ -202,7 +202,7 @@ class SMAN(TextSide, MatchingModel):
         super().__init__(cfg)
         f, d, a = cfg.img_dim, cfg.embed_dim, cfg.attn_dim
         self.drop = nn.Dropout(cfg.dropout)
-        self.words = self.make_text_side(d, lambda: None, dropout=cfg.dropout)  # None: eq. 1's own layers below
+        self.words = self.make_text_side(lambda: None, dropout=cfg.dropout)  # None: eq. 1's own layers below
         if self.uses_vocab:
             self.embed = nn.Embedding(cfg.vocab_size, cfg.word_dim)
             self.lstm = nn.LSTM(cfg.word_dim, d, batch_first=True, bidirectional=True)

@@ -14,7 +14,6 @@ from torch import Tensor
 
 from ..encoders.image import RegionProjection
 from ..encoders.pooling import GPO, RegionMLP, masked_max
-from ..encoders.text import GRUTextEncoder
 from ..errors import VlmatchError
 from .base import ImageEncoding, MatchingModel, ModelConfig, TextEncoding, l2norm, length_mask, masked_mean
 from .registry import register
@@ -41,8 +40,7 @@ class VSE(TextSide, MatchingModel):
         self.img_fc = RegionProjection(cfg.img_dim, cfg.embed_dim, cfg.precomp_enc_type)
         self.img_mlp = RegionMLP(cfg.img_dim, cfg.embed_dim) if cfg.img_mlp else None
         self.img_gpo = GPO() if cfg.img_pool == "gpo" else None
-        self.txt_enc = self.make_text_side(cfg.embed_dim, lambda: GRUTextEncoder(
-            cfg.vocab_size, cfg.word_dim, cfg.embed_dim, cfg.num_layers, cfg.bi_gru))
+        self.txt_enc = self.make_text_side()
 
     @property
     def linear_image_side(self) -> bool:
