@@ -95,14 +95,12 @@ class CAAN(TextSide, MatchingModel):
     # --- pair-independent ------------------------------------------------------------------
     def encode_images(self, features: Tensor, mask: Tensor | None = None) -> CAANImages:
         v = self.img_enc(features)
-        if not self.cfg.no_imgnorm:
-            v = l2norm(v)
+        v = v if self.cfg.no_imgnorm else l2norm(v)
         return self.prepare_images(ImageEncoding(regions=v, mask=mask))
 
     def encode_texts(self, tokens: Tensor, lengths: Tensor) -> CAANTexts:
         words, _ = self.txt_enc(tokens, lengths)
-        if not self.cfg.no_txtnorm:
-            words = l2norm(words)
+        words = words if self.cfg.no_txtnorm else l2norm(words)
         return self.prepare_texts(TextEncoding(lengths=lengths, words=words))
 
     def prepare_images(self, img: ImageEncoding) -> CAANImages:

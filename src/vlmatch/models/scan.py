@@ -67,14 +67,12 @@ class SCAN(TextSide, MatchingModel):
 
     def encode_images(self, features: Tensor, mask: Tensor | None = None) -> ImageEncoding:
         v = self.img_enc(self._normalise_features(features, mask))
-        if not self.cfg.no_imgnorm:
-            v = l2norm(v)
+        v = v if self.cfg.no_imgnorm else l2norm(v)
         return ImageEncoding(regions=v, mask=mask)
 
     def encode_texts(self, tokens: Tensor, lengths: Tensor) -> TextEncoding:
         words, _ = self.txt_enc(tokens, lengths)
-        if not self.cfg.no_txtnorm:
-            words = l2norm(words)
+        words = words if self.cfg.no_txtnorm else l2norm(words)
         return TextEncoding(lengths=lengths, words=words)
 
     # --- pair-dependent --------------------------------------------------------------------
