@@ -93,10 +93,6 @@ class ConceptScorer:
         self._names: Tensor | None = None
 
 
-    @property
-    def dim(self) -> int:
-        return self.embedder.dim
-
     def name_vectors(self) -> Tensor:
         """(nodes, H) unit vectors of each node's names (the template filled with each name, averaged)."""
         key = (self.lexicon.digest, self.embedder.content_hash(), self.options.template)
@@ -139,8 +135,3 @@ class ConceptScorer:
         if not self.options.unit:
             return (w / w.sum(1, keepdim=True).clamp(min=1e-12)) @ self.name_vectors()
         return torch.nn.functional.normalize(w @ self.name_vectors(), dim=-1)
-
-    def describe(self) -> dict:
-        return {"lexicon": self.lexicon.digest, "nodes": len(self.lexicon.names), "text": self.embedder.content_hash(),
-                **self.options.describe()}
-
