@@ -155,12 +155,10 @@ class SCAN(TextSide, MatchingModel):
         c = self.cfg
         v, e, s, rmask, wmask = self._block(img, txt)
         ni, k, nt, n_words = s.shape
-        if c.method == "summax":
-            if c.direction == "t2i":  # Σ_j max_i s_ij
-                best = (s if rmask is None else s.masked_fill(~rmask, float("-inf"))).amax(dim=1)
-                return (best if wmask is None else best.masked_fill(~wmask[0], 0.0)).sum(dim=2)
-            best = (s if wmask is None else s.masked_fill(~wmask, float("-inf"))).amax(dim=3)  # Σ_i max_j s_ij
-            return best.sum(dim=1) if rmask is None else best.masked_fill(~rmask[..., 0], 0.0).sum(dim=1)
+        if c.method == "summax":  # t-i: Σ_j max_i s_ij; i-t: Σ_i max_j s_ij
+            if c.direction == "t2i":
+                return pool(pool(s, rmask, 1, "max", 0.0), None if wmask is None else wmask[0], 2, "sum", 0.0)
+            return pool(pool(s, wmask, 3, "max", 0.0), None if rmask is None else rmask[..., 0], 1, "sum", 0.0)
 
         alpha = self._alpha(s, rmask, wmask)
         if c.direction == "t2i":
