@@ -115,8 +115,7 @@ def query_maps(model: MatchingModel, features, queries: list[str], method: str, 
                              queries, create_graph=False)
         return maps.detach().T.float().numpy()
     tokens, lengths = model.tokenize(queries)
-    if method != "occlusion":
-        check_method(method)
+    check_method(method)  # occlusion, or an unknown method
     base = torch.ones(k, dtype=torch.bool) if m is None else m[0]
     masks = base.expand(k, k).clone()
     masks[torch.arange(k), torch.arange(k)] = False  # copy i: position i masked

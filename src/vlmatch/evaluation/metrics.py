@@ -85,12 +85,10 @@ def evaluate_protocol(sims: np.ndarray, protocol: str = "single", source="<score
     if t2i_sims is not None and np.shape(t2i_sims) != sims.shape:
         raise DataError(source, f"text -> image matrix {np.shape(t2i_sims)} differs from {sims.shape}")
     head = {"protocol": protocol, "n_images": n_img, "n_captions": sims.shape[1]}
-    if protocol == "single":
-        return {**head, **recall_metrics(sims, t2i_sims)}
-    if n_img != 5 * fold_images:
+    if protocol != "single" and n_img != 5 * fold_images:
         raise DataError(source, f"protocol {protocol} needs {5 * fold_images} images (COCO testall), "
                                 f"the score matrix has {n_img} x {sims.shape[1]}")
-    if protocol == "coco5k":
+    if protocol != "coco1k5fold":  # single, coco5k: one matrix
         return {**head, **recall_metrics(sims, t2i_sims)}
     folds = [recall_metrics(sims[fi, fc], None if t2i_sims is None else t2i_sims[fi, fc])
              for fi, fc in fold_slices(fold_images, per)]

@@ -13,6 +13,7 @@ from torch import Tensor
 from .base import EPS, masked_mean
 
 RAW_FEATURE_NORMS = ("softmax", "l2norm", "clipped_l2norm", "l1norm", "clipped_l1norm", "clipped", "no_norm")
+GEMM_DTYPES = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}  # a config's gemm_dtype
 
 
 def masked_softmax(x: Tensor, mask: Tensor | None, dim: int) -> Tensor:

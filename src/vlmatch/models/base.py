@@ -185,8 +185,6 @@ class ModelConfig:
 
 def _checking_img_dim(encode_images):
     """Wrap a model's ``encode_images`` with a check of the features' last dimension against img_dim."""
-    if getattr(encode_images, "_checks_img_dim", False):
-        return encode_images
 
     @functools.wraps(encode_images)
     def checked(self, features, *args, **kwargs):
@@ -197,7 +195,6 @@ def _checking_img_dim(encode_images):
                               f"(the features' last dimension)")
         return encode_images(self, features, *args, **kwargs)
 
-    checked._checks_img_dim = True
     return checked
 
 

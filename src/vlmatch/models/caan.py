@@ -19,9 +19,8 @@ import torch
 from torch import Tensor, nn
 
 from ..encoders.image import RegionProjection
-from ..encoders.text import GRUTextEncoder
 from . import caan_block
-from .attention import cross_sim, masked_softmax
+from .attention import GEMM_DTYPES, cross_sim, masked_softmax
 from .base import EPS, ImageEncoding, MatchingModel, ModelConfig, TextEncoding, l2norm, length_mask, safe_sqrt
 from .registry import register
 from .text_side import TextSide, TextSideOptions
@@ -69,8 +68,7 @@ class CAAN(TextSide, MatchingModel):
         super().__init__(cfg)
         d, m = cfg.embed_dim, cfg.attn_dim
         self.img_enc = RegionProjection(cfg.img_dim, d, cfg.precomp_enc_type)
-        self.txt_enc = self.make_text_side(d, lambda: GRUTextEncoder(cfg.vocab_size, cfg.word_dim, d, cfg.num_layers,
-                                                                     cfg.bi_gru))
+        self.txt_enc = self.make_text_side()
         if self.attends:
             def mat(rows, cols):
                 return nn.Parameter(torch.randn(rows, cols) / rows ** 0.5)
@@ -97,14 +95,12 @@ class CAAN(TextSide, MatchingModel):
     # --- pair-independent ------------------------------------------------------------------
     def encode_images(self, features: Tensor, mask: Tensor | None = None) -> CAANImages:
         v = self.img_enc(features)
-        if not self.cfg.no_imgnorm:
-            v = l2norm(v)
+        v = v if self.cfg.no_imgnorm else l2norm(v)
         return self.prepare_images(ImageEncoding(regions=v, mask=mask))
 
     def encode_texts(self, tokens: Tensor, lengths: Tensor) -> CAANTexts:
         words, _ = self.txt_enc(tokens, lengths)
-        if not self.cfg.no_txtnorm:
-            words = l2norm(words)
+        words = words if self.cfg.no_txtnorm else l2norm(words)
         return self.prepare_texts(TextEncoding(lengths=lengths, words=words))
 
     def prepare_images(self, img: ImageEncoding) -> CAANImages:
@@ -178,7 +174,7 @@ class CAAN(TextSide, MatchingModel):
         c = self.cfg
         tv = tu = None  # pre-activations of f̃ (Nt, Ni, k, m) and g̃ (Nt, Ni, n, m), caption-major
         if self._needs_h:
-            hp = torch.relu(torch.tanh(cross_sim(img.vk, u, _dtype(c))))  # [H]_+, (Ni, k, Nt, n)
+            hp = torch.relu(torch.tanh(cross_sim(img.vk, u, GEMM_DTYPES[c.gemm_dtype])))  # [H]_+, (Ni, k, Nt, n)
             if rmask is not None:
                 hp = hp * rmask[:, :, None, None].to(hp.dtype)
             if wmask is not None:
@@ -239,7 +235,7 @@ class CAAN(TextSide, MatchingModel):
             for g0 in range(0, ni, gemm_step):
                 im = img.select(slice(g0, g0 + gemm_step))
                 rmask = None if im.mask is None or bool(im.mask.all()) else im.mask
-                h = caan_block.terms(im.vk, tx.words, rmask, wmask, sem, _dtype(c))
+                h = caan_block.terms(im.vk, tx.words, rmask, wmask, sem, GEMM_DTYPES[c.gemm_dtype])
                 n_img, k = im.vk.shape[:2]
                 lv = caan_block.buffer("lv", (n_img, n_cap, k), im.vk)
                 lu = caan_block.buffer("lu", (n_img, n_cap, n), im.vk)
@@ -317,10 +313,6 @@ def _squash(t: Tensor, w: Tensor, fresh: bool) -> Tensor:
     largest elementwise work."""
     s = t.mul_(2).sigmoid_() if fresh else torch.sigmoid(2 * t)
     return s @ (2 * w) - w.sum()
-
-
-def _dtype(cfg):
-    return {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}[cfg.gemm_dtype]
 
 
 _COMMON = dict(img_dim=2048, embed_dim=1024)

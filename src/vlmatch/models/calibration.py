@@ -85,10 +85,6 @@ class Calibration:
         if self.text_bank is None and self.image_bank is None:
             raise ConfigError("a calibration needs a text bank, an image bank or both")
 
-    @property
-    def dim(self) -> int:
-        return (self.text_bank if self.text_bank is not None else self.image_bank).shape[1]
-
     def image_offsets(self, emb: Tensor) -> Tensor | None:
         """c(I) of each image embedding (n, d), or None without a text bank."""
         return self._offsets(self.text_bank, emb)
@@ -99,11 +95,6 @@ class Calibration:
 
     def _offsets(self, bank: Tensor | None, emb: Tensor) -> Tensor | None:
         return None if bank is None else bank_offsets(bank.to(emb.device), emb, self.beta).to(emb.dtype)
-
-    def describe(self) -> str:
-        banks = ", ".join(f"{s} bank {self.sources.get(s, {}).get('rows', len(b))} rows"
-                          for s, b in (("text", self.text_bank), ("image", self.image_bank)) if b is not None)
-        return f"{METHOD}, beta {self.beta:g}, {banks}"
 
     # --- files ---------------------------------------------------------------------------------
     @classmethod

@@ -47,21 +47,13 @@ class ConceptOptions:
         return asdict(self)
 
 
-def name_cache_path(key: tuple) -> Path | None:
+def name_cache_path(key: tuple) -> Path:
     """Where the name vectors of ``key`` (lexicon, text model, template) are kept between processes:
     ``$VLMATCH_CACHE/concepts/`` (a pure function of the key, made again when missing or damaged)."""
     from ..data.resolve import cache_dir
 
     digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:24]
     return cache_dir() / "concepts" / f"names-{digest}.npy"
-
-
-def save_cache(path: Path, array: np.ndarray) -> None:
-    """Write a cache file whole or not at all; a cache that cannot be written is only slower, never an error."""
-    try:
-        save_npy(path, array.astype(np.float32))
-    except (OSError, DataError):
-        pass
 
 
 def principal_directions(names: Tensor, dims: int) -> Tensor:
@@ -101,17 +93,13 @@ class ConceptScorer:
         self._names: Tensor | None = None
 
 
-    @property
-    def dim(self) -> int:
-        return self.embedder.dim
-
     def name_vectors(self) -> Tensor:
         """(nodes, H) unit vectors of each node's names (the template filled with each name, averaged)."""
         key = (self.lexicon.digest, self.embedder.content_hash(), self.options.template)
-        if self._names is None and key in _NAMES:
-            self._names = _NAMES[key]
+        if self._names is None:
+            self._names = _NAMES.get(key)
         path = name_cache_path(key)
-        if self._names is None and path is not None and path.is_file():
+        if self._names is None and path.is_file():
             try:
                 self._names = _NAMES[key] = torch.from_numpy(np.load(path, allow_pickle=False))
             except (OSError, ValueError):
@@ -125,8 +113,10 @@ class ConceptScorer:
             vecs = self.embedder.embed(texts)
             sums = torch.zeros(len(self.lexicon.names), vecs.shape[1]).index_add_(0, torch.tensor(owner), vecs)
             self._names = _NAMES[key] = torch.nn.functional.normalize(sums, dim=-1)
-            if path is not None:
-                save_cache(path, self._names.numpy())
+            try:  # written whole or not at all; a cache that cannot be written is only slower, never an error
+                save_npy(path, self._names.numpy().astype(np.float32))
+            except (OSError, DataError):
+                pass
         return self._names
 
     def node_weights(self, grid: Tensor) -> Tensor:
@@ -145,8 +135,3 @@ class ConceptScorer:
         if not self.options.unit:
             return (w / w.sum(1, keepdim=True).clamp(min=1e-12)) @ self.name_vectors()
         return torch.nn.functional.normalize(w @ self.name_vectors(), dim=-1)
-
-    def describe(self) -> dict:
-        return {"lexicon": self.lexicon.digest, "nodes": len(self.lexicon.names), "text": self.embedder.content_hash(),
-                **self.options.describe()}
-

@@ -223,28 +223,27 @@ class MMCA(MatchingModel):
     def global_embeddings(self, img: ImageEncoding, txt: TextEncoding) -> tuple[Tensor, Tensor]:
         return img.embedding, txt.embedding
 
-    def cross_attention(self, img: MMCAImages, txt: MMCATexts) -> Tensor:
-        """Softmax weights of the cross unit for one pair, (heads, k + n, k + n), rows = queries."""
-        txt = txt.trim()
-        k, n, d = img.regions.shape[1], txt.words.shape[1], self.cfg.embed_dim
-        h = self.cfg.heads
-        q = torch.cat([img.q[0], txt.q[0, :n]]).reshape(k + n, h, d // h).transpose(0, 1)
-        kk = torch.cat([img.k[0], txt.k[0, :n]]).reshape(k + n, h, d // h).transpose(0, 1)
-        logits = q @ kk.transpose(1, 2) / (d // h) ** 0.5
-        valid = torch.ones(k + n, dtype=torch.bool, device=q.device)
-        if img.mask is not None:
-            valid[:k] = img.mask[0]
-        return torch.softmax(logits.masked_fill(~valid, float("-inf")), dim=-1)
+    def _word_region_attention(self, img: MMCAImages, txt: MMCATexts) -> tuple[Tensor, Tensor]:
+        """Each word of caption b's cross-unit weights over the k regions of image b, averaged over the heads, (B, n, k)
+        (a word's query attends to all k + n tokens: the mass missing went to words), and the (B, n) word mask."""
+        b, k, d = img.regions.shape
+        n, h = txt.q.shape[1], self.cfg.heads
+
+        def heads(x):  # (B, t, d) -> (B, h, t, d / h)
+            return x.reshape(b, x.shape[1], h, d // h).transpose(1, 2)
+
+        keys = torch.cat([img.k, txt.k], dim=1)
+        logits = heads(txt.q) @ heads(keys).transpose(2, 3) / (d // h) ** 0.5  # (B, h, n, k + n)
+        wmask = length_mask(txt.lengths, n)
+        rmask = torch.ones(b, k, dtype=torch.bool, device=wmask.device) if img.mask is None else img.mask
+        valid = torch.cat([rmask, wmask], dim=1)[:, None, None, :]
+        return torch.softmax(logits.masked_fill(~valid, float("-inf")), dim=-1)[..., :k].mean(dim=1), wmask
 
     def pair_attention(self, img: MMCAImages, txt: MMCATexts) -> dict:
-        """Word -> region weights of the cross unit, averaged over heads, (k, n), axis "regions".
-
-        A word's query attends to all k + n tokens; its weights over the k regions are taken and
-        renormalised to sum to 1 over the regions (the remaining mass went to words)."""
+        """Word -> region weights of the cross unit, averaged over heads, (k, n), axis "regions": each word's
+        weights over the k regions, renormalised to sum to 1 over the regions."""
         with torch.no_grad():
-            a = self.cross_attention(img, txt).mean(dim=0)  # (k + n, k + n)
-            k, n = img.regions.shape[1], int(txt.lengths[0])
-            w = a[k:k + n, :k].T  # (k, n): column j = word j's weights over the regions
+            w = self._word_region_attention(img, txt.trim())[0][0].T  # (k, n): column j = word j's weights
             region_mass = w.sum(dim=0)
             w = w / region_mass.clamp(min=1e-12)
         return {"weights": w.float().cpu().numpy(), "axis": "regions",
@@ -254,20 +253,8 @@ class MMCA(MatchingModel):
         """``pair_attention``'s weights for the pairs (image b, caption b) of a batch, (B, k, L): each word's
         cross-unit weights over the k regions, averaged over the heads and renormalised over the regions (column
         j sums to 1; padded words are 0). Differentiable: ``train.grounding_map: attention`` trains through it."""
-        img = self.shared("encode_images", self.encode_images, features, mask)
-        txt = self.shared("encode_texts", self.encode_texts, tokens, lengths)
-        b, k, d = img.regions.shape
-        n, h = txt.q.shape[1], self.cfg.heads
-
-        def heads(x):  # (B, t, d) -> (B, h, t, d / h)
-            return x.reshape(b, x.shape[1], h, d // h).transpose(1, 2)
-
-        keys = torch.cat([img.k, txt.k], dim=1)
-        logits = heads(txt.q) @ heads(keys).transpose(2, 3) / (d // h) ** 0.5  # (B, h, n, k + n)
-        wmask = length_mask(lengths, n)
-        rmask = torch.ones(b, k, dtype=torch.bool, device=wmask.device) if mask is None else mask
-        valid = torch.cat([rmask, wmask], dim=1)[:, None, None, :]
-        a = torch.softmax(logits.masked_fill(~valid, float("-inf")), dim=-1)[..., :k].mean(dim=1)  # (B, n, k)
+        a, wmask = self._word_region_attention(self.shared("encode_images", self.encode_images, features, mask),
+                                               self.shared("encode_texts", self.encode_texts, tokens, lengths))
         w = a / a.sum(dim=2, keepdim=True).clamp(min=1e-12)
         return w.transpose(1, 2).masked_fill(~wmask[:, None, :], 0.0)
 

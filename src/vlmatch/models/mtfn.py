@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from ..encoders.text import GRUTextEncoder
 from ..errors import ConfigError
 from ..options import option
 from .base import ImageEncoding, MatchingModel, ModelConfig, Selection, TextEncoding, l2norm, masked_mean
@@ -116,8 +115,7 @@ class MTFN(TextSide, MatchingModel):
             text_dim = self.sentence.hidden_size
             self.pretrained_text = None
         else:
-            self.txt_enc = self.make_text_side(d, lambda: GRUTextEncoder(cfg.vocab_size, cfg.word_dim, d,
-                                                                         cfg.num_layers, cfg.bi_gru))
+            self.txt_enc = self.make_text_side()
             text_dim = d
         self.img_proj = nn.Linear(cfg.img_dim, d)  # W_v
         self.txt_proj = nn.Linear(text_dim, d)  # W_t

@@ -14,9 +14,8 @@ import torch
 from torch import Tensor
 
 from ..encoders.image import RegionProjection
-from ..encoders.text import GRUTextEncoder
 from ..errors import VlmatchError
-from .attention import RAW_FEATURE_NORMS, cross_sim, masked_softmax, normalize_raw, pool
+from .attention import GEMM_DTYPES, RAW_FEATURE_NORMS, cross_sim, masked_softmax, normalize_raw, pool
 from .base import EPS, ImageEncoding, MatchingModel, ModelConfig, TextEncoding, l2norm, length_mask, safe_sqrt
 from .registry import register
 from .text_side import TextSide, TextSideOptions
@@ -41,9 +40,6 @@ class SCANConfig(ModelConfig, TextSideOptions):
     feature_norm: Literal["none", "l2", "batchnorm"] = "none"
 
 
-_GEMM_DTYPES = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
 class SCAN(TextSide, MatchingModel):
     Config = SCANConfig
 
@@ -52,8 +48,7 @@ class SCAN(TextSide, MatchingModel):
         if cfg.feature_norm == "batchnorm":
             self.feat_bn = torch.nn.BatchNorm1d(cfg.img_dim)
         self.img_enc = RegionProjection(cfg.img_dim, cfg.embed_dim, cfg.precomp_enc_type)
-        self.txt_enc = self.make_text_side(cfg.embed_dim, lambda: GRUTextEncoder(
-            cfg.vocab_size, cfg.word_dim, cfg.embed_dim, cfg.num_layers, cfg.bi_gru))
+        self.txt_enc = self.make_text_side()
 
     # --- pair-independent ------------------------------------------------------------------
     def _normalise_features(self, features: Tensor, mask: Tensor | None) -> Tensor:
@@ -72,21 +67,19 @@ class SCAN(TextSide, MatchingModel):
 
     def encode_images(self, features: Tensor, mask: Tensor | None = None) -> ImageEncoding:
         v = self.img_enc(self._normalise_features(features, mask))
-        if not self.cfg.no_imgnorm:
-            v = l2norm(v)
+        v = v if self.cfg.no_imgnorm else l2norm(v)
         return ImageEncoding(regions=v, mask=mask)
 
     def encode_texts(self, tokens: Tensor, lengths: Tensor) -> TextEncoding:
         words, _ = self.txt_enc(tokens, lengths)
-        if not self.cfg.no_txtnorm:
-            words = l2norm(words)
+        words = words if self.cfg.no_txtnorm else l2norm(words)
         return TextEncoding(lengths=lengths, words=words)
 
     # --- pair-dependent --------------------------------------------------------------------
     def _block(self, img: ImageEncoding, txt: TextEncoding):
         txt = txt.trim()
         v, e = img.regions, txt.words
-        s = cross_sim(v, e, _GEMM_DTYPES[self.cfg.gemm_dtype])  # (Ni, k, Nt, L)
+        s = cross_sim(v, e, GEMM_DTYPES[self.cfg.gemm_dtype])  # (Ni, k, Nt, L)
         rmask = None if img.mask is None or bool(img.mask.all()) else img.mask[:, :, None, None]
         # (1, 1, Nt, L) over words; None when no caption of the block is padded (length-sorted blocks)
         wmask = None if bool((txt.lengths == e.shape[1]).all()) else length_mask(txt.lengths, e.shape[1])[None, None]
@@ -106,14 +99,16 @@ class SCAN(TextSide, MatchingModel):
         return {"weights": att.detach().float().cpu().numpy(), "axis": "regions" if self.cfg.direction == "t2i" else "words"}
 
     def _diagonal(self, features: Tensor, mask: Tensor | None, tokens: Tensor, lengths: Tensor):
-        """The diagonal pairs (image b, caption b) of a batch: v, e, s (B, k, 1, L), α, and the masks."""
+        """The diagonal pairs (image b, caption b) of a batch: v, e, s (B, k, 1, L), α, and the (B, k, L) mask of
+        valid (region, word) terms."""
         img = self.shared("encode_images", self.encode_images, features, mask)
         txt = self.shared("encode_texts", self.encode_texts, tokens, lengths)
         v, e = img.regions, txt.words  # (B, k, D), (B, L, D)
         s = torch.einsum("bkd,bld->bkl", v, e)[:, :, None, :]  # the diagonal pairs as (B, k, 1, L)
         wmask = length_mask(lengths, e.shape[1])[:, None, None, :]  # (B, 1, 1, L)
         rmask = None if mask is None else mask[:, :, None, None]
-        return v, e, s, self._alpha(s, rmask, wmask), rmask, wmask
+        keep = wmask[:, 0] if rmask is None else wmask[:, 0] & rmask[:, :, 0]
+        return v, e, s, self._alpha(s, rmask, wmask), keep
 
     def position_attention(self, features: Tensor, mask: Tensor | None, tokens: Tensor, lengths: Tensor) -> Tensor:
         """α of the pairs (image b, caption b), (B, k, L), as ``pair_attention`` shows it: t-i each word's weights
@@ -121,9 +116,8 @@ class SCAN(TextSide, MatchingModel):
         masked regions are 0. Differentiable: ``train.grounding_map: attention`` trains through it."""
         if self.cfg.method != "attention":
             raise VlmatchError("SCAN's Sum-Max baseline has no attention weights")
-        _, _, _, alpha, rmask, wmask = self._diagonal(features, mask, tokens, lengths)
-        out = alpha[:, :, 0, :].masked_fill(~wmask[:, 0], 0.0)
-        return out if rmask is None else out.masked_fill(~rmask[:, :, 0], 0.0)
+        _, _, _, alpha, keep = self._diagonal(features, mask, tokens, lengths)
+        return alpha[:, :, 0, :].masked_fill(~keep, 0.0)
 
     def position_contributions(self, features: Tensor, mask: Tensor | None, tokens: Tensor, lengths: Tensor) -> Tensor:
         """Exact for attention with AVG (or SUM) pooling: R(e_j, a_j) = Σ_i α_ij s_ij / (||e_j|| ||a_j||) is
@@ -133,11 +127,8 @@ class SCAN(TextSide, MatchingModel):
         if c.method != "attention" or c.agg not in ("avg", "sum"):
             raise VlmatchError(f"SCAN with {c.method} / {c.agg} pooling has no exact decomposition of its score over "
                                f"image positions (AVG and SUM pooling have one): use the gradient or occlusion method")
-        v, e, s, alpha, rmask, wmask = self._diagonal(features, mask, tokens, lengths)
-        terms = (alpha * s)[:, :, 0, :]  # (B, k, L)
-        if rmask is not None:
-            terms = terms.masked_fill(~rmask[:, :, 0], 0.0)
-        terms = terms.masked_fill(~wmask[:, 0], 0.0)
+        v, e, s, alpha, keep = self._diagonal(features, mask, tokens, lengths)
+        terms = (alpha * s)[:, :, 0, :].masked_fill(~keep, 0.0)  # (B, k, L)
         if c.direction == "t2i":
             a = torch.einsum("bkl,bkd->bld", alpha[:, :, 0, :], v)  # a_j
             denom = e.norm(dim=2) * safe_sqrt((a * a).sum(dim=2))  # (B, L)
@@ -164,12 +155,10 @@ class SCAN(TextSide, MatchingModel):
         c = self.cfg
         v, e, s, rmask, wmask = self._block(img, txt)
         ni, k, nt, n_words = s.shape
-        if c.method == "summax":
-            if c.direction == "t2i":  # Σ_j max_i s_ij
-                best = (s if rmask is None else s.masked_fill(~rmask, float("-inf"))).amax(dim=1)
-                return (best if wmask is None else best.masked_fill(~wmask[0], 0.0)).sum(dim=2)
-            best = (s if wmask is None else s.masked_fill(~wmask, float("-inf"))).amax(dim=3)  # Σ_i max_j s_ij
-            return best.sum(dim=1) if rmask is None else best.masked_fill(~rmask[..., 0], 0.0).sum(dim=1)
+        if c.method == "summax":  # t-i: Σ_j max_i s_ij; i-t: Σ_i max_j s_ij
+            if c.direction == "t2i":
+                return pool(pool(s, rmask, 1, "max", 0.0), None if wmask is None else wmask[0], 2, "sum", 0.0)
+            return pool(pool(s, wmask, 3, "max", 0.0), None if rmask is None else rmask[..., 0], 1, "sum", 0.0)
 
         alpha = self._alpha(s, rmask, wmask)
         if c.direction == "t2i":

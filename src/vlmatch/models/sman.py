@@ -202,7 +202,7 @@ class SMAN(TextSide, MatchingModel):
         super().__init__(cfg)
         f, d, a = cfg.img_dim, cfg.embed_dim, cfg.attn_dim
         self.drop = nn.Dropout(cfg.dropout)
-        self.words = self.make_text_side(d, lambda: None, dropout=cfg.dropout)  # None: eq. 1's own layers below
+        self.words = self.make_text_side(lambda: None, dropout=cfg.dropout)  # None: eq. 1's own layers below
         if self.uses_vocab:
             self.embed = nn.Embedding(cfg.vocab_size, cfg.word_dim)
             self.lstm = nn.LSTM(cfg.word_dim, d, batch_first=True, bidirectional=True)
@@ -290,7 +290,8 @@ class SMAN(TextSide, MatchingModel):
             out.proj = (x @ self.P2.weight.T) / count[:, None, None]
             if not self.pair_dependent:  # α = 1: o_v = σ(v̂) is the image's own
                 out.alpha2 = self.att_v2.weights(out.keys, torch.tanh(self.att_v2.query(torch.sigmoid(out.hat))), mask)
-                levels.append(self._v2(out.alpha2, out.proj))
+                # eq. 15: tanh(P2 · (1/M) Σ_m α2_m I_m) = tanh(Σ_m α2_m (P2 I_m / M) + b)
+                levels.append(torch.tanh((out.alpha2.unsqueeze(-2) @ out.proj).squeeze(-2) + self.P2.bias))
         return self._finish(out, levels)
 
     def encode_texts(self, tokens: Tensor, lengths: Tensor) -> SMANTexts:
@@ -326,10 +327,6 @@ class SMAN(TextSide, MatchingModel):
         out.flat = torch.cat(levels, dim=1)
         out.sq = (out.flat * out.flat).sum(dim=1)
         return out
-
-    def _v2(self, alpha2: Tensor, proj: Tensor) -> Tensor:
-        """eq. 15: tanh(P2 · (1/M) Σ_m α2_m I_m) = tanh(Σ_m α2_m (P2 I_m / M) + b)."""
-        return torch.tanh((alpha2.unsqueeze(-2) @ proj).squeeze(-2) + self.P2.bias)
 
     # --- pair-dependent --------------------------------------------------------------------
     def multimodal(self, img: SMANImages, txt: SMANTexts) -> tuple[Tensor, Tensor, Tensor, Tensor]:

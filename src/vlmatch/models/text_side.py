@@ -15,6 +15,7 @@ from pathlib import Path
 
 from torch import Tensor, nn
 
+from ..encoders.text import GRUTextEncoder
 from ..options import option
 
 GRU = "gru"
@@ -61,17 +62,18 @@ class TextSide:
     def needs_vocab(cls, options: dict) -> bool:
         return not uses_transformer(options)
 
-    def make_text_side(self, out_dim: int, gru: Callable[[], nn.Module], dropout: float = 0.0) -> nn.Module:
-        """The text side: ``gru()`` (the paper's encoder) or a PretrainedWords of width ``out_dim``."""
+    def make_text_side(self, gru: Callable[[], nn.Module] | None = None, dropout: float = 0.0) -> nn.Module:
+        """The text side: ``gru()`` (the paper's encoder; default: a GRUTextEncoder of the config's ``bi_gru`` and
+        ``num_layers``) or a PretrainedWords, either of width ``embed_dim``."""
         cfg = self.cfg
         self.uses_vocab = not uses_transformer(cfg)
         object.__setattr__(self, "pretrained_text", None)  # a plain reference: the caller registers the module
         if self.uses_vocab:
-            return gru()
+            return gru() if gru else GRUTextEncoder(cfg.vocab_size, cfg.word_dim, cfg.embed_dim, cfg.num_layers, cfg.bi_gru)
         from ..encoders.lora import parse_lora
         from ..encoders.pretrained_text import PretrainedWords
 
-        enc = PretrainedWords(cfg.text_encoder, out_dim, finetune=cfg.finetune, cache=cfg.text_cache,
+        enc = PretrainedWords(cfg.text_encoder, cfg.embed_dim, finetune=cfg.finetune, cache=cfg.text_cache,
                               max_tokens=cfg.max_tokens, dropout=dropout, context=cfg.text_context,
                               lora=parse_lora(cfg.text_lora))
         object.__setattr__(self, "pretrained_text", enc)

@@ -14,7 +14,6 @@ from torch import Tensor
 
 from ..encoders.image import RegionProjection
 from ..encoders.pooling import GPO, RegionMLP, masked_max
-from ..encoders.text import GRUTextEncoder
 from ..errors import VlmatchError
 from .base import ImageEncoding, MatchingModel, ModelConfig, TextEncoding, l2norm, length_mask, masked_mean
 from .registry import register
@@ -41,19 +40,12 @@ class VSE(TextSide, MatchingModel):
         self.img_fc = RegionProjection(cfg.img_dim, cfg.embed_dim, cfg.precomp_enc_type)
         self.img_mlp = RegionMLP(cfg.img_dim, cfg.embed_dim) if cfg.img_mlp else None
         self.img_gpo = GPO() if cfg.img_pool == "gpo" else None
-        self.txt_enc = self.make_text_side(cfg.embed_dim, lambda: GRUTextEncoder(
-            cfg.vocab_size, cfg.word_dim, cfg.embed_dim, cfg.num_layers, cfg.bi_gru))
+        self.txt_enc = self.make_text_side()
 
     @property
     def linear_image_side(self) -> bool:
         """True for VSE++'s own image side: FC of the regions' mean (= the mean of FC of each region)."""
         return self.cfg.img_pool == "mean" and self.img_mlp is None
-
-    @property
-    def decomposes(self) -> bool:
-        """True when the image vector is the mean of one vector per cell (mean pooling, with or without img_mlp):
-        the score is then an exact sum of per-cell shares."""
-        return self.cfg.img_pool == "mean"
 
     def encode_images(self, features: Tensor, mask: Tensor | None = None) -> ImageEncoding:
         if self.linear_image_side:  # FC(mean) = mean(FC): one projection instead of one per region
@@ -97,7 +89,7 @@ class VSE(TextSide, MatchingModel):
         score = sum_ij FC(v_i) . w_j / (k n ||FC(v̄)|| ||w̄||). With ``img_mlp`` (mean pooling) the cell vector is
         FC(v_i) + MLP(v_i) and the same sum holds. The shares sum to the cosine: a calibrated model's offsets (one
         number per image and per caption, models.calibration) belong to no cell and are left out."""
-        if not self.decomposes:
+        if self.cfg.img_pool != "mean":  # the image vector is not a mean of one vector per cell
             raise VlmatchError(f"VSE++ with img_pool {self.cfg.img_pool!r}{' and img_mlp' if self.img_mlp else ''} has "
                                "a non-linear image side, no per-cell decomposition of its score: use the gradient "
                                "or occlusion method")

@@ -16,7 +16,7 @@ import yaml
 
 from ..data.resolve import UNSET_VARIABLE, expand_path
 from ..errors import ConfigError, DataError
-from ..options import Spec, check_mapping, dataclass_specs, defaults, option, raise_problems, resumable
+from ..options import check_mapping, dataclass_specs, defaults, option, raise_problems, resumable
 
 BUNDLED = Path(__file__).parent.parent / "configs"  # package data: vlmatch/configs
 RECIPE = "recipe"  # the section a recipe file adds to a config (experiments/README.md): read by its runner, not here
@@ -172,7 +172,7 @@ def check_config(cfg: dict, source: str | None = None) -> dict:
     out, problems = {}, []
     for section in DEFAULTS:
         if section != "model":
-            out[section], found = check_mapping(cfg.get(section) or {}, section_specs(section), section)
+            out[section], found = check_mapping(cfg.get(section) or {}, dataclass_specs(SECTIONS[section]), section)
             problems += found
     for section, key in PATHS:  # written portably ($VLMATCH_CACHE/...): this machine's folders from here on
         if isinstance(out[section].get(key), str) and out[section][key] != "toyworld":
@@ -206,11 +206,6 @@ def check_config(cfg: dict, source: str | None = None) -> dict:
             out[section] = copy.deepcopy(cfg[section])
     raise_problems(problems, source)
     return out
-
-
-def section_specs(section: str) -> dict[str, Spec]:
-    """The declared type and range of every option of a ``data`` or ``train`` section."""
-    return dataclass_specs(SECTIONS[section])
 
 
 def check_schedule(schedule) -> tuple[list | None, str | None]:

@@ -100,12 +100,10 @@ class GroundingTargets:
         if not rows:
             raise ConfigError(f"train.grounding_loss: no caption of {split.captions_path} matched a phrase with a box "
                               f"in {ents.root} (is it the Entities folder of these images?)")
-        self.caption = torch.tensor(rows, dtype=torch.long)
+        self.caption = torch.tensor(rows, dtype=torch.long)  # ascending (images and captions in order): searchsorted
         self.span = torch.tensor(spans, dtype=torch.long)
         self.cells = torch.from_numpy(np.stack(cells))
-        order = torch.argsort(self.caption, stable=True)
-        self.caption, self.span, self.cells = self.caption[order], self.span[order], self.cells[order]
-        self.texts = [texts[i] for i in order.tolist()]  # each phrase as its caption writes it
+        self.texts = texts  # each phrase as its caption writes it
         if progress:
             print(f"[grounding] {len(rows)} phrases with boxes from {self.captions_matched}/{self.captions_total} train "
                   f"captions ({self.images_without_entities} images without Entities files)", file=sys.stderr)
