@@ -5,8 +5,9 @@ The model runs the region-word GEMM and the normalisations of [H]_+ once for up 
 layout that serves both the per-image GEMMs and the per-pair products without a copy (:class:`Terms`), and the
 products with m columns in sub-blocks of at most ``SUB_PAIRS`` pairs, whose (pairs x (k + n) x m) tensors stay in
 cache. Everything is written into buffers reused across calls (one set per thread): fresh multi-MB tensors fault
-in every page on every call. w · tanh(t) is evaluated as (2w) · σ(2t) - Σw (aten's sigmoid is ~10x faster than
-its tanh on CPU, ``benchmarks/roofline.py``), the 2 folded into the small per-item operands.
+in every page on every call. w · tanh(t) = (2w) · σ(2t) - Σw is evaluated as (2w) · σ(2t) (aten's sigmoid is ~10x
+faster than its tanh on CPU, ``benchmarks/roofline.py``; the constant -Σw leaves the softmax as it is), the 2
+folded into the small per-item operands.
 """
 
 from __future__ import annotations
