@@ -92,12 +92,13 @@ class ConceptScorer:
             self.specificity[: self.lexicon.n_classes] = 1.0
         self._names: Tensor | None = None
 
-
     def name_vectors(self) -> Tensor:
-        """(nodes, H) unit vectors of each node's names (the template filled with each name, averaged)."""
+        """(nodes, H) unit vectors of each node's names (the template filled with each name, averaged): made once
+        per scorer, from this process's memo, the cache file or the text model."""
+        if self._names is not None:
+            return self._names
         key = (self.lexicon.digest, self.embedder.content_hash(), self.options.template)
-        if self._names is None:
-            self._names = _NAMES.get(key)
+        self._names = _NAMES.get(key)
         path = name_cache_path(key)
         if self._names is None and path.is_file():
             try:
